@@ -1,0 +1,192 @@
+//! Datasets, the [`Shard`] trait and an in-memory shard.
+
+use crate::error::{Error, Result};
+use crate::record::Record;
+use futures::future::BoxFuture;
+use std::fmt;
+use std::sync::Arc;
+
+/// A shard: a sequence of samples with a known count, read on request.
+///
+/// Implementations return records with fields only; `fetch` fills in lane and
+/// lineage. Reading must be deterministic: the same index gives the same record.
+pub trait Shard: Send + Sync + fmt::Debug {
+    /// The shard's path or URI, used in error messages and per-shard metrics.
+    fn name(&self) -> &str;
+
+    /// Number of samples.
+    fn len(&self) -> u64;
+
+    /// Whether the shard has no samples.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Reads `count` consecutive samples starting at `start`.
+    fn read_run(&self, start: u64, count: u64) -> BoxFuture<'_, Result<Vec<Record>>>;
+
+    /// Reads the samples at `indices`, in that order. The default groups the
+    /// indices into runs of consecutive samples and reads each run once.
+    fn read_indices<'a>(&'a self, indices: &'a [u64]) -> BoxFuture<'a, Result<Vec<Record>>> {
+        Box::pin(async move {
+            let mut order: Vec<usize> = (0..indices.len()).collect();
+            order.sort_by_key(|&i| indices[i]);
+            let mut out: Vec<Option<Record>> = vec![None; indices.len()];
+            let mut i = 0;
+            while i < order.len() {
+                let start = indices[order[i]];
+                let mut j = i + 1;
+                while j < order.len() && indices[order[j]] <= indices[order[j - 1]] + 1 {
+                    j += 1;
+                }
+                let end = indices[order[j - 1]];
+                let run = self.read_run(start, end - start + 1).await?;
+                for &k in &order[i..j] {
+                    out[k] = Some(run[(indices[k] - start) as usize].clone());
+                }
+                i = j;
+            }
+            Ok(out.into_iter().map(|r| r.expect("every index filled")).collect())
+        })
+    }
+}
+
+/// Checks a run request against a shard's length, with an error naming both.
+pub fn check_run(dataset: &str, shard: &dyn Shard, start: u64, count: u64) -> Result<()> {
+    let len = shard.len();
+    if start.checked_add(count).is_none_or(|end| end > len) {
+        return Err(Error::SampleOutOfRange {
+            dataset: dataset.to_owned(),
+            shard: shard.name().to_owned(),
+            sample: start + count.saturating_sub(1),
+            len,
+        });
+    }
+    Ok(())
+}
+
+/// A named set of shards. Building one does no I/O beyond what the shard
+/// constructors did; samples are read only when a pipeline asks.
+#[derive(Clone, Debug)]
+pub struct Dataset {
+    name: Arc<str>,
+    location: Arc<str>,
+    shards: Vec<Arc<dyn Shard>>,
+}
+
+impl Dataset {
+    /// A dataset from its shards. `location` (a path or URI) appears in errors.
+    pub fn new(
+        name: impl Into<String>,
+        location: impl Into<String>,
+        shards: Vec<Arc<dyn Shard>>,
+    ) -> Result<Self> {
+        let name: String = name.into();
+        let location: String = location.into();
+        if shards.is_empty() {
+            return Err(Error::Dataset {
+                dataset: name,
+                location,
+                message: "no shards".into(),
+            });
+        }
+        Ok(Dataset {
+            name: name.into(),
+            location: location.into(),
+            shards,
+        })
+    }
+
+    /// An in-memory dataset, one [`InMemoryShard`] per inner vector.
+    ///
+    /// ```
+    /// use zephon_core::{Dataset, Record};
+    /// let ds = Dataset::in_memory("toy", vec![vec![Record::new(); 3], vec![Record::new(); 2]]).unwrap();
+    /// assert_eq!(ds.num_samples(), 5);
+    /// ```
+    pub fn in_memory(name: impl Into<String>, shards: Vec<Vec<Record>>) -> Result<Self> {
+        let name: String = name.into();
+        let shards = shards
+            .into_iter()
+            .enumerate()
+            .map(|(i, records)| {
+                Arc::new(InMemoryShard::new(format!("memory://{name}/{i}"), records)) as Arc<dyn Shard>
+            })
+            .collect();
+        Dataset::new(name.clone(), format!("memory://{name}"), shards)
+    }
+
+    /// The dataset's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Where the dataset lives (path or URI).
+    pub fn location(&self) -> &str {
+        &self.location
+    }
+
+    /// The shards, in order.
+    pub fn shards(&self) -> &[Arc<dyn Shard>] {
+        &self.shards
+    }
+
+    /// Total number of samples.
+    pub fn num_samples(&self) -> u64 {
+        self.shards.iter().map(|s| s.len()).sum()
+    }
+}
+
+/// The datasets a work source draws from, indexed by `SamplePtr::dataset`.
+pub type Catalog = Arc<[Dataset]>;
+
+/// A shard held in memory, for tests and prototyping.
+#[derive(Clone, Debug)]
+pub struct InMemoryShard {
+    name: String,
+    records: Arc<[Record]>,
+}
+
+impl InMemoryShard {
+    /// A shard of the given records.
+    pub fn new(name: impl Into<String>, records: Vec<Record>) -> Self {
+        InMemoryShard {
+            name: name.into(),
+            records: records.into(),
+        }
+    }
+}
+
+impl Shard for InMemoryShard {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn len(&self) -> u64 {
+        self.records.len() as u64
+    }
+
+    fn read_run(&self, start: u64, count: u64) -> BoxFuture<'_, Result<Vec<Record>>> {
+        let res = check_run("memory", self, start, count)
+            .map(|()| self.records[start as usize..(start + count) as usize].to_vec());
+        Box::pin(std::future::ready(res))
+    }
+
+    fn read_indices<'a>(&'a self, indices: &'a [u64]) -> BoxFuture<'a, Result<Vec<Record>>> {
+        let res = indices
+            .iter()
+            .map(|&i| {
+                self.records
+                    .get(i as usize)
+                    .cloned()
+                    .ok_or_else(|| Error::SampleOutOfRange {
+                        dataset: "memory".into(),
+                        shard: self.name.clone(),
+                        sample: i,
+                        len: self.len(),
+                    })
+            })
+            .collect();
+        Box::pin(std::future::ready(res))
+    }
+}

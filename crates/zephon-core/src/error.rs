@@ -1,0 +1,106 @@
+//! The crate's error type.
+
+/// A boxed error from another crate (storage, ops, user closures).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// `Result` with [`Error`] as the error type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in a Zephon pipeline. Each variant names what
+/// failed and where: dataset, shard, sample, line, path or URI.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A sample could not be parsed.
+    #[error("dataset `{dataset}`, shard `{shard}`, line {line}: malformed record: {message}")]
+    MalformedRecord {
+        /// Dataset name.
+        dataset: String,
+        /// Shard path or URI.
+        shard: String,
+        /// 1-based line number in the shard.
+        line: u64,
+        /// What was wrong.
+        message: String,
+    },
+    /// A dataset could not be opened (missing or empty folder, no shards, ...).
+    #[error("dataset `{dataset}` at `{location}`: {message}")]
+    Dataset {
+        /// Dataset name.
+        dataset: String,
+        /// Path or URI of the dataset.
+        location: String,
+        /// What was wrong.
+        message: String,
+    },
+    /// A sample index past the end of a shard.
+    #[error("dataset `{dataset}`, shard `{shard}`: sample {sample} out of range (shard has {len} samples)")]
+    SampleOutOfRange {
+        /// Dataset name.
+        dataset: String,
+        /// Shard path or URI.
+        shard: String,
+        /// The requested sample.
+        sample: u64,
+        /// The shard's sample count.
+        len: u64,
+    },
+    /// A pointer names a dataset or shard that the catalog does not have.
+    #[error("pointer {ptr} names no shard of the catalog")]
+    UnknownPointer {
+        /// The offending pointer.
+        ptr: crate::SamplePtr,
+    },
+    /// An invalid configuration value.
+    #[error("invalid configuration `{key}`: {message}")]
+    Config {
+        /// The configuration key.
+        key: String,
+        /// What was wrong and what is allowed.
+        message: String,
+    },
+    /// An I/O error with the path it happened on.
+    #[error("I/O error on `{path}`: {source}")]
+    Io {
+        /// File path or URI.
+        path: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// An operator failed (a user closure returned an error, or panicked).
+    #[error("operator `{op}`: {message}")]
+    Operator {
+        /// Operator name.
+        op: &'static str,
+        /// What happened.
+        message: String,
+    },
+    /// An error from another crate, with the context it happened in.
+    #[error("{context}: {source}")]
+    External {
+        /// Where it happened (dataset, shard, URI, operator).
+        context: String,
+        /// The underlying error.
+        #[source]
+        source: BoxError,
+    },
+}
+
+impl Error {
+    /// A configuration error for `key`.
+    pub fn config(key: impl Into<String>, message: impl Into<String>) -> Self {
+        Error::Config {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+
+    /// Wraps an error from another crate with its context.
+    pub fn external(context: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        Error::External {
+            context: context.into(),
+            source: source.into(),
+        }
+    }
+}

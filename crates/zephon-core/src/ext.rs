@@ -1,0 +1,135 @@
+//! [`PipelineExt`]: the chain methods that compose operators.
+
+use crate::dataset::Catalog;
+use crate::error::Result;
+use crate::ops::batch::{Batch, Batcher};
+use crate::ops::fetch::Fetch;
+use crate::ops::filter::{Filter, FilterMap};
+use crate::ops::lane_mux::LaneMux;
+use crate::ops::map_par::MapPar;
+use crate::ops::prefetch_batches::PrefetchBatches;
+use crate::ops::shuffle::{Shuffle, ShuffleMode};
+use crate::pointer::{Identity, LaneId, Laned, SamplePtr};
+use crate::runner::{BlockingIter, Runner};
+use crate::work::Catalogued;
+use futures::Stream;
+
+/// Chain methods for pipelines: any `Stream<Item = Result<T>>`.
+///
+/// ```
+/// use zephon_core::{Dataset, PipelineExt, Record, Runner, ShuffleMode, WorkSource};
+/// let ds = Dataset::in_memory("toy", vec![(0..64).map(|i| Record::new().with("i", i as i64)).collect()]).unwrap();
+/// let ws = WorkSource::builder().dataset(ds, 1.0).seed(1).build().unwrap();
+/// let batches = ws.stream()
+///     .fetch(4)
+///     .map_par(|mut r| { r.set("seen", true as i64); Ok(r) }, 2)
+///     .shuffle(16, ShuffleMode::Reservoir, 1)
+///     .batch(8)
+///     .prefetch_batches(2);
+/// let n: usize = batches.into_blocking_iter(Runner::threads()).unwrap().map(|b| b.unwrap().len()).sum();
+/// assert_eq!(n, 64);
+/// ```
+pub trait PipelineExt: Stream + Sized {
+    /// Pointers to records, reading from the catalog this stream carries,
+    /// with up to `parallelism` reads in flight. See [`Fetch`].
+    fn fetch(self, parallelism: usize) -> Fetch<Self>
+    where
+        Self: Stream<Item = Result<SamplePtr>> + Catalogued,
+    {
+        let catalog = self.catalog().clone();
+        Fetch::new(self, catalog, parallelism)
+    }
+
+    /// Like [`fetch`](PipelineExt::fetch), for a pointer stream that does not
+    /// carry its catalog.
+    fn fetch_from(self, catalog: Catalog, parallelism: usize) -> Fetch<Self>
+    where
+        Self: Stream<Item = Result<SamplePtr>>,
+    {
+        Fetch::new(self, catalog, parallelism)
+    }
+
+    /// Applies a CPU-heavy `f` with up to `k` micro-batches in flight; output
+    /// order equals input order. See [`MapPar`].
+    fn map_par<T, U, F>(self, f: F, k: usize) -> MapPar<Self, T, U>
+    where
+        Self: Stream<Item = Result<T>>,
+        F: Fn(T) -> Result<U> + Send + Sync + 'static,
+    {
+        MapPar::new(self, f, k)
+    }
+
+    /// Keeps elements for which `pred` holds. See [`Filter`].
+    fn filter<T, F>(self, pred: F) -> Filter<Self, F>
+    where
+        Self: Stream<Item = Result<T>>,
+        F: FnMut(&T) -> bool,
+    {
+        Filter::new(self, pred)
+    }
+
+    /// Maps elements, dropping those that map to `Ok(None)`. See [`FilterMap`].
+    fn filter_map<T, U, F>(self, f: F) -> FilterMap<Self, F>
+    where
+        Self: Stream<Item = Result<T>>,
+        F: FnMut(T) -> Result<Option<U>>,
+    {
+        FilterMap::new(self, f)
+    }
+
+    /// Per-lane buffer shuffle seeded by `seed` and element identities. See [`Shuffle`].
+    fn shuffle<T>(self, buffer_size: usize, mode: ShuffleMode, seed: u64) -> Shuffle<Self, T>
+    where
+        Self: Stream<Item = Result<T>>,
+        T: Laned + Identity,
+    {
+        Shuffle::new(self, buffer_size, mode, seed)
+    }
+
+    /// Batches of `n` elements of one lane; the last partial batch of each lane
+    /// is kept. See [`Batcher`].
+    fn batch<T>(self, n: usize) -> Batcher<Self, T>
+    where
+        Self: Stream<Item = Result<T>>,
+        T: Laned,
+    {
+        Batcher::new(self, n, false)
+    }
+
+    /// Batches of `n`, dropping each lane's last partial batch when `drop_last`.
+    fn batch_with<T>(self, n: usize, drop_last: bool) -> Batcher<Self, T>
+    where
+        Self: Stream<Item = Result<T>>,
+        T: Laned,
+    {
+        Batcher::new(self, n, drop_last)
+    }
+
+    /// Keeps up to `n` finished elements ready ahead of the consumer. See
+    /// [`PrefetchBatches`].
+    fn prefetch_batches(self, n: usize) -> PrefetchBatches<Self> {
+        PrefetchBatches::new(self, n)
+    }
+
+    /// Emits the given lanes in strict round robin. See [`LaneMux`].
+    fn lane_mux<T>(self, lanes: Vec<LaneId>) -> LaneMux<Self, T>
+    where
+        Self: Stream<Item = Result<T>>,
+        T: Laned,
+    {
+        LaneMux::new(self, lanes)
+    }
+
+    /// Drives the pipeline from synchronous code with `runner`.
+    fn into_blocking_iter<T>(self, runner: Runner) -> Result<BlockingIter<T>>
+    where
+        Self: Stream<Item = Result<T>> + Send + 'static,
+    {
+        BlockingIter::new(self, runner)
+    }
+}
+
+impl<S: Stream> PipelineExt for S {}
+
+/// Batches of records, the usual pipeline output.
+pub type RecordBatch = Batch<crate::record::Record>;

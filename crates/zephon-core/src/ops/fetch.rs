@@ -1,0 +1,200 @@
+//! `fetch`: pointers in, records out.
+
+use crate::dataset::Catalog;
+use crate::error::{Error, Result};
+use crate::pointer::SamplePtr;
+use crate::record::Record;
+use futures::future::BoxFuture;
+use futures::stream::FuturesOrdered;
+use futures::{FutureExt, Stream, StreamExt};
+use pin_project::pin_project;
+use std::collections::VecDeque;
+use std::fmt;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+/// Most pointers one read request carries.
+pub const DEFAULT_MAX_GROUP: usize = 256;
+
+/// Reads the records that pointers name. Consecutive pointers into the same
+/// shard are grouped into one request (the shard reads runs of adjacent
+/// samples at once); up to `parallelism` requests are in flight; records come
+/// out in pointer order, each with its lane and lineage set.
+///
+/// Created by [`PipelineExt::fetch`](crate::PipelineExt::fetch).
+///
+/// ```
+/// use zephon_core::{Dataset, PipelineExt, Record, Runner, WorkSource};
+/// let ds = Dataset::in_memory("toy", vec![(0..10).map(|i| Record::new().with("i", i as i64)).collect()]).unwrap();
+/// let ws = WorkSource::builder().dataset(ds, 1.0).shuffle_within_shard(false).build().unwrap();
+/// let records: Vec<Record> = ws.stream().fetch(4).into_blocking_iter(Runner::Inline).unwrap()
+///     .map(Result::unwrap).collect();
+/// assert_eq!(records[3].get("i").and_then(|v| v.as_int()), Some(3));
+/// assert_eq!(records[3].lineage[0].sample, 3);
+/// ```
+#[pin_project]
+#[must_use = "streams do nothing unless polled"]
+pub struct Fetch<S> {
+    #[pin]
+    inner: S,
+    catalog: Catalog,
+    parallelism: usize,
+    max_group: usize,
+    group: Vec<SamplePtr>,
+    carry: Option<SamplePtr>,
+    in_flight: FuturesOrdered<BoxFuture<'static, Result<Vec<Record>>>>,
+    ready: VecDeque<Record>,
+    done: bool,
+}
+
+impl<S> Fetch<S> {
+    /// Fetches from `catalog` with up to `parallelism` reads in flight.
+    pub fn new(inner: S, catalog: Catalog, parallelism: usize) -> Self {
+        Fetch {
+            inner,
+            catalog,
+            parallelism: parallelism.max(1),
+            max_group: DEFAULT_MAX_GROUP,
+            group: Vec::new(),
+            carry: None,
+            in_flight: FuturesOrdered::new(),
+            ready: VecDeque::new(),
+            done: false,
+        }
+    }
+
+    /// Sets the most pointers one read request carries.
+    pub fn max_group(mut self, n: usize) -> Self {
+        self.max_group = n.max(1);
+        self
+    }
+
+    /// The read parallelism.
+    pub fn parallelism(&self) -> usize {
+        self.parallelism
+    }
+}
+
+impl<S> fmt::Debug for Fetch<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Fetch")
+            .field("parallelism", &self.parallelism)
+            .field("max_group", &self.max_group)
+            .field("in_flight", &self.in_flight.len())
+            .field("ready", &self.ready.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn read_group(catalog: &Catalog, group: Vec<SamplePtr>) -> BoxFuture<'static, Result<Vec<Record>>> {
+    let first = group[0];
+    let Some(shard) = catalog
+        .get(first.dataset as usize)
+        .and_then(|d| d.shards().get(first.shard as usize))
+        .cloned()
+    else {
+        return futures::future::ready(Err(Error::UnknownPointer { ptr: first })).boxed();
+    };
+    let dataset = catalog[first.dataset as usize].name().to_owned();
+    async move {
+        let indices: Vec<u64> = group.iter().map(|p| p.sample).collect();
+        let mut records = shard.read_indices(&indices).await?;
+        if records.len() != group.len() {
+            return Err(Error::Operator {
+                op: "fetch",
+                message: format!(
+                    "dataset `{dataset}`, shard `{}` returned {} records for {} samples",
+                    shard.name(),
+                    records.len(),
+                    group.len()
+                ),
+            });
+        }
+        for (r, p) in records.iter_mut().zip(&group) {
+            r.lane = p.lane;
+            r.lineage.clear();
+            r.lineage.push(*p);
+        }
+        Ok(records)
+    }
+    .boxed()
+}
+
+impl<S> Stream for Fetch<S>
+where
+    S: Stream<Item = Result<SamplePtr>>,
+{
+    type Item = Result<Record>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let mut this = self.project();
+        loop {
+            if let Some(r) = this.ready.pop_front() {
+                return Poll::Ready(Some(Ok(r)));
+            }
+            // Fill the in-flight window with groups of same-shard pointers.
+            while this.in_flight.len() < *this.parallelism {
+                if let Some(p) = this.carry.take() {
+                    this.group.push(p);
+                }
+                if *this.done {
+                    if !this.group.is_empty() {
+                        let g = std::mem::take(this.group);
+                        this.in_flight.push_back(read_group(this.catalog, g));
+                    }
+                    break;
+                }
+                match this.inner.as_mut().poll_next(cx) {
+                    Poll::Ready(Some(Ok(p))) => {
+                        let same = this
+                            .group
+                            .first()
+                            .is_none_or(|f| f.dataset == p.dataset && f.shard == p.shard);
+                        if same && this.group.len() < *this.max_group {
+                            this.group.push(p);
+                        } else {
+                            let g = std::mem::take(this.group);
+                            this.in_flight.push_back(read_group(this.catalog, g));
+                            *this.carry = Some(p);
+                        }
+                    }
+                    Poll::Ready(Some(Err(e))) => {
+                        if !this.group.is_empty() {
+                            let g = std::mem::take(this.group);
+                            this.in_flight.push_back(read_group(this.catalog, g));
+                        }
+                        this.in_flight.push_back(futures::future::ready(Err(e)).boxed());
+                    }
+                    Poll::Ready(None) => *this.done = true,
+                    Poll::Pending => {
+                        // Do not hold a partial group back waiting for more.
+                        if !this.group.is_empty() {
+                            let g = std::mem::take(this.group);
+                            this.in_flight.push_back(read_group(this.catalog, g));
+                        }
+                        break;
+                    }
+                }
+            }
+            match this.in_flight.poll_next_unpin(cx) {
+                Poll::Ready(Some(Ok(records))) => this.ready.extend(records),
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
+                Poll::Ready(None) => {
+                    if *this.done && this.group.is_empty() && this.carry.is_none() {
+                        return Poll::Ready(None);
+                    }
+                    if !*this.done && this.carry.is_none() {
+                        return Poll::Pending;
+                    }
+                }
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let (lo, hi) = self.inner.size_hint();
+        let extra = self.ready.len() + self.group.len() + self.carry.is_some() as usize;
+        (lo + extra, hi.map(|h| h + extra + self.in_flight.len() * self.max_group))
+    }
+}

@@ -1,0 +1,126 @@
+//! `filter` and `filter_map`: drop or transform elements with a cheap closure.
+
+use crate::error::Result;
+use futures::Stream;
+use pin_project::pin_project;
+use std::fmt;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+/// Keeps the elements for which the predicate holds; errors pass through.
+///
+/// Created by [`PipelineExt::filter`](crate::PipelineExt::filter).
+///
+/// ```
+/// use zephon_core::{PipelineExt, Runner};
+/// let s = futures::stream::iter((0..10).map(Ok::<u32, zephon_core::Error>));
+/// let v: Vec<u32> = PipelineExt::filter(s, |x| x % 2 == 0)
+///     .into_blocking_iter(Runner::Inline).unwrap().map(Result::unwrap).collect();
+/// assert_eq!(v, vec![0, 2, 4, 6, 8]);
+/// ```
+#[pin_project]
+#[must_use = "streams do nothing unless polled"]
+pub struct Filter<S, F> {
+    #[pin]
+    inner: S,
+    pred: F,
+}
+
+impl<S, F> Filter<S, F> {
+    /// Wraps `inner`.
+    pub fn new(inner: S, pred: F) -> Self {
+        Filter { inner, pred }
+    }
+}
+
+impl<S, F> fmt::Debug for Filter<S, F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Filter").finish_non_exhaustive()
+    }
+}
+
+impl<S, T, F> Stream for Filter<S, F>
+where
+    S: Stream<Item = Result<T>>,
+    F: FnMut(&T) -> bool,
+{
+    type Item = Result<T>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let mut this = self.project();
+        loop {
+            match this.inner.as_mut().poll_next(cx) {
+                Poll::Ready(Some(Ok(x))) => {
+                    if (this.pred)(&x) {
+                        return Poll::Ready(Some(Ok(x)));
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (0, self.inner.size_hint().1)
+    }
+}
+
+/// Maps elements through a closure that may drop them (`Ok(None)`) or fail.
+///
+/// Created by [`PipelineExt::filter_map`](crate::PipelineExt::filter_map).
+///
+/// ```
+/// use zephon_core::{PipelineExt, Runner};
+/// let s = futures::stream::iter((0..6).map(Ok::<u32, zephon_core::Error>));
+/// let v: Vec<u32> = PipelineExt::filter_map(s, |x| Ok((x % 3 == 0).then_some(x * 10)))
+///     .into_blocking_iter(Runner::Inline).unwrap().map(Result::unwrap).collect();
+/// assert_eq!(v, vec![0, 30]);
+/// ```
+#[pin_project]
+#[must_use = "streams do nothing unless polled"]
+pub struct FilterMap<S, F> {
+    #[pin]
+    inner: S,
+    f: F,
+}
+
+impl<S, F> FilterMap<S, F> {
+    /// Wraps `inner`.
+    pub fn new(inner: S, f: F) -> Self {
+        FilterMap { inner, f }
+    }
+}
+
+impl<S, F> fmt::Debug for FilterMap<S, F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FilterMap").finish_non_exhaustive()
+    }
+}
+
+impl<S, T, U, F> Stream for FilterMap<S, F>
+where
+    S: Stream<Item = Result<T>>,
+    F: FnMut(T) -> Result<Option<U>>,
+{
+    type Item = Result<U>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let mut this = self.project();
+        loop {
+            match this.inner.as_mut().poll_next(cx) {
+                Poll::Ready(Some(Ok(x))) => match (this.f)(x) {
+                    Ok(Some(y)) => return Poll::Ready(Some(Ok(y))),
+                    Ok(None) => {}
+                    Err(e) => return Poll::Ready(Some(Err(e))),
+                },
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (0, self.inner.size_hint().1)
+    }
+}

@@ -1,0 +1,119 @@
+//! `lane_mux`: the tail multiplexer, owned lanes in strict round robin.
+
+use crate::error::{Error, Result};
+use crate::pointer::{LaneId, Laned};
+use futures::Stream;
+use pin_project::pin_project;
+use std::collections::VecDeque;
+use std::fmt;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+/// Emits elements of the owned lanes in strict round robin (lane order),
+/// whatever order they arrive in: the element after one of lane `a` is always
+/// one of the next owned lane. When the input ends, lanes that ran dry are
+/// skipped. Elements of a lane not in the list are an error.
+///
+/// Created by [`PipelineExt::lane_mux`](crate::PipelineExt::lane_mux).
+///
+/// ```
+/// use zephon_core::{PipelineExt, Record, Runner};
+/// let recs = [1, 1, 0, 1, 0, 0].into_iter().map(|lane| Ok(Record { lane, ..Record::new() }));
+/// let lanes: Vec<u32> = futures::stream::iter(recs).lane_mux(vec![0, 1])
+///     .into_blocking_iter(Runner::Inline).unwrap().map(|r| r.unwrap().lane).collect();
+/// assert_eq!(lanes, vec![0, 1, 0, 1, 0, 1]);
+/// ```
+#[pin_project]
+#[must_use = "streams do nothing unless polled"]
+pub struct LaneMux<S, T> {
+    #[pin]
+    inner: S,
+    lanes: Vec<LaneId>,
+    queues: Vec<VecDeque<T>>,
+    next: usize,
+    done: bool,
+}
+
+impl<S, T> LaneMux<S, T> {
+    /// Multiplexes `lanes` (sorted and deduplicated here).
+    pub fn new(inner: S, mut lanes: Vec<LaneId>) -> Self {
+        lanes.sort_unstable();
+        lanes.dedup();
+        let queues = lanes.iter().map(|_| VecDeque::new()).collect();
+        LaneMux {
+            inner,
+            lanes,
+            queues,
+            next: 0,
+            done: false,
+        }
+    }
+
+    /// The lanes, in emission order.
+    pub fn lanes(&self) -> &[LaneId] {
+        &self.lanes
+    }
+}
+
+impl<S, T> fmt::Debug for LaneMux<S, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LaneMux")
+            .field("lanes", &self.lanes)
+            .field("next", &self.next)
+            .field("queued", &self.queues.iter().map(VecDeque::len).sum::<usize>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, T> Stream for LaneMux<S, T>
+where
+    S: Stream<Item = Result<T>>,
+    T: Laned,
+{
+    type Item = Result<T>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let mut this = self.project();
+        let n = this.lanes.len();
+        if n == 0 {
+            return Poll::Ready(None);
+        }
+        loop {
+            if let Some(x) = this.queues[*this.next].pop_front() {
+                *this.next = (*this.next + 1) % n;
+                return Poll::Ready(Some(Ok(x)));
+            }
+            if *this.done {
+                // Skip lanes that ran dry; stop when all did.
+                let Some(k) = (1..n).map(|k| (*this.next + k) % n).find(|&i| !this.queues[i].is_empty()) else {
+                    return Poll::Ready(None);
+                };
+                *this.next = k;
+                continue;
+            }
+            match this.inner.as_mut().poll_next(cx) {
+                Poll::Ready(Some(Ok(x))) => {
+                    let lane = x.lane();
+                    match this.lanes.binary_search(&lane) {
+                        Ok(i) => this.queues[i].push_back(x),
+                        Err(_) => {
+                            return Poll::Ready(Some(Err(Error::Operator {
+                                op: "lane_mux",
+                                message: format!("element of lane {lane}, which is not among the owned lanes {:?}", this.lanes),
+                            })));
+                        }
+                    }
+                }
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
+                Poll::Ready(None) => *this.done = true,
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let q: usize = self.queues.iter().map(VecDeque::len).sum();
+        let (lo, hi) = self.inner.size_hint();
+        (lo + q, hi.map(|h| h + q))
+    }
+}

@@ -1,0 +1,185 @@
+//! `map_par`: a CPU-heavy closure over each element, `k` micro-batches in flight.
+
+use crate::error::Result;
+use crate::runner::offload;
+use futures::future::BoxFuture;
+use futures::stream::{FuturesOrdered, FuturesUnordered};
+use futures::{Stream, StreamExt};
+use pin_project::pin_project;
+use std::collections::VecDeque;
+use std::fmt;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+/// Elements per micro-batch: large enough that the hand-off to a worker
+/// thread is negligible, small enough to keep `k` workers busy.
+pub const DEFAULT_MICRO_BATCH: usize = 64;
+
+type Chunk<U> = BoxFuture<'static, Result<Vec<Result<U>>>>;
+
+enum InFlight<U> {
+    Ordered(FuturesOrdered<Chunk<U>>),
+    Unordered(FuturesUnordered<Chunk<U>>),
+}
+
+impl<U> InFlight<U> {
+    fn len(&self) -> usize {
+        match self {
+            InFlight::Ordered(f) => f.len(),
+            InFlight::Unordered(f) => f.len(),
+        }
+    }
+    fn push(&mut self, f: Chunk<U>) {
+        match self {
+            InFlight::Ordered(q) => q.push_back(f),
+            InFlight::Unordered(q) => q.push(f),
+        }
+    }
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Vec<Result<U>>>>> {
+        match self {
+            InFlight::Ordered(q) => q.poll_next_unpin(cx),
+            InFlight::Unordered(q) => q.poll_next_unpin(cx),
+        }
+    }
+}
+
+/// Applies `f` to every element with up to `k` micro-batches in flight on
+/// worker threads (in place under the inline runner). Output order equals
+/// input order unless [`MapPar::unordered`] opts out. Errors in the input pass
+/// through in place; an error returned by `f` becomes that element's item.
+///
+/// Created by [`PipelineExt::map_par`](crate::PipelineExt::map_par).
+///
+/// ```
+/// use zephon_core::{PipelineExt, Runner};
+/// let s = futures::stream::iter((0..100).map(Ok::<u64, zephon_core::Error>));
+/// let v: Vec<u64> = s.map_par(|x| Ok(x * x), 4)
+///     .into_blocking_iter(Runner::threads()).unwrap().map(Result::unwrap).collect();
+/// assert_eq!(v, (0..100).map(|x| x * x).collect::<Vec<_>>());
+/// ```
+#[pin_project]
+#[must_use = "streams do nothing unless polled"]
+pub struct MapPar<S, T, U> {
+    #[pin]
+    inner: S,
+    f: Arc<dyn Fn(T) -> Result<U> + Send + Sync>,
+    k: usize,
+    micro: usize,
+    pending: Vec<Result<T>>,
+    in_flight: InFlight<U>,
+    ready: VecDeque<Result<U>>,
+    done: bool,
+}
+
+impl<S, T, U> MapPar<S, T, U> {
+    /// Wraps `inner` with closure `f` and parallelism `k`.
+    pub fn new<F>(inner: S, f: F, k: usize) -> Self
+    where
+        F: Fn(T) -> Result<U> + Send + Sync + 'static,
+    {
+        MapPar {
+            inner,
+            f: Arc::new(f),
+            k: k.max(1),
+            micro: DEFAULT_MICRO_BATCH,
+            pending: Vec::new(),
+            in_flight: InFlight::Ordered(FuturesOrdered::new()),
+            ready: VecDeque::new(),
+            done: false,
+        }
+    }
+
+    /// Emits results as they complete instead of in input order: an explicit
+    /// opt-out of the determinism promise, for pipelines that do not need it.
+    pub fn unordered(mut self) -> Self {
+        self.in_flight = InFlight::Unordered(FuturesUnordered::new());
+        self
+    }
+
+    /// Sets the micro-batch size (elements handed to a worker at once).
+    pub fn micro_batch(mut self, n: usize) -> Self {
+        self.micro = n.max(1);
+        self
+    }
+
+    /// The parallelism.
+    pub fn parallelism(&self) -> usize {
+        self.k
+    }
+}
+
+impl<S, T, U> fmt::Debug for MapPar<S, T, U> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MapPar")
+            .field("parallelism", &self.k)
+            .field("micro_batch", &self.micro)
+            .field("ordered", &matches!(self.in_flight, InFlight::Ordered(_)))
+            .field("in_flight", &self.in_flight.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, T, U> Stream for MapPar<S, T, U>
+where
+    S: Stream<Item = Result<T>>,
+    T: Send + 'static,
+    U: Send + 'static,
+{
+    type Item = Result<U>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let mut this = self.project();
+        loop {
+            if let Some(r) = this.ready.pop_front() {
+                return Poll::Ready(Some(r));
+            }
+            while this.in_flight.len() < *this.k && !*this.done {
+                // Take what is ready now, up to one micro-batch; never wait
+                // to fill it.
+                let mut upstream_pending = false;
+                while this.pending.len() < *this.micro {
+                    match this.inner.as_mut().poll_next(cx) {
+                        Poll::Ready(Some(item)) => this.pending.push(item),
+                        Poll::Ready(None) => {
+                            *this.done = true;
+                            break;
+                        }
+                        Poll::Pending => {
+                            upstream_pending = true;
+                            break;
+                        }
+                    }
+                }
+                if this.pending.is_empty() {
+                    break;
+                }
+                let items = std::mem::take(this.pending);
+                let f = this.f.clone();
+                this.in_flight.push(offload("map_par", move || {
+                    items.into_iter().map(|x| x.and_then(|x| f(x))).collect()
+                }));
+                if upstream_pending {
+                    break;
+                }
+            }
+            match this.in_flight.poll_next(cx) {
+                Poll::Ready(Some(Ok(out))) => this.ready.extend(out),
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
+                Poll::Ready(None) => {
+                    if *this.done {
+                        return Poll::Ready(None);
+                    }
+                    return Poll::Pending;
+                }
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let (lo, hi) = self.inner.size_hint();
+        let extra = self.ready.len() + self.pending.len();
+        (lo + extra, hi.map(|h| h + extra + self.in_flight.len() * self.micro))
+    }
+}

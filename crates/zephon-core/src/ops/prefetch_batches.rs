@@ -1,0 +1,122 @@
+//! `prefetch_batches`: finished elements buffered ahead of the consumer.
+
+use futures::Stream;
+use futures::StreamExt;
+use std::fmt;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use tokio::sync::mpsc;
+
+enum State<S: Stream> {
+    Idle(Pin<Box<S>>),
+    Running {
+        rx: mpsc::Receiver<S::Item>,
+        task: tokio::task::JoinHandle<()>,
+    },
+    Inline(Pin<Box<S>>),
+    Taken,
+}
+
+/// Drives the upstream on its own task, keeping up to `n` finished elements
+/// (usually batches) ready for the consumer, so short hiccups upstream do not
+/// stall the training loop. The data and its order are unchanged. With `n = 0`,
+/// or outside a tokio runtime, it passes elements straight through.
+///
+/// Created by [`PipelineExt::prefetch_batches`](crate::PipelineExt::prefetch_batches).
+///
+/// ```
+/// use zephon_core::{PipelineExt, Record, Runner};
+/// let s = futures::stream::iter((0..20).map(|_| Ok(Record::new())));
+/// let v: Vec<usize> = s.batch(4).prefetch_batches(2).into_blocking_iter(Runner::threads()).unwrap()
+///     .map(|b| b.unwrap().len()).collect();
+/// assert_eq!(v, vec![4; 5]);
+/// ```
+#[must_use = "streams do nothing unless polled"]
+pub struct PrefetchBatches<S: Stream> {
+    state: State<S>,
+    depth: usize,
+}
+
+impl<S: Stream> PrefetchBatches<S> {
+    /// Buffers up to `depth` elements ahead.
+    pub fn new(inner: S, depth: usize) -> Self {
+        let inner = Box::pin(inner);
+        PrefetchBatches {
+            state: if depth == 0 { State::Inline(inner) } else { State::Idle(inner) },
+            depth,
+        }
+    }
+
+    /// The prefetch depth.
+    pub fn depth(&self) -> usize {
+        self.depth
+    }
+}
+
+impl<S: Stream> fmt::Debug for PrefetchBatches<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match &self.state {
+            State::Idle(_) => "idle",
+            State::Running { .. } => "running",
+            State::Inline(_) => "inline",
+            State::Taken => "taken",
+        };
+        f.debug_struct("PrefetchBatches")
+            .field("depth", &self.depth)
+            .field("state", &state)
+            .finish()
+    }
+}
+
+impl<S: Stream> Drop for PrefetchBatches<S> {
+    fn drop(&mut self) {
+        if let State::Running { task, .. } = &self.state {
+            task.abort();
+        }
+    }
+}
+
+impl<S> Stream for PrefetchBatches<S>
+where
+    S: Stream + Send + 'static,
+    S::Item: Send + 'static,
+{
+    type Item = S::Item;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
+        // `State` holds only boxed streams and handles, so it is `Unpin`.
+        let this = &mut *self;
+        if matches!(this.state, State::Idle(_)) {
+            let State::Idle(mut s) = std::mem::replace(&mut this.state, State::Taken) else {
+                unreachable!("checked above")
+            };
+            this.state = match tokio::runtime::Handle::try_current() {
+                Ok(handle) => {
+                    let (tx, rx) = mpsc::channel(this.depth);
+                    let task = handle.spawn(async move {
+                        while let Some(x) = s.next().await {
+                            if tx.send(x).await.is_err() {
+                                break;
+                            }
+                        }
+                    });
+                    State::Running { rx, task }
+                }
+                Err(_) => State::Inline(s),
+            };
+        }
+        match &mut this.state {
+            State::Inline(s) => s.poll_next_unpin(cx),
+            State::Running { rx, .. } => rx.poll_recv(cx),
+            State::Idle(_) | State::Taken => unreachable!("state set above"),
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        match &self.state {
+            State::Idle(s) | State::Inline(s) => s.size_hint(),
+            State::Running { rx, .. } => (rx.len(), None),
+            State::Taken => (0, None),
+        }
+    }
+}

@@ -1,0 +1,236 @@
+//! Records: named fields plus the lineage (source pointers) they came from.
+
+use crate::pointer::{Identity, LaneId, Laned, SamplePtr};
+use bytes::Bytes;
+use std::collections::BTreeMap;
+
+/// One field value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    /// JSON `null` or a missing value.
+    Null,
+    /// A boolean.
+    Bool(bool),
+    /// An integer.
+    Int(i64),
+    /// A float.
+    Float(f64),
+    /// Text (a document, a caption).
+    Text(String),
+    /// Token ids.
+    Tokens(Vec<u32>),
+    /// Raw bytes (an image, a serialized blob).
+    Bytes(Bytes),
+    /// Any other JSON value (objects, arrays).
+    Json(serde_json::Value),
+}
+
+impl Value {
+    /// Converts a JSON value: strings become [`Value::Text`], numbers
+    /// [`Value::Int`] or [`Value::Float`], objects and arrays stay JSON.
+    pub fn from_json(v: serde_json::Value) -> Self {
+        match v {
+            serde_json::Value::Null => Value::Null,
+            serde_json::Value::Bool(b) => Value::Bool(b),
+            serde_json::Value::String(s) => Value::Text(s),
+            serde_json::Value::Number(n) => match n.as_i64() {
+                Some(i) => Value::Int(i),
+                None => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
+            },
+            other => Value::Json(other),
+        }
+    }
+
+    /// The text, if this is [`Value::Text`].
+    pub fn as_text(&self) -> Option<&str> {
+        match self {
+            Value::Text(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The token ids, if this is [`Value::Tokens`].
+    pub fn as_tokens(&self) -> Option<&[u32]> {
+        match self {
+            Value::Tokens(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// The integer, if this is [`Value::Int`].
+    pub fn as_int(&self) -> Option<i64> {
+        match self {
+            Value::Int(i) => Some(*i),
+            _ => None,
+        }
+    }
+
+    /// The kind of value, for error messages and `inspect`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Value::Null => "null",
+            Value::Bool(_) => "bool",
+            Value::Int(_) => "int",
+            Value::Float(_) => "float",
+            Value::Text(_) => "text",
+            Value::Tokens(_) => "tokens",
+            Value::Bytes(_) => "bytes",
+            Value::Json(_) => "json",
+        }
+    }
+
+    /// Approximate heap size in bytes (for byte counters).
+    pub fn byte_len(&self) -> usize {
+        match self {
+            Value::Text(s) => s.len(),
+            Value::Tokens(t) => t.len() * 4,
+            Value::Bytes(b) => b.len(),
+            Value::Json(j) => j.to_string().len(),
+            _ => 8,
+        }
+    }
+
+    fn digest_into(&self, h: u64) -> u64 {
+        use crate::hash::{bytes, combine};
+        match self {
+            Value::Null => combine(h, 0),
+            Value::Bool(b) => combine(combine(h, 1), *b as u64),
+            Value::Int(i) => combine(combine(h, 2), *i as u64),
+            Value::Float(f) => combine(combine(h, 3), f.to_bits()),
+            Value::Text(s) => combine(combine(h, 4), bytes(s.as_bytes())),
+            Value::Tokens(t) => t.iter().fold(combine(h, 5), |h, &x| combine(h, x as u64)),
+            Value::Bytes(b) => combine(combine(h, 6), bytes(b)),
+            Value::Json(j) => combine(combine(h, 7), bytes(j.to_string().as_bytes())),
+        }
+    }
+}
+
+impl From<&str> for Value {
+    fn from(s: &str) -> Self {
+        Value::Text(s.to_owned())
+    }
+}
+impl From<String> for Value {
+    fn from(s: String) -> Self {
+        Value::Text(s)
+    }
+}
+impl From<i64> for Value {
+    fn from(i: i64) -> Self {
+        Value::Int(i)
+    }
+}
+impl From<Vec<u32>> for Value {
+    fn from(t: Vec<u32>) -> Self {
+        Value::Tokens(t)
+    }
+}
+
+/// A sample in flight: named fields, the lane it travels in, and its lineage,
+/// the source pointers it was made from (one for a fetched record, several for
+/// a packed row). Mixture accounting and checkpoint replay read the lineage.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Record {
+    /// The lane this record travels in.
+    pub lane: LaneId,
+    /// The source samples this record was made from.
+    pub lineage: Vec<SamplePtr>,
+    /// Named fields, in name order.
+    pub fields: BTreeMap<String, Value>,
+}
+
+impl Record {
+    /// An empty record with no lineage (lane 0).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A record of the given fields, lane 0, no lineage.
+    ///
+    /// ```
+    /// use zephon_core::{Record, Value};
+    /// let r = Record::from_fields([("text", Value::from("hello"))]);
+    /// assert_eq!(r.text("text"), Some("hello"));
+    /// ```
+    pub fn from_fields<K: Into<String>>(fields: impl IntoIterator<Item = (K, Value)>) -> Self {
+        Record {
+            lane: 0,
+            lineage: Vec::new(),
+            fields: fields.into_iter().map(|(k, v)| (k.into(), v)).collect(),
+        }
+    }
+
+    /// Builder-style: sets a field.
+    pub fn with(mut self, name: impl Into<String>, value: impl Into<Value>) -> Self {
+        self.fields.insert(name.into(), value.into());
+        self
+    }
+
+    /// Sets a field.
+    pub fn set(&mut self, name: impl Into<String>, value: impl Into<Value>) {
+        self.fields.insert(name.into(), value.into());
+    }
+
+    /// A field by name.
+    pub fn get(&self, name: &str) -> Option<&Value> {
+        self.fields.get(name)
+    }
+
+    /// Removes and returns a field.
+    pub fn take(&mut self, name: &str) -> Option<Value> {
+        self.fields.remove(name)
+    }
+
+    /// A text field by name.
+    pub fn text(&self, name: &str) -> Option<&str> {
+        self.get(name).and_then(Value::as_text)
+    }
+
+    /// A token field by name.
+    pub fn tokens(&self, name: &str) -> Option<&[u32]> {
+        self.get(name).and_then(Value::as_tokens)
+    }
+
+    /// The first source pointer, if any.
+    pub fn source(&self) -> Option<&SamplePtr> {
+        self.lineage.first()
+    }
+
+    /// Approximate payload size in bytes.
+    pub fn byte_len(&self) -> usize {
+        self.fields.iter().map(|(k, v)| k.len() + v.byte_len()).sum()
+    }
+
+    /// A stable 64-bit digest of lane, lineage and fields, for checksums of
+    /// whole runs (equal digests across runs mean equal data).
+    pub fn digest(&self) -> u64 {
+        use crate::hash::{bytes, combine};
+        let mut h = combine(0, self.lane as u64);
+        for p in &self.lineage {
+            h = combine(h, p.identity());
+        }
+        for (k, v) in &self.fields {
+            h = v.digest_into(combine(h, bytes(k.as_bytes())));
+        }
+        h
+    }
+}
+
+impl Laned for Record {
+    fn lane(&self) -> LaneId {
+        self.lane
+    }
+}
+
+impl Identity for Record {
+    /// The identity of the lineage; a record without lineage falls back to
+    /// its content digest.
+    fn identity(&self) -> u64 {
+        if self.lineage.is_empty() {
+            return self.digest();
+        }
+        self.lineage
+            .iter()
+            .fold(0xD1B5_4A32_D192_ED03, |h, p| crate::hash::combine(h, p.identity()))
+    }
+}

@@ -1,0 +1,134 @@
+//! Where position `p` of a dataset's pass lands: shard shuffle, within-shard
+//! shuffle and block shuffle, each a keyed permutation evaluated on demand.
+
+use crate::hash::{key, permute};
+use serde::{Deserialize, Serialize};
+
+/// Block shuffle: after shard order and within-shard order are fixed, the
+/// dataset's pass is cut into blocks of this many samples and each block is
+/// permuted. Blocks larger than a shard mix samples across shards.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BlockShuffle {
+    /// No block shuffle.
+    #[default]
+    Off,
+    /// Blocks of this many samples.
+    Size(u64),
+    /// Blocks of the dataset's mean shard length, so each block spans about two shards.
+    Auto,
+    /// One block: a global shuffle of the whole dataset.
+    Global,
+}
+
+impl std::str::FromStr for BlockShuffle {
+    type Err = crate::Error;
+    fn from_str(s: &str) -> crate::Result<Self> {
+        match s {
+            "off" | "none" => Ok(BlockShuffle::Off),
+            "auto" => Ok(BlockShuffle::Auto),
+            "global" => Ok(BlockShuffle::Global),
+            n => n.parse::<u64>().ok().filter(|n| *n > 0).map(BlockShuffle::Size).ok_or_else(|| {
+                crate::Error::config(
+                    "shuffle_block_size",
+                    format!("`{s}` is not a positive number, `auto`, `global` or `off`"),
+                )
+            }),
+        }
+    }
+}
+
+/// Salts that keep the three permutations independent.
+const SHARD_ORDER: u64 = 0x5A4D;
+const WITHIN_SHARD: u64 = 0x0717;
+const BLOCK: u64 = 0xB10C;
+
+/// The shard layout of one dataset and its shuffle settings.
+#[derive(Clone, Debug)]
+pub(crate) struct DatasetOrder {
+    pub seed: u64,
+    pub dataset: u32,
+    pub shard_lens: Vec<u64>,
+    pub total: u64,
+    pub shuffle_shards: bool,
+    pub shuffle_within_shard: bool,
+    /// Resolved block size, `None` when off.
+    pub block: Option<u64>,
+}
+
+/// Shard order of one pass, with the start of each shard in pass order.
+#[derive(Clone, Debug)]
+pub(crate) struct PassLayout {
+    pub pass: u64,
+    pub order: Vec<u32>,
+    pub starts: Vec<u64>,
+}
+
+impl DatasetOrder {
+    pub fn new(
+        seed: u64,
+        dataset: u32,
+        shard_lens: Vec<u64>,
+        shuffle_shards: bool,
+        shuffle_within_shard: bool,
+        block: BlockShuffle,
+    ) -> Self {
+        let total: u64 = shard_lens.iter().sum();
+        let block = match block {
+            BlockShuffle::Off => None,
+            BlockShuffle::Size(n) => Some(n.max(1)),
+            BlockShuffle::Auto => Some(total.div_ceil(shard_lens.len().max(1) as u64).max(1)),
+            BlockShuffle::Global => Some(total.max(1)),
+        };
+        DatasetOrder {
+            seed,
+            dataset,
+            shard_lens,
+            total,
+            shuffle_shards,
+            shuffle_within_shard,
+            block,
+        }
+    }
+
+    pub fn layout(&self, pass: u64) -> PassLayout {
+        let n = self.shard_lens.len() as u64;
+        let k = key(&[self.seed, self.dataset as u64, pass, SHARD_ORDER]);
+        let order: Vec<u32> = (0..n)
+            .map(|i| if self.shuffle_shards { permute(i, n, k) as u32 } else { i as u32 })
+            .collect();
+        let mut starts = Vec::with_capacity(order.len());
+        let mut acc = 0;
+        for &s in &order {
+            starts.push(acc);
+            acc += self.shard_lens[s as usize];
+        }
+        PassLayout { pass, order, starts }
+    }
+
+    /// `(shard, sample)` for position `pos` (`< total`) of pass `layout.pass`.
+    pub fn locate(&self, layout: &PassLayout, pos: u64) -> (u32, u64) {
+        let pass = layout.pass;
+        let q = match self.block {
+            Some(b) => {
+                let block = pos / b;
+                let start = block * b;
+                let len = b.min(self.total - start);
+                let k = key(&[self.seed, self.dataset as u64, pass, block, BLOCK]);
+                start + permute(pos - start, len, k)
+            }
+            None => pos,
+        };
+        let idx = layout.starts.partition_point(|&s| s <= q) - 1;
+        let shard = layout.order[idx];
+        let off = q - layout.starts[idx];
+        let len = self.shard_lens[shard as usize];
+        let sample = if self.shuffle_within_shard {
+            let k = key(&[self.seed, self.dataset as u64, shard as u64, pass, WITHIN_SHARD]);
+            permute(off, len, k)
+        } else {
+            off
+        };
+        (shard, sample)
+    }
+}
