@@ -60,7 +60,7 @@ pub use ops::map_par::MapPar;
 pub use ops::prefetch_batches::PrefetchBatches;
 pub use ops::shuffle::{Shuffle, ShuffleMode};
 pub use pointer::{Identity, LaneId, Laned, SamplePtr};
-pub use record::{Record, Value};
+pub use record::{Lineage, Record, Value};
 pub use runner::{BlockingIter, Runner};
 pub use work::{
     BlockShuffle, Catalogued, Exhaustion, LaneConfig, Ownership, PointerStream, WorkConfig, WorkSource,

@@ -2,6 +2,7 @@
 
 use crate::pointer::{Identity, LaneId, Laned, SamplePtr};
 use bytes::Bytes;
+use smallvec::SmallVec;
 use std::collections::BTreeMap;
 
 /// One field value.
@@ -126,6 +127,9 @@ impl From<Vec<u32>> for Value {
     }
 }
 
+/// Source pointers of a record; one pointer is stored inline, without allocating.
+pub type Lineage = SmallVec<[SamplePtr; 1]>;
+
 /// A sample in flight: named fields, the lane it travels in, and its lineage,
 /// the source pointers it was made from (one for a fetched record, several for
 /// a packed row). Mixture accounting and checkpoint replay read the lineage.
@@ -133,8 +137,8 @@ impl From<Vec<u32>> for Value {
 pub struct Record {
     /// The lane this record travels in.
     pub lane: LaneId,
-    /// The source samples this record was made from.
-    pub lineage: Vec<SamplePtr>,
+    /// The source samples this record was made from (inline for one).
+    pub lineage: Lineage,
     /// Named fields, in name order.
     pub fields: BTreeMap<String, Value>,
 }
@@ -155,7 +159,7 @@ impl Record {
     pub fn from_fields<K: Into<String>>(fields: impl IntoIterator<Item = (K, Value)>) -> Self {
         Record {
             lane: 0,
-            lineage: Vec::new(),
+            lineage: Lineage::new(),
             fields: fields.into_iter().map(|(k, v)| (k.into(), v)).collect(),
         }
     }

@@ -1,14 +1,6 @@
-pub fn add(left: u64, right: u64) -> u64 {
-    left + right
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn it_works() {
-        let result = add(2, 2);
-        assert_eq!(result, 4);
-    }
-}
+//! # zephon-metrics
+//!
+//! Counters, timers, histograms and the snapshot types that Zephon's
+//! observability reports are made of. A leaf crate: it knows nothing of the
+//! others, so any crate can count into it.
+#![warn(missing_docs)]

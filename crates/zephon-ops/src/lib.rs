@@ -1,14 +1,5 @@
-pub fn add(left: u64, right: u64) -> u64 {
-    left + right
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn it_works() {
-        let result = add(2, 2);
-        assert_eq!(result, 4);
-    }
-}
+//! # zephon-ops
+//!
+//! The CPU-heavy text operators of Zephon: tokenize, pack sequences, hold a
+//! token-level mixture, and collate batches for training.
+#![warn(missing_docs)]

@@ -1,0 +1,115 @@
+//! JSONL shards: one JSON object per line, addressed through a line-offset index.
+
+use memchr::memchr_iter;
+use zephon_core::{Error, Record, Result, Value};
+
+/// Byte offsets of the lines of a JSONL shard: `starts[i]` is where sample `i`
+/// begins, `starts[len]` is the end of the last line (past its newline).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LineIndex {
+    /// Start offset of every line, plus the end offset.
+    pub starts: Vec<u64>,
+}
+
+impl LineIndex {
+    /// Indexes a whole shard. A final line without a trailing newline counts;
+    /// an empty file has no samples.
+    pub fn build(data: &[u8]) -> Self {
+        let mut starts = Vec::with_capacity(data.len() / 256 + 2);
+        starts.push(0);
+        for nl in memchr_iter(b'\n', data) {
+            starts.push(nl as u64 + 1);
+        }
+        if data.last().is_some_and(|&b| b != b'\n') {
+            starts.push(data.len() as u64);
+        }
+        LineIndex { starts }
+    }
+
+    /// Number of samples (lines).
+    pub fn len(&self) -> u64 {
+        self.starts.len() as u64 - 1
+    }
+
+    /// Whether the shard has no lines.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Byte range `[start, end)` covering samples `first .. first + count`.
+    pub fn byte_range(&self, first: u64, count: u64) -> (u64, u64) {
+        (self.starts[first as usize], self.starts[(first + count) as usize])
+    }
+}
+
+/// Parses one JSONL line into a record; `line` (1-based) and the names are for errors.
+pub fn parse_line(bytes: &[u8], dataset: &str, shard: &str, line: u64) -> Result<Record> {
+    let bytes = bytes.strip_suffix(b"\n").unwrap_or(bytes);
+    let bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
+    let malformed = |message: String| Error::MalformedRecord {
+        dataset: dataset.to_owned(),
+        shard: shard.to_owned(),
+        line,
+        message,
+    };
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(malformed("empty line".into()));
+    }
+    match serde_json::from_slice::<serde_json::Value>(bytes) {
+        Ok(serde_json::Value::Object(map)) => Ok(Record {
+            fields: map.into_iter().map(|(k, v)| (k, Value::from_json(v))).collect(),
+            ..Record::default()
+        }),
+        Ok(other) => Err(malformed(format!(
+            "expected a JSON object, found {}",
+            match other {
+                serde_json::Value::Array(_) => "an array",
+                serde_json::Value::String(_) => "a string",
+                serde_json::Value::Number(_) => "a number",
+                serde_json::Value::Bool(_) => "a boolean",
+                _ => "null",
+            }
+        ))),
+        Err(e) => Err(malformed(format!("not valid JSON: {e}"))),
+    }
+}
+
+/// Parses the lines of `data`, which holds samples `first ..` of a shard
+/// (so sample `first + i` is line `first + i + 1`).
+pub fn parse_run(data: &[u8], first: u64, dataset: &str, shard: &str) -> Result<Vec<Record>> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut line = first + 1;
+    for nl in memchr_iter(b'\n', data).chain(std::iter::once(data.len())) {
+        if nl == data.len() && start == data.len() {
+            break;
+        }
+        out.push(parse_line(&data[start..nl.min(data.len())], dataset, shard, line)?);
+        start = nl + 1;
+        line += 1;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn index_counts_lines_with_and_without_trailing_newline() {
+        assert_eq!(LineIndex::build(b"").len(), 0);
+        assert_eq!(LineIndex::build(b"{}\n{}\n").len(), 2);
+        assert_eq!(LineIndex::build(b"{}\n{}").len(), 2);
+        let idx = LineIndex::build(b"{\"a\":1}\n{\"a\":2}\n");
+        assert_eq!(idx.byte_range(1, 1), (8, 16));
+    }
+
+    #[test]
+    fn parse_run_names_the_line() {
+        let recs = parse_run(b"{\"a\":1}\n{\"a\":\"x\"}\n", 0, "d", "s").unwrap();
+        assert_eq!(recs.len(), 2);
+        assert_eq!(recs[1].text("a"), Some("x"));
+        let err = parse_run(b"{\"a\":1}\nnot json\n", 10, "d", "s.jsonl").unwrap_err().to_string();
+        assert!(err.contains("s.jsonl") && err.contains("line 12"), "{err}");
+    }
+}

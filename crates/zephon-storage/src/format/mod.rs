@@ -1,0 +1,3 @@
+//! Shard formats.
+
+pub mod jsonl;
