@@ -3,3 +3,14 @@
 //! The CPU-heavy text operators of Zephon: tokenize, pack sequences, hold a
 //! token-level mixture, and collate batches for training.
 #![warn(missing_docs)]
+
+pub mod error;
+pub mod ext;
+pub mod fields;
+pub mod to_training;
+pub mod training;
+
+pub use error::{Error, Result};
+pub use ext::TextPipelineExt;
+pub use to_training::{ToTraining, TrainingConfig};
+pub use training::{IGNORE_INDEX, IdType, TokenIds, TrainingBatch};

@@ -1,0 +1,127 @@
+//! The crate's error type.
+
+use zephon_core::SamplePtr;
+
+/// `Result` with [`Error`] as the error type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What can go wrong in the text operators. Each variant names what failed
+/// and where (the field, the source pointer, the row).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The tokenizer could not be loaded.
+    #[error("tokenizer `{source_name}`: {message}")]
+    Tokenizer {
+        /// File path, or `<bytes>`.
+        source_name: String,
+        /// What was wrong.
+        message: String,
+    },
+    /// Encoding a document failed.
+    #[error("tokenize: encoding field `{field}` of sample {ptr}: {message}")]
+    Encode {
+        /// The source field.
+        field: String,
+        /// The record's source pointer (or `(no lineage)`).
+        ptr: PtrDisplay,
+        /// The tokenizer's message.
+        message: String,
+    },
+    /// A record lacks the field an operator reads.
+    #[error("{op}: sample {ptr} has no {expected} field `{field}`{found}")]
+    MissingField {
+        /// Operator name.
+        op: &'static str,
+        /// The field.
+        field: String,
+        /// What kind of value was expected (`text`, `tokens`).
+        expected: &'static str,
+        /// What was found instead, if the field exists with another kind.
+        found: FoundKind,
+        /// The record's source pointer.
+        ptr: PtrDisplay,
+    },
+    /// A sequence longer than the row, under the `error` policy.
+    #[error("pack_sequences: sample {ptr} has {len} tokens, more than max_length {max_length}")]
+    Oversized {
+        /// The record's source pointer.
+        ptr: PtrDisplay,
+        /// Its length.
+        len: usize,
+        /// The row length.
+        max_length: usize,
+    },
+    /// A row that does not fit the batch being collated.
+    #[error("to_training: row {row} of batch (lane {lane}, index {index}): {message}")]
+    BadRow {
+        /// Lane of the batch.
+        lane: u32,
+        /// Index of the batch.
+        index: u64,
+        /// The row within the batch.
+        row: usize,
+        /// What was wrong.
+        message: String,
+    },
+    /// An invalid option.
+    #[error("invalid option `{key}`: {message}")]
+    Config {
+        /// The option.
+        key: &'static str,
+        /// What was wrong and what is allowed.
+        message: String,
+    },
+}
+
+impl From<Error> for zephon_core::Error {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::Config { key, message } => zephon_core::Error::config(key, message),
+            other => zephon_core::Error::external("zephon-ops", other),
+        }
+    }
+}
+
+/// A source pointer for messages: the first of the lineage, if any.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PtrDisplay(pub Option<SamplePtr>);
+
+impl std::fmt::Display for PtrDisplay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Some(p) => write!(f, "{p}"),
+            None => f.write_str("(no lineage)"),
+        }
+    }
+}
+
+/// The kind of value found where another was expected, for messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FoundKind(pub Option<&'static str>);
+
+impl std::fmt::Display for FoundKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(k) => write!(f, " (found {k})"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Error {
+    pub(crate) fn missing(
+        op: &'static str,
+        field: &str,
+        expected: &'static str,
+        r: &zephon_core::Record,
+    ) -> Self {
+        Error::MissingField {
+            op,
+            field: field.to_owned(),
+            expected,
+            found: FoundKind(r.get(field).map(|v| v.kind())),
+            ptr: PtrDisplay(r.source().copied()),
+        }
+    }
+}

@@ -1,0 +1,218 @@
+//! `to_training`: batches of token rows collated into [`TrainingBatch`]es.
+
+use crate::error::{Error, Result};
+use crate::fields;
+use crate::training::{IGNORE_INDEX, IdType, TokenIds, TrainingBatch};
+use zephon_core::{Batch, LaneId, Record};
+
+/// Collates `(ids, segment_ids)` rows; see [`TrainingBatch::from_rows`].
+pub(crate) fn collate(
+    rows: &[(&[u32], &[u32])],
+    seq_len: usize,
+    pad_id: u32,
+    id_type: IdType,
+    lane: LaneId,
+    index: u64,
+) -> Result<TrainingBatch> {
+    let n = rows.len() * seq_len;
+    let mut ids = Vec::with_capacity(n);
+    let mut labels = Vec::with_capacity(n);
+    let mut position_ids = Vec::with_capacity(n);
+    let mut segment_ids = Vec::with_capacity(n);
+    let mut attention_mask = Vec::with_capacity(n);
+    let mut cu_seqlens = vec![0i32];
+    let mut max_seqlen = 0usize;
+    for (row, &(r_ids, r_segs)) in rows.iter().enumerate() {
+        let bad = |message: String| Error::BadRow {
+            lane,
+            index,
+            row,
+            message,
+        };
+        if r_ids.len() > seq_len {
+            return Err(bad(format!(
+                "{} tokens, more than seq_len {seq_len}",
+                r_ids.len()
+            )));
+        }
+        if r_segs.len() != r_ids.len() {
+            return Err(bad(format!(
+                "{} segment ids for {} tokens",
+                r_segs.len(),
+                r_ids.len()
+            )));
+        }
+        let base = row * seq_len;
+        let mut seg_start = 0usize;
+        for t in 0..seq_len {
+            let seg = r_segs.get(t).copied().unwrap_or(0);
+            let real = seg != 0;
+            if t > 0 && seg != segment_ids[base + t - 1] {
+                cu_seqlens.push(
+                    i32::try_from(base + t).map_err(|_| bad("batch over 2^31 tokens".into()))?,
+                );
+                max_seqlen = max_seqlen.max(t - seg_start);
+                seg_start = t;
+            }
+            ids.push(if real { r_ids[t] } else { pad_id });
+            segment_ids.push(seg);
+            attention_mask.push(real);
+            position_ids.push(if real { (t - seg_start) as i64 } else { 0 });
+            // The label of t is the next token of the same document.
+            let next_same = real && t + 1 < r_ids.len() && r_segs[t + 1] == seg;
+            labels.push(if next_same {
+                r_ids[t + 1] as i64
+            } else {
+                IGNORE_INDEX
+            });
+        }
+        if seq_len > 0 {
+            cu_seqlens.push(
+                i32::try_from(base + seq_len).map_err(|_| bad("batch over 2^31 tokens".into()))?,
+            );
+            max_seqlen = max_seqlen.max(seq_len - seg_start);
+        }
+    }
+    let loss_mask = labels.iter().map(|&l| l != IGNORE_INDEX).collect();
+    let input_ids = match id_type {
+        IdType::U32 => TokenIds::U32(ids),
+        IdType::I64 => TokenIds::I64(ids.into_iter().map(i64::from).collect()),
+    };
+    Ok(TrainingBatch {
+        lane,
+        index,
+        batch_size: rows.len(),
+        seq_len,
+        input_ids,
+        labels,
+        loss_mask,
+        position_ids,
+        segment_ids,
+        attention_mask,
+        cu_seqlens,
+        max_seqlen,
+    })
+}
+
+/// How [`ToTraining`] collates: the row length, the pad id, the id type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TrainingConfig {
+    /// Tokens per row; shorter rows are padded.
+    pub seq_len: usize,
+    /// The id written at padding positions.
+    pub pad_token_id: u32,
+    /// `u32` or `i64` ids.
+    pub id_type: IdType,
+}
+
+impl TrainingConfig {
+    /// Rows of `seq_len`, padded with id 0, `u32` ids.
+    pub fn new(seq_len: usize) -> Self {
+        TrainingConfig {
+            seq_len,
+            pad_token_id: 0,
+            id_type: IdType::U32,
+        }
+    }
+
+    /// Sets the pad id.
+    pub fn pad_token_id(mut self, id: u32) -> Self {
+        self.pad_token_id = id;
+        self
+    }
+
+    /// Sets the id type.
+    pub fn id_type(mut self, t: IdType) -> Self {
+        self.id_type = t;
+        self
+    }
+
+    /// Collates one batch of records carrying [`fields::INPUT_IDS`] and,
+    /// optionally, [`fields::SEGMENT_IDS`] (a record without segment ids is
+    /// one document).
+    pub fn collate(&self, batch: &Batch<Record>) -> Result<TrainingBatch> {
+        let mut owned_segs: Vec<Vec<u32>> = Vec::new();
+        let mut rows = Vec::with_capacity(batch.items.len());
+        for r in &batch.items {
+            let ids = r
+                .tokens(fields::INPUT_IDS)
+                .ok_or_else(|| Error::missing("to_training", fields::INPUT_IDS, "tokens", r))?;
+            if r.tokens(fields::SEGMENT_IDS).is_none() {
+                owned_segs.push(vec![1; ids.len()]);
+            }
+            rows.push(ids);
+        }
+        let mut owned = owned_segs.iter();
+        let pairs: Vec<(&[u32], &[u32])> = batch
+            .items
+            .iter()
+            .zip(rows)
+            .map(|(r, ids)| {
+                let segs = match r.tokens(fields::SEGMENT_IDS) {
+                    Some(s) => s,
+                    None => owned.next().map(Vec::as_slice).unwrap_or(&[]),
+                };
+                (ids, segs)
+            })
+            .collect();
+        collate(
+            &pairs,
+            self.seq_len,
+            self.pad_token_id,
+            self.id_type,
+            batch.lane,
+            batch.index,
+        )
+    }
+}
+
+/// Collates each [`Batch`] of token rows into a [`TrainingBatch`].
+///
+/// Created by [`TextPipelineExt::to_training`](crate::TextPipelineExt::to_training).
+///
+/// ```
+/// use zephon_core::{PipelineExt, Record, Runner, Value};
+/// use zephon_ops::{TextPipelineExt, TrainingConfig};
+/// let rows = (0..4u32).map(|i| Ok(Record::new().with("input_ids", Value::Tokens(vec![i; 3]))));
+/// let out: Vec<_> = futures::stream::iter(rows).batch(2).to_training(TrainingConfig::new(4))
+///     .into_blocking_iter(Runner::Inline).unwrap().map(Result::unwrap).collect();
+/// assert_eq!(out.len(), 2);
+/// assert_eq!(out[1].input_ids.as_u32().unwrap(), &[2, 2, 2, 0, 3, 3, 3, 0]);
+/// assert_eq!(out[1].shape(), [2, 4]);
+/// ```
+#[pin_project::pin_project]
+#[must_use = "streams do nothing unless polled"]
+#[derive(Debug)]
+pub struct ToTraining<S> {
+    #[pin]
+    inner: S,
+    config: TrainingConfig,
+}
+
+impl<S> ToTraining<S> {
+    /// Wraps `inner`.
+    pub fn new(inner: S, config: TrainingConfig) -> Self {
+        ToTraining { inner, config }
+    }
+}
+
+impl<S> futures::Stream for ToTraining<S>
+where
+    S: futures::Stream<Item = zephon_core::Result<Batch<Record>>>,
+{
+    type Item = zephon_core::Result<TrainingBatch>;
+
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        let this = self.project();
+        this.inner
+            .poll_next(cx)
+            .map(|o| o.map(|r| r.and_then(|b| this.config.collate(&b).map_err(Into::into))))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.inner.size_hint()
+    }
+}
