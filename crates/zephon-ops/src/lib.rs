@@ -7,10 +7,14 @@
 pub mod error;
 pub mod ext;
 pub mod fields;
+pub mod stats;
 pub mod to_training;
+pub mod tokenize;
 pub mod training;
 
 pub use error::{Error, Result};
 pub use ext::TextPipelineExt;
+pub use stats::{TextStats, TextStatsSnapshot};
 pub use to_training::{ToTraining, TrainingConfig};
+pub use tokenize::{OnMissing, Overflow, SpecialTokens, Tokenize, TokenizeConfig};
 pub use training::{IGNORE_INDEX, IdType, TokenIds, TrainingBatch};
