@@ -49,6 +49,13 @@ pub trait Shard: Send + Sync + fmt::Debug {
             Ok(out.into_iter().map(|r| r.expect("every index filled")).collect())
         })
     }
+
+    /// Makes later reads of this shard cheap, e.g. by downloading it into a
+    /// cache. Shard prefetching calls this ahead of the reads; a failure there
+    /// is not fatal (the read tries again). The default does nothing.
+    fn warm(&self) -> BoxFuture<'_, Result<()>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
 }
 
 /// Checks a run request against a shard's length, with an error naming both.

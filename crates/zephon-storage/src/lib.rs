@@ -1,7 +1,9 @@
 //! # zephon-storage
 //!
-//! Where Zephon's bytes come from: datasets on local disk (and, through
-//! opendal, object stores), shard formats with their indexes, and the shard cache.
+//! Where Zephon's bytes come from: datasets on local disk and, through
+//! opendal, in object stores (`s3://`), on web servers (`http(s)://`) and in
+//! memory (`memory://`); the foyer hybrid cache of whole shards; compressed
+//! shards; the `index.json` manifest; shard prefetch and byte-range reads.
 //!
 //! ```
 //! use zephon_core::{Dataset, PipelineExt, Runner, WorkSource};
@@ -16,9 +18,31 @@
 //! # std::fs::remove_dir_all(&dir).unwrap();
 //! # Ok::<(), zephon_core::Error>(())
 //! ```
+//!
+//! Remote datasets open with [`UriDatasetExt::from_uri`] (or
+//! [`RemoteDataset::open`] for handles on the cache and counters), and a
+//! pointer stream warms shards ahead of `fetch` with [`PrefetchExt::prefetch`].
 #![warn(missing_docs)]
 
+pub mod backend;
+pub mod cache;
+pub mod download;
 pub mod format;
 pub mod local;
+pub mod manifest;
+pub mod metrics;
+pub mod open;
+pub mod options;
+pub mod prefetch;
+pub mod remote;
+pub mod scan;
 
+pub use backend::{Backend, BackendStats};
+pub use cache::ShardCache;
 pub use local::{DatasetExt, LocalJsonlShard};
+pub use manifest::{Manifest, ShardEntry};
+pub use metrics::{CacheStats, PrefetchStats};
+pub use open::{RemoteDataset, UriDatasetExt};
+pub use options::{CacheOptions, StorageOptions};
+pub use prefetch::{Prefetch, PrefetchExt};
+pub use remote::{CachedShard, RangeShard};

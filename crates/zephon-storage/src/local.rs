@@ -1,8 +1,8 @@
 //! Local JSONL datasets: every `*.jsonl` file of a folder is a shard.
 
 use crate::format::jsonl::{LineIndex, parse_run};
-use futures::future::BoxFuture;
 use futures::FutureExt;
+use futures::future::BoxFuture;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -63,10 +63,11 @@ impl Shard for LocalJsonlShard {
         let (dataset, name, path) = (self.dataset.clone(), self.name.clone(), self.path.clone());
         offload("fetch", move || {
             let mut buf = vec![0u8; (to - from) as usize];
-            file.read_exact_at(&mut buf, from).map_err(|source| Error::Io {
-                path: path.display().to_string(),
-                source,
-            })?;
+            file.read_exact_at(&mut buf, from)
+                .map_err(|source| Error::Io {
+                    path: path.display().to_string(),
+                    source,
+                })?;
             parse_run(&buf, start, &dataset, &name)
         })
         .map(|r| r.and_then(|x| x))
@@ -102,10 +103,11 @@ impl Shard for LocalJsonlShard {
                 let first = indices[i];
                 let (from, to) = index.byte_range(first, (j - i) as u64);
                 buf.resize((to - from) as usize, 0);
-                file.read_exact_at(&mut buf, from).map_err(|source| Error::Io {
-                    path: path.display().to_string(),
-                    source,
-                })?;
+                file.read_exact_at(&mut buf, from)
+                    .map_err(|source| Error::Io {
+                        path: path.display().to_string(),
+                        source,
+                    })?;
                 out.extend(parse_run(&buf, first, &dataset, &name)?);
                 i = j;
             }
@@ -143,7 +145,8 @@ impl DatasetExt for Dataset {
             location: dir.display().to_string(),
             message,
         };
-        let entries = std::fs::read_dir(dir).map_err(|e| err(format!("cannot read folder: {e}")))?;
+        let entries =
+            std::fs::read_dir(dir).map_err(|e| err(format!("cannot read folder: {e}")))?;
         let mut paths: Vec<PathBuf> = entries
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "jsonl"))

@@ -10,7 +10,12 @@ fn drain(ds: Dataset) -> zephon_core::Result<usize> {
         .shuffle_within_shard(false)
         .build()?;
     let mut n = 0;
-    for b in ws.stream().fetch(2).batch(4).into_blocking_iter(Runner::threads())? {
+    for b in ws
+        .stream()
+        .fetch(2)
+        .batch(4)
+        .into_blocking_iter(Runner::threads())?
+    {
         n += b?.len();
     }
     Ok(n)
@@ -20,7 +25,11 @@ fn drain(ds: Dataset) -> zephon_core::Result<usize> {
 fn a_line_that_is_not_json_names_the_file_and_line() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("a.jsonl"), "{\"t\":1}\n{\"t\":2}\n").unwrap();
-    std::fs::write(dir.path().join("b.jsonl"), "{\"t\":3}\n{\"t\":4}\n{\"t\": oops}\n{\"t\":6}\n").unwrap();
+    std::fs::write(
+        dir.path().join("b.jsonl"),
+        "{\"t\":3}\n{\"t\":4}\n{\"t\": oops}\n{\"t\":6}\n",
+    )
+    .unwrap();
     let ds = Dataset::from_path("bad", dir.path()).unwrap();
     let err = drain(ds).unwrap_err().to_string();
     assert!(err.contains("b.jsonl"), "{err}");
@@ -32,8 +41,13 @@ fn a_line_that_is_not_json_names_the_file_and_line() {
 fn a_line_that_is_not_an_object_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("a.jsonl"), "{\"t\":1}\n[1, 2]\n").unwrap();
-    let err = drain(Dataset::from_path("arr", dir.path()).unwrap()).unwrap_err().to_string();
-    assert!(err.contains("line 2") && err.contains("JSON object"), "{err}");
+    let err = drain(Dataset::from_path("arr", dir.path()).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("line 2") && err.contains("JSON object"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -44,15 +58,23 @@ fn missing_and_empty_folders_name_the_path() {
     assert!(err.contains(&missing.display().to_string()), "{err}");
     std::fs::write(dir.path().join("readme.txt"), "not a shard").unwrap();
     let err = Dataset::from_path("e", dir.path()).unwrap_err().to_string();
-    assert!(err.contains(&dir.path().display().to_string()) && err.contains("no *.jsonl"), "{err}");
+    assert!(
+        err.contains(&dir.path().display().to_string()) && err.contains("no *.jsonl"),
+        "{err}"
+    );
 }
 
 #[test]
 fn a_local_read_gives_every_record_once() {
     let dir = tempfile::tempdir().unwrap();
     for s in 0..3 {
-        let lines: String = (0..25).map(|i| format!("{{\"id\":{}}}\n", s * 100 + i)).collect();
+        let lines: String = (0..25)
+            .map(|i| format!("{{\"id\":{}}}\n", s * 100 + i))
+            .collect();
         std::fs::write(dir.path().join(format!("{s}.jsonl")), lines).unwrap();
     }
-    assert_eq!(drain(Dataset::from_path("ok", dir.path()).unwrap()).unwrap(), 75);
+    assert_eq!(
+        drain(Dataset::from_path("ok", dir.path()).unwrap()).unwrap(),
+        75
+    );
 }

@@ -38,7 +38,10 @@ impl LineIndex {
 
     /// Byte range `[start, end)` covering samples `first .. first + count`.
     pub fn byte_range(&self, first: u64, count: u64) -> (u64, u64) {
-        (self.starts[first as usize], self.starts[(first + count) as usize])
+        (
+            self.starts[first as usize],
+            self.starts[(first + count) as usize],
+        )
     }
 }
 
@@ -57,7 +60,10 @@ pub fn parse_line(bytes: &[u8], dataset: &str, shard: &str, line: u64) -> Result
     }
     match serde_json::from_slice::<serde_json::Value>(bytes) {
         Ok(serde_json::Value::Object(map)) => Ok(Record {
-            fields: map.into_iter().map(|(k, v)| (k, Value::from_json(v))).collect(),
+            fields: map
+                .into_iter()
+                .map(|(k, v)| (k, Value::from_json(v)))
+                .collect(),
             ..Record::default()
         }),
         Ok(other) => Err(malformed(format!(
@@ -84,7 +90,12 @@ pub fn parse_run(data: &[u8], first: u64, dataset: &str, shard: &str) -> Result<
         if nl == data.len() && start == data.len() {
             break;
         }
-        out.push(parse_line(&data[start..nl.min(data.len())], dataset, shard, line)?);
+        out.push(parse_line(
+            &data[start..nl.min(data.len())],
+            dataset,
+            shard,
+            line,
+        )?);
         start = nl + 1;
         line += 1;
     }
@@ -109,7 +120,9 @@ mod tests {
         let recs = parse_run(b"{\"a\":1}\n{\"a\":\"x\"}\n", 0, "d", "s").unwrap();
         assert_eq!(recs.len(), 2);
         assert_eq!(recs[1].text("a"), Some("x"));
-        let err = parse_run(b"{\"a\":1}\nnot json\n", 10, "d", "s.jsonl").unwrap_err().to_string();
+        let err = parse_run(b"{\"a\":1}\nnot json\n", 10, "d", "s.jsonl")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("s.jsonl") && err.contains("line 12"), "{err}");
     }
 }

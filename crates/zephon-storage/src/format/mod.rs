@@ -1,3 +1,4 @@
 //! Shard formats.
 
+pub mod compression;
 pub mod jsonl;

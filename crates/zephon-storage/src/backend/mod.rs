@@ -1,0 +1,211 @@
+//! Backends: a URI becomes an opendal [`Operator`] with retry (jitter),
+//! timeout, concurrency-limit and tracing layers.
+//!
+//! | URI | service |
+//! |---|---|
+//! | `/data/x`, `file:///data/x` | local file system |
+//! | `s3://bucket/prefix` | S3 and S3-compatible servers (path-style when an endpoint is set) |
+//! | `http://host/path/`, `https://...` | plain HTTP(S); cannot list, so needs `index.json` |
+//! | `memory://name` | process memory, one store per URI (tests) |
+//! | `hf://datasets/org/name` | Hugging Face (feature `hf`; untested here) |
+
+pub mod runtime;
+
+use crate::options::StorageOptions;
+use opendal::layers::{ConcurrentLimitLayer, RetryLayer, TimeoutLayer, TracingLayer};
+use opendal::{Operator, services};
+use serde::Serialize;
+use std::sync::Arc;
+use zephon_core::{Error, Result};
+use zephon_metrics::Counter;
+
+/// Request counters of one backend.
+#[derive(Debug, Default)]
+pub struct BackendMetrics {
+    /// Retried requests (each retry of each request counts once).
+    pub retries: Counter,
+}
+
+/// A serializable copy of [`BackendMetrics`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct BackendStats {
+    /// Retried requests.
+    pub retries: u64,
+}
+
+impl BackendMetrics {
+    /// The counters now.
+    pub fn snapshot(&self) -> BackendStats {
+        BackendStats {
+            retries: self.retries.get(),
+        }
+    }
+}
+
+/// An opened backend: the operator rooted at the dataset, and what it can do.
+#[derive(Clone, Debug)]
+pub struct Backend {
+    /// The operator, rooted at the dataset folder.
+    pub op: Operator,
+    /// The dataset URI as given (without a trailing slash), for names and errors.
+    pub uri: String,
+    /// Whether the service can list a folder.
+    pub can_list: bool,
+    /// Retry counters.
+    pub metrics: Arc<BackendMetrics>,
+}
+
+impl Backend {
+    /// Opens the backend for `uri`. `dataset` names the dataset in errors.
+    pub fn open(dataset: &str, uri: &str, opts: &StorageOptions) -> Result<Self> {
+        let err = |message: String| Error::Dataset {
+            dataset: dataset.to_owned(),
+            location: uri.to_owned(),
+            message,
+        };
+        let ext = |e: opendal::Error| err(format!("cannot configure the backend: {e}"));
+        let trimmed = uri.trim_end_matches('/');
+        let (scheme, rest) = match trimmed.split_once("://") {
+            Some((s, r)) => (s.to_ascii_lowercase(), r),
+            None => ("file".to_owned(), trimmed),
+        };
+        let (op, can_list) = match scheme.as_str() {
+            "file" => {
+                let path = std::path::absolute(if rest.is_empty() { "/" } else { rest })
+                    .map_err(|e| err(format!("bad path: {e}")))?;
+                let b = services::Fs::default().root(&path.to_string_lossy());
+                (Operator::new(b).map_err(ext)?, true)
+            }
+            "memory" => {
+                // One store per memory:// URI in the process, so every
+                // backend opened on it sees what the others wrote.
+                static STORES: std::sync::Mutex<
+                    Option<std::collections::HashMap<String, Operator>>,
+                > = std::sync::Mutex::new(None);
+                let mut stores = STORES.lock().expect("memory store lock");
+                let stores = stores.get_or_insert_with(Default::default);
+                let op = match stores.get(rest) {
+                    Some(op) => op.clone(),
+                    None => {
+                        let op = Operator::new(services::Memory::default()).map_err(ext)?;
+                        stores.insert(rest.to_owned(), op.clone());
+                        op
+                    }
+                };
+                (op, true)
+            }
+            "s3" => {
+                let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+                if bucket.is_empty() {
+                    return Err(err("an s3:// URI needs a bucket: s3://bucket/prefix".into()));
+                }
+                let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+                let mut b = services::S3::default()
+                    .bucket(bucket)
+                    .root(&format!("/{prefix}"));
+                let endpoint = opts
+                    .endpoint
+                    .clone()
+                    .or_else(|| env("AWS_ENDPOINT_URL_S3"))
+                    .or_else(|| env("AWS_ENDPOINT_URL"));
+                if let Some(e) = &endpoint {
+                    b = b.endpoint(e);
+                }
+                let region = opts
+                    .region
+                    .clone()
+                    .or_else(|| env("AWS_REGION"))
+                    .or_else(|| env("AWS_DEFAULT_REGION"))
+                    .unwrap_or_else(|| "us-east-1".into());
+                b = b.region(&region);
+                if let Some(k) = opts
+                    .access_key_id
+                    .clone()
+                    .or_else(|| env("AWS_ACCESS_KEY_ID"))
+                {
+                    b = b.access_key_id(&k);
+                }
+                if let Some(k) = opts
+                    .secret_access_key
+                    .clone()
+                    .or_else(|| env("AWS_SECRET_ACCESS_KEY"))
+                {
+                    b = b.secret_access_key(&k);
+                }
+                if let Some(t) = opts
+                    .session_token
+                    .clone()
+                    .or_else(|| env("AWS_SESSION_TOKEN"))
+                {
+                    b = b.session_token(&t);
+                }
+                (Operator::new(b).map_err(ext)?, true)
+            }
+            "http" | "https" => {
+                let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+                let b = services::Http::default()
+                    .endpoint(&format!("{scheme}://{host}"))
+                    .root(&format!("/{path}/"));
+                (Operator::new(b).map_err(ext)?, false)
+            }
+            #[cfg(feature = "hf")]
+            "hf" => {
+                // hf://datasets/org/name[/path]
+                let mut parts = rest.splitn(4, '/');
+                let kind = parts.next().unwrap_or_default();
+                let repo = format!(
+                    "{}/{}",
+                    parts.next().unwrap_or_default(),
+                    parts.next().unwrap_or_default()
+                );
+                let root = parts.next().unwrap_or_default();
+                let mut b = services::Hf::default()
+                    .repo_type(kind)
+                    .repo_id(&repo)
+                    .root(&format!("/{root}"));
+                if let Ok(t) = std::env::var("HF_TOKEN") {
+                    b = b.token(&t);
+                }
+                (Operator::new(b).map_err(ext)?, true)
+            }
+            other => {
+                return Err(err(format!(
+                    "unsupported scheme `{other}://` (supported: file, s3, http, https, memory{})",
+                    if cfg!(feature = "hf") { ", hf" } else { "" }
+                )));
+            }
+        };
+        let metrics = Arc::new(BackendMetrics::default());
+        let m = metrics.clone();
+        let retry = RetryLayer::new()
+            .with_jitter()
+            .with_max_times(opts.retries)
+            .with_min_delay(opts.retry_min_delay)
+            .with_max_delay(opts.retry_max_delay.max(opts.retry_min_delay))
+            .with_notify(move |e: opendal::layers::RetryEvent<'_>| {
+                m.retries.inc();
+                tracing::warn!(op = ?e.op, attempt = e.attempt, error = %e.err, "retrying a storage request");
+            });
+        // Timeout below retry: each attempt is timed out, then retried.
+        let op = op
+            .layer(
+                TimeoutLayer::new()
+                    .with_timeout(opts.timeout)
+                    .with_io_timeout(opts.io_timeout),
+            )
+            .layer(retry)
+            .layer(ConcurrentLimitLayer::new(opts.concurrency.max(1)))
+            .layer(TracingLayer::new());
+        Ok(Backend {
+            op,
+            uri: trimmed.to_owned(),
+            can_list,
+            metrics,
+        })
+    }
+
+    /// The full URI of `path` (relative to the dataset root).
+    pub fn uri_of(&self, path: &str) -> String {
+        format!("{}/{}", self.uri, path)
+    }
+}

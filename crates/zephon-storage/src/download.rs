@@ -1,0 +1,110 @@
+//! Downloading one whole shard: read, check size and checksum, decompress.
+//! Anything that goes wrong is an error naming the shard's URI; nothing is
+//! returned (and so nothing cached) unless all checks passed.
+
+use crate::backend::Backend;
+use crate::format::compression::Compression;
+use crate::manifest::{ShardEntry, sha256_hex};
+use crate::metrics::CacheMetrics;
+use bytes::Bytes;
+use std::time::Instant;
+use zephon_core::{Error, Result};
+
+/// A shard error: names the dataset and the shard's URI.
+pub fn shard_error(dataset: &str, uri: &str, message: impl Into<String>) -> Error {
+    Error::Dataset {
+        dataset: dataset.to_owned(),
+        location: uri.to_owned(),
+        message: message.into(),
+    }
+}
+
+/// Downloads `entry` and returns its decompressed bytes. The stored size
+/// must equal `entry.bytes` and, when the entry has one, the SHA-256 must match.
+pub async fn download(
+    backend: &Backend,
+    dataset: &str,
+    entry: &ShardEntry,
+    metrics: &CacheMetrics,
+) -> Result<Bytes> {
+    let uri = backend.uri_of(&entry.path);
+    let started = Instant::now();
+    let raw = match backend.op.read(&entry.path).await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            metrics.failures.inc();
+            return Err(shard_error(dataset, &uri, format!("download failed: {e}")));
+        }
+    };
+    metrics.download_time.record(started.elapsed());
+    metrics.bytes_downloaded.add(raw.len() as u64);
+    let decode_started = Instant::now();
+    let (dataset, entry) = (dataset.to_owned(), entry.clone());
+    // Hashing and decompressing are CPU work: keep them off the I/O threads.
+    let out = tokio::task::spawn_blocking(move || verify_and_decode(&dataset, &uri, &entry, raw))
+        .await
+        .map_err(|e| Error::Operator {
+            op: "download",
+            message: format!("decode task failed: {e}"),
+        })
+        .and_then(|r| r);
+    metrics.decode_time.record(decode_started.elapsed());
+    if out.is_err() {
+        metrics.failures.inc();
+    }
+    out
+}
+
+/// Checks and decompresses a downloaded object.
+pub fn verify_and_decode(
+    dataset: &str,
+    uri: &str,
+    entry: &ShardEntry,
+    raw: Bytes,
+) -> Result<Bytes> {
+    if raw.len() as u64 != entry.bytes {
+        return Err(shard_error(
+            dataset,
+            uri,
+            format!(
+                "size mismatch: expected {} bytes (manifest or listing), got {}",
+                entry.bytes,
+                raw.len()
+            ),
+        ));
+    }
+    if let Some(want) = &entry.sha256 {
+        let got = sha256_hex(&raw);
+        if !got.eq_ignore_ascii_case(want) {
+            return Err(shard_error(
+                dataset,
+                uri,
+                format!("checksum mismatch: expected sha256 {want}, got {got}"),
+            ));
+        }
+    }
+    let compression = Compression::from_path(&entry.path);
+    if compression == Compression::None {
+        return Ok(raw);
+    }
+    let decoded = futures::executor::block_on(compression.decode(&raw)).map_err(|e| {
+        shard_error(
+            dataset,
+            uri,
+            format!("corrupt or truncated {compression:?} data: {e}"),
+        )
+    })?;
+    if let Some(n) = entry.uncompressed_bytes
+        && n != decoded.len() as u64
+    {
+        return Err(shard_error(
+            dataset,
+            uri,
+            format!(
+                "decompressed size mismatch: expected {n} bytes, got {}",
+                decoded.len()
+            ),
+        ));
+    }
+    Ok(Bytes::from(decoded))
+}

@@ -1,0 +1,209 @@
+//! Opening a dataset from a URI: backend, discovery (manifest or listing),
+//! cache, and one shard object per shard.
+
+use crate::backend::{Backend, BackendStats, runtime};
+use crate::cache::ShardCache;
+use crate::download::shard_error;
+use crate::format::compression::Compression;
+use crate::manifest::{MANIFEST, Manifest};
+use crate::metrics::{CacheMetrics, CacheStats};
+use crate::options::StorageOptions;
+use crate::remote::{CachedShard, RangeShard};
+use std::sync::Arc;
+use zephon_core::{Dataset, Result, Shard};
+
+/// A dataset opened from a URI, with handles on its cache and counters.
+///
+/// ```
+/// use zephon_storage::{RemoteDataset, StorageOptions, CacheOptions};
+/// use zephon_storage::backend::{Backend, runtime};
+/// let opts = StorageOptions::default().cache(CacheOptions::default().enabled(false));
+/// // Put a shard into an in-memory store, then open it.
+/// let b = Backend::open("doc", "memory://remote-doc", &opts).unwrap();
+/// runtime::block_on(b.op.write("0.jsonl", "{\"a\":1}\n{\"a\":2}\n")).unwrap();
+/// let ds = RemoteDataset::open("doc", "memory://remote-doc", &opts).unwrap();
+/// assert_eq!(ds.dataset().num_samples(), 2);
+/// ```
+#[derive(Debug)]
+pub struct RemoteDataset {
+    dataset: Dataset,
+    backend: Backend,
+    manifest: Manifest,
+    cache: Option<Arc<ShardCache>>,
+    metrics: Arc<CacheMetrics>,
+    cached: Vec<Option<Arc<CachedShard>>>,
+}
+
+impl RemoteDataset {
+    /// Opens the dataset at `uri`. Reads `index.json` when there is one, and
+    /// otherwise lists the shards and downloads each once to count samples.
+    pub fn open(name: &str, uri: &str, opts: &StorageOptions) -> Result<Self> {
+        let (name, uri, opts) = (name.to_owned(), uri.to_owned(), opts.clone());
+        let what = format!("opening `{uri}`");
+        runtime::block_on(
+            async move { runtime::spawn(what, Self::open_async(name, uri, opts)).await },
+        )
+    }
+
+    async fn open_async(name: String, uri: String, opts: StorageOptions) -> Result<Self> {
+        let backend = Backend::open(&name, &uri, &opts)?;
+        let metrics = Arc::new(CacheMetrics::default());
+        let manifest = discover(&backend, &name, &metrics).await?;
+        let ranged = |e: &crate::manifest::ShardEntry| {
+            opts.byte_range
+                && e.index.is_some()
+                && Compression::from_path(&e.path) == Compression::None
+        };
+        let largest = manifest
+            .shards
+            .iter()
+            .filter(|e| !ranged(e))
+            .map(|e| e.decoded_bytes().unwrap_or(e.bytes.saturating_mul(8)))
+            .max();
+        let cache = match largest {
+            Some(l) if opts.cache.enabled => {
+                Some(ShardCache::open(&opts.cache, &backend.uri, l).await?)
+            }
+            _ => None,
+        };
+        // Counters live with the cache (shared by every dataset using it).
+        let metrics = cache.as_ref().map_or(metrics, |c| c.metrics().clone());
+        let mut shards: Vec<Arc<dyn Shard>> = Vec::new();
+        let mut cached = Vec::new();
+        for e in &manifest.shards {
+            if ranged(e) {
+                shards.push(Arc::new(RangeShard::new(
+                    &name,
+                    backend.clone(),
+                    e.clone(),
+                    metrics.clone(),
+                )?));
+                cached.push(None);
+            } else {
+                let s = Arc::new(CachedShard::new(
+                    &name,
+                    backend.clone(),
+                    e.clone(),
+                    cache.clone(),
+                    metrics.clone(),
+                ));
+                shards.push(s.clone());
+                cached.push(Some(s));
+            }
+        }
+        let dataset = Dataset::new(name, backend.uri.clone(), shards)?;
+        Ok(RemoteDataset {
+            dataset,
+            backend,
+            manifest,
+            cache,
+            metrics,
+            cached,
+        })
+    }
+
+    /// The dataset, ready for a `WorkSource`.
+    pub fn dataset(&self) -> &Dataset {
+        &self.dataset
+    }
+
+    /// The manifest it was opened from (read, or built by listing).
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &Backend {
+        &self.backend
+    }
+
+    /// The shard cache, when on.
+    pub fn cache(&self) -> Option<&Arc<ShardCache>> {
+        self.cache.as_ref()
+    }
+
+    /// Cache and download counters.
+    pub fn cache_stats(&self) -> CacheStats {
+        self.metrics.snapshot()
+    }
+
+    /// Retry counters.
+    pub fn backend_stats(&self) -> BackendStats {
+        self.backend.metrics.snapshot()
+    }
+
+    /// Whether shard `i` is in the cache (false for byte-range shards).
+    pub fn is_cached(&self, i: usize) -> bool {
+        self.cached
+            .get(i)
+            .and_then(Option::as_ref)
+            .is_some_and(|s| s.is_cached())
+    }
+}
+
+async fn discover(backend: &Backend, name: &str, metrics: &CacheMetrics) -> Result<Manifest> {
+    match backend.op.read(MANIFEST).await {
+        Ok(data) => {
+            let m: Manifest = serde_json::from_slice(&data.to_bytes()).map_err(|e| {
+                shard_error(
+                    name,
+                    &backend.uri_of(MANIFEST),
+                    format!("invalid manifest: {e}"),
+                )
+            })?;
+            if m.shards.is_empty() {
+                return Err(shard_error(
+                    name,
+                    &backend.uri_of(MANIFEST),
+                    "the manifest lists no shards",
+                ));
+            }
+            Ok(m)
+        }
+        Err(e) if e.kind() == opendal::ErrorKind::NotFound && backend.can_list => {
+            crate::scan::scan(backend, name, metrics).await
+        }
+        Err(e) if e.kind() == opendal::ErrorKind::NotFound => Err(shard_error(
+            name,
+            &backend.uri,
+            "no index.json manifest, and this backend cannot list; write one with `zephon build-index`",
+        )),
+        Err(e) => Err(shard_error(
+            name,
+            &backend.uri_of(MANIFEST),
+            format!("cannot read the manifest: {e}"),
+        )),
+    }
+}
+
+/// Datasets from URIs: `Dataset::from_uri(name, uri)`.
+pub trait UriDatasetExt: Sized {
+    /// Opens the dataset at `uri` (`file://` or a plain path, `s3://`,
+    /// `http(s)://`, `memory://`) with default options: S3 settings from the
+    /// AWS environment variables, the shard cache under `~/.cache/zephon`.
+    ///
+    /// ```
+    /// use zephon_core::Dataset;
+    /// use zephon_storage::UriDatasetExt;
+    /// let dir = std::env::temp_dir().join(format!("zephon-uri-doc-{}", std::process::id()));
+    /// std::fs::create_dir_all(&dir).unwrap();
+    /// std::fs::write(dir.join("a.jsonl"), "{\"text\":\"hi\"}\n").unwrap();
+    /// let ds = Dataset::from_uri("doc", &format!("file://{}", dir.display())).unwrap();
+    /// assert_eq!(ds.num_samples(), 1);
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// ```
+    fn from_uri(name: &str, uri: &str) -> Result<Self>;
+
+    /// Like [`from_uri`](UriDatasetExt::from_uri), with explicit options.
+    fn from_uri_with(name: &str, uri: &str, opts: &StorageOptions) -> Result<Self>;
+}
+
+impl UriDatasetExt for Dataset {
+    fn from_uri(name: &str, uri: &str) -> Result<Self> {
+        Self::from_uri_with(name, uri, &StorageOptions::default())
+    }
+
+    fn from_uri_with(name: &str, uri: &str, opts: &StorageOptions) -> Result<Self> {
+        Ok(RemoteDataset::open(name, uri, opts)?.dataset)
+    }
+}

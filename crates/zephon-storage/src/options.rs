@@ -1,0 +1,179 @@
+//! Options for opening remote datasets: where the bytes are, how patient to be
+//! with the server, and the shard cache.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// How a dataset is opened by [`from_uri_with`](crate::UriDatasetExt::from_uri_with).
+///
+/// Unset S3 fields fall back to the usual AWS environment variables
+/// (`AWS_ENDPOINT_URL`, `AWS_REGION` / `AWS_DEFAULT_REGION`,
+/// `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`).
+///
+/// ```
+/// use std::time::Duration;
+/// use zephon_storage::StorageOptions;
+/// let opts = StorageOptions::default()
+///     .endpoint("http://127.0.0.1:9000")
+///     .region("us-east-1")
+///     .io_timeout(Duration::from_secs(5))
+///     .byte_range(true);
+/// assert!(opts.byte_range);
+/// ```
+#[derive(Clone, Debug)]
+pub struct StorageOptions {
+    /// S3 endpoint (for S3-compatible servers); `None` means AWS or the environment.
+    pub endpoint: Option<String>,
+    /// S3 region.
+    pub region: Option<String>,
+    /// S3 access key id.
+    pub access_key_id: Option<String>,
+    /// S3 secret access key.
+    pub secret_access_key: Option<String>,
+    /// S3 session token.
+    pub session_token: Option<String>,
+    /// Limit for control requests (stat, list).
+    pub timeout: Duration,
+    /// Limit for each read of a body: a server that stops sending for this
+    /// long fails the attempt (which is then retried).
+    pub io_timeout: Duration,
+    /// Retries of a failed request before giving up.
+    pub retries: usize,
+    /// First retry delay; later delays double, up to `retry_max_delay`, with jitter.
+    pub retry_min_delay: Duration,
+    /// Largest retry delay.
+    pub retry_max_delay: Duration,
+    /// Most requests in flight to the backend at once.
+    pub concurrency: usize,
+    /// Read uncompressed, indexed shards by byte range instead of downloading
+    /// whole shards.
+    pub byte_range: bool,
+    /// The shard cache.
+    pub cache: CacheOptions,
+}
+
+impl Default for StorageOptions {
+    fn default() -> Self {
+        StorageOptions {
+            endpoint: None,
+            region: None,
+            access_key_id: None,
+            secret_access_key: None,
+            session_token: None,
+            timeout: Duration::from_secs(30),
+            io_timeout: Duration::from_secs(10),
+            retries: 3,
+            retry_min_delay: Duration::from_millis(100),
+            retry_max_delay: Duration::from_secs(5),
+            concurrency: 64,
+            byte_range: false,
+            cache: CacheOptions::default(),
+        }
+    }
+}
+
+macro_rules! setters {
+    ($($(#[$m:meta])* $name:ident : $ty:ty => $field:ident $(($wrap:path))?;)*) => {
+        impl StorageOptions {
+            $(
+                $(#[$m])*
+                pub fn $name(mut self, v: $ty) -> Self {
+                    self.$field = setters!(@wrap v $(, $wrap)?);
+                    self
+                }
+            )*
+        }
+    };
+    (@wrap $v:ident) => { $v };
+    (@wrap $v:ident, $wrap:path) => { $wrap($v.into()) };
+}
+
+setters! {
+    /// Sets the S3 endpoint.
+    endpoint: &str => endpoint (Some);
+    /// Sets the S3 region.
+    region: &str => region (Some);
+    /// Sets the S3 access key id.
+    access_key_id: &str => access_key_id (Some);
+    /// Sets the S3 secret access key.
+    secret_access_key: &str => secret_access_key (Some);
+    /// Sets the control-request timeout.
+    timeout: Duration => timeout;
+    /// Sets the per-read timeout.
+    io_timeout: Duration => io_timeout;
+    /// Sets the number of retries.
+    retries: usize => retries;
+    /// Sets the first retry delay.
+    retry_min_delay: Duration => retry_min_delay;
+    /// Sets the largest retry delay.
+    retry_max_delay: Duration => retry_max_delay;
+    /// Sets the most requests in flight.
+    concurrency: usize => concurrency;
+    /// Turns byte-range reads on or off.
+    byte_range: bool => byte_range;
+    /// Sets the shard cache options.
+    cache: CacheOptions => cache;
+}
+
+/// The shard cache: a memory tier for hot shards and a disk tier under `root`.
+///
+/// ```
+/// use zephon_storage::CacheOptions;
+/// let c = CacheOptions::default().root("/tmp/zephon-cache").limit_bytes(1 << 30);
+/// assert!(c.enabled);
+/// ```
+#[derive(Clone, Debug)]
+pub struct CacheOptions {
+    /// Whether shards are cached at all. Without the cache every read
+    /// downloads its whole shard (or its byte range in byte-range mode).
+    pub enabled: bool,
+    /// Folder of the disk tier (default `$ZEPHON_CACHE_DIR`, else `~/.cache/zephon`).
+    pub root: PathBuf,
+    /// Capacity of the disk tier, in bytes.
+    pub limit_bytes: u64,
+    /// Capacity of the memory tier, in bytes.
+    pub memory_bytes: u64,
+}
+
+impl Default for CacheOptions {
+    fn default() -> Self {
+        let root = std::env::var_os("ZEPHON_CACHE_DIR")
+            .map(PathBuf::from)
+            .or_else(|| {
+                std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache").join("zephon"))
+            })
+            .unwrap_or_else(|| std::env::temp_dir().join("zephon-cache"));
+        CacheOptions {
+            enabled: true,
+            root,
+            limit_bytes: 16 << 30,
+            memory_bytes: 1 << 30,
+        }
+    }
+}
+
+impl CacheOptions {
+    /// Turns the cache on or off.
+    pub fn enabled(mut self, v: bool) -> Self {
+        self.enabled = v;
+        self
+    }
+
+    /// Sets the disk tier's folder.
+    pub fn root(mut self, v: impl Into<PathBuf>) -> Self {
+        self.root = v.into();
+        self
+    }
+
+    /// Sets the disk tier's capacity in bytes.
+    pub fn limit_bytes(mut self, v: u64) -> Self {
+        self.limit_bytes = v;
+        self
+    }
+
+    /// Sets the memory tier's capacity in bytes.
+    pub fn memory_bytes(mut self, v: u64) -> Self {
+        self.memory_bytes = v;
+        self
+    }
+}

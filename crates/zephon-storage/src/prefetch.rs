@@ -1,0 +1,228 @@
+//! `prefetch`: look ahead in a pointer stream and warm the shards it will
+//! read, so downloads overlap with the reads and the training step.
+
+use crate::backend::runtime;
+use crate::metrics::PrefetchMetrics;
+use futures::stream::FuturesUnordered;
+use futures::{Stream, StreamExt};
+use pin_project::pin_project;
+use std::collections::{HashSet, VecDeque};
+use std::fmt;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+use zephon_core::{Catalog, Catalogued, Result, SamplePtr, Shard};
+
+/// A warm-up running on the storage runtime; aborted when dropped, so a
+/// dropped pipeline stops its downloads.
+struct Warming {
+    shard: (u32, u32),
+    handle: tokio::task::JoinHandle<Result<()>>,
+}
+
+impl Future for Warming {
+    type Output = ((u32, u32), bool);
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let shard = self.shard;
+        Pin::new(&mut self.handle)
+            .poll(cx)
+            .map(|r| (shard, matches!(r, Ok(Ok(())))))
+    }
+}
+
+impl Drop for Warming {
+    fn drop(&mut self) {
+        self.handle.abort();
+    }
+}
+
+/// Looks `buffer_size` pointers ahead and warms the shards they name (in
+/// first-seen order, each once) with up to `parallelism` warm-ups at once.
+/// Pointers pass through unchanged and in order; a failed warm-up is counted
+/// and forgotten (the read itself downloads again and reports any error).
+///
+/// Created by [`PrefetchExt::prefetch`].
+///
+/// ```
+/// use zephon_core::{Dataset, PipelineExt, Record, Runner, WorkSource};
+/// use zephon_storage::PrefetchExt;
+/// let ds = Dataset::in_memory("toy", vec![(0..6).map(|i| Record::new().with("i", i as i64)).collect()]).unwrap();
+/// let ws = WorkSource::builder().dataset(ds, 1.0).shuffle_within_shard(false).build().unwrap();
+/// let records: Vec<Record> = ws.stream().prefetch(64, 4).fetch(2)
+///     .into_blocking_iter(Runner::Inline).unwrap().map(Result::unwrap).collect();
+/// assert_eq!(records.len(), 6);
+/// assert_eq!(records[5].get("i").and_then(|v| v.as_int()), Some(5));
+/// ```
+#[pin_project]
+#[must_use = "streams do nothing unless polled"]
+pub struct Prefetch<S> {
+    #[pin]
+    inner: S,
+    catalog: Catalog,
+    buffer_size: usize,
+    parallelism: usize,
+    buffer: VecDeque<Result<SamplePtr>>,
+    queued: VecDeque<(u32, u32)>,
+    seen: HashSet<(u32, u32)>,
+    in_flight: FuturesUnordered<Warming>,
+    metrics: Arc<PrefetchMetrics>,
+    done: bool,
+}
+
+impl<S: Catalogued> Prefetch<S> {
+    /// Prefetch over `inner`, resolving shards in its catalog.
+    pub fn new(inner: S, buffer_size: usize, parallelism: usize) -> Self {
+        let catalog = inner.catalog().clone();
+        Prefetch::with_catalog(inner, catalog, buffer_size, parallelism)
+    }
+}
+
+impl<S> Prefetch<S> {
+    /// Prefetch over a pointer stream that does not carry its catalog.
+    pub fn with_catalog(
+        inner: S,
+        catalog: Catalog,
+        buffer_size: usize,
+        parallelism: usize,
+    ) -> Self {
+        Prefetch {
+            inner,
+            catalog,
+            buffer_size: buffer_size.max(1),
+            parallelism: parallelism.max(1),
+            buffer: VecDeque::new(),
+            queued: VecDeque::new(),
+            seen: HashSet::new(),
+            in_flight: FuturesUnordered::new(),
+            metrics: Arc::new(PrefetchMetrics::default()),
+            done: false,
+        }
+    }
+
+    /// The adapter's counters (shared: read them while the stream runs).
+    pub fn metrics(&self) -> Arc<PrefetchMetrics> {
+        self.metrics.clone()
+    }
+}
+
+impl<S> fmt::Debug for Prefetch<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Prefetch")
+            .field("buffer_size", &self.buffer_size)
+            .field("parallelism", &self.parallelism)
+            .field("buffered", &self.buffer.len())
+            .field("in_flight", &self.in_flight.len())
+            .field("stats", &self.metrics.snapshot())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Catalogued> Catalogued for Prefetch<S> {
+    fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+}
+
+fn shard_of(catalog: &Catalog, (d, s): (u32, u32)) -> Option<Arc<dyn Shard>> {
+    catalog.get(d as usize)?.shards().get(s as usize).cloned()
+}
+
+impl<S> Stream for Prefetch<S>
+where
+    S: Stream<Item = Result<SamplePtr>>,
+{
+    type Item = Result<SamplePtr>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let mut this = self.project();
+        // Look ahead: fill the buffer, noting shards not seen yet.
+        while !*this.done && this.buffer.len() < *this.buffer_size {
+            match this.inner.as_mut().poll_next(cx) {
+                Poll::Ready(Some(item)) => {
+                    if let Ok(p) = &item
+                        && this.seen.insert((p.dataset, p.shard))
+                    {
+                        this.queued.push_back((p.dataset, p.shard));
+                    }
+                    this.buffer.push_back(item);
+                }
+                Poll::Ready(None) => *this.done = true,
+                Poll::Pending => break,
+            }
+        }
+        // Reap finished warm-ups; a failed shard may be warmed again later.
+        while let Poll::Ready(Some((shard, ok))) = this.in_flight.poll_next_unpin(cx) {
+            if ok {
+                this.metrics.successes.inc();
+            } else {
+                this.metrics.failures.inc();
+                this.seen.remove(&shard);
+            }
+        }
+        while this.in_flight.len() < *this.parallelism
+            && let Some(key) = this.queued.pop_front()
+        {
+            let Some(shard) = shard_of(this.catalog, key) else {
+                continue; // fetch reports unknown pointers
+            };
+            this.metrics.requests.inc();
+            let metrics = this.metrics.clone();
+            let handle = runtime::runtime().spawn(async move {
+                let started = Instant::now();
+                let r = shard.warm().await;
+                metrics.warm_time.record(started.elapsed());
+                r
+            });
+            this.in_flight.push(Warming { shard: key, handle });
+            this.metrics
+                .max_in_flight
+                .observe(this.in_flight.len() as u64);
+            // Register the new task's waker.
+            if let Poll::Ready(Some((shard, ok))) = this.in_flight.poll_next_unpin(cx) {
+                if ok {
+                    this.metrics.successes.inc();
+                } else {
+                    this.metrics.failures.inc();
+                    this.seen.remove(&shard);
+                }
+            }
+        }
+        match this.buffer.pop_front() {
+            Some(item) => Poll::Ready(Some(item)),
+            None if *this.done => Poll::Ready(None),
+            None => Poll::Pending,
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let (lo, hi) = self.inner.size_hint();
+        let n = self.buffer.len();
+        (lo.saturating_add(n), hi.and_then(|h| h.checked_add(n)))
+    }
+}
+
+/// Adds [`prefetch`](PrefetchExt::prefetch) to pointer streams.
+pub trait PrefetchExt: Stream<Item = Result<SamplePtr>> + Sized {
+    /// Looks `buffer_size` pointers ahead and warms their shards with up to
+    /// `parallelism` downloads at once. See [`Prefetch`].
+    fn prefetch(self, buffer_size: usize, parallelism: usize) -> Prefetch<Self>
+    where
+        Self: Catalogued,
+    {
+        Prefetch::new(self, buffer_size, parallelism)
+    }
+
+    /// Like [`prefetch`](PrefetchExt::prefetch), for a stream that does not
+    /// carry its catalog.
+    fn prefetch_from(
+        self,
+        catalog: Catalog,
+        buffer_size: usize,
+        parallelism: usize,
+    ) -> Prefetch<Self> {
+        Prefetch::with_catalog(self, catalog, buffer_size, parallelism)
+    }
+}
+
+impl<S: Stream<Item = Result<SamplePtr>>> PrefetchExt for S {}

@@ -1,0 +1,352 @@
+//! Shards of remote datasets: [`CachedShard`] reads whole shards through the
+//! shard cache; [`RangeShard`] reads just the bytes of the samples asked for.
+
+use crate::backend::{Backend, runtime};
+use crate::cache::ShardCache;
+use crate::download::{download, shard_error};
+use crate::format::jsonl::{LineIndex, parse_run};
+use crate::manifest::{ShardEntry, decode_index};
+use crate::metrics::CacheMetrics;
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt, TryStreamExt};
+use std::sync::{Arc, OnceLock};
+use zephon_core::runner::offload;
+use zephon_core::{Error, Record, Result, Shard};
+
+/// Concurrent range requests of one read.
+const RANGE_PARALLELISM: usize = 16;
+
+fn check_indices(dataset: &str, shard: &str, len: u64, indices: &[u64]) -> Result<()> {
+    match indices.iter().find(|&&i| i >= len) {
+        Some(&bad) => Err(Error::SampleOutOfRange {
+            dataset: dataset.to_owned(),
+            shard: shard.to_owned(),
+            sample: bad,
+            len,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Splits `indices` into runs of consecutive samples, in request order.
+fn runs(indices: &[u64]) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < indices.len() {
+        let mut j = i + 1;
+        while j < indices.len() && indices[j] == indices[j - 1] + 1 {
+            j += 1;
+        }
+        out.push((indices[i], (j - i) as u64));
+        i = j;
+    }
+    out
+}
+
+/// A shard read whole: downloaded once (through the cache when it is on),
+/// indexed in memory, then parsed line by line.
+#[derive(Debug)]
+pub struct CachedShard {
+    dataset: Arc<str>,
+    uri: String,
+    key: String,
+    entry: ShardEntry,
+    backend: Backend,
+    cache: Option<Arc<ShardCache>>,
+    metrics: Arc<CacheMetrics>,
+    index: OnceLock<Arc<LineIndex>>,
+}
+
+impl CachedShard {
+    /// A shard of `backend` described by `entry`.
+    pub fn new(
+        dataset: &str,
+        backend: Backend,
+        entry: ShardEntry,
+        cache: Option<Arc<ShardCache>>,
+        metrics: Arc<CacheMetrics>,
+    ) -> Self {
+        let uri = backend.uri_of(&entry.path);
+        let key = format!(
+            "{uri}#{}#{}",
+            entry.bytes,
+            entry.sha256.as_deref().unwrap_or("")
+        );
+        CachedShard {
+            dataset: dataset.into(),
+            uri,
+            key,
+            entry,
+            backend,
+            cache,
+            metrics,
+            index: OnceLock::new(),
+        }
+    }
+
+    /// The cache key of this shard.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Whether the shard is in the cache.
+    pub fn is_cached(&self) -> bool {
+        self.cache.as_ref().is_some_and(|c| c.contains(&self.key))
+    }
+
+    /// The shard's decompressed bytes: from the cache, or downloaded.
+    pub fn load(&self) -> BoxFuture<'static, Result<Bytes>> {
+        let (backend, dataset, entry) = (
+            self.backend.clone(),
+            self.dataset.clone(),
+            self.entry.clone(),
+        );
+        let (cache, metrics, key, uri) = (
+            self.cache.clone(),
+            self.metrics.clone(),
+            self.key.clone(),
+            self.uri.clone(),
+        );
+        runtime::spawn(self.uri.clone(), async move {
+            let context = format!("dataset `{dataset}`, shard `{uri}`");
+            match cache {
+                Some(c) => {
+                    let m = metrics.clone();
+                    c.get_or_download(&key, &context, move || async move {
+                        download(&backend, &dataset, &entry, &m).await
+                    })
+                    .await
+                }
+                None => {
+                    metrics.misses.inc();
+                    download(&backend, &dataset, &entry, &metrics).await
+                }
+            }
+        })
+        .boxed()
+    }
+
+    fn index_of(&self, data: &[u8]) -> Result<Arc<LineIndex>> {
+        if let Some(i) = self.index.get() {
+            return Ok(i.clone());
+        }
+        let index = Arc::new(LineIndex::build(data));
+        if index.len() != self.entry.samples {
+            return Err(shard_error(
+                &self.dataset,
+                &self.uri,
+                format!(
+                    "has {} lines but the manifest says {} samples",
+                    index.len(),
+                    self.entry.samples
+                ),
+            ));
+        }
+        Ok(self.index.get_or_init(|| index).clone())
+    }
+}
+
+impl Shard for CachedShard {
+    fn name(&self) -> &str {
+        &self.uri
+    }
+
+    fn len(&self) -> u64 {
+        self.entry.samples
+    }
+
+    fn read_run(&self, start: u64, count: u64) -> BoxFuture<'_, Result<Vec<Record>>> {
+        let indices: Vec<u64> = (start..start.saturating_add(count)).collect();
+        async move { self.read_indices(&indices).await }.boxed()
+    }
+
+    fn read_indices<'a>(&'a self, indices: &'a [u64]) -> BoxFuture<'a, Result<Vec<Record>>> {
+        async move {
+            check_indices(&self.dataset, &self.uri, self.len(), indices)?;
+            let data = self.load().await?;
+            let index = self.index_of(&data)?;
+            let runs = runs(indices);
+            let (dataset, uri) = (self.dataset.clone(), self.uri.clone());
+            offload("fetch", move || {
+                let mut out = Vec::new();
+                for (first, n) in runs {
+                    let (from, to) = index.byte_range(first, n);
+                    out.extend(parse_run(
+                        &data[from as usize..to as usize],
+                        first,
+                        &dataset,
+                        &uri,
+                    )?);
+                }
+                Ok(out)
+            })
+            .await?
+        }
+        .boxed()
+    }
+
+    fn warm(&self) -> BoxFuture<'_, Result<()>> {
+        self.load().map(|r| r.map(|_| ())).boxed()
+    }
+}
+
+/// An uncompressed shard with a line-offset index sidecar, read by byte
+/// range: a read downloads only the lines it returns (one request per run of
+/// adjacent samples), never the whole shard.
+#[derive(Debug)]
+pub struct RangeShard {
+    dataset: Arc<str>,
+    uri: String,
+    entry: ShardEntry,
+    index_path: String,
+    backend: Backend,
+    metrics: Arc<CacheMetrics>,
+    index: tokio::sync::OnceCell<Arc<LineIndex>>,
+}
+
+impl RangeShard {
+    /// A range-read shard; `entry.index` must name its sidecar.
+    pub fn new(
+        dataset: &str,
+        backend: Backend,
+        entry: ShardEntry,
+        metrics: Arc<CacheMetrics>,
+    ) -> Result<Self> {
+        let uri = backend.uri_of(&entry.path);
+        let index_path = entry.index.clone().ok_or_else(|| {
+            shard_error(
+                dataset,
+                &uri,
+                "byte-range reads need a line-offset index (run `zephon build-index`)",
+            )
+        })?;
+        Ok(RangeShard {
+            dataset: dataset.into(),
+            uri,
+            entry,
+            index_path,
+            backend,
+            metrics,
+            index: tokio::sync::OnceCell::new(),
+        })
+    }
+
+    async fn index(&self) -> Result<Arc<LineIndex>> {
+        self.index
+            .get_or_try_init(|| {
+                let (op, path) = (self.backend.op.clone(), self.index_path.clone());
+                let (dataset, uri, entry) = (
+                    self.dataset.clone(),
+                    self.backend.uri_of(&self.index_path),
+                    self.entry.clone(),
+                );
+                runtime::spawn(uri.clone(), async move {
+                    let data = op
+                        .read(&path)
+                        .await
+                        .map_err(|e| {
+                            shard_error(&dataset, &uri, format!("cannot read the index: {e}"))
+                        })?
+                        .to_bytes();
+                    let index = decode_index(&data)
+                        .filter(|i| {
+                            i.len() == entry.samples && i.starts.last() == Some(&entry.bytes)
+                        })
+                        .ok_or_else(|| {
+                            shard_error(
+                                &dataset,
+                                &uri,
+                                format!(
+                                    "index does not match the manifest ({} samples, {} bytes)",
+                                    entry.samples, entry.bytes
+                                ),
+                            )
+                        })?;
+                    Ok(Arc::new(index))
+                })
+            })
+            .await
+            .cloned()
+    }
+}
+
+impl Shard for RangeShard {
+    fn name(&self) -> &str {
+        &self.uri
+    }
+
+    fn len(&self) -> u64 {
+        self.entry.samples
+    }
+
+    fn read_run(&self, start: u64, count: u64) -> BoxFuture<'_, Result<Vec<Record>>> {
+        let indices: Vec<u64> = (start..start.saturating_add(count)).collect();
+        async move { self.read_indices(&indices).await }.boxed()
+    }
+
+    fn read_indices<'a>(&'a self, indices: &'a [u64]) -> BoxFuture<'a, Result<Vec<Record>>> {
+        async move {
+            check_indices(&self.dataset, &self.uri, self.len(), indices)?;
+            let index = self.index().await?;
+            let runs = runs(indices);
+            let ranges: Vec<(u64, u64, u64)> = runs
+                .iter()
+                .map(|&(first, n)| {
+                    let (from, to) = index.byte_range(first, n);
+                    (first, from, to)
+                })
+                .collect();
+            let (op, path) = (self.backend.op.clone(), self.entry.path.clone());
+            let (dataset, uri) = (self.dataset.clone(), self.uri.clone());
+            let started = std::time::Instant::now();
+            let chunks: Vec<(u64, Bytes)> = runtime::spawn(uri.clone(), async move {
+                futures::stream::iter(ranges)
+                    .map(|(first, from, to)| {
+                        let (op, path, dataset, uri) =
+                            (op.clone(), path.clone(), dataset.clone(), uri.clone());
+                        async move {
+                            let b = op.read_with(&path).range(from..to).await.map_err(|e| {
+                                shard_error(
+                                    &dataset,
+                                    &uri,
+                                    format!("range read {from}..{to} failed: {e}"),
+                                )
+                            })?;
+                            let b = b.to_bytes();
+                            if b.len() as u64 != to - from {
+                                return Err(shard_error(
+                                    &dataset,
+                                    &uri,
+                                    format!("range read {from}..{to} returned {} bytes", b.len()),
+                                ));
+                            }
+                            Ok((first, b))
+                        }
+                    })
+                    .buffered(RANGE_PARALLELISM)
+                    .try_collect()
+                    .await
+            })
+            .await?;
+            self.metrics.download_time.record(started.elapsed());
+            self.metrics
+                .bytes_downloaded
+                .add(chunks.iter().map(|(_, b)| b.len() as u64).sum());
+            let (dataset, uri) = (self.dataset.clone(), self.uri.clone());
+            offload("fetch", move || {
+                let mut out = Vec::new();
+                for (first, b) in chunks {
+                    out.extend(parse_run(&b, first, &dataset, &uri)?);
+                }
+                Ok(out)
+            })
+            .await?
+        }
+        .boxed()
+    }
+
+    fn warm(&self) -> BoxFuture<'_, Result<()>> {
+        async move { self.index().await.map(|_| ()) }.boxed()
+    }
+}

@@ -1,0 +1,186 @@
+//! Local backends through opendal (file://, memory://), compressed shards,
+//! the manifest, verification and byte-range reads. No servers needed.
+
+mod common;
+
+use common::{cache_opts, fields, read_all, write_dataset};
+use std::io::Write;
+use zephon_core::Dataset;
+use zephon_storage::backend::{Backend, runtime};
+use zephon_storage::scan::build_index;
+use zephon_storage::{CacheOptions, DatasetExt, RemoteDataset, UriDatasetExt};
+
+fn local(dir: &std::path::Path) -> Vec<String> {
+    fields(&read_all(Dataset::from_path("d", dir).unwrap(), false).unwrap())
+}
+
+fn index(dir: &std::path::Path) {
+    let b = Backend::open("d", &dir.display().to_string(), &Default::default()).unwrap();
+    runtime::block_on(build_index(&b, "d")).unwrap();
+}
+
+#[test]
+fn file_uri_and_plain_path_read_like_local() {
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    write_dataset(&data, 3, 40);
+    let want = local(&data);
+    let uri = format!("file://{}", data.display());
+    let ds = Dataset::from_uri_with("d", &uri, &cache_opts(t.path())).unwrap();
+    assert_eq!(fields(&read_all(ds, true).unwrap()), want);
+    index(&data);
+    let ds =
+        Dataset::from_uri_with("d", &data.display().to_string(), &cache_opts(t.path())).unwrap();
+    assert_eq!(fields(&read_all(ds, false).unwrap()), want);
+}
+
+#[test]
+fn memory_uri_reads_what_was_written() {
+    let opts =
+        zephon_storage::StorageOptions::default().cache(CacheOptions::default().enabled(false));
+    let b = Backend::open("m", "memory://backends-test", &opts).unwrap();
+    runtime::block_on(b.op.write("a.jsonl", "{\"a\":1}\n{\"a\":2}\n{\"a\":3}\n")).unwrap();
+    let ds = Dataset::from_uri_with("m", "memory://backends-test", &opts).unwrap();
+    let recs = read_all(ds, true).unwrap();
+    let mut got: Vec<i64> = recs
+        .iter()
+        .map(|r| r.get("a").unwrap().as_int().unwrap())
+        .collect();
+    got.sort();
+    assert_eq!(got, vec![1, 2, 3]);
+}
+
+fn compress(dir: &std::path::Path, out: &std::path::Path) {
+    std::fs::create_dir_all(out).unwrap();
+    for (i, e) in std::fs::read_dir(dir).unwrap().enumerate() {
+        let p = e.unwrap().path();
+        let data = std::fs::read(&p).unwrap();
+        let stem = p.file_name().unwrap().to_string_lossy().to_string();
+        if i % 2 == 0 {
+            std::fs::write(
+                out.join(format!("{stem}.zst")),
+                zstd::encode_all(&data[..], 3).unwrap(),
+            )
+            .unwrap();
+        } else {
+            let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            enc.write_all(&data).unwrap();
+            std::fs::write(out.join(format!("{stem}.gz")), enc.finish().unwrap()).unwrap();
+        }
+    }
+}
+
+#[test]
+fn compressed_shards_read_like_plain_ones() {
+    let t = tempfile::tempdir().unwrap();
+    let (plain, packed) = (t.path().join("plain"), t.path().join("packed"));
+    write_dataset(&plain, 4, 30);
+    compress(&plain, &packed);
+    let want = local(&plain);
+    let ds =
+        Dataset::from_uri_with("d", &packed.display().to_string(), &cache_opts(t.path())).unwrap();
+    assert_eq!(fields(&read_all(ds, false).unwrap()), want);
+    index(&packed);
+    let ds =
+        Dataset::from_uri_with("d", &packed.display().to_string(), &cache_opts(t.path())).unwrap();
+    assert_eq!(fields(&read_all(ds, true).unwrap()), want);
+}
+
+#[test]
+fn truncated_zst_is_an_error_naming_the_shard_and_nothing_is_cached() {
+    let t = tempfile::tempdir().unwrap();
+    let (plain, packed) = (t.path().join("plain"), t.path().join("packed"));
+    write_dataset(&plain, 1, 200);
+    std::fs::create_dir_all(&packed).unwrap();
+    let z = zstd::encode_all(&std::fs::read(plain.join("000.jsonl")).unwrap()[..], 3).unwrap();
+    std::fs::write(packed.join("000.jsonl.zst"), &z).unwrap();
+    index(&packed);
+    // Truncate and fix the manifest's size and checksum, so only decompression can notice.
+    let cut = &z[..z.len() / 2];
+    std::fs::write(packed.join("000.jsonl.zst"), cut).unwrap();
+    let mut m: zephon_storage::Manifest =
+        serde_json::from_slice(&std::fs::read(packed.join("index.json")).unwrap()).unwrap();
+    m.shards[0].bytes = cut.len() as u64;
+    m.shards[0].sha256 = Some(zephon_storage::manifest::sha256_hex(cut));
+    std::fs::write(packed.join("index.json"), m.to_json()).unwrap();
+    let rd =
+        RemoteDataset::open("d", &packed.display().to_string(), &cache_opts(t.path())).unwrap();
+    let err = runtime::block_on(rd.dataset().shards()[0].read_run(0, 1))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("000.jsonl.zst") && err.contains("truncated"),
+        "{err}"
+    );
+    assert!(!rd.is_cached(0));
+    assert_eq!(rd.cache_stats().failures, 1);
+}
+
+#[test]
+fn size_disagreeing_with_manifest_is_an_error_and_nothing_is_cached() {
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    write_dataset(&data, 2, 20);
+    index(&data);
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(data.join("001.jsonl"))
+        .unwrap()
+        .write_all(b"{\"extra\":1}\n")
+        .unwrap();
+    let rd = RemoteDataset::open("d", &data.display().to_string(), &cache_opts(t.path())).unwrap();
+    let err = runtime::block_on(rd.dataset().shards()[1].read_run(0, 1))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("001.jsonl") && err.contains("size mismatch"),
+        "{err}"
+    );
+    assert!(!rd.is_cached(1));
+    runtime::block_on(rd.dataset().shards()[0].read_run(0, 1)).unwrap();
+    assert!(rd.is_cached(0));
+}
+
+#[test]
+fn cache_smaller_than_a_shard_is_refused_at_open() {
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    write_dataset(&data, 1, 2000);
+    let mut opts = cache_opts(t.path());
+    opts.cache.limit_bytes = 1000;
+    let err = RemoteDataset::open("d", &data.display().to_string(), &opts)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("cache.limit_bytes") && err.contains("largest shard"),
+        "{err}"
+    );
+}
+
+#[test]
+fn byte_range_reads_match_whole_shard_reads() {
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    write_dataset(&data, 3, 50);
+    index(&data);
+    let want = local(&data);
+    let opts = cache_opts(t.path()).byte_range(true);
+    let rd = RemoteDataset::open("d", &data.display().to_string(), &opts).unwrap();
+    assert!(
+        rd.cache().is_none(),
+        "all shards are range-read: no cache needed"
+    );
+    assert_eq!(fields(&read_all(rd.dataset().clone(), true).unwrap()), want);
+    assert!(rd.cache_stats().bytes_downloaded > 0);
+}
+
+#[test]
+fn unsupported_scheme_names_the_uri() {
+    let err = Dataset::from_uri("d", "ftp://host/x")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("ftp://host/x") && err.contains("unsupported scheme"),
+        "{err}"
+    );
+}

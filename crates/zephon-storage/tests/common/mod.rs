@@ -1,0 +1,282 @@
+//! Test support: deterministic JSONL datasets and real servers (moto_server
+//! for S3, nginx for HTTP) on free ports of 127.0.0.1, killed on drop.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use zephon_core::{Dataset, PipelineExt, Record, Runner, WorkSource};
+use zephon_storage::backend::{Backend, runtime};
+use zephon_storage::{CacheOptions, StorageOptions};
+
+/// Writes `shards` JSONL shards of `per_shard` records into `dir`.
+pub fn write_dataset(dir: &Path, shards: usize, per_shard: usize) {
+    std::fs::create_dir_all(dir).unwrap();
+    for s in 0..shards {
+        let mut text = String::new();
+        for i in 0..per_shard {
+            text.push_str(&format!(
+                "{{\"id\":{},\"shard\":{s},\"text\":\"sample {i} of shard {s} {}\"}}\n",
+                s * per_shard + i,
+                "x".repeat(i % 17)
+            ));
+        }
+        std::fs::write(dir.join(format!("{s:03}.jsonl")), text).unwrap();
+    }
+}
+
+/// Every record of `ds` in work-source order (seeded shuffles, so orders compare).
+pub fn read_all(ds: Dataset, prefetch: bool) -> zephon_core::Result<Vec<Record>> {
+    let ws = WorkSource::builder().dataset(ds, 1.0).seed(7).build()?;
+    let it = if prefetch {
+        use zephon_storage::PrefetchExt;
+        ws.stream()
+            .prefetch(256, 4)
+            .fetch(4)
+            .into_blocking_iter(Runner::Threads { workers: 2 })?
+    } else {
+        ws.stream()
+            .fetch(4)
+            .into_blocking_iter(Runner::Threads { workers: 2 })?
+    };
+    it.collect()
+}
+
+/// Record fields only (lineage names shard URIs, which differ per backend).
+pub fn fields(records: &[Record]) -> Vec<String> {
+    records.iter().map(|r| format!("{:?}", r.fields)).collect()
+}
+
+/// A fresh cache folder under `dir`, small but big enough for test shards.
+pub fn cache_opts(dir: &Path) -> StorageOptions {
+    StorageOptions::default()
+        .timeout(Duration::from_secs(2))
+        .io_timeout(Duration::from_secs(1))
+        .retries(2)
+        .retry_min_delay(Duration::from_millis(50))
+        .retry_max_delay(Duration::from_millis(200))
+        .cache(
+            CacheOptions::default()
+                .root(dir.join("cache"))
+                .limit_bytes(64 << 20)
+                .memory_bytes(16 << 20),
+        )
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn wait_for_port(port: u16, what: &str, child: &mut Child) {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(20) {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("{what} exited before listening on port {port}: {status}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("{what} did not listen on port {port} within 20 s");
+}
+
+fn spawn(cmd: &mut Command, what: &str, install: &str) -> Child {
+    cmd.spawn().unwrap_or_else(|e| {
+        panic!("cannot start {what} ({e}); these tests need it installed: {install} (.ci/run installs it)")
+    })
+}
+
+/// A moto_server (S3) process.
+pub struct Moto {
+    pub port: u16,
+    pub log: PathBuf,
+    child: Child,
+}
+
+impl Moto {
+    pub fn start(dir: &Path) -> Self {
+        Self::start_on(dir, free_port())
+    }
+
+    pub fn start_on(dir: &Path, port: u16) -> Self {
+        let log = dir.join(format!("moto-{port}.log"));
+        let f = std::fs::File::create(&log).unwrap();
+        let mut child = spawn(
+            Command::new("moto_server")
+                .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+                .stdout(Stdio::null())
+                .stderr(f),
+            "moto_server",
+            "pip install 'moto[server]'",
+        );
+        wait_for_port(port, "moto_server", &mut child);
+        Moto { port, log, child }
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn opts(&self, base: StorageOptions) -> StorageOptions {
+        base.endpoint(&self.endpoint())
+            .region("us-east-1")
+            .access_key_id("test")
+            .secret_access_key("test")
+    }
+
+    /// Creates `bucket` and uploads every file of `dir` under `prefix`.
+    pub fn upload(&self, bucket: &str, prefix: &str, dir: &Path) {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        write!(
+            s,
+            "PUT /{bucket} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            self.port
+        )
+        .unwrap();
+        let mut resp = String::new();
+        s.read_to_string(&mut resp).unwrap();
+        assert!(
+            resp.starts_with("HTTP/1.1 200"),
+            "bucket creation failed: {resp}"
+        );
+        let opts = self.opts(StorageOptions::default());
+        let b = Backend::open("upload", &format!("s3://{bucket}/{prefix}"), &opts).unwrap();
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_file() {
+                let name = p.file_name().unwrap().to_string_lossy().to_string();
+                let data = std::fs::read(&p).unwrap();
+                runtime::block_on(b.op.write(&name, data)).unwrap();
+            }
+        }
+    }
+
+    /// GET requests the server logged for paths containing `needle`.
+    pub fn gets(&self, needle: &str) -> usize {
+        count_gets(&self.log, needle)
+    }
+
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        // A test may leave it stopped (SIGSTOP): wake it so it can die.
+        signal(self.child.id(), "CONT");
+        self.stop();
+    }
+}
+
+/// An nginx serving a folder.
+pub struct Nginx {
+    pub port: u16,
+    pub log: PathBuf,
+    dir: PathBuf,
+    root: PathBuf,
+    child: Child,
+}
+
+impl Nginx {
+    pub fn start(dir: &Path, root: &Path) -> Self {
+        Self::start_on(dir, root, free_port())
+    }
+
+    pub fn start_on(dir: &Path, root: &Path, port: u16) -> Self {
+        let run = dir.join(format!("nginx-{port}"));
+        std::fs::create_dir_all(run.join("tmp")).unwrap();
+        let log = run.join("access.log");
+        let conf = run.join("nginx.conf");
+        let t = run.join("tmp").display().to_string();
+        std::fs::write(
+            &conf,
+            format!(
+                "worker_processes 1;\nerror_log {run}/error.log;\npid {run}/nginx.pid;\n\
+                 events {{ worker_connections 64; }}\n\
+                 http {{\n  access_log {log};\n  client_body_temp_path {t};\n  proxy_temp_path {t};\n\
+                   fastcgi_temp_path {t};\n  uwsgi_temp_path {t};\n  scgi_temp_path {t};\n\
+                   server {{\n    listen 127.0.0.1:{port};\n    root {root};\n  }}\n}}\n",
+                run = run.display(),
+                log = log.display(),
+                root = root.display(),
+            ),
+        )
+        .unwrap();
+        let mut child = spawn(
+            Command::new("nginx")
+                .arg("-c")
+                .arg(&conf)
+                .arg("-p")
+                .arg(&run)
+                .args(["-g", "daemon off;"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
+            "nginx",
+            "apt-get install nginx-light",
+        );
+        wait_for_port(port, "nginx", &mut child);
+        Nginx {
+            port,
+            log,
+            dir: dir.to_owned(),
+            root: root.to_owned(),
+            child,
+        }
+    }
+
+    pub fn uri(&self) -> String {
+        format!("http://127.0.0.1:{}/", self.port)
+    }
+
+    pub fn gets(&self, needle: &str) -> usize {
+        count_gets(&self.log, needle)
+    }
+
+    /// Stops master and worker (SIGQUIT would wait for open connections).
+    pub fn stop(&mut self) {
+        signal(self.child.id(), "TERM");
+        let _ = self.child.wait();
+    }
+
+    /// Starts a new nginx on the same port and folder.
+    pub fn restart(&mut self) {
+        self.stop();
+        let fresh = Nginx::start_on(&self.dir, &self.root, self.port);
+        let old = std::mem::replace(self, fresh);
+        std::mem::forget(old);
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+pub fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status();
+}
+
+fn count_gets(log: &Path, needle: &str) -> usize {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("\"GET ") && l.contains(needle))
+        .count()
+}
