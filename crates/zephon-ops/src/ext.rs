@@ -1,5 +1,8 @@
 //! [`TextPipelineExt`]: the chain methods of the text operators.
 
+use crate::pack::PackConfig;
+use crate::pack::flat::PackFlat;
+use crate::pack::stream::PackSequences;
 use crate::to_training::{ToTraining, TrainingConfig};
 use crate::tokenize::{Tokenize, TokenizeConfig};
 use futures::Stream;
@@ -14,6 +17,23 @@ pub trait TextPipelineExt: Stream + Sized {
         Self: Stream<Item = Result<Record>>,
     {
         Tokenize::new(self, config, parallelism)
+    }
+
+    /// Packs tokenized records into rows of at most `max_length`, per lane.
+    /// See [`PackSequences`].
+    fn pack_sequences(self, config: PackConfig) -> PackSequences<Self>
+    where
+        Self: Stream<Item = Result<Record>>,
+    {
+        PackSequences::new(self, config)
+    }
+
+    /// Pads packed rows to `max_length` with `pad_token_id`. See [`PackFlat`].
+    fn pack_flat(self, max_length: usize, pad_token_id: u32) -> PackFlat<Self>
+    where
+        Self: Stream<Item = Result<Record>>,
+    {
+        PackFlat::new(self, max_length, pad_token_id)
     }
 
     /// Collates batches of token rows into

@@ -7,6 +7,7 @@
 pub mod error;
 pub mod ext;
 pub mod fields;
+pub mod pack;
 pub mod stats;
 pub mod to_training;
 pub mod tokenize;
@@ -14,6 +15,9 @@ pub mod training;
 
 pub use error::{Error, Result};
 pub use ext::TextPipelineExt;
+pub use pack::flat::PackFlat;
+pub use pack::stream::PackSequences;
+pub use pack::{OversizedPolicy, PackAlgorithm, PackConfig, Packer, Seq};
 pub use stats::{TextStats, TextStatsSnapshot};
 pub use to_training::{ToTraining, TrainingConfig};
 pub use tokenize::{OnMissing, Overflow, SpecialTokens, Tokenize, TokenizeConfig};

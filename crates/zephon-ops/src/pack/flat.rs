@@ -1,0 +1,117 @@
+//! `pack_flat`: packed rows padded to exactly `max_length`.
+
+use crate::fields;
+use futures::Stream;
+use pin_project::pin_project;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use zephon_core::{Record, Result, Value};
+
+/// Pads every row to `max_length`: `input_ids` with `pad_token_id`,
+/// `segment_ids` and `position_ids` with 0, and adds an
+/// [`fields::ATTENTION_MASK`] (1 for real tokens, 0 for padding). A row
+/// without segment ids is one document. A row longer than `max_length` is an
+/// error naming its source.
+///
+/// Created by [`TextPipelineExt::pack_flat`](crate::TextPipelineExt::pack_flat).
+///
+/// ```
+/// use zephon_core::{PipelineExt, Record, Runner, Value};
+/// use zephon_ops::{PackAlgorithm, PackConfig, TextPipelineExt};
+/// let docs = [3usize, 2].map(|n| Ok(Record::new().with("input_ids", Value::Tokens(vec![7; n]))));
+/// let rows: Vec<Record> = futures::stream::iter(docs)
+///     .pack_sequences(PackConfig::new(4, PackAlgorithm::FirstFit))
+///     .pack_flat(4, 0)
+///     .into_blocking_iter(Runner::Inline)?
+///     .collect::<Result<_, _>>()?;
+/// assert_eq!(rows[0].tokens("input_ids").unwrap(), &[7, 7, 7, 0]);
+/// assert_eq!(rows[1].tokens("attention_mask").unwrap(), &[1, 1, 0, 0]);
+/// # Ok::<(), zephon_core::Error>(())
+/// ```
+#[pin_project]
+#[must_use = "streams do nothing unless polled"]
+#[derive(Debug)]
+pub struct PackFlat<S> {
+    #[pin]
+    inner: S,
+    max_length: usize,
+    pad_token_id: u32,
+}
+
+impl<S> PackFlat<S> {
+    /// Wraps `inner`.
+    pub fn new(inner: S, max_length: usize, pad_token_id: u32) -> Self {
+        PackFlat {
+            inner,
+            max_length,
+            pad_token_id,
+        }
+    }
+}
+
+/// Pads one row in place; see [`PackFlat`].
+pub fn pad_row(r: &mut Record, max_length: usize, pad_token_id: u32) -> crate::Result<()> {
+    let ids = match r.get(fields::INPUT_IDS) {
+        Some(Value::Tokens(t)) => t.len(),
+        _ => {
+            return Err(crate::Error::missing(
+                "pack_flat",
+                fields::INPUT_IDS,
+                "tokens",
+                r,
+            ));
+        }
+    };
+    if ids > max_length {
+        return Err(crate::Error::Oversized {
+            ptr: crate::error::PtrDisplay(r.source().copied()),
+            len: ids,
+            max_length,
+        });
+    }
+    let pad = |r: &mut Record, name: &str, fill: u32, default: u32| {
+        let mut v = match r.take(name) {
+            Some(Value::Tokens(t)) if t.len() == ids => t,
+            _ => vec![default; ids],
+        };
+        v.resize(max_length, fill);
+        r.set(name, Value::Tokens(v));
+    };
+    pad(r, fields::INPUT_IDS, pad_token_id, 0);
+    pad(r, fields::SEGMENT_IDS, 0, 1);
+    if r.tokens(fields::POSITION_IDS).is_none() {
+        r.set(
+            fields::POSITION_IDS,
+            Value::Tokens((0..ids as u32).collect()),
+        );
+    }
+    pad(r, fields::POSITION_IDS, 0, 0);
+    let mut mask = vec![1u32; ids];
+    mask.resize(max_length, 0);
+    r.set(fields::ATTENTION_MASK, Value::Tokens(mask));
+    Ok(())
+}
+
+impl<S> Stream for PackFlat<S>
+where
+    S: Stream<Item = Result<Record>>,
+{
+    type Item = Result<Record>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.project();
+        let (max, pad) = (*this.max_length, *this.pad_token_id);
+        this.inner.poll_next(cx).map(|o| {
+            o.map(|r| {
+                r.and_then(|mut r| {
+                    pad_row(&mut r, max, pad)?;
+                    Ok(r)
+                })
+            })
+        })
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.inner.size_hint()
+    }
+}

@@ -1,0 +1,333 @@
+//! `pack_sequences`: token sequences packed into rows of at most
+//! `max_length`, per lane, keeping document boundaries.
+//!
+//! - [`bins`]: `first_fit` and `best_fit` (a sequence is never split);
+//! - [`wrap`]: `wrap` (a continuous stream cut into rows) and `best_fit_wrap`;
+//! - [`stream`]: the stream adapter; [`flat`]: padding rows to `max_length`.
+
+pub mod bins;
+pub mod flat;
+pub mod stream;
+pub mod wrap;
+
+use crate::error::{Error, PtrDisplay};
+use crate::fields;
+use crate::stats::TextStats;
+use std::collections::BTreeMap;
+use std::collections::VecDeque;
+use std::sync::Arc;
+use zephon_core::{LaneId, Lineage, Record, Value};
+
+/// How sequences are placed into rows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PackAlgorithm {
+    /// Each sequence goes to the first row with room, in arrival order.
+    FirstFit,
+    /// Best fit, largest first, per window; never more rows than
+    /// [`FirstFit`](PackAlgorithm::FirstFit) on the same window.
+    BestFit,
+    /// A continuous stream of tokens cut into rows of exactly `max_length`;
+    /// no padding, sequences cut at row ends.
+    #[default]
+    Wrap,
+    /// Best fit from a pool of candidates; when nothing fits, the oldest
+    /// candidate is split to fill the row (at most one split per row).
+    BestFitWrap,
+}
+
+/// What `first_fit` and `best_fit` do with a sequence longer than `max_length`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OversizedPolicy {
+    /// Drop it, counted in [`TextStats::dropped_oversized`].
+    #[default]
+    Drop,
+    /// An error naming its source pointer and length.
+    Error,
+}
+
+/// The options of `pack_sequences`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PackConfig {
+    /// Tokens per row, at most.
+    pub max_length: usize,
+    /// The placement algorithm.
+    pub algorithm: PackAlgorithm,
+    /// Bins per window (`first_fit`, `best_fit`: a window closes once it holds
+    /// `num_bins * max_length` tokens) or candidates in the pool
+    /// (`best_fit_wrap`). More bins pack tighter and hold more in memory.
+    pub num_bins: usize,
+    /// At most this many segments per row (not for `wrap`).
+    pub max_sequences_per_bin: Option<usize>,
+    /// Sequences shorter than this are dropped (empty ones always are).
+    pub min_sequence_length: usize,
+    /// Oversized sequences under `first_fit` and `best_fit`.
+    pub oversized: OversizedPolicy,
+    /// At the end of the stream, drops each lane's last row if it is not full
+    /// (`wrap`, `best_fit_wrap`); counted in [`TextStats::dropped_tokens`].
+    pub drop_remainder: bool,
+}
+
+impl PackConfig {
+    /// `algorithm` into rows of `max_length`, 64 bins, no other limits.
+    pub fn new(max_length: usize, algorithm: PackAlgorithm) -> Self {
+        PackConfig {
+            max_length: max_length.max(1),
+            algorithm,
+            num_bins: 64,
+            max_sequences_per_bin: None,
+            min_sequence_length: 1,
+            oversized: OversizedPolicy::Drop,
+            drop_remainder: false,
+        }
+    }
+
+    /// Sets `num_bins` (at least 1).
+    pub fn num_bins(mut self, n: usize) -> Self {
+        self.num_bins = n.max(1);
+        self
+    }
+
+    /// Sets `max_sequences_per_bin` (at least 1).
+    pub fn max_sequences_per_bin(mut self, n: usize) -> Self {
+        self.max_sequences_per_bin = Some(n.max(1));
+        self
+    }
+
+    /// Sets `min_sequence_length`.
+    pub fn min_sequence_length(mut self, n: usize) -> Self {
+        self.min_sequence_length = n;
+        self
+    }
+
+    /// Sets the oversized policy.
+    pub fn oversized(mut self, p: OversizedPolicy) -> Self {
+        self.oversized = p;
+        self
+    }
+
+    /// Sets `drop_remainder`.
+    pub fn drop_remainder(mut self, on: bool) -> Self {
+        self.drop_remainder = on;
+        self
+    }
+
+    pub(crate) fn seq_limit(&self) -> usize {
+        self.max_sequences_per_bin.unwrap_or(usize::MAX)
+    }
+}
+
+/// A sequence to pack: its ids and where it came from.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Seq {
+    /// Token ids.
+    pub ids: Vec<u32>,
+    /// Source pointers.
+    pub lineage: Lineage,
+}
+
+/// A row being filled: ids, the length of each segment, and the lineage of
+/// every segment's source.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Row {
+    pub ids: Vec<u32>,
+    pub seg_lens: Vec<u32>,
+    pub lineage: Lineage,
+}
+
+impl Row {
+    pub(crate) fn with_capacity(n: usize) -> Self {
+        Row {
+            ids: Vec::with_capacity(n),
+            seg_lens: Vec::new(),
+            lineage: Lineage::new(),
+        }
+    }
+
+    pub(crate) fn push(&mut self, ids: &[u32], lineage: &Lineage) {
+        self.ids.extend_from_slice(ids);
+        self.seg_lens.push(ids.len() as u32);
+        self.lineage.extend(lineage.iter().copied());
+    }
+
+    /// The packed record: ids, segment ids from 1, positions restarting at
+    /// every segment.
+    pub(crate) fn into_record(self, lane: LaneId) -> Record {
+        let n = self.ids.len();
+        let mut segs = Vec::with_capacity(n);
+        let mut pos = Vec::with_capacity(n);
+        for (i, &len) in self.seg_lens.iter().enumerate() {
+            segs.extend(std::iter::repeat_n(i as u32 + 1, len as usize));
+            pos.extend(0..len);
+        }
+        let mut r = Record {
+            lane,
+            lineage: self.lineage,
+            ..Record::new()
+        };
+        r.set(fields::INPUT_IDS, Value::Tokens(self.ids));
+        r.set(fields::SEGMENT_IDS, Value::Tokens(segs));
+        r.set(fields::POSITION_IDS, Value::Tokens(pos));
+        r
+    }
+}
+
+/// The per-lane state of one algorithm.
+#[derive(Debug)]
+enum LaneState {
+    Bins(bins::BinPacker),
+    Wrap(wrap::WrapPacker),
+    BestFitWrap(wrap::BestFitWrapPacker),
+}
+
+/// The packing state machine behind the stream adapter, usable on its own:
+/// push records, take rows. Lanes are packed independently; the output for
+/// a lane depends only on that lane's input, so it is deterministic.
+///
+/// ```
+/// use zephon_core::{Record, Value};
+/// use zephon_ops::{PackAlgorithm, PackConfig, Packer};
+/// let mut p = Packer::new(PackConfig::new(4, PackAlgorithm::Wrap));
+/// for doc in [vec![1, 2, 3], vec![4, 5, 6]] {
+///     p.push(Record::new().with("input_ids", Value::Tokens(doc)))?;
+/// }
+/// p.finish();
+/// let rows: Vec<Record> = std::iter::from_fn(|| p.pop()).collect();
+/// assert_eq!(rows[0].tokens("input_ids").unwrap(), &[1, 2, 3, 4]);
+/// assert_eq!(rows[0].tokens("segment_ids").unwrap(), &[1, 1, 1, 2]);
+/// assert_eq!(rows[1].tokens("position_ids").unwrap(), &[0, 1]);
+/// # Ok::<(), zephon_ops::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct Packer {
+    config: PackConfig,
+    lanes: BTreeMap<LaneId, LaneState>,
+    out: VecDeque<Record>,
+    stats: Arc<TextStats>,
+}
+
+impl Packer {
+    /// A packer with its own statistics.
+    pub fn new(config: PackConfig) -> Self {
+        Packer {
+            config,
+            lanes: BTreeMap::new(),
+            out: VecDeque::new(),
+            stats: Arc::new(TextStats::default()),
+        }
+    }
+
+    /// Counts into `stats` instead.
+    pub fn with_stats(mut self, stats: Arc<TextStats>) -> Self {
+        self.stats = stats;
+        self
+    }
+
+    /// The statistics this packer counts into.
+    pub fn stats(&self) -> &Arc<TextStats> {
+        &self.stats
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &PackConfig {
+        &self.config
+    }
+
+    /// Rows ready to be taken.
+    pub fn ready(&self) -> usize {
+        self.out.len()
+    }
+
+    /// Takes the next finished row.
+    pub fn pop(&mut self) -> Option<Record> {
+        self.out.pop_front()
+    }
+
+    /// Adds a record carrying [`fields::INPUT_IDS`]; other fields are dropped.
+    pub fn push(&mut self, mut r: Record) -> crate::Result<()> {
+        let ids = match r.take(fields::INPUT_IDS) {
+            Some(Value::Tokens(t)) => t,
+            other => {
+                if let Some(v) = other {
+                    r.set(fields::INPUT_IDS, v);
+                }
+                return Err(Error::missing(
+                    "pack_sequences",
+                    fields::INPUT_IDS,
+                    "tokens",
+                    &r,
+                ));
+            }
+        };
+        let c = self.config;
+        let st = &self.stats;
+        st.sequences_in.inc();
+        if ids.is_empty() || ids.len() < c.min_sequence_length {
+            st.dropped_short.inc();
+            st.dropped_tokens.add(ids.len() as u64);
+            return Ok(());
+        }
+        let is_bins = matches!(
+            c.algorithm,
+            PackAlgorithm::FirstFit | PackAlgorithm::BestFit
+        );
+        if is_bins && ids.len() > c.max_length {
+            return match c.oversized {
+                OversizedPolicy::Drop => {
+                    st.dropped_oversized.inc();
+                    st.dropped_tokens.add(ids.len() as u64);
+                    Ok(())
+                }
+                OversizedPolicy::Error => Err(Error::Oversized {
+                    ptr: PtrDisplay(r.source().copied()),
+                    len: ids.len(),
+                    max_length: c.max_length,
+                }),
+            };
+        }
+        let lane = r.lane;
+        let seq = Seq {
+            ids,
+            lineage: std::mem::take(&mut r.lineage),
+        };
+        let state = self.lanes.entry(lane).or_insert_with(|| match c.algorithm {
+            PackAlgorithm::FirstFit | PackAlgorithm::BestFit => {
+                LaneState::Bins(bins::BinPacker::default())
+            }
+            PackAlgorithm::Wrap => LaneState::Wrap(wrap::WrapPacker::default()),
+            PackAlgorithm::BestFitWrap => {
+                LaneState::BestFitWrap(wrap::BestFitWrapPacker::default())
+            }
+        });
+        let mut rows = Vec::new();
+        match state {
+            LaneState::Bins(p) => p.push(seq, &c, &mut rows),
+            LaneState::Wrap(p) => p.push(seq, &c, st, &mut rows),
+            LaneState::BestFitWrap(p) => p.push(seq, &c, st, &mut rows),
+        }
+        self.emit(lane, rows);
+        Ok(())
+    }
+
+    /// Flushes every lane, in lane order: the end of the input.
+    pub fn finish(&mut self) {
+        let c = self.config;
+        let lanes = std::mem::take(&mut self.lanes);
+        for (lane, state) in lanes {
+            let mut rows = Vec::new();
+            match state {
+                LaneState::Bins(mut p) => p.flush(&c, &mut rows),
+                LaneState::Wrap(p) => p.finish(&c, &self.stats, &mut rows),
+                LaneState::BestFitWrap(p) => p.finish(&c, &self.stats, &mut rows),
+            }
+            self.emit(lane, rows);
+        }
+    }
+
+    fn emit(&mut self, lane: LaneId, rows: Vec<Row>) {
+        for row in rows {
+            self.stats
+                .record_row(row.ids.len(), row.seg_lens.len(), self.config.max_length);
+            self.out.push_back(row.into_record(lane));
+        }
+    }
+}

@@ -1,0 +1,112 @@
+//! `wrap` and `best_fit_wrap`: rows filled to exactly `max_length`, cutting
+//! sequences where needed.
+
+use super::{PackConfig, Row, Seq};
+use crate::stats::TextStats;
+use std::collections::VecDeque;
+
+/// `wrap`: the lane's sequences concatenated and cut into rows of
+/// `max_length`. Pieces of one sequence in two rows are two segments.
+#[derive(Debug, Default)]
+pub struct WrapPacker {
+    row: Row,
+}
+
+impl WrapPacker {
+    pub(crate) fn push(&mut self, seq: Seq, c: &PackConfig, st: &TextStats, out: &mut Vec<Row>) {
+        let mut rest = seq.ids.as_slice();
+        if rest.len() > c.max_length - self.row.ids.len() {
+            st.split_sequences.inc();
+        }
+        while !rest.is_empty() {
+            if self.row.ids.capacity() == 0 {
+                self.row = Row::with_capacity(c.max_length);
+            }
+            let take = rest.len().min(c.max_length - self.row.ids.len());
+            self.row.push(&rest[..take], &seq.lineage);
+            rest = &rest[take..];
+            if self.row.ids.len() == c.max_length {
+                out.push(std::mem::take(&mut self.row));
+            }
+        }
+    }
+
+    pub(crate) fn finish(self, c: &PackConfig, st: &TextStats, out: &mut Vec<Row>) {
+        finish_row(self.row, c, st, out);
+    }
+}
+
+fn finish_row(row: Row, c: &PackConfig, st: &TextStats, out: &mut Vec<Row>) {
+    if row.ids.is_empty() {
+        return;
+    }
+    if c.drop_remainder && row.ids.len() < c.max_length {
+        st.dropped_tokens.add(row.ids.len() as u64);
+    } else {
+        out.push(row);
+    }
+}
+
+/// `best_fit_wrap`: a pool of up to `num_bins` candidates; each row takes
+/// the largest candidate that fits until none does, then fills what is left
+/// with the head of the oldest candidate (its tail stays in the pool, first
+/// in line). At most one split per row, rows full except at the end or when
+/// `max_sequences_per_bin` stops them.
+#[derive(Debug, Default)]
+pub struct BestFitWrapPacker {
+    pool: VecDeque<Seq>,
+}
+
+impl BestFitWrapPacker {
+    pub(crate) fn push(&mut self, seq: Seq, c: &PackConfig, st: &TextStats, out: &mut Vec<Row>) {
+        self.pool.push_back(seq);
+        while self.pool.len() > c.num_bins {
+            let row = self.fill(c, st);
+            out.push(row);
+        }
+    }
+
+    pub(crate) fn finish(mut self, c: &PackConfig, st: &TextStats, out: &mut Vec<Row>) {
+        while !self.pool.is_empty() {
+            let row = self.fill(c, st);
+            if self.pool.is_empty() {
+                finish_row(row, c, st, out);
+            } else {
+                out.push(row);
+            }
+        }
+    }
+
+    fn fill(&mut self, c: &PackConfig, st: &TextStats) -> Row {
+        let mut row = Row::with_capacity(c.max_length);
+        while row.seg_lens.len() < c.seq_limit() && !self.pool.is_empty() {
+            let room = c.max_length - row.ids.len();
+            if room == 0 {
+                break;
+            }
+            // The largest candidate that fits; ties go to the oldest.
+            let best = self
+                .pool
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.ids.len() <= room)
+                .max_by_key(|&(i, s)| (s.ids.len(), std::cmp::Reverse(i)))
+                .map(|(i, _)| i);
+            match best.and_then(|i| self.pool.remove(i)) {
+                Some(s) => row.push(&s.ids, &s.lineage),
+                None => {
+                    // Nothing fits: the oldest candidate fills the row and
+                    // its tail waits at the front of the pool.
+                    let Some(head) = self.pool.front_mut() else {
+                        break;
+                    };
+                    st.split_sequences.inc();
+                    row.push(&head.ids[..room], &head.lineage);
+                    head.ids.drain(..room);
+                    break;
+                }
+            }
+        }
+        row
+    }
+}
