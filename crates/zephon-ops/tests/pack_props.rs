@@ -1,0 +1,205 @@
+//! Packing invariants, as property tests.
+
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+use zephon_core::{Lineage, Record, SamplePtr, Value};
+use zephon_ops::{PackAlgorithm, PackConfig, Packer};
+
+/// Documents with distinct, recognisable ids: token `j` of document `i` is
+/// `i * 10_000 + j`.
+fn docs(lens: &[usize]) -> Vec<Record> {
+    lens.iter()
+        .enumerate()
+        .map(|(i, &n)| {
+            let mut r = Record::new().with(
+                "input_ids",
+                Value::Tokens((0..n as u32).map(|j| i as u32 * 10_000 + j).collect()),
+            );
+            r.lineage = Lineage::from_elem(
+                SamplePtr {
+                    dataset: 0,
+                    shard: 0,
+                    sample: i as u64,
+                    lane: 0,
+                },
+                1,
+            );
+            r
+        })
+        .collect()
+}
+
+fn pack(lens: &[usize], config: PackConfig) -> Vec<Record> {
+    let mut p = Packer::new(config);
+    for r in docs(lens) {
+        p.push(r).unwrap();
+    }
+    p.finish();
+    std::iter::from_fn(|| p.pop()).collect()
+}
+
+fn ids(r: &Record) -> &[u32] {
+    r.tokens("input_ids").unwrap()
+}
+
+/// Pieces of each source document, in output order, keyed by document.
+fn pieces(rows: &[Record]) -> BTreeMap<u64, Vec<u32>> {
+    let mut by_doc: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
+    for r in rows {
+        let segs = r.tokens("segment_ids").unwrap();
+        let pos = r.tokens("position_ids").unwrap();
+        assert_eq!(segs.len(), ids(r).len());
+        let mut start = 0;
+        for (k, ptr) in r.lineage.iter().enumerate() {
+            let len = segs.iter().filter(|&&s| s == k as u32 + 1).count();
+            let piece = &ids(r)[start..start + len];
+            assert_eq!(
+                &pos[start..start + len],
+                (0..len as u32).collect::<Vec<_>>().as_slice()
+            );
+            by_doc
+                .entry(ptr.sample)
+                .or_default()
+                .extend_from_slice(piece);
+            start += len;
+        }
+        assert_eq!(start, ids(r).len(), "segments cover the row");
+    }
+    by_doc
+}
+
+fn padding(rows: &[Record], max_length: usize) -> usize {
+    rows.iter().map(|r| max_length - ids(r).len()).sum()
+}
+
+fn lens_strategy() -> impl Strategy<Value = Vec<usize>> {
+    prop::collection::vec(0usize..300, 0..120)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn bins_lose_nothing_but_oversized(lens in lens_strategy(), max_length in 16usize..256, bins in 1usize..8,
+                                       max_seqs in prop::option::of(1usize..6), best in any::<bool>()) {
+        let algo = if best { PackAlgorithm::BestFit } else { PackAlgorithm::FirstFit };
+        let mut config = PackConfig::new(max_length, algo).num_bins(bins);
+        if let Some(m) = max_seqs { config = config.max_sequences_per_bin(m); }
+        let rows = pack(&lens, config);
+        for r in &rows {
+            prop_assert!(ids(r).len() <= max_length);
+            prop_assert!(!ids(r).is_empty());
+            if let Some(m) = max_seqs { prop_assert!(r.lineage.len() <= m); }
+        }
+        let got = pieces(&rows);
+        let want: BTreeMap<u64, Vec<u32>> = docs(&lens).iter().enumerate()
+            .filter(|(_, r)| !ids(r).is_empty() && ids(r).len() <= max_length)
+            .map(|(i, r)| (i as u64, ids(r).to_vec())).collect();
+        prop_assert_eq!(got, want);
+    }
+
+    #[test]
+    fn best_fit_never_pads_more_than_first_fit(lens in lens_strategy(), max_length in 16usize..256,
+                                               bins in 1usize..8, max_seqs in prop::option::of(1usize..6)) {
+        let mut ff = PackConfig::new(max_length, PackAlgorithm::FirstFit).num_bins(bins);
+        if let Some(m) = max_seqs { ff = ff.max_sequences_per_bin(m); }
+        let bf = PackConfig { algorithm: PackAlgorithm::BestFit, ..ff };
+        prop_assert!(padding(&pack(&lens, bf), max_length) <= padding(&pack(&lens, ff), max_length));
+    }
+
+    #[test]
+    fn wrap_concatenation_is_the_input(lens in lens_strategy(), max_length in 1usize..256, drop in any::<bool>()) {
+        let rows = pack(&lens, PackConfig::new(max_length, PackAlgorithm::Wrap).drop_remainder(drop));
+        let input: Vec<u32> = docs(&lens).iter().flat_map(|r| ids(r).to_vec()).collect();
+        let output: Vec<u32> = rows.iter().flat_map(|r| ids(r).to_vec()).collect();
+        for r in &rows[..rows.len().saturating_sub(1)] {
+            prop_assert_eq!(ids(r).len(), max_length);
+        }
+        if drop {
+            prop_assert_eq!(output.len(), input.len() / max_length * max_length);
+            prop_assert!(rows.iter().all(|r| ids(r).len() == max_length));
+        }
+        prop_assert_eq!(&output[..], &input[..output.len()]);
+        if !drop { prop_assert_eq!(output.len(), input.len()); }
+        pieces(&rows);
+    }
+
+    #[test]
+    fn best_fit_wrap_loses_nothing_and_splits_once_per_row(lens in lens_strategy(), max_length in 8usize..256,
+                                                           pool in 1usize..16, max_seqs in prop::option::of(1usize..6)) {
+        let mut config = PackConfig::new(max_length, PackAlgorithm::BestFitWrap).num_bins(pool);
+        if let Some(m) = max_seqs { config = config.max_sequences_per_bin(m); }
+        let rows = pack(&lens, config);
+        let got = pieces(&rows);
+        let want: BTreeMap<u64, Vec<u32>> = docs(&lens).iter().enumerate()
+            .filter(|(_, r)| !ids(r).is_empty())
+            .map(|(i, r)| (i as u64, ids(r).to_vec())).collect();
+        prop_assert_eq!(&got, &want);
+        // A segment is a cut piece when its document continues in a later row.
+        let mut seen: BTreeMap<u64, usize> = BTreeMap::new();
+        for r in &rows {
+            prop_assert!(ids(r).len() <= max_length);
+            if let Some(m) = max_seqs { prop_assert!(r.lineage.len() <= m); }
+            let segs = r.tokens("segment_ids").unwrap();
+            let mut cut = 0;
+            for (k, p) in r.lineage.iter().enumerate() {
+                let len = segs.iter().filter(|&&s| s == k as u32 + 1).count();
+                let done = seen.entry(p.sample).or_default();
+                *done += len;
+                if *done < want[&p.sample].len() { cut += 1; }
+            }
+            prop_assert!(cut <= 1, "row cuts {} documents", cut);
+        }
+    }
+}
+
+#[test]
+fn oversized_error_names_the_sample() {
+    let mut p = Packer::new(
+        PackConfig::new(4, PackAlgorithm::FirstFit).oversized(zephon_ops::OversizedPolicy::Error),
+    );
+    let err = p.push(docs(&[1, 9]).remove(1)).unwrap_err().to_string();
+    assert!(
+        err.contains("sample 1") && err.contains("9 tokens"),
+        "{err}"
+    );
+}
+
+#[test]
+fn missing_field_names_field_and_pointer() {
+    let mut p = Packer::new(PackConfig::new(4, PackAlgorithm::Wrap));
+    let mut r = Record::new().with("input_ids", "not tokenized");
+    r.lineage = Lineage::from_elem(
+        SamplePtr {
+            dataset: 2,
+            shard: 3,
+            sample: 4,
+            lane: 0,
+        },
+        1,
+    );
+    let err = p.push(r).unwrap_err().to_string();
+    assert!(
+        err.contains("`input_ids`")
+            && err.contains("shard 3, sample 4")
+            && err.contains("found text"),
+        "{err}"
+    );
+}
+
+#[test]
+fn stats_count_padding_and_drops() {
+    let mut p = Packer::new(PackConfig::new(10, PackAlgorithm::FirstFit).min_sequence_length(2));
+    for r in docs(&[6, 6, 1, 20, 4]) {
+        p.push(r).unwrap();
+    }
+    p.finish();
+    let s = p.stats().snapshot();
+    assert_eq!((s.rows, s.row_tokens, s.padding_tokens), (2, 16, 4));
+    assert_eq!(
+        (s.dropped_short, s.dropped_oversized, s.dropped_tokens),
+        (1, 1, 21)
+    );
+    assert!((s.padding_fraction - 0.2).abs() < 1e-9);
+    assert!((s.sequences_per_row - 1.5).abs() < 1e-9);
+}
