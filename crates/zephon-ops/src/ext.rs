@@ -1,5 +1,6 @@
 //! [`TextPipelineExt`]: the chain methods of the text operators.
 
+use crate::ensure_mixture::{EnsureMixture, MixtureConfig};
 use crate::pack::PackConfig;
 use crate::pack::flat::PackFlat;
 use crate::pack::stream::PackSequences;
@@ -17,6 +18,15 @@ pub trait TextPipelineExt: Stream + Sized {
         Self: Stream<Item = Result<Record>>,
     {
         Tokenize::new(self, config, parallelism)
+    }
+
+    /// Reorders records so each dataset's token (or sample) share tracks
+    /// the target weights. See [`EnsureMixture`].
+    fn ensure_mixture(self, config: MixtureConfig) -> EnsureMixture<Self>
+    where
+        Self: Stream<Item = Result<Record>>,
+    {
+        EnsureMixture::new(self, config)
     }
 
     /// Packs tokenized records into rows of at most `max_length`, per lane.

@@ -4,6 +4,7 @@
 //! token-level mixture, and collate batches for training.
 #![warn(missing_docs)]
 
+pub mod ensure_mixture;
 pub mod error;
 pub mod ext;
 pub mod fields;
@@ -13,6 +14,7 @@ pub mod to_training;
 pub mod tokenize;
 pub mod training;
 
+pub use ensure_mixture::{EnsureMixture, MixtureConfig, WeightBy};
 pub use error::{Error, Result};
 pub use ext::TextPipelineExt;
 pub use pack::flat::PackFlat;

@@ -1,0 +1,312 @@
+//! `ensure_mixture`: reorders records so that the token (or sample) share of
+//! each source dataset tracks the target weights.
+//!
+//! A work source mixes datasets by samples; when their documents differ in
+//! length, the token mixture the model sees drifts from the target. This
+//! operator buffers records per source dataset (from the first pointer of the
+//! lineage) and emits, with smooth weighted round robin over what has been
+//! emitted so far, the dataset furthest behind its target share.
+
+use crate::fields;
+use crate::stats::TextStats;
+use futures::Stream;
+use pin_project::pin_project;
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use zephon_core::{LaneId, Record, Result};
+
+/// What a record weighs in the mixture.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WeightBy {
+    /// Its number of tokens ([`fields::INPUT_IDS`]).
+    #[default]
+    Tokens,
+    /// One per record.
+    Samples,
+}
+
+/// The options of `ensure_mixture`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MixtureConfig {
+    weights: BTreeMap<u32, f64>,
+    weight_by: WeightBy,
+    max_buffer_size: usize,
+    drop_surplus: bool,
+}
+
+impl MixtureConfig {
+    /// Target weights by dataset index (as in the lineage's pointers);
+    /// normalised to sum to one. Records of other datasets pass through.
+    pub fn new(weights: impl IntoIterator<Item = (u32, f64)>) -> Self {
+        let weights: BTreeMap<u32, f64> = weights
+            .into_iter()
+            .filter(|&(_, w)| w.is_finite() && w > 0.0)
+            .collect();
+        let sum: f64 = weights.values().sum();
+        MixtureConfig {
+            weights: weights.into_iter().map(|(d, w)| (d, w / sum)).collect(),
+            weight_by: WeightBy::Tokens,
+            max_buffer_size: 1024,
+            drop_surplus: false,
+        }
+    }
+
+    /// Tokens (default) or samples.
+    pub fn weight_by(mut self, w: WeightBy) -> Self {
+        self.weight_by = w;
+        self
+    }
+
+    /// Records held per lane at most (default 1024). When full and the
+    /// dataset furthest behind has nothing buffered, the next most behind is
+    /// emitted instead, and the mixture drifts.
+    pub fn max_buffer_size(mut self, n: usize) -> Self {
+        self.max_buffer_size = n.max(1);
+        self
+    }
+
+    /// Holds the mixture exactly: when the buffer is full, the oldest record
+    /// of the dataset furthest ahead of its share is dropped instead of
+    /// emitted, and at the end what would overshoot is dropped. Drops are
+    /// counted in [`TextStats::mixture_dropped`].
+    pub fn drop_surplus(mut self, on: bool) -> Self {
+        self.drop_surplus = on;
+        self
+    }
+}
+
+#[derive(Debug, Default)]
+struct LaneMix {
+    queues: BTreeMap<u32, VecDeque<(Record, f64)>>,
+    buffered: usize,
+    emitted: BTreeMap<u32, f64>,
+    total: f64,
+}
+
+impl LaneMix {
+    /// Datasets by how far behind their share they are, most behind first.
+    fn deficit(&self, c: &MixtureConfig, d: u32) -> f64 {
+        c.weights[&d] * self.total - self.emitted.get(&d).copied().unwrap_or(0.0)
+    }
+
+    fn most_behind(&self, c: &MixtureConfig, nonempty_only: bool) -> Option<u32> {
+        c.weights
+            .keys()
+            .copied()
+            .filter(|d| !nonempty_only || self.queues.get(d).is_some_and(|q| !q.is_empty()))
+            .fold(None, |best: Option<(u32, f64)>, d| {
+                let x = self.deficit(c, d);
+                match best {
+                    Some((_, bx)) if bx >= x => best,
+                    _ => Some((d, x)),
+                }
+            })
+            .map(|(d, _)| d)
+    }
+
+    fn most_ahead(&self, c: &MixtureConfig) -> Option<u32> {
+        c.weights
+            .keys()
+            .copied()
+            .filter(|d| self.queues.get(d).is_some_and(|q| !q.is_empty()))
+            .fold(None, |best: Option<(u32, f64)>, d| {
+                let x = self.deficit(c, d);
+                match best {
+                    Some((_, bx)) if bx <= x => best,
+                    _ => Some((d, x)),
+                }
+            })
+            .map(|(d, _)| d)
+    }
+
+    fn pop(&mut self, d: u32) -> Option<(Record, f64)> {
+        let item = self.queues.get_mut(&d)?.pop_front()?;
+        self.buffered -= 1;
+        Some(item)
+    }
+
+    fn emit(&mut self, d: u32, out: &mut VecDeque<Record>) -> bool {
+        match self.pop(d) {
+            Some((r, w)) => {
+                *self.emitted.entry(d).or_default() += w;
+                self.total += w;
+                out.push_back(r);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Emits while the dataset most behind has something buffered; when the
+    /// buffer is full (or at the end) falls back per the configuration.
+    fn drain(&mut self, c: &MixtureConfig, end: bool, st: &TextStats, out: &mut VecDeque<Record>) {
+        loop {
+            let Some(want) = self.most_behind(c, false) else {
+                return;
+            };
+            if self.emit(want, out) {
+                continue;
+            }
+            if self.buffered == 0 || (!end && self.buffered < c.max_buffer_size) {
+                return;
+            }
+            if c.drop_surplus {
+                if end {
+                    st.mixture_dropped.add(self.buffered as u64);
+                    self.queues.clear();
+                    self.buffered = 0;
+                    return;
+                }
+                if let Some(d) = self.most_ahead(c) {
+                    self.pop(d);
+                    st.mixture_dropped.inc();
+                }
+            } else if let Some(d) = self.most_behind(c, true) {
+                self.emit(d, out);
+            }
+        }
+    }
+}
+
+/// Reorders records per lane so that each source dataset's share of tokens
+/// (or samples) tracks the target weights; see the [module](self) docs.
+/// Deterministic: the output depends only on the lane's input order.
+///
+/// Created by [`TextPipelineExt::ensure_mixture`](crate::TextPipelineExt::ensure_mixture).
+///
+/// ```
+/// use zephon_core::{Lineage, PipelineExt, Record, Runner, SamplePtr, Value};
+/// use zephon_ops::{MixtureConfig, TextPipelineExt};
+/// // Dataset 0 has 1-token documents, dataset 1 has 4-token ones, arriving
+/// // one for one; the target is an even split of tokens.
+/// let recs = (0..40u64).map(|i| {
+///     let d = (i % 2) as u32;
+///     let mut r = Record::new().with("input_ids", Value::Tokens(vec![0; 1 + 3 * d as usize]));
+///     r.lineage = Lineage::from_elem(SamplePtr { dataset: d, shard: 0, sample: i, lane: 0 }, 1);
+///     Ok(r)
+/// });
+/// let out: Vec<Record> = futures::stream::iter(recs)
+///     .ensure_mixture(MixtureConfig::new([(0, 0.5), (1, 0.5)]).drop_surplus(true))
+///     .into_blocking_iter(Runner::Inline)?
+///     .collect::<Result<_, _>>()?;
+/// let tokens = |d| out.iter().filter(|r| r.lineage[0].dataset == d)
+///     .map(|r| r.tokens("input_ids").unwrap().len()).sum::<usize>();
+/// assert_eq!((tokens(0), tokens(1)), (20, 20));
+/// # Ok::<(), zephon_core::Error>(())
+/// ```
+#[pin_project]
+#[must_use = "streams do nothing unless polled"]
+pub struct EnsureMixture<S> {
+    #[pin]
+    inner: S,
+    config: MixtureConfig,
+    lanes: BTreeMap<LaneId, LaneMix>,
+    out: VecDeque<Record>,
+    stats: Arc<TextStats>,
+    done: bool,
+}
+
+impl<S> EnsureMixture<S> {
+    /// Wraps `inner`.
+    pub fn new(inner: S, config: MixtureConfig) -> Self {
+        EnsureMixture {
+            inner,
+            config,
+            lanes: BTreeMap::new(),
+            out: VecDeque::new(),
+            stats: Arc::new(TextStats::default()),
+            done: false,
+        }
+    }
+
+    /// Counts into `stats` (shared with other operators) instead of its own.
+    pub fn with_stats(mut self, stats: Arc<TextStats>) -> Self {
+        self.stats = stats;
+        self
+    }
+
+    /// The statistics this operator counts into.
+    pub fn stats(&self) -> Arc<TextStats> {
+        self.stats.clone()
+    }
+}
+
+impl<S> fmt::Debug for EnsureMixture<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EnsureMixture")
+            .field("config", &self.config)
+            .field(
+                "buffered",
+                &self.lanes.values().map(|l| l.buffered).sum::<usize>(),
+            )
+            .field("done", &self.done)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S> Stream for EnsureMixture<S>
+where
+    S: Stream<Item = Result<Record>>,
+{
+    type Item = Result<Record>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let mut this = self.project();
+        loop {
+            if let Some(r) = this.out.pop_front() {
+                return Poll::Ready(Some(Ok(r)));
+            }
+            if *this.done {
+                return Poll::Ready(None);
+            }
+            match this.inner.as_mut().poll_next(cx) {
+                Poll::Ready(Some(Ok(r))) => {
+                    let Some(d) = r
+                        .source()
+                        .map(|p| p.dataset)
+                        .filter(|d| this.config.weights.contains_key(d))
+                    else {
+                        this.out.push_back(r);
+                        continue;
+                    };
+                    let w = match this.config.weight_by {
+                        WeightBy::Samples => 1.0,
+                        WeightBy::Tokens => match r.tokens(fields::INPUT_IDS) {
+                            Some(t) => t.len() as f64,
+                            None => {
+                                let e = crate::Error::missing(
+                                    "ensure_mixture",
+                                    fields::INPUT_IDS,
+                                    "tokens",
+                                    &r,
+                                );
+                                return Poll::Ready(Some(Err(e.into())));
+                            }
+                        },
+                    };
+                    let lane = this.lanes.entry(r.lane).or_default();
+                    lane.queues.entry(d).or_default().push_back((r, w));
+                    lane.buffered += 1;
+                    lane.drain(this.config, false, this.stats, this.out);
+                }
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
+                Poll::Ready(None) => {
+                    *this.done = true;
+                    for lane in this.lanes.values_mut() {
+                        lane.drain(this.config, true, this.stats, this.out);
+                    }
+                }
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let (_, hi) = self.inner.size_hint();
+        let held = self.out.len() + self.lanes.values().map(|l| l.buffered).sum::<usize>();
+        (self.out.len(), hi.map(|h| h + held))
+    }
+}
