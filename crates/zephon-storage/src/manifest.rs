@@ -100,7 +100,7 @@ pub fn encode_index(index: &LineIndex) -> Vec<u8> {
 
 /// Decodes a sidecar written by [`encode_index`]; `None` if it is malformed.
 pub fn decode_index(data: &[u8]) -> Option<LineIndex> {
-    if data.len() % 8 != 0 || data.is_empty() {
+    if !data.len().is_multiple_of(8) || data.is_empty() {
         return None;
     }
     let starts: Vec<u64> = data

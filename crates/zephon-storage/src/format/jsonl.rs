@@ -85,8 +85,8 @@ pub fn parse_line(bytes: &[u8], dataset: &str, shard: &str, line: u64) -> Result
 pub fn parse_run(data: &[u8], first: u64, dataset: &str, shard: &str) -> Result<Vec<Record>> {
     let mut out = Vec::new();
     let mut start = 0;
-    let mut line = first + 1;
-    for nl in memchr_iter(b'\n', data).chain(std::iter::once(data.len())) {
+    let ends = memchr_iter(b'\n', data).chain(std::iter::once(data.len()));
+    for (line, nl) in (first + 1..).zip(ends) {
         if nl == data.len() && start == data.len() {
             break;
         }
@@ -97,7 +97,6 @@ pub fn parse_run(data: &[u8], first: u64, dataset: &str, shard: &str) -> Result<
             line,
         )?);
         start = nl + 1;
-        line += 1;
     }
     Ok(out)
 }

@@ -162,7 +162,7 @@ impl Moto {
         }
     }
 
-    /// GET requests the server logged for paths containing `needle`.
+    /// Whole-object GETs the server logged for paths containing `needle`.
     pub fn gets(&self, needle: &str) -> usize {
         count_gets(&self.log, needle)
     }
@@ -273,10 +273,11 @@ pub fn signal(pid: u32, sig: &str) {
         .status();
 }
 
+/// Whole-object GETs (status 200; range reads answer 206) of paths containing `needle`.
 fn count_gets(log: &Path, needle: &str) -> usize {
     std::fs::read_to_string(log)
         .unwrap_or_default()
         .lines()
-        .filter(|l| l.contains("\"GET ") && l.contains(needle))
+        .filter(|l| l.contains("\"GET ") && l.contains(needle) && l.contains("\" 200 "))
         .count()
 }

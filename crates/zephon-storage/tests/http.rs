@@ -1,0 +1,92 @@
+//! Reading through HTTP from a real nginx on 127.0.0.1.
+
+mod common;
+
+use common::{Nginx, cache_opts, fields, read_all, write_dataset};
+use zephon_core::Dataset;
+use zephon_storage::backend::{Backend, runtime};
+use zephon_storage::scan::build_index;
+use zephon_storage::{DatasetExt, RemoteDataset};
+
+fn indexed_dataset(dir: &std::path::Path, shards: usize, per: usize) -> Vec<String> {
+    write_dataset(dir, shards, per);
+    let b = Backend::open("d", &dir.display().to_string(), &Default::default()).unwrap();
+    runtime::block_on(build_index(&b, "d")).unwrap();
+    fields(&read_all(Dataset::from_path("d", dir).unwrap(), false).unwrap())
+}
+
+#[test]
+fn http_reads_like_local_and_the_second_pass_is_served_from_the_cache() {
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    let want = indexed_dataset(&data, 3, 60);
+    let nginx = Nginx::start(t.path(), &data);
+    let rd = RemoteDataset::open("d", &nginx.uri(), &cache_opts(t.path())).unwrap();
+    assert_eq!(fields(&read_all(rd.dataset().clone(), true).unwrap()), want);
+    let first: Vec<usize> = (0..3)
+        .map(|s| nginx.gets(&format!("{s:03}.jsonl HTTP")))
+        .collect();
+    assert_eq!(first, vec![1, 1, 1]);
+    assert_eq!(
+        fields(&read_all(rd.dataset().clone(), false).unwrap()),
+        want
+    );
+    let second: Vec<usize> = (0..3)
+        .map(|s| nginx.gets(&format!("{s:03}.jsonl HTTP")))
+        .collect();
+    assert_eq!(second, first, "the second pass downloads nothing");
+    let ranged =
+        RemoteDataset::open("r", &nginx.uri(), &cache_opts(t.path()).byte_range(true)).unwrap();
+    assert_eq!(
+        fields(&read_all(ranged.dataset().clone(), true).unwrap()),
+        want
+    );
+    assert_eq!(
+        nginx.gets("000.jsonl HTTP"),
+        1,
+        "range reads download no whole shard"
+    );
+}
+
+#[test]
+fn http_without_manifest_is_a_clear_error() {
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    write_dataset(&data, 1, 5);
+    let nginx = Nginx::start(t.path(), &data);
+    let err = RemoteDataset::open("d", &nginx.uri(), &cache_opts(t.path()))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("index.json") && err.contains(&nginx.uri().trim_end_matches('/').to_string()),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_server_stopped_mid_pass_fails_naming_the_uri_and_a_restart_completes_the_pass() {
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    let want = indexed_dataset(&data, 3, 40);
+    let mut nginx = Nginx::start(t.path(), &data);
+    let rd = RemoteDataset::open("d", &nginx.uri(), &cache_opts(t.path())).unwrap();
+    let shards = rd.dataset().shards().to_vec();
+    runtime::block_on(shards[0].read_run(0, 5)).unwrap();
+    nginx.stop();
+    let err = runtime::block_on(shards[1].read_run(0, 5))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains(&format!("{}001.jsonl", nginx.uri())), "{err}");
+    assert!(rd.backend_stats().retries >= 1, "{:?}", rd.backend_stats());
+    assert!(
+        rd.is_cached(0) && !rd.is_cached(1),
+        "no partial shard is cached"
+    );
+    nginx.restart();
+    assert_eq!(fields(&read_all(rd.dataset().clone(), true).unwrap()), want);
+    assert_eq!(
+        nginx.gets("000.jsonl HTTP"),
+        1,
+        "shard 0 came from the cache"
+    );
+}
