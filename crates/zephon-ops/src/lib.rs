@@ -14,6 +14,10 @@ pub mod to_training;
 pub mod tokenize;
 pub mod training;
 
+/// The Hugging Face `tokenizers` crate, re-exported for
+/// [`TokenizeConfig::from_tokenizer`] and [`TokenizeConfig::tokenizer`].
+pub use tokenizers;
+
 pub use ensure_mixture::{EnsureMixture, MixtureConfig, WeightBy};
 pub use error::{Error, Result};
 pub use ext::TextPipelineExt;
