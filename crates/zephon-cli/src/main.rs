@@ -23,6 +23,10 @@ enum Command {
     /// Benchmarks: `zephon bench --help` lists them.
     #[command(subcommand)]
     Bench(cmd::bench::Bench),
+    /// Write `index.json` and line-offset indexes for a local or S3 dataset.
+    BuildIndex(cmd::build_index::Args),
+    /// Time a model's training step per batch: data, forward, backward, other.
+    Timing(cmd::timing::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -30,6 +34,8 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Demo(args) => cmd::demo::run(args),
         Command::Bench(b) => cmd::bench::run(b),
+        Command::BuildIndex(a) => cmd::build_index::run(a),
+        Command::Timing(a) => cmd::timing::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

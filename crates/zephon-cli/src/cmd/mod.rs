@@ -1,4 +1,6 @@
 //! One module per subcommand.
 
 pub mod bench;
+pub mod build_index;
 pub mod demo;
+pub mod timing;

@@ -8,18 +8,23 @@ pub enum Bench {
     /// The engine's own overhead: fetch -> batch over in-memory records,
     /// beside a plain loop building the same batches.
     Engine(engine::Args),
+    /// Reading a dataset from local disk and from S3 (cold, prefetch, warm,
+    /// byte ranges), as ratios to local disk.
+    Fetch(fetch::Args),
     /// Workload W1: tokenize, wrap-pack and batch a JSONL corpus; one JSON
     /// line with the keys of the side-by-side peers.
     TokenizePack(tokenize_pack::Args),
 }
 
 pub mod engine;
+pub mod fetch;
 pub mod tokenize_pack;
 
 /// Runs a benchmark.
 pub fn run(b: Bench) -> anyhow::Result<()> {
     match b {
         Bench::Engine(a) => engine::run(a),
+        Bench::Fetch(a) => fetch::run(a),
         Bench::TokenizePack(a) => tokenize_pack::run(a),
     }
 }
