@@ -2,4 +2,46 @@
 //!
 //! The bridge between Zephon pipelines and Burn training loops, and the
 //! model-step timing harness.
+//!
+//! - [`convert`]: Zephon batches ([`zephon_ops::TrainingBatch`], records
+//!   with feature vectors) to Burn tensors, copied once.
+//! - [`ZephonDataLoader`]: Burn's own `DataLoader` trait over a Zephon
+//!   pipeline, so Burn's training loops can consume it; its
+//!   [`batches`](ZephonDataLoader::batches) is a plain iterator for custom loops.
+//! - [`harness`]: per-batch `data` / `forward` / `backward` / `other` timing
+//!   of any [`TimedModel`](harness::TimedModel), in 32, 16, bf16 or 16-mixed
+//!   precision (with a dynamic loss scaler), with YAML, CSV, PNG and Chrome
+//!   trace outputs. [`run_timing`] is the `zephon timing` command.
+//! - [`models`]: the autoencoder and the small transformer LM the harness
+//!   ships with.
+//!
+//! ```
+//! use burn::tensor::Device;
+//! use zephon_burn::TrainingTensors;
+//! use zephon_ops::{IdType, TrainingBatch};
+//!
+//! // Two rows of 4 tokens: one document per row, the second row padded.
+//! let batch = TrainingBatch::from_rows(
+//!     &[(&[1, 2, 3, 4][..], &[1, 1, 1, 1][..]), (&[5, 6][..], &[1, 1][..])],
+//!     4, IdType::U32, 0, 0,
+//! ).unwrap();
+//! let t = TrainingTensors::from_batch(&batch, &Device::flex())?;
+//! assert_eq!(t.input_ids.dims(), [2, 4]);
+//! assert_eq!(t.attention_mask.into_data().to_vec::<bool>().unwrap(), [true, true, true, true, true, true, false, false]);
+//! # Ok::<(), zephon_burn::Error>(())
+//! ```
 #![warn(missing_docs)]
+
+pub mod config;
+pub mod convert;
+pub mod dataloader;
+pub mod device;
+pub mod error;
+pub mod harness;
+pub mod models;
+
+pub use config::{TimingConfig, TimingOptions, TimingReport, run_timing};
+pub use convert::TrainingTensors;
+pub use dataloader::{HostBatch, TensorBatches, ZephonDataLoader};
+pub use device::{DeviceChoice, Precision};
+pub use error::{Error, Result};

@@ -1,0 +1,66 @@
+//! The small transformer LM, fed by the Zephon text pipeline, under the harness.
+
+use zephon_burn::harness::{self, HarnessConfig};
+use zephon_burn::models::lm::{LmConfig, TextData, TransformerLm};
+use zephon_burn::{DeviceChoice, HostBatch, Precision};
+
+fn tiny() -> (LmConfig, TextData) {
+    (
+        LmConfig {
+            vocab_size: 256,
+            d_model: 16,
+            n_heads: 2,
+            n_layers: 1,
+            d_ff: 32,
+            max_seq_len: 16,
+            dropout: 0.0,
+        },
+        TextData {
+            num_docs: 12,
+            seq_len: 16,
+            batch_size: 4,
+            seed: 1,
+            workers: 2,
+        },
+    )
+}
+
+#[test]
+fn the_lm_trains_from_the_text_pipeline() {
+    let (device, _) = DeviceChoice::Cpu.resolve().unwrap();
+    let (m, d) = tiny();
+    for precision in [Precision::F32, Precision::Mixed16] {
+        let cfg = HarnessConfig {
+            epochs: 2,
+            warmup_batches: 1,
+            learning_rate: 1e-2,
+            precision,
+            ..HarnessConfig::default()
+        };
+        let optim = burn::optim::AdamConfig::new().init();
+        let (_, run) = harness::run(
+            TransformerLm::new(&m, &device),
+            optim,
+            &mut d.source().unwrap(),
+            &device,
+            &cfg,
+        )
+        .unwrap();
+        assert_eq!(run.timings.len(), 6);
+        let l: Vec<f32> = run.timings.iter().map(|t| t.loss).collect();
+        assert!(l.iter().all(|x| x.is_finite()), "{precision}: {l:?}");
+        // Byte-level cross-entropy starts near ln(256) = 5.5 and falls.
+        assert!(l[0] > 4.0 && l[5] < l[0], "{precision}: {l:?}");
+    }
+}
+
+#[test]
+fn training_batches_slice_by_rows() {
+    let (_, d) = tiny();
+    let b = d.pipeline(0).unwrap().next().unwrap().unwrap();
+    let cut = b.clone().keep(1..3);
+    assert_eq!((cut.batch_size, cut.seq_len), (2, 16));
+    assert_eq!(cut.labels, b.labels[16..48].to_vec());
+    assert_eq!(cut.cu_seqlens.first(), Some(&0));
+    assert_eq!(cut.cu_seqlens.last(), Some(&32));
+}
