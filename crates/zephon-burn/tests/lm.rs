@@ -33,6 +33,7 @@ fn the_lm_trains_from_the_text_pipeline() {
         let cfg = HarnessConfig {
             epochs: 2,
             warmup_batches: 1,
+            max_batches_per_epoch: Some(3),
             learning_rate: 1e-2,
             precision,
             ..HarnessConfig::default()
@@ -56,11 +57,16 @@ fn the_lm_trains_from_the_text_pipeline() {
 
 #[test]
 fn training_batches_slice_by_rows() {
-    let (_, d) = tiny();
+    let (_, mut d) = tiny();
+    // Rows long enough to hold several documents.
+    d.seq_len = 512;
     let b = d.pipeline(0).unwrap().next().unwrap().unwrap();
+    // Packed rows: several documents share a row.
+    assert!(b.cu_seqlens.len() > b.batch_size + 1, "{:?}", b.cu_seqlens);
     let cut = b.clone().keep(1..3);
-    assert_eq!((cut.batch_size, cut.seq_len), (2, 16));
-    assert_eq!(cut.labels, b.labels[16..48].to_vec());
+    assert_eq!((cut.batch_size, cut.seq_len), (2, 512));
+    assert_eq!(cut.labels, b.labels[512..3 * 512].to_vec());
     assert_eq!(cut.cu_seqlens.first(), Some(&0));
-    assert_eq!(cut.cu_seqlens.last(), Some(&32));
+    assert_eq!(cut.cu_seqlens.last(), Some(&1024));
+    assert!(cut.cu_seqlens.windows(2).all(|w| w[0] < w[1]));
 }

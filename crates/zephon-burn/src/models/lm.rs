@@ -1,6 +1,7 @@
 //! A small transformer language model, and the Zephon text pipeline that
 //! feeds it: synthetic documents -> byte-level tokenize (`map_par`) ->
-//! batch -> `to_training` collation -> prefetch.
+//! `pack_sequences` (best fit, long documents wrapped) -> batch ->
+//! `to_training` collation -> prefetch.
 
 use crate::convert::TrainingTensors;
 use crate::error::{Error, Result};
@@ -15,7 +16,9 @@ use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, FloatDType, Tensor};
 use serde::{Deserialize, Serialize};
 use zephon_core::{BlockingIter, Dataset, PipelineExt, Record, Runner, WorkSource};
-use zephon_ops::{IdType, TextPipelineExt, TrainingBatch, TrainingConfig};
+use zephon_ops::{
+    IdType, PackAlgorithm, PackConfig, TextPipelineExt, TrainingBatch, TrainingConfig,
+};
 
 /// Sizes of the [`TransformerLm`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -135,13 +138,14 @@ impl TimedModel for TransformerLm {
     }
 }
 
-/// Synthetic text, tokenized by bytes, in batches of rows of `seq_len`.
+/// Synthetic text, tokenized by bytes, packed into rows of `seq_len` tokens
+/// (several documents per row, long ones wrapped over rows), in batches.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TextData {
     /// Documents per epoch.
     pub num_docs: usize,
-    /// Tokens per row (longer documents are cut).
+    /// Tokens per packed row.
     pub seq_len: usize,
     /// Rows per batch.
     pub batch_size: usize,
@@ -202,11 +206,6 @@ impl TextData {
         Ok(())
     }
 
-    /// Batches per epoch.
-    pub fn batches_per_epoch(&self) -> usize {
-        self.num_docs.div_ceil(self.batch_size.max(1))
-    }
-
     /// The pipeline of epoch `epoch`.
     pub fn pipeline(&self, epoch: usize) -> zephon_core::Result<BlockingIter<TrainingBatch>> {
         let docs: Vec<Record> = (0..self.num_docs as u64)
@@ -239,6 +238,7 @@ impl TextData {
         ws.stream()
             .fetch(self.workers)
             .map_par(tokenize, self.workers)
+            .pack_sequences(PackConfig::new(seq_len, PackAlgorithm::BestFitWrap))
             .batch(self.batch_size)
             .to_training(TrainingConfig::new(seq_len).id_type(IdType::I64))
             .prefetch_batches(4)
@@ -255,7 +255,7 @@ impl TextData {
     > {
         self.validate()?;
         let data = self.clone();
-        Ok(PipelineSource::new(move |epoch| data.pipeline(epoch))
-            .with_batches_per_epoch(self.batches_per_epoch()))
+        // Packing decides the number of rows, so the batch count is unknown.
+        Ok(PipelineSource::new(move |epoch| data.pipeline(epoch)))
     }
 }
