@@ -46,7 +46,10 @@ pub trait Shard: Send + Sync + fmt::Debug {
                 }
                 i = j;
             }
-            Ok(out.into_iter().map(|r| r.expect("every index filled")).collect())
+            Ok(out
+                .into_iter()
+                .map(|r| r.expect("every index filled"))
+                .collect())
         })
     }
 
@@ -117,7 +120,8 @@ impl Dataset {
             .into_iter()
             .enumerate()
             .map(|(i, records)| {
-                Arc::new(InMemoryShard::new(format!("memory://{name}/{i}"), records)) as Arc<dyn Shard>
+                Arc::new(InMemoryShard::new(format!("memory://{name}/{i}"), records))
+                    as Arc<dyn Shard>
             })
             .collect();
         Dataset::new(name.clone(), format!("memory://{name}"), shards)

@@ -34,7 +34,9 @@ pub enum Error {
         message: String,
     },
     /// A sample index past the end of a shard.
-    #[error("dataset `{dataset}`, shard `{shard}`: sample {sample} out of range (shard has {len} samples)")]
+    #[error(
+        "dataset `{dataset}`, shard `{shard}`: sample {sample} out of range (shard has {len} samples)"
+    )]
     SampleOutOfRange {
         /// Dataset name.
         dataset: String,

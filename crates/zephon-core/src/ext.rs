@@ -124,6 +124,7 @@ pub trait PipelineExt: Stream + Sized {
     fn into_blocking_iter<T>(self, runner: Runner) -> Result<BlockingIter<T>>
     where
         Self: Stream<Item = Result<T>> + Send + 'static,
+        T: Send + 'static,
     {
         BlockingIter::new(self, runner)
     }

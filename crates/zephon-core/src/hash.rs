@@ -21,7 +21,9 @@ pub fn combine(h: u64, v: u64) -> u64 {
 
 /// Hashes a short list of values (seed, dataset, pass, ...) into one key.
 pub fn key(parts: &[u64]) -> u64 {
-    parts.iter().fold(0x5A17_E9D0_C0DE_u64, |h, &v| combine(h, v))
+    parts
+        .iter()
+        .fold(0x5A17_E9D0_C0DE_u64, |h, &v| combine(h, v))
 }
 
 /// A stable hash of bytes (xxh3), for checksums of record contents.

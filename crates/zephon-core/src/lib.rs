@@ -63,6 +63,6 @@ pub use pointer::{Identity, LaneId, Laned, SamplePtr};
 pub use record::{Lineage, Record, Value};
 pub use runner::{BlockingIter, Runner};
 pub use work::{
-    BlockShuffle, Catalogued, Exhaustion, LaneConfig, Ownership, PointerStream, WorkConfig, WorkSource,
-    WorkSourceBuilder, WorkState,
+    BlockShuffle, Catalogued, Exhaustion, LaneConfig, Ownership, PointerStream, WorkConfig,
+    WorkSource, WorkSourceBuilder, WorkState,
 };

@@ -202,7 +202,10 @@ impl Record {
 
     /// Approximate payload size in bytes.
     pub fn byte_len(&self) -> usize {
-        self.fields.iter().map(|(k, v)| k.len() + v.byte_len()).sum()
+        self.fields
+            .iter()
+            .map(|(k, v)| k.len() + v.byte_len())
+            .sum()
     }
 
     /// A stable 64-bit digest of lane, lineage and fields, for checksums of
@@ -233,8 +236,8 @@ impl Identity for Record {
         if self.lineage.is_empty() {
             return self.digest();
         }
-        self.lineage
-            .iter()
-            .fold(0xD1B5_4A32_D192_ED03, |h, p| crate::hash::combine(h, p.identity()))
+        self.lineage.iter().fold(0xD1B5_4A32_D192_ED03, |h, p| {
+            crate::hash::combine(h, p.identity())
+        })
     }
 }

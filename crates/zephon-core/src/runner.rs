@@ -36,7 +36,9 @@ impl Runner {
     /// Builds the tokio runtime this runner drives pipelines with.
     pub fn runtime(&self) -> Result<tokio::runtime::Runtime> {
         let rt = match *self {
-            Runner::Inline => tokio::runtime::Builder::new_current_thread().enable_all().build(),
+            Runner::Inline => tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build(),
             Runner::Threads { workers } => {
                 let n = if workers == 0 { num_cpus() } else { workers };
                 tokio::runtime::Builder::new_multi_thread()
@@ -101,10 +103,30 @@ fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
 /// assert_eq!(v, vec![0, 1, 2, 3, 4]);
 /// ```
 pub struct BlockingIter<T> {
-    stream: Pin<Box<dyn Stream<Item = Result<T>> + Send>>,
-    // Dropped after the stream, so tasks the stream spawned can wind down.
+    source: Source<T>,
+    // Dropped last, so tasks the pipeline spawned can wind down.
     runtime: tokio::runtime::Runtime,
 }
+
+enum Source<T> {
+    /// Inline runner: the caller's thread polls the pipeline.
+    Polled(Pin<Box<dyn Stream<Item = Result<T>> + Send>>),
+    /// Threads runner: a task on the pool drives the pipeline while the
+    /// caller trains, handing items over a short queue.
+    Driven {
+        rx: tokio::sync::mpsc::Receiver<Vec<Result<T>>>,
+        local: std::collections::VecDeque<Result<T>>,
+        task: tokio::task::JoinHandle<()>,
+    },
+}
+
+/// Chunks the threads runner keeps ready between the pipeline task and the
+/// caller: enough to decouple them, small enough not to hold memory.
+const HANDOFF_DEPTH: usize = 2;
+/// Most items per hand-off. Items already finished travel together, so a fast
+/// pipeline wakes the caller once per chunk instead of once per item; a slow
+/// one still hands each item over as soon as it is ready.
+const HANDOFF_CHUNK: usize = 16;
 
 impl<T> std::fmt::Debug for BlockingIter<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -117,21 +139,66 @@ impl<T> BlockingIter<T> {
     pub fn new<S>(stream: S, runner: Runner) -> Result<Self>
     where
         S: Stream<Item = Result<T>> + Send + 'static,
+        T: Send + 'static,
     {
-        Ok(BlockingIter {
-            stream: Box::pin(stream),
-            runtime: runner.runtime()?,
-        })
+        let runtime = runner.runtime()?;
+        let source = match runner {
+            Runner::Inline => Source::Polled(Box::pin(stream)),
+            Runner::Threads { .. } => {
+                let (tx, rx) = tokio::sync::mpsc::channel(HANDOFF_DEPTH);
+                let task = runtime.spawn(async move {
+                    let mut stream = std::pin::pin!(stream);
+                    while let Some(first) = stream.next().await {
+                        let mut chunk = Vec::with_capacity(HANDOFF_CHUNK);
+                        chunk.push(first);
+                        while chunk.len() < HANDOFF_CHUNK {
+                            match stream.next().now_or_never() {
+                                Some(Some(x)) => chunk.push(x),
+                                _ => break,
+                            }
+                        }
+                        let last = chunk.last().is_some_and(|r| r.is_err());
+                        if tx.send(chunk).await.is_err() || last {
+                            break;
+                        }
+                    }
+                });
+                Source::Driven {
+                    rx,
+                    local: Default::default(),
+                    task,
+                }
+            }
+        };
+        Ok(BlockingIter { source, runtime })
+    }
+}
+
+impl<T> Drop for BlockingIter<T> {
+    fn drop(&mut self) {
+        if let Source::Driven { task, .. } = &self.source {
+            task.abort();
+        }
     }
 }
 
 impl<T> Iterator for BlockingIter<T> {
     type Item = Result<T>;
     fn next(&mut self) -> Option<Result<T>> {
-        let stream = &mut self.stream;
-        self.runtime.block_on(stream.next())
+        match &mut self.source {
+            Source::Polled(stream) => self.runtime.block_on(stream.next()),
+            Source::Driven { rx, local, .. } => {
+                if local.is_empty() {
+                    local.extend(rx.blocking_recv()?);
+                }
+                local.pop_front()
+            }
+        }
     }
     fn size_hint(&self) -> (usize, Option<usize>) {
-        self.stream.size_hint()
+        match &self.source {
+            Source::Polled(stream) => stream.size_hint(),
+            Source::Driven { local, .. } => (local.len(), None),
+        }
     }
 }

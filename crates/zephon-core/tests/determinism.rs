@@ -4,7 +4,8 @@
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use zephon_core::{
-    BlockShuffle, Dataset, LaneId, Ownership, PipelineExt, Record, Runner, ShuffleMode, Value, WorkSource,
+    BlockShuffle, Dataset, LaneId, Ownership, PipelineExt, Record, Runner, ShuffleMode, Value,
+    WorkSource,
 };
 
 fn corpus(shards: &[usize]) -> Dataset {
@@ -15,7 +16,10 @@ fn corpus(shards: &[usize]) -> Dataset {
             .enumerate()
             .map(|(s, &n)| {
                 (0..n)
-                    .map(|i| Record::new().with("text", format!("shard {s} doc {i} {}", "x".repeat(i % 7))))
+                    .map(|i| {
+                        Record::new()
+                            .with("text", format!("shard {s} doc {i} {}", "x".repeat(i % 7)))
+                    })
                     .collect()
             })
             .collect(),
@@ -42,7 +46,14 @@ fn shapes() -> impl Strategy<Value = Shape> {
         prop_oneof![Just(ShuffleMode::Reservoir), Just(ShuffleMode::Block)],
         prop_oneof![Just(1u32), Just(2), Just(4)],
     )
-        .prop_map(|(shards, seed, batch, buffer, mode, lanes)| Shape { shards, seed, batch, buffer, mode, lanes })
+        .prop_map(|(shards, seed, batch, buffer, mode, lanes)| Shape {
+            shards,
+            seed,
+            batch,
+            buffer,
+            mode,
+            lanes,
+        })
 }
 
 /// Runs fetch -> map_par -> shuffle -> batch -> lane_mux -> prefetch_batches
@@ -85,7 +96,11 @@ fn run(
         .unwrap()
         .map(|b| {
             let b = b.unwrap();
-            (b.lane, b.index, b.items.iter().map(Record::digest).collect())
+            (
+                b.lane,
+                b.index,
+                b.items.iter().map(Record::digest).collect(),
+            )
         })
         .collect()
 }
@@ -133,18 +148,37 @@ proptest! {
 
 #[test]
 fn four_lanes_split_over_one_two_and_four_ranks() {
-    let shape = Shape { shards: vec![37, 50, 13], seed: 99, batch: 4, buffer: 16, mode: ShuffleMode::Reservoir, lanes: 4 };
+    let shape = Shape {
+        shards: vec![37, 50, 13],
+        seed: 99,
+        batch: 4,
+        buffer: 16,
+        mode: ShuffleMode::Reservoir,
+        lanes: 4,
+    };
     let gather = |world: u32, ownership: Ownership| {
         let mut lanes: BTreeMap<LaneId, Vec<(u64, Vec<u64>)>> = BTreeMap::new();
         for rank in 0..world {
-            let out = run(&shape, 4, Runner::Threads { workers: 2 }, 2, rank, world, ownership);
+            let out = run(
+                &shape,
+                4,
+                Runner::Threads { workers: 2 },
+                2,
+                rank,
+                world,
+                ownership,
+            );
             // Each rank emits its lanes in strict round robin.
             let order: Vec<LaneId> = out.iter().map(|b| b.0).collect();
             let mut owned = order.clone();
             owned.sort();
             owned.dedup();
             for (i, lane) in order.iter().enumerate().take(owned.len() * 3) {
-                assert_eq!(*lane, owned[i % owned.len()], "rank {rank} of {world}: not round robin");
+                assert_eq!(
+                    *lane,
+                    owned[i % owned.len()],
+                    "rank {rank} of {world}: not round robin"
+                );
             }
             for (lane, index, items) in out {
                 lanes.entry(lane).or_default().push((index, items));

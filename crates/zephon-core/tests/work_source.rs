@@ -4,7 +4,11 @@ use std::collections::BTreeSet;
 use zephon_core::{BlockShuffle, Dataset, Record, SamplePtr, WorkSource, WorkSourceBuilder};
 
 fn dataset(name: &str, shard_lens: &[usize]) -> Dataset {
-    Dataset::in_memory(name, shard_lens.iter().map(|&n| vec![Record::new(); n]).collect()).unwrap()
+    Dataset::in_memory(
+        name,
+        shard_lens.iter().map(|&n| vec![Record::new(); n]).collect(),
+    )
+    .unwrap()
 }
 
 fn pointers(b: WorkSourceBuilder) -> Vec<SamplePtr> {
@@ -28,7 +32,12 @@ fn same_config_and_seed_give_the_same_sequence() {
 
 #[test]
 fn every_sample_appears_exactly_once_per_pass() {
-    for block in [BlockShuffle::Off, BlockShuffle::Size(7), BlockShuffle::Auto, BlockShuffle::Global] {
+    for block in [
+        BlockShuffle::Off,
+        BlockShuffle::Size(7),
+        BlockShuffle::Auto,
+        BlockShuffle::Global,
+    ] {
         let ptrs = pointers(
             WorkSource::builder()
                 .dataset(dataset("a", &[13, 1, 40, 6]), 1.0)
@@ -41,7 +50,11 @@ fn every_sample_appears_exactly_once_per_pass() {
             let set: BTreeSet<(u32, u64)> = pass.iter().map(|p| (p.shard, p.sample)).collect();
             assert_eq!(set.len(), 60, "{block:?}: duplicates within a pass");
         }
-        assert_ne!(ptrs[..60], ptrs[60..], "{block:?}: the second pass is reshuffled");
+        assert_ne!(
+            ptrs[..60],
+            ptrs[60..],
+            "{block:?}: the second pass is reshuffled"
+        );
     }
 }
 
@@ -89,7 +102,11 @@ fn shard_shuffle_permutes_shards_only() {
     assert_eq!(runs.len(), 4);
     assert_ne!(runs, vec![0, 1, 2, 3], "seed 1 moves the shards");
     for s in 0..4 {
-        let samples: Vec<u64> = ptrs.iter().filter(|p| p.shard == s).map(|p| p.sample).collect();
+        let samples: Vec<u64> = ptrs
+            .iter()
+            .filter(|p| p.shard == s)
+            .map(|p| p.sample)
+            .collect();
         assert_eq!(samples, (0..samples.len() as u64).collect::<Vec<_>>());
     }
 }
@@ -103,7 +120,10 @@ fn within_shard_shuffle_stays_within_each_shard() {
             .seed(2),
     );
     for (s, chunk) in ptrs.chunks(9).enumerate() {
-        assert!(chunk.iter().all(|p| p.shard == s as u32), "shard {s} left its place");
+        assert!(
+            chunk.iter().all(|p| p.shard == s as u32),
+            "shard {s} left its place"
+        );
         let mut samples: Vec<u64> = chunk.iter().map(|p| p.sample).collect();
         assert_ne!(samples, (0..9).collect::<Vec<_>>());
         samples.sort();
@@ -121,12 +141,18 @@ fn block_shuffle_permutes_within_blocks_only() {
             .shuffle_block_size(BlockShuffle::Size(8))
             .seed(4),
     );
-    let flat: Vec<u64> = ptrs.iter().map(|p| p.shard as u64 * 10 + p.sample).collect();
+    let flat: Vec<u64> = ptrs
+        .iter()
+        .map(|p| p.shard as u64 * 10 + p.sample)
+        .collect();
     for (b, block) in flat.chunks(8).enumerate() {
         let mut sorted = block.to_vec();
         sorted.sort();
         let start = b as u64 * 8;
-        assert_eq!(sorted, (start..start + block.len() as u64).collect::<Vec<_>>());
+        assert_eq!(
+            sorted,
+            (start..start + block.len() as u64).collect::<Vec<_>>()
+        );
     }
     assert_ne!(flat, (0..30).collect::<Vec<_>>());
 }
@@ -148,21 +174,48 @@ fn state_restores_the_rest_of_the_sequence() {
     let state = ws.state();
     let json = serde_json::to_string(&state).unwrap();
     let mut fresh = b.build().unwrap();
-    fresh.restore(&serde_json::from_str(&json).unwrap()).unwrap();
+    fresh
+        .restore(&serde_json::from_str(&json).unwrap())
+        .unwrap();
     let rest: Vec<_> = fresh.stream().pointers().collect();
     assert_eq!(rest, full[17..]);
 }
 
 #[test]
 fn restore_refuses_another_run() {
-    let base = || WorkSource::builder().dataset(dataset("a", &[30]), 1.0).canonical_lanes(4);
+    let base = || {
+        WorkSource::builder()
+            .dataset(dataset("a", &[30]), 1.0)
+            .canonical_lanes(4)
+    };
     let state = base().seed(1).build().unwrap().state();
-    let err = base().seed(2).build().unwrap().restore(&state).unwrap_err().to_string();
+    let err = base()
+        .seed(2)
+        .build()
+        .unwrap()
+        .restore(&state)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("seed"), "{err}");
-    let err = base().seed(1).canonical_lanes(8).build().unwrap().restore(&state).unwrap_err().to_string();
+    let err = base()
+        .seed(1)
+        .canonical_lanes(8)
+        .build()
+        .unwrap()
+        .restore(&state)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("canonical_lanes"), "{err}");
-    let other = WorkSource::builder().dataset(dataset("a", &[31]), 1.0).canonical_lanes(4).seed(1);
-    let err = other.build().unwrap().restore(&state).unwrap_err().to_string();
+    let other = WorkSource::builder()
+        .dataset(dataset("a", &[31]), 1.0)
+        .canonical_lanes(4)
+        .seed(1);
+    let err = other
+        .build()
+        .unwrap()
+        .restore(&state)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("fingerprint"), "{err}");
 }
 
@@ -182,7 +235,10 @@ fn configuration_errors_say_what_and_where() {
         .build()
         .unwrap_err()
         .to_string();
-    assert!(err.contains("canonical_lanes") && err.contains("world_size 4"), "{err}");
+    assert!(
+        err.contains("canonical_lanes") && err.contains("world_size 4"),
+        "{err}"
+    );
     let err = WorkSource::builder().build().unwrap_err().to_string();
     assert!(err.contains("datasets"), "{err}");
 }

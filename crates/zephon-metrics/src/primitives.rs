@@ -101,8 +101,16 @@ impl DurationCounter {
         DurationStats {
             total_s: total,
             count,
-            min_s: if count == 0 { 0.0 } else { self.min.load(Ordering::Relaxed) as f64 / 1e9 },
-            avg_s: if count == 0 { 0.0 } else { total / count as f64 },
+            min_s: if count == 0 {
+                0.0
+            } else {
+                self.min.load(Ordering::Relaxed) as f64 / 1e9
+            },
+            avg_s: if count == 0 {
+                0.0
+            } else {
+                total / count as f64
+            },
             max_s: self.max.load(Ordering::Relaxed) as f64 / 1e9,
         }
     }
@@ -123,5 +131,3 @@ impl MaxGauge {
         self.0.load(Ordering::Relaxed)
     }
 }
-
-

@@ -38,7 +38,9 @@ impl Batch<Record> {
         use crate::hash::combine;
         self.items
             .iter()
-            .fold(combine(self.lane as u64, self.index), |h, r| combine(h, r.digest()))
+            .fold(combine(self.lane as u64, self.index), |h, r| {
+                combine(h, r.digest())
+            })
     }
 }
 
@@ -50,9 +52,9 @@ impl<T> Laned for Batch<T> {
 
 impl<T: Identity> Identity for Batch<T> {
     fn identity(&self) -> u64 {
-        self.items
-            .iter()
-            .fold(self.lane as u64, |h, x| crate::hash::combine(h, x.identity()))
+        self.items.iter().fold(self.lane as u64, |h, x| {
+            crate::hash::combine(h, x.identity())
+        })
     }
 }
 

@@ -163,7 +163,8 @@ where
                             let g = std::mem::take(this.group);
                             this.in_flight.push_back(read_group(this.catalog, g));
                         }
-                        this.in_flight.push_back(futures::future::ready(Err(e)).boxed());
+                        this.in_flight
+                            .push_back(futures::future::ready(Err(e)).boxed());
                     }
                     Poll::Ready(None) => *this.done = true,
                     Poll::Pending => {
@@ -195,6 +196,9 @@ where
     fn size_hint(&self) -> (usize, Option<usize>) {
         let (lo, hi) = self.inner.size_hint();
         let extra = self.ready.len() + self.group.len() + self.carry.is_some() as usize;
-        (lo + extra, hi.map(|h| h + extra + self.in_flight.len() * self.max_group))
+        (
+            lo + extra,
+            hi.map(|h| h + extra + self.in_flight.len() * self.max_group),
+        )
     }
 }

@@ -60,7 +60,10 @@ impl<S, T> fmt::Debug for LaneMux<S, T> {
         f.debug_struct("LaneMux")
             .field("lanes", &self.lanes)
             .field("next", &self.next)
-            .field("queued", &self.queues.iter().map(VecDeque::len).sum::<usize>())
+            .field(
+                "queued",
+                &self.queues.iter().map(VecDeque::len).sum::<usize>(),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -85,7 +88,10 @@ where
             }
             if *this.done {
                 // Skip lanes that ran dry; stop when all did.
-                let Some(k) = (1..n).map(|k| (*this.next + k) % n).find(|&i| !this.queues[i].is_empty()) else {
+                let Some(k) = (1..n)
+                    .map(|k| (*this.next + k) % n)
+                    .find(|&i| !this.queues[i].is_empty())
+                else {
                     return Poll::Ready(None);
                 };
                 *this.next = k;
@@ -99,7 +105,10 @@ where
                         Err(_) => {
                             return Poll::Ready(Some(Err(Error::Operator {
                                 op: "lane_mux",
-                                message: format!("element of lane {lane}, which is not among the owned lanes {:?}", this.lanes),
+                                message: format!(
+                                    "element of lane {lane}, which is not among the owned lanes {:?}",
+                                    this.lanes
+                                ),
                             })));
                         }
                     }

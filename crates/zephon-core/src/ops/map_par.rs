@@ -180,6 +180,9 @@ where
     fn size_hint(&self) -> (usize, Option<usize>) {
         let (lo, hi) = self.inner.size_hint();
         let extra = self.ready.len() + self.pending.len();
-        (lo + extra, hi.map(|h| h + extra + self.in_flight.len() * self.micro))
+        (
+            lo + extra,
+            hi.map(|h| h + extra + self.in_flight.len() * self.micro),
+        )
     }
 }

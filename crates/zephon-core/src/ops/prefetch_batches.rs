@@ -42,7 +42,11 @@ impl<S: Stream> PrefetchBatches<S> {
     pub fn new(inner: S, depth: usize) -> Self {
         let inner = Box::pin(inner);
         PrefetchBatches {
-            state: if depth == 0 { State::Inline(inner) } else { State::Idle(inner) },
+            state: if depth == 0 {
+                State::Inline(inner)
+            } else {
+                State::Idle(inner)
+            },
             depth,
         }
     }

@@ -89,7 +89,9 @@ impl<S, T> fmt::Debug for Shuffle<S, T> {
 
 /// Permutes `items` with an RNG seeded from the seed and their identities.
 pub(crate) fn permute_by_identity<T: Identity>(seed: u64, items: &mut [T]) {
-    let h = items.iter().fold(key(&[seed, items.len() as u64]), |h, x| combine(h, x.identity()));
+    let h = items.iter().fold(key(&[seed, items.len() as u64]), |h, x| {
+        combine(h, x.identity())
+    });
     items.shuffle(&mut ChaCha8Rng::seed_from_u64(h));
 }
 

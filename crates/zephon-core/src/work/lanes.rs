@@ -55,7 +55,10 @@ impl LaneConfig {
         if self.rank >= self.world_size {
             return Err(Error::config(
                 "rank",
-                format!("rank {} is not below world_size {}", self.rank, self.world_size),
+                format!(
+                    "rank {} is not below world_size {}",
+                    self.rank, self.world_size
+                ),
             ));
         }
         if self.canonical_lanes < self.world_size {
@@ -67,7 +70,7 @@ impl LaneConfig {
                 ),
             ));
         }
-        if self.canonical_lanes % self.world_size != 0 {
+        if !self.canonical_lanes.is_multiple_of(self.world_size) {
             return Err(Error::config(
                 "canonical_lanes",
                 format!(
@@ -111,7 +114,12 @@ mod tests {
             for w in [1, 2, 4, 8] {
                 let mut all: Vec<LaneId> = (0..w)
                     .flat_map(|rank| {
-                        let c = LaneConfig { canonical_lanes: 8, rank, world_size: w, ownership };
+                        let c = LaneConfig {
+                            canonical_lanes: 8,
+                            rank,
+                            world_size: w,
+                            ownership,
+                        };
                         c.validate().unwrap();
                         let owned = c.owned_lanes();
                         assert!(owned.iter().all(|&l| c.owns(l)));
@@ -126,8 +134,16 @@ mod tests {
 
     #[test]
     fn too_few_lanes_is_an_error() {
-        let c = LaneConfig { canonical_lanes: 2, rank: 0, world_size: 4, ..Default::default() };
+        let c = LaneConfig {
+            canonical_lanes: 2,
+            rank: 0,
+            world_size: 4,
+            ..Default::default()
+        };
         let msg = c.validate().unwrap_err().to_string();
-        assert!(msg.contains("canonical_lanes") && msg.contains("world_size 4"), "{msg}");
+        assert!(
+            msg.contains("canonical_lanes") && msg.contains("world_size 4"),
+            "{msg}"
+        );
     }
 }

@@ -34,7 +34,10 @@ impl Mixture {
             }
         }
         let total: f64 = weights.iter().sum();
-        let exact: Vec<f64> = weights.iter().map(|w| w / total * chunk_size as f64).collect();
+        let exact: Vec<f64> = weights
+            .iter()
+            .map(|w| w / total * chunk_size as f64)
+            .collect();
         let mut quotas: Vec<u64> = exact.iter().map(|e| e.floor() as u64).collect();
         let mut rest = chunk_size - quotas.iter().sum::<u64>();
         let mut by_remainder: Vec<usize> = (0..weights.len()).collect();
@@ -136,9 +139,13 @@ mod tests {
 
     #[test]
     fn bad_weights_name_the_dataset() {
-        let e = Mixture::new(&[1.0, 0.0], &["web", "code"], 10).unwrap_err().to_string();
+        let e = Mixture::new(&[1.0, 0.0], &["web", "code"], 10)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("`code`"), "{e}");
-        let e = Mixture::new(&[1.0, 0.001], &["web", "code"], 10).unwrap_err().to_string();
+        let e = Mixture::new(&[1.0, 0.001], &["web", "code"], 10)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("`code`") && e.contains("chunk_size"), "{e}");
     }
 }

@@ -154,7 +154,10 @@ impl WorkSourceBuilder {
     pub fn build(self) -> Result<WorkSource> {
         let c = &self.config;
         if self.datasets.is_empty() {
-            return Err(Error::config("datasets", "a work source needs at least one dataset"));
+            return Err(Error::config(
+                "datasets",
+                "a work source needs at least one dataset",
+            ));
         }
         c.lanes.validate()?;
         if let Exhaustion::Stop { passes: 0 } = c.exhaustion {
@@ -202,7 +205,10 @@ impl WorkSourceBuilder {
             c.shuffle_within_shard as u64,
             c.lanes.canonical_lanes as u64,
         ]);
-        fp = hash::combine(fp, hash::bytes(format!("{:?}{:?}", c.shuffle_block_size, c.exhaustion).as_bytes()));
+        fp = hash::combine(
+            fp,
+            hash::bytes(format!("{:?}{:?}", c.shuffle_block_size, c.exhaustion).as_bytes()),
+        );
         for ((ds, w), o) in self.datasets.iter().zip(&orders) {
             fp = hash::combine(fp, hash::bytes(ds.name().as_bytes()));
             fp = hash::combine(fp, w.to_bits());
@@ -330,16 +336,25 @@ impl WorkSource {
         if state.version != WORK_STATE_VERSION {
             return Err(Error::config(
                 "checkpoint",
-                format!("work state version {} is not supported (this build reads {WORK_STATE_VERSION})", state.version),
+                format!(
+                    "work state version {} is not supported (this build reads {WORK_STATE_VERSION})",
+                    state.version
+                ),
             ));
         }
         if state.seed != c.seed {
-            return Err(Error::config("seed", format!("checkpoint has seed {}, this run {}", state.seed, c.seed)));
+            return Err(Error::config(
+                "seed",
+                format!("checkpoint has seed {}, this run {}", state.seed, c.seed),
+            ));
         }
         if state.canonical_lanes != c.lanes.canonical_lanes {
             return Err(Error::config(
                 "canonical_lanes",
-                format!("checkpoint has {} lanes, this run {}", state.canonical_lanes, c.lanes.canonical_lanes),
+                format!(
+                    "checkpoint has {} lanes, this run {}",
+                    state.canonical_lanes, c.lanes.canonical_lanes
+                ),
             ));
         }
         if state.fingerprint != self.plan.fingerprint {
@@ -370,7 +385,11 @@ impl WorkSource {
 fn count_lane(from: u64, end: u64, lane: u64, l: u64) -> u64 {
     // Indices g in [from, end) with g % l == lane.
     let first = from + (lane + l - from % l) % l;
-    if first >= end { 0 } else { (end - 1 - first) / l + 1 }
+    if first >= end {
+        0
+    } else {
+        (end - 1 - first) / l + 1
+    }
 }
 
 impl Plan {

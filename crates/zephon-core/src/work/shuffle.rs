@@ -28,12 +28,17 @@ impl std::str::FromStr for BlockShuffle {
             "off" | "none" => Ok(BlockShuffle::Off),
             "auto" => Ok(BlockShuffle::Auto),
             "global" => Ok(BlockShuffle::Global),
-            n => n.parse::<u64>().ok().filter(|n| *n > 0).map(BlockShuffle::Size).ok_or_else(|| {
-                crate::Error::config(
-                    "shuffle_block_size",
-                    format!("`{s}` is not a positive number, `auto`, `global` or `off`"),
-                )
-            }),
+            n => n
+                .parse::<u64>()
+                .ok()
+                .filter(|n| *n > 0)
+                .map(BlockShuffle::Size)
+                .ok_or_else(|| {
+                    crate::Error::config(
+                        "shuffle_block_size",
+                        format!("`{s}` is not a positive number, `auto`, `global` or `off`"),
+                    )
+                }),
         }
     }
 }
@@ -95,7 +100,13 @@ impl DatasetOrder {
         let n = self.shard_lens.len() as u64;
         let k = key(&[self.seed, self.dataset as u64, pass, SHARD_ORDER]);
         let order: Vec<u32> = (0..n)
-            .map(|i| if self.shuffle_shards { permute(i, n, k) as u32 } else { i as u32 })
+            .map(|i| {
+                if self.shuffle_shards {
+                    permute(i, n, k) as u32
+                } else {
+                    i as u32
+                }
+            })
             .collect();
         let mut starts = Vec::with_capacity(order.len());
         let mut acc = 0;
@@ -103,7 +114,11 @@ impl DatasetOrder {
             starts.push(acc);
             acc += self.shard_lens[s as usize];
         }
-        PassLayout { pass, order, starts }
+        PassLayout {
+            pass,
+            order,
+            starts,
+        }
     }
 
     /// `(shard, sample)` for position `pos` (`< total`) of pass `layout.pass`.
@@ -124,7 +139,13 @@ impl DatasetOrder {
         let off = q - layout.starts[idx];
         let len = self.shard_lens[shard as usize];
         let sample = if self.shuffle_within_shard {
-            let k = key(&[self.seed, self.dataset as u64, shard as u64, pass, WITHIN_SHARD]);
+            let k = key(&[
+                self.seed,
+                self.dataset as u64,
+                shard as u64,
+                pass,
+                WITHIN_SHARD,
+            ]);
             permute(off, len, k)
         } else {
             off

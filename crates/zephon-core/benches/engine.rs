@@ -1,0 +1,64 @@
+//! The engine's own overhead: records through fetch -> batch(32) from an
+//! in-memory shard, beside a plain loop that builds the same batches from a
+//! `Vec`. Run with `cargo bench -p zephon-core --bench engine`.
+
+use std::sync::LazyLock;
+use zephon_core::{Dataset, PipelineExt, Record, Runner, Value, WorkSource};
+
+const N: usize = 1_000_000;
+const BATCH: usize = 32;
+
+static RECORDS: LazyLock<Vec<Record>> = LazyLock::new(|| {
+    (0..N)
+        .map(|i| Record::new().with("i", Value::Int(i as i64)))
+        .collect()
+});
+
+fn main() {
+    divan::main();
+}
+
+/// Baseline: the same batches, built by a plain loop over a `Vec`.
+#[divan::bench(sample_count = 10)]
+fn plain_loop(b: divan::Bencher) {
+    let records = &*RECORDS;
+    b.counter(divan::counter::ItemsCount::new(N)).bench(|| {
+        let mut n = 0;
+        for chunk in records.chunks(BATCH) {
+            let batch: Vec<Record> = chunk.to_vec();
+            n += divan::black_box(batch).len();
+        }
+        n
+    });
+}
+
+fn pipeline(b: divan::Bencher, parallelism: usize, runner: Runner) {
+    let ds = Dataset::in_memory("bench", vec![RECORDS.clone()]).unwrap();
+    b.counter(divan::counter::ItemsCount::new(N)).bench(|| {
+        let ws = WorkSource::builder()
+            .dataset(ds.clone(), 1.0)
+            .shuffle_shards(false)
+            .shuffle_within_shard(false)
+            .build()
+            .unwrap();
+        ws.stream()
+            .fetch(parallelism)
+            .batch(BATCH)
+            .into_blocking_iter(runner)
+            .unwrap()
+            .map(|b| divan::black_box(b.unwrap()).len())
+            .sum::<usize>()
+    });
+}
+
+/// fetch -> batch(32) with parallelism 1 under the inline runner.
+#[divan::bench(sample_count = 10)]
+fn fetch_batch_p1(b: divan::Bencher) {
+    pipeline(b, 1, Runner::Inline);
+}
+
+/// fetch -> batch(32) with parallelism 2 under the threads runner.
+#[divan::bench(sample_count = 10)]
+fn fetch_batch_p2(b: divan::Bencher) {
+    pipeline(b, 2, Runner::Threads { workers: 2 });
+}
