@@ -59,6 +59,20 @@ pub trait Shard: Send + Sync + fmt::Debug {
     fn warm(&self) -> BoxFuture<'_, Result<()>> {
         Box::pin(std::future::ready(Ok(())))
     }
+
+    /// Whether a read would start without first opening or downloading the
+    /// shard (it is local, or in the cache). Fetch counts cache hits and
+    /// misses with it, and times [`warm`](Shard::warm) as the open time of a
+    /// miss. The default says yes.
+    fn is_warm(&self) -> bool {
+        true
+    }
+
+    /// Counters of the storage behind this shard (its dataset's cache), for
+    /// observability. The default has none.
+    fn io_stats(&self) -> Option<zephon_metrics::IoStats> {
+        None
+    }
 }
 
 /// Checks a run request against a shard's length, with an error naming both.

@@ -2,6 +2,7 @@
 
 use crate::dataset::Catalog;
 use crate::error::Result;
+use crate::obs::{Explain, PlanDescription};
 use crate::ops::batch::{Batch, Batcher};
 use crate::ops::fetch::Fetch;
 use crate::ops::filter::{Filter, FilterMap};
@@ -118,6 +119,46 @@ pub trait PipelineExt: Stream + Sized {
         T: Laned,
     {
         LaneMux::new(self, lanes)
+    }
+
+    /// The compiled plan in words: stages in order with their parallelism and
+    /// queue capacities, the runner, the output prefetch depth.
+    ///
+    /// ```
+    /// use zephon_core::{Dataset, PipelineExt, Record, Runner, WorkSource};
+    /// let ds = Dataset::in_memory("toy", vec![vec![Record::new(); 10]]).unwrap();
+    /// let ws = WorkSource::builder().dataset(ds, 1.0).build().unwrap();
+    /// let p = ws.stream().fetch(4).map_par(Ok, 8).batch(2).prefetch_batches(3);
+    /// let plan = p.explain(Runner::Threads { workers: 8 });
+    /// assert_eq!(plan.stages.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
+    ///            ["work_source", "fetch", "map_par", "batch", "prefetch_batches"]);
+    /// assert_eq!(plan.output_prefetch, 3);
+    /// println!("{plan}");
+    /// ```
+    fn explain(&self, runner: Runner) -> PlanDescription
+    where
+        Self: Explain,
+    {
+        let mut stages = Vec::new();
+        self.describe(&mut stages);
+        let output_prefetch = stages
+            .iter()
+            .rev()
+            .find(|s| s.name == "prefetch_batches")
+            .and_then(|s| s.queue_capacity)
+            .unwrap_or(0) as usize;
+        PlanDescription {
+            stages,
+            runner: match runner {
+                Runner::Inline => "inline (one thread)".into(),
+                Runner::Threads { workers: 0 } => format!(
+                    "threads ({} workers, one per core)",
+                    crate::runner::num_cpus()
+                ),
+                Runner::Threads { workers } => format!("threads ({workers} workers)"),
+            },
+            output_prefetch,
+        }
     }
 
     /// Drives the pipeline from synchronous code with `runner`.

@@ -43,6 +43,7 @@ pub mod dataset;
 pub mod error;
 pub mod ext;
 pub mod hash;
+pub mod obs;
 pub mod ops;
 pub mod pointer;
 pub mod record;
@@ -52,6 +53,7 @@ pub mod work;
 pub use dataset::{Catalog, Dataset, InMemoryShard, Shard};
 pub use error::{BoxError, Error, Result};
 pub use ext::{PipelineExt, RecordBatch};
+pub use obs::{Observer, Tracking};
 pub use ops::batch::{Batch, Batcher};
 pub use ops::fetch::Fetch;
 pub use ops::filter::{Filter, FilterMap};
@@ -66,3 +68,4 @@ pub use work::{
     BlockShuffle, Catalogued, Exhaustion, LaneConfig, Ownership, PointerStream, WorkConfig,
     WorkSource, WorkSourceBuilder, WorkState,
 };
+pub use zephon_metrics as metrics;

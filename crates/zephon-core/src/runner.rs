@@ -2,10 +2,12 @@
 //! training loops.
 
 use crate::error::{Error, Result};
+use crate::obs::{Observer, Tracking};
 use futures::future::BoxFuture;
 use futures::{FutureExt, Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use std::pin::Pin;
+use std::time::Instant;
 
 /// How a pipeline is executed. A performance knob only: every runner gives
 /// the same output in the same order.
@@ -104,13 +106,22 @@ fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
 /// ```
 pub struct BlockingIter<T> {
     source: Source<T>,
+    observer: Option<Observer>,
+    last_return: Option<Instant>,
     // Dropped last, so tasks the pipeline spawned can wind down.
     runtime: tokio::runtime::Runtime,
 }
 
+type BoxedPipeline<T> = Pin<Box<dyn Stream<Item = Result<T>> + Send>>;
+
 enum Source<T> {
+    /// Not polled yet: observability may still be enabled.
+    Idle {
+        stream: BoxedPipeline<T>,
+        driven: bool,
+    },
     /// Inline runner: the caller's thread polls the pipeline.
-    Polled(Pin<Box<dyn Stream<Item = Result<T>> + Send>>),
+    Polled(BoxedPipeline<T>),
     /// Threads runner: a task on the pool drives the pipeline while the
     /// caller trains, handing items over a short queue.
     Driven {
@@ -118,6 +129,8 @@ enum Source<T> {
         local: std::collections::VecDeque<Result<T>>,
         task: tokio::task::JoinHandle<()>,
     },
+    /// Between states.
+    Taken,
 }
 
 /// Chunks the threads runner keeps ready between the pipeline task and the
@@ -130,47 +143,87 @@ const HANDOFF_CHUNK: usize = 16;
 
 impl<T> std::fmt::Debug for BlockingIter<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BlockingIter").finish_non_exhaustive()
+        f.debug_struct("BlockingIter")
+            .field("observer", &self.observer)
+            .finish_non_exhaustive()
     }
 }
 
-impl<T> BlockingIter<T> {
-    /// Wraps a stream with a runtime built by `runner`.
+impl<T: Send + 'static> BlockingIter<T> {
+    /// Wraps a stream with a runtime built by `runner`. Nothing runs until
+    /// the first `next()`.
     pub fn new<S>(stream: S, runner: Runner) -> Result<Self>
     where
         S: Stream<Item = Result<T>> + Send + 'static,
-        T: Send + 'static,
     {
-        let runtime = runner.runtime()?;
-        let source = match runner {
-            Runner::Inline => Source::Polled(Box::pin(stream)),
-            Runner::Threads { .. } => {
-                let (tx, rx) = tokio::sync::mpsc::channel(HANDOFF_DEPTH);
-                let task = runtime.spawn(async move {
-                    let mut stream = std::pin::pin!(stream);
-                    while let Some(first) = stream.next().await {
-                        let mut chunk = Vec::with_capacity(HANDOFF_CHUNK);
-                        chunk.push(first);
-                        while chunk.len() < HANDOFF_CHUNK {
-                            match stream.next().now_or_never() {
-                                Some(Some(x)) => chunk.push(x),
-                                _ => break,
-                            }
-                        }
-                        let last = chunk.last().is_some_and(|r| r.is_err());
-                        if tx.send(chunk).await.is_err() || last {
-                            break;
+        Ok(BlockingIter {
+            source: Source::Idle {
+                stream: Box::pin(stream),
+                driven: matches!(runner, Runner::Threads { .. }),
+            },
+            observer: None,
+            last_return: None,
+            runtime: runner.runtime()?,
+        })
+    }
+
+    /// Turns observability on (call before the first `next()`); returns the
+    /// handle to take snapshots with, from any thread.
+    pub fn enable_observability(&mut self, tracking: Tracking) -> Observer {
+        let obs = Observer::new(tracking);
+        if tracking != Tracking::Off {
+            self.observer = Some(obs.clone());
+        }
+        obs
+    }
+
+    /// The observer, if observability is on.
+    pub fn observer(&self) -> Option<&Observer> {
+        self.observer.as_ref()
+    }
+
+    fn start(&mut self) {
+        if !matches!(self.source, Source::Idle { .. }) {
+            return;
+        }
+        let Source::Idle { stream, driven } = std::mem::replace(&mut self.source, Source::Taken)
+        else {
+            unreachable!("checked above")
+        };
+        let stream: BoxedPipeline<T> = match &self.observer {
+            Some(obs) => {
+                obs.start();
+                Box::pin(obs.observe(stream).without_consumer())
+            }
+            None => stream,
+        };
+        self.source = if driven {
+            let (tx, rx) = tokio::sync::mpsc::channel(HANDOFF_DEPTH);
+            let task = self.runtime.spawn(async move {
+                let mut stream = stream;
+                while let Some(first) = stream.next().await {
+                    let mut chunk = Vec::with_capacity(HANDOFF_CHUNK);
+                    chunk.push(first);
+                    while chunk.len() < HANDOFF_CHUNK {
+                        match stream.next().now_or_never() {
+                            Some(Some(x)) => chunk.push(x),
+                            _ => break,
                         }
                     }
-                });
-                Source::Driven {
-                    rx,
-                    local: Default::default(),
-                    task,
+                    let last = chunk.last().is_some_and(|r| r.is_err());
+                    if tx.send(chunk).await.is_err() || last {
+                        break;
+                    }
                 }
+            });
+            Source::Driven {
+                rx,
+                local: Default::default(),
+                task,
             }
+        } else {
+            Source::Polled(stream)
         };
-        Ok(BlockingIter { source, runtime })
     }
 }
 
@@ -182,23 +235,41 @@ impl<T> Drop for BlockingIter<T> {
     }
 }
 
-impl<T> Iterator for BlockingIter<T> {
+impl<T: Send + 'static> Iterator for BlockingIter<T> {
     type Item = Result<T>;
     fn next(&mut self) -> Option<Result<T>> {
-        match &mut self.source {
+        self.start();
+        let asked = self.observer.as_ref().map(|o| {
+            let now = Instant::now();
+            if let Some(r) = self.last_return {
+                o.consumer_asked(now - r);
+            }
+            now
+        });
+        let item = match &mut self.source {
             Source::Polled(stream) => self.runtime.block_on(stream.next()),
             Source::Driven { rx, local, .. } => {
-                if local.is_empty() {
-                    local.extend(rx.blocking_recv()?);
+                if local.is_empty()
+                    && let Some(chunk) = rx.blocking_recv()
+                {
+                    local.extend(chunk);
                 }
                 local.pop_front()
             }
+            Source::Idle { .. } | Source::Taken => None,
+        };
+        if let (Some(o), Some(a), Some(_)) = (&self.observer, asked, &item) {
+            let now = Instant::now();
+            o.consumer_received(now - a);
+            self.last_return = Some(now);
         }
+        item
     }
     fn size_hint(&self) -> (usize, Option<usize>) {
         match &self.source {
-            Source::Polled(stream) => stream.size_hint(),
+            Source::Polled(stream) | Source::Idle { stream, .. } => stream.size_hint(),
             Source::Driven { local, .. } => (local.len(), None),
+            Source::Taken => (0, None),
         }
     }
 }

@@ -1,11 +1,12 @@
 //! # zephon-metrics
 //!
 //! Counters, timers, histograms and the snapshot types that Zephon's
-//! observability reports are made of. A leaf crate: it knows nothing of the
-//! others, so any crate can count into it.
+//! observability reports are made of, with the bottleneck analysis over them.
+//! A leaf crate: it knows nothing of the others, so any crate can count into it.
 //!
 //! Every primitive is a few atomics: cheap to update from any thread, and
-//! readable at any time without stopping the writers.
+//! readable at any time without stopping the writers. Snapshots are plain
+//! serde types that print as aligned tables.
 //!
 //! ```
 //! use zephon_metrics::{Counter, DurationCounter, Histogram};
@@ -24,6 +25,14 @@
 
 mod histogram;
 mod primitives;
+pub mod report;
+pub mod snapshot;
+mod table;
 
 pub use histogram::{Histogram, HistogramSnapshot};
 pub use primitives::{Counter, DurationCounter, DurationStats, MaxGauge};
+pub use report::{BottleneckReport, Limiter, analyze};
+pub use snapshot::{
+    FetchTimingSnapshot, IoStats, MetricsSnapshot, OperatorMetrics, PrefetchTimingSnapshot,
+    ShardFetchStats, StartupSnapshot,
+};

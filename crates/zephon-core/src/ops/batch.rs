@@ -1,6 +1,7 @@
 //! `batch`: group elements of one lane into batches.
 
 use crate::error::Result;
+use crate::obs::{Explain, Probe, StageDescription};
 use crate::pointer::{Identity, LaneId, Laned};
 use crate::record::Record;
 use futures::Stream;
@@ -82,6 +83,7 @@ pub struct Batcher<S, T> {
     open: BTreeMap<LaneId, (u64, Vec<T>)>,
     tail: VecDeque<Batch<T>>,
     done: bool,
+    probe: Probe,
 }
 
 impl<S, T> Batcher<S, T> {
@@ -94,6 +96,7 @@ impl<S, T> Batcher<S, T> {
             open: BTreeMap::new(),
             tail: VecDeque::new(),
             done: false,
+            probe: Probe::default(),
         }
     }
 }
@@ -117,12 +120,19 @@ where
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut this = self.project();
+        this.probe.attach("batch", 1, None);
         loop {
             if *this.done {
-                return Poll::Ready(this.tail.pop_front().map(Ok));
+                let b = this.tail.pop_front();
+                if b.is_some() {
+                    this.probe.output();
+                }
+                return Poll::Ready(b.map(Ok));
             }
             match this.inner.as_mut().poll_next(cx) {
                 Poll::Ready(Some(Ok(x))) => {
+                    this.probe.input();
+                    let t = this.probe.sample();
                     let lane = x.lane();
                     let (index, items) = this.open.entry(lane).or_default();
                     items.push(x);
@@ -133,8 +143,11 @@ where
                             items: std::mem::replace(items, Vec::with_capacity(*this.size)),
                         };
                         *index += 1;
+                        this.probe.sampled(t);
+                        this.probe.output();
                         return Poll::Ready(Some(Ok(b)));
                     }
+                    this.probe.sampled(t);
                 }
                 Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
                 Poll::Ready(None) => {
@@ -152,7 +165,10 @@ where
                         }
                     }
                 }
-                Poll::Pending => return Poll::Pending,
+                Poll::Pending => {
+                    this.probe.input_pending();
+                    return Poll::Pending;
+                }
             }
         }
     }
@@ -161,5 +177,21 @@ where
         let (lo, hi) = self.inner.size_hint();
         let t = self.tail.len();
         (lo / self.size + t, hi.map(|h| h + t + self.open.len()))
+    }
+}
+
+impl<S: Explain, T> Explain for Batcher<S, T> {
+    fn describe(&self, out: &mut Vec<StageDescription>) {
+        self.inner.describe(out);
+        out.push(StageDescription::new(
+            "batch",
+            1,
+            None,
+            format!(
+                "{} per lane{}",
+                self.size,
+                if self.drop_last { ", drop_last" } else { "" }
+            ),
+        ));
     }
 }

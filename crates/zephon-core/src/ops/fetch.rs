@@ -2,6 +2,7 @@
 
 use crate::dataset::Catalog;
 use crate::error::{Error, Result};
+use crate::obs::{Explain, FetchStats, GroupRecord, Observer, OpStats, Probe, StageDescription};
 use crate::pointer::SamplePtr;
 use crate::record::Record;
 use futures::future::BoxFuture;
@@ -11,7 +12,9 @@ use pin_project::pin_project;
 use std::collections::VecDeque;
 use std::fmt;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Instant;
 
 /// Most pointers one read request carries.
 pub const DEFAULT_MAX_GROUP: usize = 256;
@@ -45,6 +48,9 @@ pub struct Fetch<S> {
     in_flight: FuturesOrdered<BoxFuture<'static, Result<Vec<Record>>>>,
     ready: VecDeque<Record>,
     done: bool,
+    probe: Probe,
+    fetch_stats: Option<Arc<FetchStats>>,
+    looked: bool,
 }
 
 impl<S> Fetch<S> {
@@ -60,6 +66,9 @@ impl<S> Fetch<S> {
             in_flight: FuturesOrdered::new(),
             ready: VecDeque::new(),
             done: false,
+            probe: Probe::default(),
+            fetch_stats: None,
+            looked: false,
         }
     }
 
@@ -86,7 +95,17 @@ impl<S> fmt::Debug for Fetch<S> {
     }
 }
 
-fn read_group(catalog: &Catalog, group: Vec<SamplePtr>) -> BoxFuture<'static, Result<Vec<Record>>> {
+#[derive(Clone, Default)]
+struct Instruments {
+    op: Option<Arc<OpStats>>,
+    fetch: Option<Arc<FetchStats>>,
+}
+
+fn read_group(
+    catalog: &Catalog,
+    group: Vec<SamplePtr>,
+    inst: Instruments,
+) -> BoxFuture<'static, Result<Vec<Record>>> {
     let first = group[0];
     let Some(shard) = catalog
         .get(first.dataset as usize)
@@ -98,7 +117,34 @@ fn read_group(catalog: &Catalog, group: Vec<SamplePtr>) -> BoxFuture<'static, Re
     let dataset = catalog[first.dataset as usize].name().to_owned();
     async move {
         let indices: Vec<u64> = group.iter().map(|p| p.sample).collect();
+        let timed = inst.op.is_some() || inst.fetch.is_some();
+        let t0 = timed.then(Instant::now);
+        let hit = !timed || shard.is_warm();
+        if !hit {
+            // A failed warm-up is not fatal: the read below tries again and
+            // reports the error with its shard.
+            let _ = shard.warm().await;
+        }
+        let t1 = timed.then(Instant::now);
         let mut records = shard.read_indices(&indices).await?;
+        if let (Some(t0), Some(t1)) = (t0, t1) {
+            let (open_ns, read_ns) = ((t1 - t0).as_nanos() as u64, t1.elapsed().as_nanos() as u64);
+            if let Some(f) = &inst.fetch {
+                f.record(GroupRecord {
+                    dataset: first.dataset,
+                    shard: first.shard,
+                    samples: group.len() as u64,
+                    hit,
+                    open_ns,
+                    read_ns,
+                });
+            }
+            if let Some(op) = &inst.op {
+                op.busy.record_many(open_ns + read_ns, group.len() as u64);
+                op.bytes_out
+                    .add(records.iter().map(|r| r.byte_len() as u64).sum());
+            }
+        }
         if records.len() != group.len() {
             return Err(Error::Operator {
                 op: "fetch",
@@ -128,8 +174,19 @@ where
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut this = self.project();
+        let window = (*this.parallelism * *this.max_group) as u64;
+        if !*this.looked {
+            *this.looked = true;
+            this.probe.attach("fetch", *this.parallelism, Some(window));
+            *this.fetch_stats = Observer::current().map(|o| o.fetch_stats(this.catalog.clone()));
+        }
+        let inst = Instruments {
+            op: this.probe.shared(),
+            fetch: this.fetch_stats.clone(),
+        };
         loop {
             if let Some(r) = this.ready.pop_front() {
+                this.probe.output();
                 return Poll::Ready(Some(Ok(r)));
             }
             // Fill the in-flight window with groups of same-shard pointers.
@@ -140,12 +197,14 @@ where
                 if *this.done {
                     if !this.group.is_empty() {
                         let g = std::mem::take(this.group);
-                        this.in_flight.push_back(read_group(this.catalog, g));
+                        this.in_flight
+                            .push_back(read_group(this.catalog, g, inst.clone()));
                     }
                     break;
                 }
                 match this.inner.as_mut().poll_next(cx) {
                     Poll::Ready(Some(Ok(p))) => {
+                        this.probe.input();
                         let same = this
                             .group
                             .first()
@@ -154,14 +213,16 @@ where
                             this.group.push(p);
                         } else {
                             let g = std::mem::take(this.group);
-                            this.in_flight.push_back(read_group(this.catalog, g));
+                            this.in_flight
+                                .push_back(read_group(this.catalog, g, inst.clone()));
                             *this.carry = Some(p);
                         }
                     }
                     Poll::Ready(Some(Err(e))) => {
                         if !this.group.is_empty() {
                             let g = std::mem::take(this.group);
-                            this.in_flight.push_back(read_group(this.catalog, g));
+                            this.in_flight
+                                .push_back(read_group(this.catalog, g, inst.clone()));
                         }
                         this.in_flight
                             .push_back(futures::future::ready(Err(e)).boxed());
@@ -171,11 +232,17 @@ where
                         // Do not hold a partial group back waiting for more.
                         if !this.group.is_empty() {
                             let g = std::mem::take(this.group);
-                            this.in_flight.push_back(read_group(this.catalog, g));
+                            this.in_flight
+                                .push_back(read_group(this.catalog, g, inst.clone()));
+                        } else if this.in_flight.is_empty() {
+                            this.probe.input_pending();
                         }
                         break;
                     }
                 }
+            }
+            if let Some(s) = this.probe.stats() {
+                s.max_queue.observe(this.in_flight.len() as u64);
             }
             match this.in_flight.poll_next_unpin(cx) {
                 Poll::Ready(Some(Ok(records))) => this.ready.extend(records),
@@ -200,5 +267,17 @@ where
             lo + extra,
             hi.map(|h| h + extra + self.in_flight.len() * self.max_group),
         )
+    }
+}
+
+impl<S: Explain> Explain for Fetch<S> {
+    fn describe(&self, out: &mut Vec<StageDescription>) {
+        self.inner.describe(out);
+        out.push(StageDescription::new(
+            "fetch",
+            self.parallelism,
+            Some((self.parallelism * self.max_group) as u64),
+            format!("reads of up to {} samples of one shard", self.max_group),
+        ));
     }
 }

@@ -1,6 +1,7 @@
 //! `filter` and `filter_map`: drop or transform elements with a cheap closure.
 
 use crate::error::Result;
+use crate::obs::{Explain, Probe, StageDescription};
 use futures::Stream;
 use pin_project::pin_project;
 use std::fmt;
@@ -24,12 +25,17 @@ pub struct Filter<S, F> {
     #[pin]
     inner: S,
     pred: F,
+    probe: Probe,
 }
 
 impl<S, F> Filter<S, F> {
     /// Wraps `inner`.
     pub fn new(inner: S, pred: F) -> Self {
-        Filter { inner, pred }
+        Filter {
+            inner,
+            pred,
+            probe: Probe::default(),
+        }
     }
 }
 
@@ -48,12 +54,22 @@ where
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut this = self.project();
+        this.probe.attach("filter", 1, None);
         loop {
             match this.inner.as_mut().poll_next(cx) {
                 Poll::Ready(Some(Ok(x))) => {
-                    if (this.pred)(&x) {
+                    this.probe.input();
+                    let t = this.probe.sample();
+                    let keep = (this.pred)(&x);
+                    this.probe.sampled(t);
+                    if keep {
+                        this.probe.output();
                         return Poll::Ready(Some(Ok(x)));
                     }
+                }
+                Poll::Pending => {
+                    this.probe.input_pending();
+                    return Poll::Pending;
                 }
                 other => return other,
             }
@@ -82,12 +98,17 @@ pub struct FilterMap<S, F> {
     #[pin]
     inner: S,
     f: F,
+    probe: Probe,
 }
 
 impl<S, F> FilterMap<S, F> {
     /// Wraps `inner`.
     pub fn new(inner: S, f: F) -> Self {
-        FilterMap { inner, f }
+        FilterMap {
+            inner,
+            f,
+            probe: Probe::default(),
+        }
     }
 }
 
@@ -106,21 +127,48 @@ where
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut this = self.project();
+        this.probe.attach("filter_map", 1, None);
         loop {
             match this.inner.as_mut().poll_next(cx) {
-                Poll::Ready(Some(Ok(x))) => match (this.f)(x) {
-                    Ok(Some(y)) => return Poll::Ready(Some(Ok(y))),
-                    Ok(None) => {}
-                    Err(e) => return Poll::Ready(Some(Err(e))),
-                },
+                Poll::Ready(Some(Ok(x))) => {
+                    this.probe.input();
+                    let t = this.probe.sample();
+                    let r = (this.f)(x);
+                    this.probe.sampled(t);
+                    match r {
+                        Ok(Some(y)) => {
+                            this.probe.output();
+                            return Poll::Ready(Some(Ok(y)));
+                        }
+                        Ok(None) => {}
+                        Err(e) => return Poll::Ready(Some(Err(e))),
+                    }
+                }
                 Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
                 Poll::Ready(None) => return Poll::Ready(None),
-                Poll::Pending => return Poll::Pending,
+                Poll::Pending => {
+                    this.probe.input_pending();
+                    return Poll::Pending;
+                }
             }
         }
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
         (0, self.inner.size_hint().1)
+    }
+}
+
+impl<S: Explain, F> Explain for Filter<S, F> {
+    fn describe(&self, out: &mut Vec<StageDescription>) {
+        self.inner.describe(out);
+        out.push(StageDescription::new("filter", 1, None, ""));
+    }
+}
+
+impl<S: Explain, F> Explain for FilterMap<S, F> {
+    fn describe(&self, out: &mut Vec<StageDescription>) {
+        self.inner.describe(out);
+        out.push(StageDescription::new("filter_map", 1, None, ""));
     }
 }

@@ -1,6 +1,7 @@
 //! `lane_mux`: the tail multiplexer, owned lanes in strict round robin.
 
 use crate::error::{Error, Result};
+use crate::obs::{Explain, Probe, StageDescription};
 use crate::pointer::{LaneId, Laned};
 use futures::Stream;
 use pin_project::pin_project;
@@ -32,6 +33,7 @@ pub struct LaneMux<S, T> {
     queues: Vec<VecDeque<T>>,
     next: usize,
     done: bool,
+    probe: Probe,
 }
 
 impl<S, T> LaneMux<S, T> {
@@ -46,6 +48,7 @@ impl<S, T> LaneMux<S, T> {
             queues,
             next: 0,
             done: false,
+            probe: Probe::default(),
         }
     }
 
@@ -81,9 +84,11 @@ where
         if n == 0 {
             return Poll::Ready(None);
         }
+        this.probe.attach("lane_mux", 1, None);
         loop {
             if let Some(x) = this.queues[*this.next].pop_front() {
                 *this.next = (*this.next + 1) % n;
+                this.probe.output();
                 return Poll::Ready(Some(Ok(x)));
             }
             if *this.done {
@@ -99,9 +104,15 @@ where
             }
             match this.inner.as_mut().poll_next(cx) {
                 Poll::Ready(Some(Ok(x))) => {
+                    this.probe.input();
                     let lane = x.lane();
                     match this.lanes.binary_search(&lane) {
-                        Ok(i) => this.queues[i].push_back(x),
+                        Ok(i) => {
+                            this.queues[i].push_back(x);
+                            if let Some(s) = this.probe.stats() {
+                                s.max_queue.observe(this.queues[i].len() as u64);
+                            }
+                        }
                         Err(_) => {
                             return Poll::Ready(Some(Err(Error::Operator {
                                 op: "lane_mux",
@@ -115,7 +126,10 @@ where
                 }
                 Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
                 Poll::Ready(None) => *this.done = true,
-                Poll::Pending => return Poll::Pending,
+                Poll::Pending => {
+                    this.probe.input_pending();
+                    return Poll::Pending;
+                }
             }
         }
     }
@@ -124,5 +138,17 @@ where
         let q: usize = self.queues.iter().map(VecDeque::len).sum();
         let (lo, hi) = self.inner.size_hint();
         (lo + q, hi.map(|h| h + q))
+    }
+}
+
+impl<S: Explain, T> Explain for LaneMux<S, T> {
+    fn describe(&self, out: &mut Vec<StageDescription>) {
+        self.inner.describe(out);
+        out.push(StageDescription::new(
+            "lane_mux",
+            1,
+            None,
+            format!("lanes {:?}, strict round robin", self.lanes),
+        ));
     }
 }

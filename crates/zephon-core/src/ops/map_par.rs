@@ -1,6 +1,7 @@
 //! `map_par`: a CPU-heavy closure over each element, `k` micro-batches in flight.
 
 use crate::error::Result;
+use crate::obs::{Explain, Probe, StageDescription};
 use crate::runner::offload;
 use futures::future::BoxFuture;
 use futures::stream::{FuturesOrdered, FuturesUnordered};
@@ -70,6 +71,7 @@ pub struct MapPar<S, T, U> {
     in_flight: InFlight<U>,
     ready: VecDeque<Result<U>>,
     done: bool,
+    probe: Probe,
 }
 
 impl<S, T, U> MapPar<S, T, U> {
@@ -87,6 +89,7 @@ impl<S, T, U> MapPar<S, T, U> {
             in_flight: InFlight::Ordered(FuturesOrdered::new()),
             ready: VecDeque::new(),
             done: false,
+            probe: Probe::default(),
         }
     }
 
@@ -130,8 +133,11 @@ where
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut this = self.project();
+        this.probe
+            .attach("map_par", *this.k, Some((*this.k * *this.micro) as u64));
         loop {
             if let Some(r) = this.ready.pop_front() {
+                this.probe.output();
                 return Poll::Ready(Some(r));
             }
             while this.in_flight.len() < *this.k && !*this.done {
@@ -140,7 +146,10 @@ where
                 let mut upstream_pending = false;
                 while this.pending.len() < *this.micro {
                     match this.inner.as_mut().poll_next(cx) {
-                        Poll::Ready(Some(item)) => this.pending.push(item),
+                        Poll::Ready(Some(item)) => {
+                            this.probe.input();
+                            this.pending.push(item);
+                        }
                         Poll::Ready(None) => {
                             *this.done = true;
                             break;
@@ -152,13 +161,26 @@ where
                     }
                 }
                 if this.pending.is_empty() {
+                    if upstream_pending && this.in_flight.len() == 0 {
+                        this.probe.input_pending();
+                    }
                     break;
                 }
                 let items = std::mem::take(this.pending);
                 let f = this.f.clone();
+                let stats = this.probe.shared();
                 this.in_flight.push(offload("map_par", move || {
-                    items.into_iter().map(|x| x.and_then(|x| f(x))).collect()
+                    let t = stats.as_ref().map(|_| std::time::Instant::now());
+                    let n = items.len() as u64;
+                    let out = items.into_iter().map(|x| x.and_then(|x| f(x))).collect();
+                    if let (Some(s), Some(t)) = (&stats, t) {
+                        s.busy.record_many(t.elapsed().as_nanos() as u64, n);
+                    }
+                    out
                 }));
+                if let Some(s) = this.probe.stats() {
+                    s.max_queue.observe(this.in_flight.len() as u64);
+                }
                 if upstream_pending {
                     break;
                 }
@@ -184,5 +206,22 @@ where
             lo + extra,
             hi.map(|h| h + extra + self.in_flight.len() * self.micro),
         )
+    }
+}
+
+impl<S: Explain, T, U> Explain for MapPar<S, T, U> {
+    fn describe(&self, out: &mut Vec<StageDescription>) {
+        self.inner.describe(out);
+        let order = if matches!(self.in_flight, InFlight::Ordered(_)) {
+            "ordered"
+        } else {
+            "unordered"
+        };
+        out.push(StageDescription::new(
+            "map_par",
+            self.k,
+            Some((self.k * self.micro) as u64),
+            format!("micro-batches of {}, {order}", self.micro),
+        ));
     }
 }

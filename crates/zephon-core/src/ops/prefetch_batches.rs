@@ -1,5 +1,6 @@
 //! `prefetch_batches`: finished elements buffered ahead of the consumer.
 
+use crate::obs::{Explain, Observer, Probe, StageDescription};
 use futures::Stream;
 use futures::StreamExt;
 use std::fmt;
@@ -35,6 +36,7 @@ enum State<S: Stream> {
 pub struct PrefetchBatches<S: Stream> {
     state: State<S>,
     depth: usize,
+    probe: Probe,
 }
 
 impl<S: Stream> PrefetchBatches<S> {
@@ -48,6 +50,7 @@ impl<S: Stream> PrefetchBatches<S> {
                 State::Idle(inner)
             },
             depth,
+            probe: Probe::default(),
         }
     }
 
@@ -90,6 +93,8 @@ where
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
         // `State` holds only boxed streams and handles, so it is `Unpin`.
         let this = &mut *self;
+        this.probe
+            .attach("prefetch_batches", 1, Some(this.depth as u64));
         if matches!(this.state, State::Idle(_)) {
             let State::Idle(mut s) = std::mem::replace(&mut this.state, State::Taken) else {
                 unreachable!("checked above")
@@ -97,23 +102,47 @@ where
             this.state = match tokio::runtime::Handle::try_current() {
                 Ok(handle) => {
                     let (tx, rx) = mpsc::channel(this.depth);
-                    let task = handle.spawn(async move {
+                    let stats = this.probe.shared();
+                    let drive = async move {
                         while let Some(x) = s.next().await {
+                            let t = stats.as_ref().map(|_| std::time::Instant::now());
                             if tx.send(x).await.is_err() {
                                 break;
                             }
+                            if let (Some(st), Some(t)) = (&stats, t) {
+                                st.blocked_output_ns.add(t.elapsed().as_nanos() as u64);
+                            }
                         }
-                    });
+                    };
+                    // The upstream runs on its own task: carry the observer there.
+                    let task = match Observer::current() {
+                        Some(obs) => handle.spawn(obs.scope_future(drive)),
+                        None => handle.spawn(drive),
+                    };
                     State::Running { rx, task }
                 }
                 Err(_) => State::Inline(s),
             };
         }
-        match &mut this.state {
+        let out = match &mut this.state {
             State::Inline(s) => s.poll_next_unpin(cx),
-            State::Running { rx, .. } => rx.poll_recv(cx),
+            State::Running { rx, .. } => {
+                if let Some(s) = this.probe.stats() {
+                    s.max_queue.observe(rx.len() as u64);
+                }
+                rx.poll_recv(cx)
+            }
             State::Idle(_) | State::Taken => unreachable!("state set above"),
+        };
+        match &out {
+            Poll::Ready(Some(_)) => {
+                this.probe.input();
+                this.probe.output();
+            }
+            Poll::Pending => this.probe.input_pending(),
+            Poll::Ready(None) => {}
         }
+        out
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
@@ -122,5 +151,19 @@ where
             State::Running { rx, .. } => (rx.len(), None),
             State::Taken => (0, None),
         }
+    }
+}
+
+impl<S: Stream + Explain> Explain for PrefetchBatches<S> {
+    fn describe(&self, out: &mut Vec<StageDescription>) {
+        if let State::Idle(s) | State::Inline(s) = &self.state {
+            s.as_ref().get_ref().describe(out);
+        }
+        out.push(StageDescription::new(
+            "prefetch_batches",
+            1,
+            Some(self.depth as u64),
+            "upstream on its own task",
+        ));
     }
 }

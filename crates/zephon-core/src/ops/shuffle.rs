@@ -2,6 +2,7 @@
 
 use crate::error::Result;
 use crate::hash::{combine, key};
+use crate::obs::{Explain, Probe, StageDescription};
 use crate::pointer::{Identity, LaneId, Laned};
 use futures::Stream;
 use pin_project::pin_project;
@@ -54,6 +55,7 @@ pub struct Shuffle<S, T> {
     lanes: BTreeMap<LaneId, Vec<T>>,
     out: VecDeque<T>,
     done: bool,
+    probe: Probe,
 }
 
 impl<S, T> Shuffle<S, T> {
@@ -67,6 +69,7 @@ impl<S, T> Shuffle<S, T> {
             lanes: BTreeMap::new(),
             out: VecDeque::new(),
             done: false,
+            probe: Probe::default(),
         }
     }
 
@@ -104,8 +107,11 @@ where
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut this = self.project();
+        this.probe
+            .attach("shuffle", 1, Some(*this.buffer_size as u64));
         loop {
             if let Some(x) = this.out.pop_front() {
+                this.probe.output();
                 return Poll::Ready(Some(Ok(x)));
             }
             if *this.done {
@@ -113,8 +119,13 @@ where
             }
             match this.inner.as_mut().poll_next(cx) {
                 Poll::Ready(Some(Ok(x))) => {
+                    this.probe.input();
+                    let t = this.probe.sample();
                     let n = *this.buffer_size;
                     let buf = this.lanes.entry(x.lane()).or_default();
+                    if let Some(s) = this.probe.stats() {
+                        s.max_queue.observe(buf.len() as u64 + 1);
+                    }
                     match this.mode {
                         ShuffleMode::Reservoir => {
                             if buf.len() < n {
@@ -122,6 +133,8 @@ where
                             } else {
                                 let j = (combine(*this.seed, x.identity()) % n as u64) as usize;
                                 let old = std::mem::replace(&mut buf[j], x);
+                                this.probe.sampled(t);
+                                this.probe.output();
                                 return Poll::Ready(Some(Ok(old)));
                             }
                         }
@@ -133,6 +146,7 @@ where
                             }
                         }
                     }
+                    this.probe.sampled(t);
                 }
                 Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
                 Poll::Ready(None) => {
@@ -143,7 +157,10 @@ where
                         this.out.extend(buf.drain(..));
                     }
                 }
-                Poll::Pending => return Poll::Pending,
+                Poll::Pending => {
+                    this.probe.input_pending();
+                    return Poll::Pending;
+                }
             }
         }
     }
@@ -152,5 +169,17 @@ where
         let (lo, hi) = self.inner.size_hint();
         let extra = self.out.len() + self.buffered();
         (lo + extra, hi.map(|h| h + extra))
+    }
+}
+
+impl<S: Explain, T> Explain for Shuffle<S, T> {
+    fn describe(&self, out: &mut Vec<StageDescription>) {
+        self.inner.describe(out);
+        out.push(StageDescription::new(
+            "shuffle",
+            1,
+            Some(self.buffer_size as u64),
+            format!("{:?} per lane, seed {}", self.mode, self.seed).to_lowercase(),
+        ));
     }
 }

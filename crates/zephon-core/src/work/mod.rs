@@ -489,3 +489,29 @@ impl Stream for PointerStream {
         self.remaining()
     }
 }
+
+impl crate::obs::Explain for PointerStream {
+    fn describe(&self, out: &mut Vec<crate::obs::StageDescription>) {
+        let c = &self.plan.config;
+        let datasets: Vec<String> = self
+            .plan
+            .catalog
+            .iter()
+            .zip(&self.plan.mixture.quotas)
+            .map(|(d, q)| format!("{} ({q}/{})", d.name(), c.chunk_size))
+            .collect();
+        out.push(crate::obs::StageDescription::new(
+            "work_source",
+            1,
+            None,
+            format!(
+                "{}; seed {}; {:?}; lanes {:?} of {}",
+                datasets.join(", "),
+                c.seed,
+                c.exhaustion,
+                c.lanes.owned_lanes(),
+                c.lanes.canonical_lanes
+            ),
+        ));
+    }
+}

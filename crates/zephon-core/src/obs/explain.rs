@@ -1,0 +1,72 @@
+//! `explain()`: the compiled plan in words.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// One stage of a plan.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StageDescription {
+    /// Operator name.
+    pub name: String,
+    /// Its parallelism (1 for sequential operators).
+    pub parallelism: usize,
+    /// Its queue capacity (elements in flight or buffered), if bounded.
+    pub queue_capacity: Option<u64>,
+    /// Other settings, in words.
+    pub detail: String,
+}
+
+/// A pipeline's stages from source to consumer, and how it runs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlanDescription {
+    /// Stages from the source.
+    pub stages: Vec<StageDescription>,
+    /// The runner, in words.
+    pub runner: String,
+    /// Elements buffered ahead of the consumer by `prefetch_batches` (0 without).
+    pub output_prefetch: usize,
+}
+
+impl fmt::Display for PlanDescription {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "plan ({} runner, output prefetch {}):",
+            self.runner, self.output_prefetch
+        )?;
+        for (i, s) in self.stages.iter().enumerate() {
+            write!(f, "  {i}. {:<18} parallelism {:<3}", s.name, s.parallelism)?;
+            if let Some(c) = s.queue_capacity {
+                write!(f, " queue {c:<6}")?;
+            } else {
+                write!(f, " {:<12}", "")?;
+            }
+            writeln!(f, " {}", s.detail)?;
+        }
+        Ok(())
+    }
+}
+
+/// Stages that can describe themselves and what feeds them. Every Zephon
+/// operator implements it; a pipeline whose stages all do has `explain()`.
+pub trait Explain {
+    /// Appends the stages, source first.
+    fn describe(&self, out: &mut Vec<StageDescription>);
+}
+
+impl StageDescription {
+    /// A stage description.
+    pub fn new(
+        name: &str,
+        parallelism: usize,
+        queue_capacity: Option<u64>,
+        detail: impl Into<String>,
+    ) -> Self {
+        StageDescription {
+            name: name.into(),
+            parallelism,
+            queue_capacity,
+            detail: detail.into(),
+        }
+    }
+}

@@ -1,0 +1,384 @@
+//! Observability: which operator limits throughput, what fetch and prefetch
+//! do, start-up versus steady state. Off by default; cheap enough to leave on.
+//!
+//! An [`Observer`] is enabled before iteration (usually through
+//! [`BlockingIter::enable_observability`](crate::BlockingIter::enable_observability)).
+//! Operators find it when they are first polled (it travels with the task
+//! that drives the pipeline) and count into it; snapshots can be taken at any
+//! time, from any thread.
+
+mod explain;
+mod fetch_stats;
+mod observed;
+mod probe;
+
+pub use explain::{Explain, PlanDescription, StageDescription};
+pub use fetch_stats::{FetchStats, GroupRecord};
+pub use observed::Observed;
+pub use probe::{OpStats, Probe, SAMPLE_EVERY};
+
+use crate::dataset::Catalog;
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+use zephon_metrics::{
+    BottleneckReport, Counter, DurationCounter, FetchTimingSnapshot, Histogram, MetricsSnapshot,
+    PrefetchTimingSnapshot, StartupSnapshot,
+};
+
+/// How much to track.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tracking {
+    /// Nothing.
+    #[default]
+    Off,
+    /// Per stage: fetch and prefetch timing, start-up and steady state, the consumer.
+    Stage,
+    /// Everything of `Stage`, plus every operator's counters.
+    Operator,
+}
+
+impl std::str::FromStr for Tracking {
+    type Err = crate::Error;
+    fn from_str(s: &str) -> crate::Result<Self> {
+        match s {
+            "off" => Ok(Tracking::Off),
+            "stage" => Ok(Tracking::Stage),
+            "operator" => Ok(Tracking::Operator),
+            other => Err(crate::Error::config(
+                "tracking",
+                format!("`{other}` is not one of off, stage, operator"),
+            )),
+        }
+    }
+}
+
+tokio::task_local! {
+    static CURRENT: Observer;
+}
+
+type PrefetchSource = Arc<dyn Fn() -> PrefetchTimingSnapshot + Send + Sync>;
+
+struct Inner {
+    tracking: Tracking,
+    start: OnceLock<Instant>,
+    seq: AtomicU64,
+    ops: Mutex<Vec<Arc<OpStats>>>,
+    fetch: Mutex<Vec<Arc<FetchStats>>>,
+    prefetch: Mutex<Vec<PrefetchSource>>,
+    // Consumer side.
+    first_ns: AtomicU64,
+    last_ns: AtomicU64,
+    intervals: Histogram,
+    batches: Counter,
+    wait: DurationCounter,
+    busy: DurationCounter,
+}
+
+/// Collects a pipeline's metrics. Cheap to clone (a shared handle); snapshots
+/// may be taken from any thread while the pipeline runs.
+///
+/// ```
+/// use zephon_core::{Dataset, PipelineExt, Record, Runner, WorkSource};
+/// use zephon_core::obs::Tracking;
+/// let ds = Dataset::in_memory("toy", vec![vec![Record::new().with("t", "x"); 100]]).unwrap();
+/// let ws = WorkSource::builder().dataset(ds, 1.0).build().unwrap();
+/// let mut it = ws.stream().fetch(2).map_par(Ok, 2).batch(10).into_blocking_iter(Runner::threads()).unwrap();
+/// let obs = it.enable_observability(Tracking::Operator);
+/// let n: usize = it.by_ref().map(|b| b.unwrap().len()).sum();
+/// assert_eq!(n, 100);
+/// let m = obs.metrics_snapshot();
+/// assert_eq!(m.operators.iter().map(|o| o.name.as_str()).collect::<Vec<_>>(), ["fetch", "map_par", "batch"]);
+/// assert_eq!(m.startup.batches, 10);
+/// println!("{m}\n{}", obs.bottleneck_report());
+/// ```
+#[derive(Clone)]
+pub struct Observer(Arc<Inner>);
+
+impl std::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Observer")
+            .field("tracking", &self.0.tracking)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Observer {
+    /// A new observer with the given tracking level.
+    pub fn new(tracking: Tracking) -> Self {
+        Observer(Arc::new(Inner {
+            tracking,
+            start: OnceLock::new(),
+            seq: AtomicU64::new(0),
+            ops: Mutex::new(Vec::new()),
+            fetch: Mutex::new(Vec::new()),
+            prefetch: Mutex::new(Vec::new()),
+            first_ns: AtomicU64::new(0),
+            last_ns: AtomicU64::new(0),
+            intervals: Histogram::default(),
+            batches: Counter::default(),
+            wait: DurationCounter::default(),
+            busy: DurationCounter::default(),
+        }))
+    }
+
+    /// The tracking level.
+    pub fn tracking(&self) -> Tracking {
+        self.0.tracking
+    }
+
+    /// The observer of the pipeline being polled on this task, if any.
+    pub fn current() -> Option<Observer> {
+        CURRENT
+            .try_with(|o| o.clone())
+            .ok()
+            .filter(|o| o.0.tracking != Tracking::Off)
+    }
+
+    /// Runs `f` with this observer as the current one.
+    pub fn enter<R>(&self, f: impl FnOnce() -> R) -> R {
+        CURRENT.sync_scope(self.clone(), f)
+    }
+
+    /// Wraps `fut` so that it runs with this observer as the current one
+    /// (for tasks a pipeline spawns).
+    pub fn scope_future<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> + use<F> {
+        CURRENT.scope(self.clone(), fut)
+    }
+
+    /// Wraps a stream so that it is polled under this observer.
+    pub fn observe<S>(&self, stream: S) -> Observed<S> {
+        Observed::new(stream, self.clone())
+    }
+
+    /// Registers an operator; its stats when per-operator tracking is on.
+    pub fn operator(
+        &self,
+        name: &'static str,
+        parallelism: usize,
+        capacity: Option<u64>,
+    ) -> Option<Arc<OpStats>> {
+        if self.0.tracking != Tracking::Operator {
+            return None;
+        }
+        let seq = self.0.seq.fetch_add(1, Ordering::Relaxed);
+        let s = Arc::new(OpStats::new(name, parallelism, capacity, seq));
+        self.0
+            .ops
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(s.clone());
+        Some(s)
+    }
+
+    /// Registers a fetch operator's per-shard counters.
+    pub fn fetch_stats(&self, catalog: Catalog) -> Arc<FetchStats> {
+        let s = Arc::new(FetchStats::new(catalog));
+        self.0
+            .fetch
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(s.clone());
+        s
+    }
+
+    /// Registers a source of prefetch counters (a shard prefetch operator).
+    pub fn register_prefetch(
+        &self,
+        source: impl Fn() -> PrefetchTimingSnapshot + Send + Sync + 'static,
+    ) {
+        self.0
+            .prefetch
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Arc::new(source));
+    }
+
+    fn now_ns(&self) -> u64 {
+        let start = *self.0.start.get_or_init(Instant::now);
+        start.elapsed().as_nanos().max(1) as u64
+    }
+
+    /// Marks the start of iteration (the clock of time-to-first-batch).
+    pub fn start(&self) {
+        self.0.start.get_or_init(Instant::now);
+    }
+
+    /// The consumer asked for the next element after working `busy` since the last one.
+    pub fn consumer_asked(&self, busy: Duration) {
+        self.0.busy.record(busy);
+    }
+
+    /// The consumer received an element after waiting `waited`.
+    pub fn consumer_received(&self, waited: Duration) {
+        let now = self.now_ns();
+        self.0.wait.record(waited);
+        self.0.batches.inc();
+        if self
+            .0
+            .first_ns
+            .compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+        {
+            let last = self.0.last_ns.swap(now, Ordering::Relaxed);
+            self.0.intervals.record_nanos(now.saturating_sub(last));
+        } else {
+            self.0.last_ns.store(now, Ordering::Relaxed);
+        }
+    }
+
+    /// Per-operator metrics, start-up and steady state.
+    pub fn metrics_snapshot(&self) -> MetricsSnapshot {
+        let mut ops = self.0.ops.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        // Operators register at their first poll, outermost first.
+        ops.sort_by_key(|o| std::cmp::Reverse(o.seq()));
+        let elapsed = self
+            .0
+            .start
+            .get()
+            .map_or(0.0, |s| s.elapsed().as_secs_f64());
+        let h = self.0.intervals.snapshot();
+        let first = self.0.first_ns.load(Ordering::Relaxed);
+        let wait = self.0.wait.total().as_secs_f64();
+        MetricsSnapshot {
+            tracking: format!("{:?}", self.0.tracking).to_lowercase(),
+            elapsed_s: elapsed,
+            operators: ops.iter().enumerate().map(|(i, o)| o.snapshot(i)).collect(),
+            startup: StartupSnapshot {
+                time_to_first_batch_s: (first > 0).then(|| first as f64 / 1e9),
+                batches: self.0.batches.get(),
+                interval_p50_s: h.quantile(0.5) as f64 / 1e9,
+                interval_p90_s: h.quantile(0.9) as f64 / 1e9,
+                interval_p99_s: h.quantile(0.99) as f64 / 1e9,
+                consumer_wait_s: wait,
+                consumer_busy_s: self.0.busy.total().as_secs_f64(),
+            },
+            total_wait_ratio: if elapsed > 0.0 {
+                (wait / elapsed).min(1.0)
+            } else {
+                0.0
+            },
+        }
+    }
+
+    /// Fetch timing: totals and per (dataset, shard).
+    pub fn fetch_timing_snapshot(&self) -> FetchTimingSnapshot {
+        let mut out = FetchTimingSnapshot::default();
+        for f in self
+            .0
+            .fetch
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            f.snapshot_into(&mut out);
+        }
+        out.per_shard
+            .sort_by(|a, b| (&a.dataset, &a.shard).cmp(&(&b.dataset, &b.shard)));
+        let mut storage: Vec<(String, zephon_metrics::IoStats)> = Vec::new();
+        for (name, io) in out.storage.drain(..) {
+            match storage.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, acc)) if acc != &io => fetch_stats::merge_io(acc, &io),
+                Some(_) => {}
+                None => storage.push((name, io)),
+            }
+        }
+        out.storage = storage;
+        out.totals.avg_group_s =
+            (out.totals.open_s + out.totals.read_s) / out.totals.groups.max(1) as f64;
+        out.hit_ratio = if out.totals.groups == 0 {
+            0.0
+        } else {
+            out.totals.cache_hits as f64 / out.totals.groups as f64
+        };
+        out
+    }
+
+    /// Shard prefetch timing, summed over prefetch operators.
+    pub fn prefetch_timing_snapshot(&self) -> PrefetchTimingSnapshot {
+        let mut out = PrefetchTimingSnapshot {
+            success_rate: 1.0,
+            ..Default::default()
+        };
+        for p in self
+            .0
+            .prefetch
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            out.merge(&p());
+        }
+        out
+    }
+
+    /// Which stage limits throughput, with the evidence and advice.
+    pub fn bottleneck_report(&self) -> BottleneckReport {
+        let prefetch = self.prefetch_timing_snapshot();
+        zephon_metrics::analyze(
+            &self.metrics_snapshot(),
+            Some(&self.fetch_timing_snapshot()),
+            Some(&prefetch),
+            crate::runner::num_cpus(),
+        )
+    }
+
+    /// Emits the snapshots as `tracing` events (target `zephon::observability`,
+    /// JSON fields) every `every`, on a background thread that stops when the
+    /// returned guard is dropped.
+    pub fn report_periodically(&self, every: Duration, level: tracing::Level) -> ReporterGuard {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (obs, flag) = (self.clone(), stop.clone());
+        let handle = std::thread::Builder::new()
+            .name("zephon-observability".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    std::thread::park_timeout(every);
+                    if flag.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    obs.emit(level);
+                }
+            })
+            .ok();
+        ReporterGuard { stop, handle }
+    }
+
+    /// Emits the snapshots once as `tracing` events.
+    pub fn emit(&self, level: tracing::Level) {
+        let metrics = serde_json::to_string(&self.metrics_snapshot()).unwrap_or_default();
+        let fetch = serde_json::to_string(&self.fetch_timing_snapshot()).unwrap_or_default();
+        let prefetch = serde_json::to_string(&self.prefetch_timing_snapshot()).unwrap_or_default();
+        macro_rules! ev {
+            ($lvl:expr) => {
+                tracing::event!(target: "zephon::observability", $lvl, metrics = %metrics, fetch = %fetch, prefetch = %prefetch, "pipeline snapshot")
+            };
+        }
+        match level {
+            tracing::Level::ERROR => ev!(tracing::Level::ERROR),
+            tracing::Level::WARN => ev!(tracing::Level::WARN),
+            tracing::Level::INFO => ev!(tracing::Level::INFO),
+            tracing::Level::DEBUG => ev!(tracing::Level::DEBUG),
+            tracing::Level::TRACE => ev!(tracing::Level::TRACE),
+        }
+    }
+}
+
+/// Stops a periodic reporter when dropped.
+#[derive(Debug)]
+pub struct ReporterGuard {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for ReporterGuard {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            h.thread().unpark();
+            let _ = h.join();
+        }
+    }
+}

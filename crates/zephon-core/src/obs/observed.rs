@@ -1,0 +1,88 @@
+//! `Observed`: polls a pipeline under an observer.
+
+use super::Observer;
+use futures::Stream;
+use pin_project::pin_project;
+use std::fmt;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+/// Polls the inner stream with `observer` as the current observer, so the
+/// operators inside find it; optionally times the consumer (the code that
+/// polls this stream), for async training loops.
+#[pin_project]
+#[must_use = "streams do nothing unless polled"]
+pub struct Observed<S> {
+    #[pin]
+    inner: S,
+    observer: Observer,
+    time_consumer: bool,
+    asked: Option<Instant>,
+    returned: Option<Instant>,
+}
+
+impl<S> Observed<S> {
+    /// Polls `inner` under `observer`, timing the consumer.
+    pub fn new(inner: S, observer: Observer) -> Self {
+        Observed {
+            inner,
+            observer,
+            time_consumer: true,
+            asked: None,
+            returned: None,
+        }
+    }
+
+    /// Does not time the consumer (when something else, like the blocking
+    /// iterator, does).
+    pub fn without_consumer(mut self) -> Self {
+        self.time_consumer = false;
+        self
+    }
+
+    /// The observer.
+    pub fn observer(&self) -> &Observer {
+        &self.observer
+    }
+}
+
+impl<S> fmt::Debug for Observed<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Observed")
+            .field("observer", &self.observer)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Stream> Stream for Observed<S> {
+    type Item = S::Item;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
+        let this = self.project();
+        this.observer.start();
+        if *this.time_consumer && this.asked.is_none() {
+            let now = Instant::now();
+            if let Some(r) = this.returned.take() {
+                this.observer.consumer_asked(now - r);
+            }
+            *this.asked = Some(now);
+        }
+        let inner = this.inner;
+        let out = this.observer.enter(|| inner.poll_next(cx));
+        if *this.time_consumer
+            && let Poll::Ready(Some(_)) = &out
+        {
+            let now = Instant::now();
+            if let Some(a) = this.asked.take() {
+                this.observer.consumer_received(now - a);
+            }
+            *this.returned = Some(now);
+        }
+        out
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.inner.size_hint()
+    }
+}

@@ -1,0 +1,193 @@
+//! Per-operator counters and the probe each operator carries.
+
+use super::Observer;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+use zephon_metrics::{Counter, DurationCounter, MaxGauge, OperatorMetrics};
+
+/// Sync operators time one element in this many: the work per element is
+/// often cheaper than reading the clock twice.
+pub const SAMPLE_EVERY: u32 = 64;
+
+/// Live counters of one operator.
+#[derive(Debug)]
+pub struct OpStats {
+    /// Operator name.
+    pub name: &'static str,
+    /// Its parallelism.
+    pub parallelism: usize,
+    /// Its queue capacity, if any.
+    pub capacity: Option<u64>,
+    /// Elements consumed.
+    pub elements_in: Counter,
+    /// Elements produced.
+    pub elements_out: Counter,
+    /// Payload bytes consumed.
+    pub bytes_in: Counter,
+    /// Payload bytes produced.
+    pub bytes_out: Counter,
+    /// Own work time (per element where measured per element).
+    pub busy: DurationCounter,
+    /// Nanoseconds spent with nothing to do, input pending.
+    pub wait_input_ns: Counter,
+    /// Nanoseconds finished output waited for the next stage.
+    pub blocked_output_ns: Counter,
+    /// Deepest internal queue.
+    pub max_queue: MaxGauge,
+    started: OnceLock<Instant>,
+    registered: AtomicU64,
+}
+
+impl OpStats {
+    pub(crate) fn new(
+        name: &'static str,
+        parallelism: usize,
+        capacity: Option<u64>,
+        seq: u64,
+    ) -> Self {
+        OpStats {
+            name,
+            parallelism,
+            capacity,
+            elements_in: Counter::default(),
+            elements_out: Counter::default(),
+            bytes_in: Counter::default(),
+            bytes_out: Counter::default(),
+            busy: DurationCounter::default(),
+            wait_input_ns: Counter::default(),
+            blocked_output_ns: Counter::default(),
+            max_queue: MaxGauge::default(),
+            started: OnceLock::new(),
+            registered: AtomicU64::new(seq),
+        }
+    }
+
+    pub(crate) fn seq(&self) -> u64 {
+        self.registered.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn snapshot(&self, position: usize) -> OperatorMetrics {
+        let busy = self.busy.stats();
+        let elapsed = self
+            .started
+            .get()
+            .map_or(0.0, |t| t.elapsed().as_secs_f64());
+        let wait = self.wait_input_ns.get() as f64 / 1e9;
+        OperatorMetrics {
+            position,
+            name: self.name.to_owned(),
+            parallelism: self.parallelism,
+            elements_in: self.elements_in.get(),
+            elements_out: self.elements_out.get(),
+            bytes_in: self.bytes_in.get(),
+            bytes_out: self.bytes_out.get(),
+            busy_s: busy.total_s,
+            wait_input_s: wait,
+            blocked_output_s: self.blocked_output_ns.get() as f64 / 1e9,
+            min_element_s: busy.min_s,
+            avg_element_s: busy.avg_s,
+            max_element_s: busy.max_s,
+            max_queue_depth: self.max_queue.get(),
+            queue_capacity: self.capacity,
+            wait_ratio: if elapsed > 0.0 {
+                (wait / elapsed).min(1.0)
+            } else {
+                0.0
+            },
+            busy_ratio: if elapsed > 0.0 {
+                (busy.total_s / (elapsed * self.parallelism.max(1) as f64)).min(1.0)
+            } else {
+                0.0
+            },
+        }
+    }
+}
+
+/// What an operator carries to report into the observer it runs under. Off,
+/// it costs one branch per element; it looks for an observer once, at the
+/// operator's first poll.
+#[derive(Debug, Default)]
+pub struct Probe {
+    looked: bool,
+    stats: Option<std::sync::Arc<OpStats>>,
+    pending_since: Option<Instant>,
+    tick: u32,
+}
+
+impl Probe {
+    /// Registers with the current observer on the first call; the stats when
+    /// per-operator tracking is on.
+    #[inline]
+    pub fn attach(
+        &mut self,
+        name: &'static str,
+        parallelism: usize,
+        capacity: Option<u64>,
+    ) -> Option<&OpStats> {
+        if !self.looked {
+            self.looked = true;
+            self.stats = Observer::current().and_then(|o| o.operator(name, parallelism, capacity));
+            if let Some(s) = &self.stats {
+                let _ = s.started.set(Instant::now());
+            }
+        }
+        self.stats.as_deref()
+    }
+
+    /// The stats, if attached and on.
+    #[inline]
+    pub fn stats(&self) -> Option<&OpStats> {
+        self.stats.as_deref()
+    }
+
+    /// A shared handle to the stats (for work done on other threads).
+    pub fn shared(&self) -> Option<std::sync::Arc<OpStats>> {
+        self.stats.clone()
+    }
+
+    /// The input was pending and the operator had nothing else to do.
+    #[inline]
+    pub fn input_pending(&mut self) {
+        if self.stats.is_some() && self.pending_since.is_none() {
+            self.pending_since = Some(Instant::now());
+        }
+    }
+
+    /// An input element arrived.
+    #[inline]
+    pub fn input(&mut self) {
+        if let Some(s) = &self.stats {
+            s.elements_in.inc();
+            if let Some(t) = self.pending_since.take() {
+                s.wait_input_ns.add(t.elapsed().as_nanos() as u64);
+            }
+        }
+    }
+
+    /// An output element left.
+    #[inline]
+    pub fn output(&self) {
+        if let Some(s) = &self.stats {
+            s.elements_out.inc();
+        }
+    }
+
+    /// Whether to time this element (one in [`SAMPLE_EVERY`]).
+    #[inline]
+    pub fn sample(&mut self) -> Option<Instant> {
+        self.stats.as_ref()?;
+        self.tick = self.tick.wrapping_add(1);
+        self.tick.is_multiple_of(SAMPLE_EVERY).then(Instant::now)
+    }
+
+    /// Records a sampled element's own work, scaled to stand for the elements not timed.
+    #[inline]
+    pub fn sampled(&self, start: Option<Instant>) {
+        if let (Some(s), Some(t)) = (&self.stats, start) {
+            let n = t.elapsed().as_nanos() as u64;
+            s.busy
+                .record_many(n * SAMPLE_EVERY as u64, SAMPLE_EVERY as u64);
+        }
+    }
+}

@@ -1,0 +1,210 @@
+//! Observability: consistent counters, a named bottleneck, concurrent snapshots.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use zephon_core::obs::Tracking;
+use zephon_core::{Dataset, PipelineExt, Record, Runner, ShuffleMode, WorkSource};
+use zephon_metrics::Limiter;
+
+fn source(shards: usize, per_shard: usize) -> WorkSource {
+    let ds = Dataset::in_memory(
+        "obs",
+        (0..shards)
+            .map(|s| {
+                (0..per_shard)
+                    .map(|i| Record::new().with("t", format!("{s}-{i}")))
+                    .collect()
+            })
+            .collect(),
+    )
+    .unwrap();
+    WorkSource::builder()
+        .dataset(ds, 1.0)
+        .seed(3)
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn counters_are_consistent() {
+    let started = Instant::now();
+    let mut it = source(4, 250)
+        .stream()
+        .fetch(2)
+        .map_par(Ok, 2)
+        .shuffle(64, ShuffleMode::Reservoir, 1)
+        .batch(10)
+        .prefetch_batches(4)
+        .into_blocking_iter(Runner::Threads { workers: 2 })
+        .unwrap();
+    let obs = it.enable_observability(Tracking::Operator);
+    let batches = it.by_ref().map(|b| b.unwrap()).count();
+    let total = started.elapsed().as_secs_f64();
+    assert_eq!(batches, 100);
+
+    let m = obs.metrics_snapshot();
+    let names: Vec<&str> = m.operators.iter().map(|o| o.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["fetch", "map_par", "shuffle", "batch", "prefetch_batches"]
+    );
+    for o in &m.operators {
+        if o.name != "batch" {
+            assert_eq!(o.elements_in, o.elements_out, "1:1 operator {}", o.name);
+        }
+    }
+    let by = |n: &str| m.operators.iter().find(|o| o.name == n).unwrap().clone();
+    assert_eq!(by("fetch").elements_in, 1000);
+    assert_eq!(by("fetch").elements_out, 1000);
+    assert_eq!(by("map_par").elements_in, by("map_par").elements_out);
+    assert_eq!(by("shuffle").elements_in, by("shuffle").elements_out);
+    assert_eq!(by("batch").elements_in, 1000);
+    assert_eq!(by("batch").elements_out, 100);
+    assert_eq!(by("prefetch_batches").elements_out, 100);
+    assert!(by("map_par").busy_s > 0.0);
+
+    let f = obs.fetch_timing_snapshot();
+    assert_eq!(f.totals.cache_hits + f.totals.cache_misses, f.totals.groups);
+    assert_eq!(f.totals.samples, 1000);
+    assert_eq!(f.per_shard.len(), 4);
+    assert_eq!(
+        f.per_shard.iter().map(|s| s.samples).sum::<u64>(),
+        f.totals.samples
+    );
+    assert_eq!(
+        f.per_shard.iter().map(|s| s.groups).sum::<u64>(),
+        f.totals.groups
+    );
+    assert!(f.per_shard.iter().all(|s| s.samples == 250));
+
+    let ttfb = m.startup.time_to_first_batch_s.unwrap();
+    assert!(ttfb > 0.0 && ttfb < total, "{ttfb} vs {total}");
+    assert_eq!(m.startup.batches, 100);
+
+    // Snapshots are plain serde types and print as tables.
+    let json = serde_json::to_string(&m).unwrap();
+    assert!(json.contains("\"map_par\""));
+    let table = m.to_string();
+    assert!(
+        table.contains("shuffle") && table.contains("first batch"),
+        "{table}"
+    );
+}
+
+#[test]
+fn stage_tracking_keeps_fetch_timing_without_operators() {
+    let mut it = source(2, 50)
+        .stream()
+        .fetch(2)
+        .batch(5)
+        .into_blocking_iter(Runner::Inline)
+        .unwrap();
+    let obs = it.enable_observability(Tracking::Stage);
+    assert_eq!(it.by_ref().count(), 20);
+    assert!(obs.metrics_snapshot().operators.is_empty());
+    assert_eq!(obs.fetch_timing_snapshot().totals.samples, 100);
+    assert_eq!(obs.metrics_snapshot().startup.batches, 20);
+}
+
+#[test]
+fn a_slow_operator_is_named_as_the_bottleneck() {
+    let mut it = source(2, 60)
+        .stream()
+        .fetch(2)
+        .map_par(
+            |r| {
+                std::thread::sleep(Duration::from_millis(2));
+                Ok(r)
+            },
+            1,
+        )
+        .batch(4)
+        .into_blocking_iter(Runner::Threads { workers: 2 })
+        .unwrap();
+    let obs = it.enable_observability(Tracking::Operator);
+    assert_eq!(it.by_ref().count(), 30);
+    let report = obs.bottleneck_report();
+    assert_eq!(
+        report.limiter,
+        Limiter::Operator {
+            name: "map_par".into(),
+            position: 1
+        },
+        "{report}"
+    );
+    assert!(
+        report.advice.iter().any(|a| a.contains("map_par")),
+        "{report}"
+    );
+}
+
+#[test]
+fn a_slow_consumer_means_the_pipeline_is_not_the_bottleneck() {
+    let mut it = source(2, 40)
+        .stream()
+        .fetch(2)
+        .batch(4)
+        .prefetch_batches(4)
+        .into_blocking_iter(Runner::Threads { workers: 2 })
+        .unwrap();
+    let obs = it.enable_observability(Tracking::Operator);
+    let mut n = 0;
+    for b in it.by_ref() {
+        b.unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        n += 1;
+    }
+    assert_eq!(n, 20);
+    let report = obs.bottleneck_report();
+    assert_eq!(report.limiter, Limiter::Consumer, "{report}");
+    assert!(report.summary.contains("not the bottleneck"));
+}
+
+#[test]
+fn snapshots_from_another_thread_during_iteration() {
+    let mut it = source(8, 500)
+        .stream()
+        .fetch(4)
+        .map_par(Ok, 4)
+        .batch(8)
+        .prefetch_batches(2)
+        .into_blocking_iter(Runner::Threads { workers: 2 })
+        .unwrap();
+    let obs = it.enable_observability(Tracking::Operator);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (o, s) = (obs.clone(), stop.clone());
+    let watcher = std::thread::spawn(move || {
+        let mut taken = 0;
+        while !s.load(Ordering::Relaxed) {
+            let _ = o.metrics_snapshot().to_string();
+            let _ = o.fetch_timing_snapshot().to_string();
+            let _ = o.prefetch_timing_snapshot();
+            let _ = o.bottleneck_report();
+            taken += 1;
+        }
+        taken
+    });
+    assert_eq!(it.by_ref().count(), 500);
+    stop.store(true, Ordering::Relaxed);
+    assert!(watcher.join().unwrap() > 0);
+}
+
+#[test]
+fn off_means_no_observer_and_the_same_output() {
+    let run = |tracking: Option<Tracking>| {
+        let mut it = source(3, 30)
+            .stream()
+            .fetch(2)
+            .batch(7)
+            .into_blocking_iter(Runner::threads())
+            .unwrap();
+        if let Some(t) = tracking {
+            it.enable_observability(t);
+        }
+        it.map(|b| b.unwrap().digest()).collect::<Vec<_>>()
+    };
+    let plain = run(None);
+    assert_eq!(run(Some(Tracking::Off)), plain);
+    assert_eq!(run(Some(Tracking::Operator)), plain);
+}
