@@ -7,6 +7,16 @@ use zephon_core::obs::Tracking;
 use zephon_core::{Dataset, PipelineExt, Record, Runner, ShuffleMode, WorkSource};
 use zephon_metrics::Limiter;
 
+/// Delivered batches; any error fails the test.
+fn drain<T: Send + 'static>(it: &mut zephon_core::BlockingIter<T>) -> usize {
+    let mut n = 0;
+    for b in it {
+        b.unwrap();
+        n += 1;
+    }
+    n
+}
+
 fn source(shards: usize, per_shard: usize) -> WorkSource {
     let ds = Dataset::in_memory(
         "obs",
@@ -39,7 +49,7 @@ fn counters_are_consistent() {
         .into_blocking_iter(Runner::Threads { workers: 2 })
         .unwrap();
     let obs = it.enable_observability(Tracking::Operator);
-    let batches = it.by_ref().map(|b| b.unwrap()).count();
+    let batches = drain(&mut it);
     let total = started.elapsed().as_secs_f64();
     assert_eq!(batches, 100);
 
@@ -101,7 +111,7 @@ fn stage_tracking_keeps_fetch_timing_without_operators() {
         .into_blocking_iter(Runner::Inline)
         .unwrap();
     let obs = it.enable_observability(Tracking::Stage);
-    assert_eq!(it.by_ref().count(), 20);
+    assert_eq!(drain(&mut it), 20);
     assert!(obs.metrics_snapshot().operators.is_empty());
     assert_eq!(obs.fetch_timing_snapshot().totals.samples, 100);
     assert_eq!(obs.metrics_snapshot().startup.batches, 20);
@@ -123,7 +133,7 @@ fn a_slow_operator_is_named_as_the_bottleneck() {
         .into_blocking_iter(Runner::Threads { workers: 2 })
         .unwrap();
     let obs = it.enable_observability(Tracking::Operator);
-    assert_eq!(it.by_ref().count(), 30);
+    assert_eq!(drain(&mut it), 30);
     let report = obs.bottleneck_report();
     assert_eq!(
         report.limiter,
@@ -185,7 +195,7 @@ fn snapshots_from_another_thread_during_iteration() {
         }
         taken
     });
-    assert_eq!(it.by_ref().count(), 500);
+    assert_eq!(drain(&mut it), 500);
     stop.store(true, Ordering::Relaxed);
     assert!(watcher.join().unwrap() > 0);
 }
