@@ -3,7 +3,7 @@
 //! `Vec`. Run with `cargo bench -p zephon-core --bench engine`.
 
 use std::sync::LazyLock;
-use zephon_core::{Dataset, PipelineExt, Record, Runner, Value, WorkSource};
+use zephon_core::{Dataset, PipelineExt, Record, Runner, Tracking, Value, WorkSource};
 
 const N: usize = 1_000_000;
 const BATCH: usize = 32;
@@ -33,6 +33,10 @@ fn plain_loop(b: divan::Bencher) {
 }
 
 fn pipeline(b: divan::Bencher, parallelism: usize, runner: Runner) {
+    pipeline_with(b, parallelism, runner, Tracking::Off);
+}
+
+fn pipeline_with(b: divan::Bencher, parallelism: usize, runner: Runner, tracking: Tracking) {
     let ds = Dataset::in_memory("bench", vec![RECORDS.clone()]).unwrap();
     b.counter(divan::counter::ItemsCount::new(N)).bench(|| {
         let ws = WorkSource::builder()
@@ -41,12 +45,14 @@ fn pipeline(b: divan::Bencher, parallelism: usize, runner: Runner) {
             .shuffle_within_shard(false)
             .build()
             .unwrap();
-        ws.stream()
+        let mut it = ws
+            .stream()
             .fetch(parallelism)
             .batch(BATCH)
             .into_blocking_iter(runner)
-            .unwrap()
-            .map(|b| divan::black_box(b.unwrap()).len())
+            .unwrap();
+        it.enable_observability(tracking);
+        it.map(|b| divan::black_box(b.unwrap()).len())
             .sum::<usize>()
     });
 }
@@ -61,4 +67,16 @@ fn fetch_batch_p1(b: divan::Bencher) {
 #[divan::bench(sample_count = 10)]
 fn fetch_batch_p2(b: divan::Bencher) {
     pipeline(b, 2, Runner::Threads { workers: 2 });
+}
+
+/// fetch -> batch(32), parallelism 1, inline, per-operator tracking on.
+#[divan::bench(sample_count = 10)]
+fn fetch_batch_p1_observed(b: divan::Bencher) {
+    pipeline_with(b, 1, Runner::Inline, Tracking::Operator);
+}
+
+/// fetch -> batch(32), parallelism 2, threads, per-operator tracking on.
+#[divan::bench(sample_count = 10)]
+fn fetch_batch_p2_observed(b: divan::Bencher) {
+    pipeline_with(b, 2, Runner::Threads { workers: 2 }, Tracking::Operator);
 }

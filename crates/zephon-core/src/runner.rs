@@ -114,12 +114,11 @@ pub struct BlockingIter<T> {
 
 type BoxedPipeline<T> = Pin<Box<dyn Stream<Item = Result<T>> + Send>>;
 
+type Starter<T> = Box<dyn FnOnce(&tokio::runtime::Runtime, Option<&Observer>) -> Source<T> + Send>;
+
 enum Source<T> {
     /// Not polled yet: observability may still be enabled.
-    Idle {
-        stream: BoxedPipeline<T>,
-        driven: bool,
-    },
+    Idle(Starter<T>),
     /// Inline runner: the caller's thread polls the pipeline.
     Polled(BoxedPipeline<T>),
     /// Threads runner: a task on the pool drives the pipeline while the
@@ -149,18 +148,31 @@ impl<T> std::fmt::Debug for BlockingIter<T> {
     }
 }
 
-impl<T: Send + 'static> BlockingIter<T> {
+impl<T> BlockingIter<T> {
     /// Wraps a stream with a runtime built by `runner`. Nothing runs until
     /// the first `next()`.
     pub fn new<S>(stream: S, runner: Runner) -> Result<Self>
     where
         S: Stream<Item = Result<T>> + Send + 'static,
+        T: Send + 'static,
     {
+        let driven = matches!(runner, Runner::Threads { .. });
+        let starter: Starter<T> = Box::new(move |runtime, observer| {
+            let stream: BoxedPipeline<T> = match observer {
+                Some(obs) => {
+                    obs.start();
+                    Box::pin(obs.observe(stream).without_consumer())
+                }
+                None => Box::pin(stream),
+            };
+            if driven {
+                drive(runtime, stream)
+            } else {
+                Source::Polled(stream)
+            }
+        });
         Ok(BlockingIter {
-            source: Source::Idle {
-                stream: Box::pin(stream),
-                driven: matches!(runner, Runner::Threads { .. }),
-            },
+            source: Source::Idle(starter),
             observer: None,
             last_return: None,
             runtime: runner.runtime()?,
@@ -183,47 +195,42 @@ impl<T: Send + 'static> BlockingIter<T> {
     }
 
     fn start(&mut self) {
-        if !matches!(self.source, Source::Idle { .. }) {
+        if !matches!(self.source, Source::Idle(_)) {
             return;
         }
-        let Source::Idle { stream, driven } = std::mem::replace(&mut self.source, Source::Taken)
-        else {
+        let Source::Idle(starter) = std::mem::replace(&mut self.source, Source::Taken) else {
             unreachable!("checked above")
         };
-        let stream: BoxedPipeline<T> = match &self.observer {
-            Some(obs) => {
-                obs.start();
-                Box::pin(obs.observe(stream).without_consumer())
-            }
-            None => stream,
-        };
-        self.source = if driven {
-            let (tx, rx) = tokio::sync::mpsc::channel(HANDOFF_DEPTH);
-            let task = self.runtime.spawn(async move {
-                let mut stream = stream;
-                while let Some(first) = stream.next().await {
-                    let mut chunk = Vec::with_capacity(HANDOFF_CHUNK);
-                    chunk.push(first);
-                    while chunk.len() < HANDOFF_CHUNK {
-                        match stream.next().now_or_never() {
-                            Some(Some(x)) => chunk.push(x),
-                            _ => break,
-                        }
-                    }
-                    let last = chunk.last().is_some_and(|r| r.is_err());
-                    if tx.send(chunk).await.is_err() || last {
-                        break;
-                    }
+        self.source = starter(&self.runtime, self.observer.as_ref());
+    }
+}
+
+/// Spawns the pipeline on the pool, handing finished items over in chunks.
+fn drive<T: Send + 'static>(
+    runtime: &tokio::runtime::Runtime,
+    mut stream: BoxedPipeline<T>,
+) -> Source<T> {
+    let (tx, rx) = tokio::sync::mpsc::channel(HANDOFF_DEPTH);
+    let task = runtime.spawn(async move {
+        while let Some(first) = stream.next().await {
+            let mut chunk = Vec::with_capacity(HANDOFF_CHUNK);
+            chunk.push(first);
+            while chunk.len() < HANDOFF_CHUNK {
+                match stream.next().now_or_never() {
+                    Some(Some(x)) => chunk.push(x),
+                    _ => break,
                 }
-            });
-            Source::Driven {
-                rx,
-                local: Default::default(),
-                task,
             }
-        } else {
-            Source::Polled(stream)
-        };
+            let last = chunk.last().is_some_and(|r| r.is_err());
+            if tx.send(chunk).await.is_err() || last {
+                break;
+            }
+        }
+    });
+    Source::Driven {
+        rx,
+        local: Default::default(),
+        task,
     }
 }
 
@@ -235,7 +242,7 @@ impl<T> Drop for BlockingIter<T> {
     }
 }
 
-impl<T: Send + 'static> Iterator for BlockingIter<T> {
+impl<T> Iterator for BlockingIter<T> {
     type Item = Result<T>;
     fn next(&mut self) -> Option<Result<T>> {
         self.start();
@@ -256,7 +263,7 @@ impl<T: Send + 'static> Iterator for BlockingIter<T> {
                 }
                 local.pop_front()
             }
-            Source::Idle { .. } | Source::Taken => None,
+            Source::Idle(_) | Source::Taken => None,
         };
         if let (Some(o), Some(a), Some(_)) = (&self.observer, asked, &item) {
             let now = Instant::now();
@@ -267,7 +274,8 @@ impl<T: Send + 'static> Iterator for BlockingIter<T> {
     }
     fn size_hint(&self) -> (usize, Option<usize>) {
         match &self.source {
-            Source::Polled(stream) | Source::Idle { stream, .. } => stream.size_hint(),
+            Source::Polled(stream) => stream.size_hint(),
+            Source::Idle(_) => (0, None),
             Source::Driven { local, .. } => (local.len(), None),
             Source::Taken => (0, None),
         }

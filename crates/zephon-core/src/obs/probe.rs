@@ -113,7 +113,14 @@ pub struct Probe {
     stats: Option<std::sync::Arc<OpStats>>,
     pending_since: Option<Instant>,
     tick: u32,
+    // Counted locally and published in bunches: an atomic add per element
+    // would cost more than many operators' own work.
+    local_in: u32,
+    local_out: u32,
 }
+
+/// Elements counted locally before they are published to the shared counters.
+const PUBLISH_EVERY: u32 = 64;
 
 impl Probe {
     /// Registers with the current observer on the first call; the stats when
@@ -149,27 +156,58 @@ impl Probe {
     /// The input was pending and the operator had nothing else to do.
     #[inline]
     pub fn input_pending(&mut self) {
-        if self.stats.is_some() && self.pending_since.is_none() {
-            self.pending_since = Some(Instant::now());
+        if self.stats.is_some() {
+            self.publish();
+            if self.pending_since.is_none() {
+                self.pending_since = Some(Instant::now());
+            }
         }
     }
 
     /// An input element arrived.
     #[inline]
     pub fn input(&mut self) {
-        if let Some(s) = &self.stats {
-            s.elements_in.inc();
-            if let Some(t) = self.pending_since.take() {
+        if self.stats.is_some() {
+            self.local_in += 1;
+            if let Some(t) = self.pending_since.take()
+                && let Some(s) = &self.stats
+            {
                 s.wait_input_ns.add(t.elapsed().as_nanos() as u64);
+            }
+            if self.local_in >= PUBLISH_EVERY {
+                self.publish();
             }
         }
     }
 
     /// An output element left.
     #[inline]
-    pub fn output(&self) {
+    pub fn output(&mut self) {
+        if self.stats.is_some() {
+            self.local_out += 1;
+            if self.local_out >= PUBLISH_EVERY {
+                self.publish();
+            }
+        }
+    }
+
+    /// The stream ended: publish what is counted locally.
+    #[inline]
+    pub fn finish(&mut self) {
+        self.publish();
+    }
+
+    /// Publishes the locally counted elements to the shared counters.
+    pub fn publish(&mut self) {
         if let Some(s) = &self.stats {
-            s.elements_out.inc();
+            if self.local_in > 0 {
+                s.elements_in.add(self.local_in as u64);
+                self.local_in = 0;
+            }
+            if self.local_out > 0 {
+                s.elements_out.add(self.local_out as u64);
+                self.local_out = 0;
+            }
         }
     }
 
@@ -189,5 +227,11 @@ impl Probe {
             s.busy
                 .record_many(n * SAMPLE_EVERY as u64, SAMPLE_EVERY as u64);
         }
+    }
+}
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        self.publish();
     }
 }

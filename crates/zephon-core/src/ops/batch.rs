@@ -126,6 +126,8 @@ where
                 let b = this.tail.pop_front();
                 if b.is_some() {
                     this.probe.output();
+                } else {
+                    this.probe.finish();
                 }
                 return Poll::Ready(b.map(Ok));
             }

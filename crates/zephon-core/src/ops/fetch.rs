@@ -249,6 +249,7 @@ where
                 Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
                 Poll::Ready(None) => {
                     if *this.done && this.group.is_empty() && this.carry.is_none() {
+                        this.probe.finish();
                         return Poll::Ready(None);
                     }
                     if !*this.done && this.carry.is_none() {

@@ -71,6 +71,10 @@ where
                     this.probe.input_pending();
                     return Poll::Pending;
                 }
+                Poll::Ready(None) => {
+                    this.probe.finish();
+                    return Poll::Ready(None);
+                }
                 other => return other,
             }
         }
@@ -145,7 +149,10 @@ where
                     }
                 }
                 Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
-                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Ready(None) => {
+                    this.probe.finish();
+                    return Poll::Ready(None);
+                }
                 Poll::Pending => {
                     this.probe.input_pending();
                     return Poll::Pending;

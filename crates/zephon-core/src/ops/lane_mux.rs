@@ -97,6 +97,7 @@ where
                     .map(|k| (*this.next + k) % n)
                     .find(|&i| !this.queues[i].is_empty())
                 else {
+                    this.probe.finish();
                     return Poll::Ready(None);
                 };
                 *this.next = k;

@@ -190,6 +190,7 @@ where
                 Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
                 Poll::Ready(None) => {
                     if *this.done {
+                        this.probe.finish();
                         return Poll::Ready(None);
                     }
                     return Poll::Pending;

@@ -140,7 +140,7 @@ where
                 this.probe.output();
             }
             Poll::Pending => this.probe.input_pending(),
-            Poll::Ready(None) => {}
+            Poll::Ready(None) => this.probe.finish(),
         }
         out
     }

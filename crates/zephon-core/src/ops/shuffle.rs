@@ -115,6 +115,7 @@ where
                 return Poll::Ready(Some(Ok(x)));
             }
             if *this.done {
+                this.probe.finish();
                 return Poll::Ready(None);
             }
             match this.inner.as_mut().poll_next(cx) {
