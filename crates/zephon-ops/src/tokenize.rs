@@ -5,10 +5,10 @@ use crate::error::{Error, PtrDisplay};
 use crate::fields;
 use crate::stats::TextStats;
 use futures::future::BoxFuture;
-use futures::stream::FuturesOrdered;
+use futures::stream::FuturesUnordered;
 use futures::{Stream, StreamExt};
 use pin_project::pin_project;
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::path::Path;
 use std::pin::Pin;
@@ -369,7 +369,11 @@ impl Prepared {
     }
 }
 
-type Chunk = BoxFuture<'static, Result<Vec<Result<Record>>>>;
+type Chunk = BoxFuture<'static, (u64, Result<Vec<Result<Record>>>)>;
+
+/// Finished micro-batches held for re-sequencing, per running one: bounds
+/// the memory a slow head-of-line micro-batch can pin.
+const REORDER_SLACK: usize = 4;
 
 /// Tokenizes the text field of every record into [`fields::INPUT_IDS`], with
 /// up to `parallelism` micro-batches encoding at once on worker threads (in
@@ -403,7 +407,13 @@ pub struct Tokenize<S> {
     stats: Arc<TextStats>,
     k: usize,
     pending: Vec<Result<Record>>,
-    in_flight: FuturesOrdered<Chunk>,
+    // Running micro-batches: a finished one frees its worker at once, even
+    // when an earlier one is still encoding; re-sequencing happens in
+    // `finished`, so every worker stays busy and the order is kept.
+    in_flight: FuturesUnordered<Chunk>,
+    finished: BTreeMap<u64, Result<Vec<Result<Record>>>>,
+    next_dispatch: u64,
+    next_emit: u64,
     ready: VecDeque<Result<Record>>,
     done: bool,
 }
@@ -417,7 +427,10 @@ impl<S> Tokenize<S> {
             stats: Arc::new(TextStats::default()),
             k: parallelism.max(1),
             pending: Vec::new(),
-            in_flight: FuturesOrdered::new(),
+            in_flight: FuturesUnordered::new(),
+            finished: BTreeMap::new(),
+            next_dispatch: 0,
+            next_emit: 0,
             ready: VecDeque::new(),
             done: false,
         }
@@ -464,7 +477,19 @@ where
             if let Some(r) = this.ready.pop_front() {
                 return Poll::Ready(Some(r));
             }
-            while this.in_flight.len() < *this.k && !*this.done {
+            if let Some(chunk) = this.finished.remove(this.next_emit) {
+                *this.next_emit += 1;
+                match chunk {
+                    Ok(out) => this.ready.extend(out),
+                    Err(e) => return Poll::Ready(Some(Err(e))),
+                }
+                continue;
+            }
+            let outstanding = |d: u64, e: u64| (d - e) as usize;
+            while this.in_flight.len() < *this.k
+                && outstanding(*this.next_dispatch, *this.next_emit) < *this.k * REORDER_SLACK
+                && !*this.done
+            {
                 // Take what is ready now, up to one micro-batch; never wait
                 // to fill it.
                 let mut upstream_pending = false;
@@ -485,17 +510,22 @@ where
                     break;
                 }
                 let items = std::mem::replace(this.pending, Vec::with_capacity(micro));
-                let (p, stats) = (prepared.clone(), this.stats.clone());
+                let (p, stats, seq) = (prepared.clone(), this.stats.clone(), *this.next_dispatch);
+                *this.next_dispatch += 1;
+                let work = offload("tokenize", move || p.encode_chunk(items, &stats));
                 this.in_flight
-                    .push_back(offload("tokenize", move || p.encode_chunk(items, &stats)));
+                    .push(Box::pin(async move { (seq, work.await) }));
                 if upstream_pending {
                     break;
                 }
             }
             match this.in_flight.poll_next_unpin(cx) {
-                Poll::Ready(Some(Ok(out))) => this.ready.extend(out),
-                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
-                Poll::Ready(None) if *this.done => return Poll::Ready(None),
+                Poll::Ready(Some((seq, out))) => {
+                    this.finished.insert(seq, out);
+                }
+                Poll::Ready(None) if *this.done && this.finished.is_empty() => {
+                    return Poll::Ready(None);
+                }
                 Poll::Ready(None) | Poll::Pending => return Poll::Pending,
             }
         }
