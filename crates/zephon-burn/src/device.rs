@@ -273,13 +273,7 @@ mod tests {
     fn missing_device_is_a_clear_error() {
         let e = DeviceChoice::Cuda.resolve().unwrap_err().to_string();
         assert!(e.contains("not compiled in"), "{e}");
-        assert_eq!(
-            DeviceChoice::Auto.resolve().unwrap().1,
-            if cfg!(feature = "wgpu") {
-                "wgpu"
-            } else {
-                "cpu"
-            }
-        );
+        // Without CUDA, auto falls back to wgpu (if built and present) or the CPU.
+        assert_ne!(DeviceChoice::Auto.resolve().unwrap().1, "cuda");
     }
 }
