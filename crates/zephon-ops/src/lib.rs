@@ -4,7 +4,7 @@
 //! batches out, online, as fast as the tokenizer allows.
 //!
 //! - [`tokenize`](TextPipelineExt::tokenize): a Hugging Face
-//!   `tokenizer.json`, per-worker tokenizers, ordered micro-batches;
+//!   `tokenizer.json`, micro-batches on worker threads, output in input order;
 //! - [`ensure_mixture`](TextPipelineExt::ensure_mixture): holds the
 //!   token-level mixture of source datasets;
 //! - [`pack_sequences`](TextPipelineExt::pack_sequences): `first_fit`,
