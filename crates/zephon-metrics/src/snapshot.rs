@@ -18,7 +18,8 @@ pub struct OperatorMetrics {
     pub elements_out: u64,
     /// Payload bytes consumed, where the element type has a size (0 otherwise).
     pub bytes_in: u64,
-    /// Payload bytes produced, where the element type has a size (0 otherwise).
+    /// Payload bytes produced, where the element type has a size (0
+    /// otherwise); fetch estimates it from a sample of its reads.
     pub bytes_out: u64,
     /// Seconds spent doing the operator's own work, summed over its workers.
     pub busy_s: f64,

@@ -37,6 +37,7 @@ pub struct OpStats {
     pub max_queue: MaxGauge,
     started: OnceLock<Instant>,
     registered: AtomicU64,
+    ticks: AtomicU64,
 }
 
 impl OpStats {
@@ -60,7 +61,13 @@ impl OpStats {
             max_queue: MaxGauge::default(),
             started: OnceLock::new(),
             registered: AtomicU64::new(seq),
+            ticks: AtomicU64::new(0),
         }
+    }
+
+    /// A shared counter for sampling decisions made on worker threads.
+    pub fn tick(&self) -> u64 {
+        self.ticks.fetch_add(1, Ordering::Relaxed)
     }
 
     pub(crate) fn seq(&self) -> u64 {
