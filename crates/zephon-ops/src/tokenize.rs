@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::path::Path;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll};
 use zephon_core::runner::offload;
 use zephon_core::{Record, Result, Value};
@@ -383,6 +383,43 @@ impl Prepared {
     }
 }
 
+/// A counting semaphore for worker threads: at most `k` micro-batches
+/// encode at once, however many are queued.
+#[derive(Debug)]
+struct Gate {
+    free: Mutex<usize>,
+    cv: Condvar,
+}
+
+struct Permit<'a>(&'a Gate);
+
+impl Gate {
+    fn new(k: usize) -> Self {
+        Gate {
+            free: Mutex::new(k),
+            cv: Condvar::new(),
+        }
+    }
+
+    fn enter(&self) -> Permit<'_> {
+        // A poisoned lock only means another worker panicked mid-count; the
+        // count itself is still right.
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        while *free == 0 {
+            free = self.cv.wait(free).unwrap_or_else(|e| e.into_inner());
+        }
+        *free -= 1;
+        Permit(self)
+    }
+}
+
+impl Drop for Permit<'_> {
+    fn drop(&mut self) {
+        *self.0.free.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        self.0.cv.notify_one();
+    }
+}
+
 type Chunk = BoxFuture<'static, (u64, Result<Vec<Result<Record>>>)>;
 
 /// Finished micro-batches held for re-sequencing, per running one: bounds
@@ -420,6 +457,7 @@ pub struct Tokenize<S> {
     prepared: std::result::Result<Arc<Prepared>, Option<Error>>,
     stats: Arc<TextStats>,
     k: usize,
+    gate: Arc<Gate>,
     pending: Vec<Result<Record>>,
     // Running micro-batches: a finished one frees its worker at once, even
     // when an earlier one is still encoding; re-sequencing happens in
@@ -440,6 +478,7 @@ impl<S> Tokenize<S> {
             prepared: config.prepare().map(Arc::new).map_err(Some),
             stats: Arc::new(TextStats::default()),
             k: parallelism.max(1),
+            gate: Arc::new(Gate::new(parallelism.max(1))),
             pending: Vec::new(),
             in_flight: FuturesUnordered::new(),
             finished: BTreeMap::new(),
@@ -500,7 +539,10 @@ where
                 continue;
             }
             let outstanding = |d: u64, e: u64| (d - e) as usize;
-            while this.in_flight.len() < *this.k
+            // Twice `k` handed out, `k` encoding: a worker that finishes
+            // starts on a queued micro-batch at once, instead of idling
+            // until this task is scheduled to hand out the next one.
+            while this.in_flight.len() < 2 * *this.k
                 && outstanding(*this.next_dispatch, *this.next_emit) < *this.k * REORDER_SLACK
                 && !*this.done
             {
@@ -526,7 +568,11 @@ where
                 let items = std::mem::replace(this.pending, Vec::with_capacity(micro));
                 let (p, stats, seq) = (prepared.clone(), this.stats.clone(), *this.next_dispatch);
                 *this.next_dispatch += 1;
-                let work = offload("tokenize", move || p.encode_chunk(items, &stats));
+                let gate = this.gate.clone();
+                let work = offload("tokenize", move || {
+                    let _permit = gate.enter();
+                    p.encode_chunk(items, &stats)
+                });
                 this.in_flight
                     .push(Box::pin(async move { (seq, work.await) }));
                 if upstream_pending {

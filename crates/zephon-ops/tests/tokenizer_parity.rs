@@ -27,13 +27,17 @@ fn config() -> TokenizeConfig {
 fn ids_equal_python_tokenizers() {
     let fx = fixture();
     assert!(fx.cases.len() > 40);
-    for runner in [Runner::Inline, Runner::Threads { workers: 2 }] {
+    for (runner, per_worker) in [
+        (Runner::Inline, false),
+        (Runner::Threads { workers: 2 }, false),
+        (Runner::Threads { workers: 2 }, true),
+    ] {
         let docs = fx
             .cases
             .iter()
             .map(|c| Ok(Record::new().with("text", c.text.as_str())));
         let out: Vec<Record> = futures::stream::iter(docs.collect::<Vec<_>>())
-            .tokenize(config().micro_batch(5), 3)
+            .tokenize(config().micro_batch(5).per_worker_tokenizers(per_worker), 3)
             .into_blocking_iter(runner)
             .unwrap()
             .collect::<Result<_, _>>()
