@@ -78,6 +78,14 @@ pub enum Error {
         /// What happened.
         message: String,
     },
+    /// A checkpoint could not be read or written, or does not fit this run.
+    #[error("checkpoint `{origin}`: {message}")]
+    Checkpoint {
+        /// The checkpoint file, or where the checkpoint came from.
+        origin: String,
+        /// What was wrong.
+        message: String,
+    },
     /// An error from another crate, with the context it happened in.
     #[error("{context}: {source}")]
     External {

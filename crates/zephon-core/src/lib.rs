@@ -39,6 +39,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod checkpoint;
 pub mod dataset;
 pub mod error;
 pub mod ext;

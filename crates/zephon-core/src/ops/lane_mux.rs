@@ -56,6 +56,16 @@ impl<S, T> LaneMux<S, T> {
     pub fn lanes(&self) -> &[LaneId] {
         &self.lanes
     }
+
+    /// Starts the rotation at `lane` instead of the first one, so a pipeline
+    /// restored from a checkpoint taken mid-rotation keeps the interleaving.
+    /// A lane not in the list leaves the rotation as it is.
+    pub fn starting_at(mut self, lane: LaneId) -> Self {
+        if let Ok(i) = self.lanes.binary_search(&lane) {
+            self.next = i;
+        }
+        self
+    }
 }
 
 impl<S, T> fmt::Debug for LaneMux<S, T> {

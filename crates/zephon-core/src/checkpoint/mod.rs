@@ -1,0 +1,76 @@
+//! Checkpoint and restore, elastic across rank counts.
+//!
+//! # The model
+//!
+//! Every lane's output is a pure function of that lane's input, and lane
+//! `l`'s input is the pointers at global indices `l, l + L, l + 2L, ...`
+//! whatever the rank count. So the global batch of step `t` is the `t`-th
+//! lane-batch of every canonical lane, and a rank of world size `W` trains on
+//! its `L / W` lanes' `t`-th batches (concatenated, or accumulated as
+//! gradients). Checkpoint on 2 ranks, restore on 4 or on 1: the global
+//! batches are the same.
+//!
+//! A [`Checkpoint`] is therefore tiny: per canonical lane, how many batches
+//! and elements were delivered, plus what identifies the run (format version,
+//! seed, lane count, work-source and [`Recipe`] fingerprints). A restore
+//! builds the same chain from the start and [`ResumeFrom`] drops, per lane,
+//! what was already delivered: shuffle buffers, packing bins, mixture
+//! deficits and partial batches come back exactly, with no per-operator code.
+//!
+//! The price is the replay: restoring redoes the reading and transforms of
+//! every delivered batch (not the training steps), so the time to the first
+//! new batch grows linearly with the run's progress.
+//!
+//! What may change between checkpoint and restore: world size, rank, lane
+//! ownership, parallelism, runner, prefetch depths, and the per-rank
+//! micro-batch size (as long as each lane's delivered element count falls on
+//! a batch boundary of the new size). What may not: the seed and
+//! `canonical_lanes` (refused with an error saying so), the datasets and
+//! work-source settings, and the named settings of the recipe (refused with
+//! an error naming the setting), and the format version.
+//!
+//! # Use
+//!
+//! ```
+//! use zephon_core::checkpoint::{Checkpoint, CheckpointedExt, Progress, Recipe, ResumeExt};
+//! use zephon_core::{Dataset, PipelineExt, Record, Runner, ShuffleMode, WorkSource};
+//!
+//! let ds = Dataset::in_memory("toy", vec![(0..96).map(|i| Record::new().with("i", i as i64)).collect()])?;
+//! // A rank of a run with 4 canonical lanes: rank `r` of `w`.
+//! let work = |r, w| WorkSource::builder().dataset(ds.clone(), 1.0).seed(9)
+//!     .canonical_lanes(4).rank(r).world_size(w).build();
+//! let recipe = |ws: &WorkSource| Recipe::new(ws).setting("shuffle", (8, ShuffleMode::Reservoir, 9));
+//! let batches = |ws: &WorkSource, p: &Progress| {
+//!     ws.stream().fetch(4).shuffle(8, ShuffleMode::Reservoir, 9).batch(3)
+//!         .resume_from(p).lane_mux_from(p)
+//! };
+//!
+//! // Two ranks train 2 steps each and checkpoint.
+//! let mut parts = Vec::new();
+//! for r in 0..2 {
+//!     let ws = work(r, 2)?;
+//!     let p = recipe(&ws).start(&ws);
+//!     let mut it = batches(&ws, &p).into_blocking_iter(Runner::Inline)?.checkpointed(p);
+//!     for _ in 0..2 * 2 { it.next().unwrap()?; } // 2 steps of 2 lanes
+//!     parts.push(it.checkpoint());
+//! }
+//! let bytes = Checkpoint::merge(parts)?.to_bytes();
+//!
+//! // One rank resumes from the merged checkpoint: every lane starts at batch 2.
+//! let ws = work(0, 1)?;
+//! let p = recipe(&ws).resume(&ws, &Checkpoint::from_bytes(&bytes)?)?;
+//! let first: Vec<_> = batches(&ws, &p).into_blocking_iter(Runner::threads())?
+//!     .take(4).map(|b| b.map(|b| (b.lane, b.index))).collect::<Result<_, _>>()?;
+//! assert_eq!(first, vec![(0, 2), (1, 2), (2, 2), (3, 2)]);
+//! # Ok::<(), zephon_core::Error>(())
+//! ```
+
+mod progress;
+mod recipe;
+mod resume;
+mod state;
+
+pub use progress::{Checkpointed, CheckpointedExt, Delivered, Progress};
+pub use recipe::Recipe;
+pub use resume::{ResumeExt, ResumeFrom};
+pub use state::{CHECKPOINT_VERSION, Checkpoint, LaneProgress};

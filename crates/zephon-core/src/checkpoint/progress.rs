@@ -1,0 +1,216 @@
+//! [`Progress`]: what a rank has delivered, lane by lane, and the iterator
+//! wrapper that keeps it up to date.
+
+use super::recipe::Recipe;
+use super::state::{CHECKPOINT_VERSION, Checkpoint, LaneProgress};
+use crate::error::{Error, Result};
+use crate::ops::batch::Batch;
+use crate::pointer::{LaneId, Laned};
+use crate::work::WorkSource;
+use std::collections::BTreeMap;
+
+/// Elements a rank hands to its consumer: lane-batches, or anything that
+/// knows its lane and how many elements it holds.
+pub trait Delivered: Laned {
+    /// Number of elements (samples, packed rows) in this unit.
+    fn delivered_items(&self) -> u64;
+}
+
+impl<T> Delivered for Batch<T> {
+    fn delivered_items(&self) -> u64 {
+        self.items.len() as u64
+    }
+}
+
+/// Per-lane delivery counts of one rank, bound to its [`Recipe`]. Start one
+/// with [`Recipe::start`] (fresh run) or [`Recipe::resume`] (from a
+/// checkpoint); record every batch handed to the training step; take a
+/// [`Checkpoint`] between steps.
+///
+/// ```
+/// use zephon_core::checkpoint::Recipe;
+/// use zephon_core::{Dataset, Record, WorkSource};
+/// let ds = Dataset::in_memory("toy", vec![vec![Record::new(); 10]])?;
+/// let ws = WorkSource::builder().dataset(ds, 1.0).canonical_lanes(2).build()?;
+/// let mut p = Recipe::new(&ws).start(&ws);
+/// p.record(0, 3);
+/// p.record(1, 3);
+/// assert_eq!(p.steps(), 1);
+/// assert_eq!(p.checkpoint().lanes[&1].items, 3);
+/// # Ok::<(), zephon_core::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct Progress {
+    recipe: Recipe,
+    lanes: BTreeMap<LaneId, LaneProgress>,
+}
+
+impl Recipe {
+    /// Progress of a fresh run: nothing delivered on the lanes `work` owns.
+    pub fn start(&self, work: &WorkSource) -> Progress {
+        Progress {
+            recipe: self.clone(),
+            lanes: work
+                .owned_lanes()
+                .into_iter()
+                .map(|l| (l, LaneProgress::default()))
+                .collect(),
+        }
+    }
+
+    /// Progress of a restored run: the checkpoint's counts for the lanes
+    /// `work` owns. Refused, with the reason, when the checkpoint is from
+    /// another run ([`Checkpoint::check_recipe`]) or does not cover every
+    /// owned lane (merge the checkpoints of all ranks first).
+    ///
+    /// `work` may have any rank, world size and ownership.
+    pub fn resume(&self, work: &WorkSource, checkpoint: &Checkpoint) -> Result<Progress> {
+        checkpoint.check_recipe(self)?;
+        let owned = work.owned_lanes();
+        let missing: Vec<LaneId> = owned
+            .iter()
+            .copied()
+            .filter(|l| !checkpoint.lanes.contains_key(l))
+            .collect();
+        if !missing.is_empty() {
+            return Err(Error::Checkpoint {
+                origin: "restore".into(),
+                message: format!(
+                    "lanes {missing:?} (owned by this rank) are not in the checkpoint, which covers {:?}; merge the checkpoints of all ranks",
+                    checkpoint.lanes.keys().collect::<Vec<_>>()
+                ),
+            });
+        }
+        Ok(Progress {
+            recipe: self.clone(),
+            lanes: owned
+                .into_iter()
+                .map(|l| (l, checkpoint.lanes[&l]))
+                .collect(),
+        })
+    }
+}
+
+impl Progress {
+    /// Counts one batch of `items` elements of `lane` as delivered.
+    pub fn record(&mut self, lane: LaneId, items: u64) {
+        let p = self.lanes.entry(lane).or_default();
+        p.batches += 1;
+        p.items += items;
+    }
+
+    /// Counts `unit` as delivered.
+    pub fn record_delivered<T: Delivered>(&mut self, unit: &T) {
+        self.record(unit.lane(), unit.delivered_items());
+    }
+
+    /// What `lane` has delivered (zero for a lane not tracked).
+    pub fn lane(&self, lane: LaneId) -> LaneProgress {
+        self.lanes.get(&lane).copied().unwrap_or_default()
+    }
+
+    /// Every tracked lane's progress.
+    pub fn lanes(&self) -> &BTreeMap<LaneId, LaneProgress> {
+        &self.lanes
+    }
+
+    /// Steps completed: the fewest lane-batches any tracked lane delivered.
+    pub fn steps(&self) -> u64 {
+        self.lanes.values().map(|p| p.batches).min().unwrap_or(0)
+    }
+
+    /// The lane a strict round robin over the tracked lanes serves next:
+    /// the first, in lane order, of those that delivered the fewest batches.
+    /// (Once some lanes ran dry at the end of a finite run, it may name a dry
+    /// lane; the round robin then moves on to the next lane with data.)
+    pub fn next_lane(&self) -> Option<LaneId> {
+        let fewest = self.lanes.values().map(|p| p.batches).min()?;
+        self.lanes
+            .iter()
+            .find(|(_, p)| p.batches == fewest)
+            .map(|(&l, _)| l)
+    }
+
+    /// The recipe this progress belongs to.
+    pub fn recipe(&self) -> &Recipe {
+        &self.recipe
+    }
+
+    /// The checkpoint of this rank's lanes, as of now.
+    pub fn checkpoint(&self) -> Checkpoint {
+        Checkpoint {
+            version: CHECKPOINT_VERSION,
+            recipe_fingerprint: self.recipe.fingerprint(),
+            work_fingerprint: self.recipe.work_fingerprint(),
+            seed: self.recipe.seed(),
+            canonical_lanes: self.recipe.canonical_lanes(),
+            settings: self.recipe.settings().clone(),
+            lanes: self.lanes.clone(),
+        }
+    }
+}
+
+/// An iterator of delivered units (a [`BlockingIter`](crate::BlockingIter)
+/// of batches) that counts what it hands out, so [`checkpoint`] between two
+/// steps is exact whatever is still prefetched inside the pipeline.
+///
+/// Created by [`CheckpointedExt::checkpointed`].
+///
+/// [`checkpoint`]: Checkpointed::checkpoint
+#[derive(Debug)]
+#[must_use = "iterators do nothing unless consumed"]
+pub struct Checkpointed<I> {
+    inner: I,
+    progress: Progress,
+}
+
+impl<I> Checkpointed<I> {
+    /// The progress so far.
+    pub fn progress(&self) -> &Progress {
+        &self.progress
+    }
+
+    /// The checkpoint of everything handed out so far.
+    pub fn checkpoint(&self) -> Checkpoint {
+        self.progress.checkpoint()
+    }
+
+    /// The wrapped iterator.
+    pub fn into_inner(self) -> I {
+        self.inner
+    }
+}
+
+impl<I, T> Iterator for Checkpointed<I>
+where
+    I: Iterator<Item = Result<T>>,
+    T: Delivered,
+{
+    type Item = Result<T>;
+
+    fn next(&mut self) -> Option<Result<T>> {
+        let item = self.inner.next()?;
+        if let Ok(unit) = &item {
+            self.progress.record_delivered(unit);
+        }
+        Some(item)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.inner.size_hint()
+    }
+}
+
+/// Adds [`checkpointed`](CheckpointedExt::checkpointed) to iterators of
+/// delivered units.
+pub trait CheckpointedExt: Iterator + Sized {
+    /// Counts what this iterator hands out into `progress`.
+    fn checkpointed(self, progress: Progress) -> Checkpointed<Self> {
+        Checkpointed {
+            inner: self,
+            progress,
+        }
+    }
+}
+
+impl<I: Iterator> CheckpointedExt for I {}

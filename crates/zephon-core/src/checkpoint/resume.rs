@@ -1,0 +1,192 @@
+//! `resume_from`: the replay filter that drops what a checkpoint says was
+//! already delivered.
+
+use super::progress::{Delivered, Progress};
+use crate::error::{Error, Result};
+use crate::obs::{Explain, StageDescription};
+use crate::ops::lane_mux::LaneMux;
+use crate::pointer::{LaneId, Laned};
+use futures::Stream;
+use pin_project::pin_project;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+/// Drops, lane by lane, the leading batches a checkpoint counts as
+/// delivered, and passes the rest.
+///
+/// Every operator's output on a lane is a pure function of that lane's input
+/// (the determinism promise), so replaying each lane from its start through
+/// the same chain rebuilds shuffle buffers, packing bins, mixture deficits and
+/// partial batches exactly, with no per-operator state in the checkpoint.
+/// The cost is the replay: a restore does the work of every delivered batch
+/// again (without the training step), so time to the first new batch grows
+/// with the progress of the run.
+///
+/// The skip is counted in elements, not batches: a restore may use another
+/// micro-batch size as long as each lane's delivered count falls on one of
+/// its batch boundaries (true at every step boundary when the per-step lane
+/// quota is a multiple of the new size). A batch that straddles the boundary
+/// is an error naming the lane, not a silent drop or repeat.
+///
+/// A batch of a lane the progress does not track is an error: the progress
+/// was made for another rank.
+///
+/// Created by [`ResumeExt::resume_from`].
+///
+/// ```
+/// use zephon_core::checkpoint::{CheckpointedExt, Recipe, ResumeExt};
+/// use zephon_core::{Dataset, PipelineExt, Record, Runner, WorkSource};
+/// let ds = Dataset::in_memory("toy", vec![(0..40).map(|i| Record::new().with("i", i as i64)).collect()])?;
+/// let ws = WorkSource::builder().dataset(ds, 1.0).canonical_lanes(2).seed(5).build()?;
+/// let recipe = Recipe::new(&ws).setting("batch", 4);
+/// let run = |progress: zephon_core::checkpoint::Progress| {
+///     ws.stream().fetch(2).batch(4).resume_from(&progress).lane_mux_from(&progress)
+///         .into_blocking_iter(Runner::Inline).map(|it| it.checkpointed(progress))
+/// };
+/// let all: Vec<_> = run(recipe.start(&ws))?.map(Result::unwrap).collect();
+/// let mut first = run(recipe.start(&ws))?;
+/// let head: Vec<_> = first.by_ref().take(3).map(Result::unwrap).collect();
+/// let ckpt = first.checkpoint();
+/// let rest: Vec<_> = run(recipe.resume(&ws, &ckpt)?)?.map(Result::unwrap).collect();
+/// assert_eq!([head, rest].concat(), all);
+/// # Ok::<(), zephon_core::Error>(())
+/// ```
+#[pin_project]
+#[must_use = "streams do nothing unless polled"]
+pub struct ResumeFrom<S> {
+    #[pin]
+    inner: S,
+    /// Per lane: elements still to drop.
+    skip: BTreeMap<LaneId, u64>,
+    /// Per lane: elements seen so far, for the error message.
+    seen: BTreeMap<LaneId, u64>,
+}
+
+impl<S> ResumeFrom<S> {
+    /// Drops from `inner` what `progress` counts as delivered.
+    pub fn new(inner: S, progress: &Progress) -> Self {
+        ResumeFrom {
+            inner,
+            skip: progress
+                .lanes()
+                .iter()
+                .map(|(&l, p)| (l, p.items))
+                .collect(),
+            seen: BTreeMap::new(),
+        }
+    }
+
+    /// Elements still to drop, over all lanes (0 once the replay is over).
+    pub fn replay_left(&self) -> u64 {
+        self.skip.values().sum()
+    }
+}
+
+impl<S> fmt::Debug for ResumeFrom<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResumeFrom")
+            .field("lanes", &self.skip.len())
+            .field("replay_left", &self.replay_left())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, T> Stream for ResumeFrom<S>
+where
+    S: Stream<Item = Result<T>>,
+    T: Delivered,
+{
+    type Item = Result<T>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let mut this = self.project();
+        loop {
+            let unit = match this.inner.as_mut().poll_next(cx) {
+                Poll::Ready(Some(Ok(unit))) => unit,
+                other => return other,
+            };
+            let lane = unit.lane();
+            let n = unit.delivered_items();
+            let Some(left) = this.skip.get_mut(&lane) else {
+                return Poll::Ready(Some(Err(Error::Checkpoint {
+                    origin: "resume_from".into(),
+                    message: format!(
+                        "a batch of lane {lane}, which the resumed progress does not track (it tracks lanes {:?}); the progress was made for another rank",
+                        this.skip.keys().collect::<Vec<_>>()
+                    ),
+                })));
+            };
+            let seen = this.seen.entry(lane).or_default();
+            let start = *seen;
+            *seen += n;
+            if *left == 0 {
+                return Poll::Ready(Some(Ok(unit)));
+            }
+            if n <= *left {
+                *left -= n;
+                continue;
+            }
+            return Poll::Ready(Some(Err(Error::Checkpoint {
+                origin: "resume_from".into(),
+                message: format!(
+                    "lane {lane}: the checkpoint delivered {} elements, which falls inside a batch holding elements {start}..{}; use a batch size that divides the elements delivered per lane",
+                    start + *left,
+                    start + n
+                ),
+            })));
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (0, self.inner.size_hint().1)
+    }
+}
+
+impl<S: Explain> Explain for ResumeFrom<S> {
+    fn describe(&self, out: &mut Vec<StageDescription>) {
+        self.inner.describe(out);
+        out.push(StageDescription::new(
+            "resume_from",
+            1,
+            None,
+            format!(
+                "replays {} lanes, {} delivered elements to drop",
+                self.skip.len(),
+                self.replay_left()
+            ),
+        ));
+    }
+}
+
+/// Adds [`resume_from`](ResumeExt::resume_from) to streams of batches.
+pub trait ResumeExt: Stream + Sized {
+    /// Drops what `progress` counts as delivered. Place it after the last
+    /// stateful operator (after `batch`), before or after `lane_mux`. See
+    /// [`ResumeFrom`].
+    fn resume_from<T>(self, progress: &Progress) -> ResumeFrom<Self>
+    where
+        Self: Stream<Item = Result<T>>,
+        T: Delivered,
+    {
+        ResumeFrom::new(self, progress)
+    }
+
+    /// [`lane_mux`](crate::PipelineExt::lane_mux) over the lanes `progress`
+    /// tracks, its rotation starting at [`Progress::next_lane`], so a
+    /// checkpoint taken mid-step resumes with the same interleaving.
+    fn lane_mux_from<T>(self, progress: &Progress) -> LaneMux<Self, T>
+    where
+        Self: Stream<Item = Result<T>>,
+        T: Laned,
+    {
+        let mux = LaneMux::new(self, progress.lanes().keys().copied().collect());
+        match progress.next_lane() {
+            Some(lane) => mux.starting_at(lane),
+            None => mux,
+        }
+    }
+}
+
+impl<S: Stream> ResumeExt for S {}

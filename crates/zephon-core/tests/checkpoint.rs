@@ -1,0 +1,436 @@
+//! Checkpoint and restore: exact continuation, elastic rank counts, changed
+//! micro-batch sizes, and refusals that say what is wrong.
+
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+use zephon_core::checkpoint::{
+    CHECKPOINT_VERSION, Checkpoint, CheckpointedExt, Progress, Recipe, ResumeExt,
+};
+use zephon_core::{
+    BlockShuffle, Dataset, Error, LaneId, Ownership, PipelineExt, Record, Runner, ShuffleMode,
+    WorkSource,
+};
+
+fn corpus(shards: &[usize]) -> Dataset {
+    Dataset::in_memory(
+        "c",
+        shards
+            .iter()
+            .enumerate()
+            .map(|(s, &n)| {
+                (0..n)
+                    .map(|i| Record::new().with("text", format!("shard {s} doc {i}")))
+                    .collect()
+            })
+            .collect(),
+    )
+    .unwrap()
+}
+
+#[derive(Clone, Debug)]
+struct Shape {
+    shards: Vec<usize>,
+    seed: u64,
+    lanes: u32,
+    passes: u64,
+    buffer: usize,
+    mode: ShuffleMode,
+}
+
+impl Shape {
+    fn work(&self, rank: u32, world: u32, ownership: Ownership) -> WorkSource {
+        WorkSource::builder()
+            .dataset(corpus(&self.shards), 1.0)
+            .seed(self.seed)
+            .shuffle_block_size(BlockShuffle::Size(5))
+            .passes(self.passes)
+            .canonical_lanes(self.lanes)
+            .rank(rank)
+            .world_size(world)
+            .ownership(ownership)
+            .build()
+            .unwrap()
+    }
+
+    fn recipe(&self, ws: &WorkSource) -> Recipe {
+        Recipe::new(ws).setting("shuffle", (self.buffer, self.mode, self.seed))
+    }
+}
+
+/// (lane, index, record digests) of one lane-batch.
+type Out = (LaneId, u64, Vec<u64>);
+
+/// How one rank executes: everything here is a performance knob.
+#[derive(Clone, Copy, Debug)]
+struct Exec {
+    rank: u32,
+    world: u32,
+    ownership: Ownership,
+    parallelism: usize,
+    runner: Runner,
+    prefetch: usize,
+    batch: usize,
+}
+
+impl Exec {
+    fn single(batch: usize) -> Self {
+        Exec {
+            rank: 0,
+            world: 1,
+            ownership: Ownership::Contiguous,
+            parallelism: 1,
+            runner: Runner::Inline,
+            prefetch: 0,
+            batch,
+        }
+    }
+    fn rank(self, rank: u32, world: u32) -> Self {
+        Exec {
+            rank,
+            world,
+            ..self
+        }
+    }
+}
+
+/// Runs one rank from `checkpoint` (or fresh), taking at most `take` batches;
+/// returns what it delivered and its checkpoint afterwards.
+fn run(
+    shape: &Shape,
+    exec: Exec,
+    checkpoint: Option<&Checkpoint>,
+    take: usize,
+) -> Result<(Vec<Out>, Checkpoint), Error> {
+    let ws = shape.work(exec.rank, exec.world, exec.ownership);
+    let recipe = shape.recipe(&ws);
+    let progress: Progress = match checkpoint {
+        Some(c) => recipe.resume(&ws, c)?,
+        None => recipe.start(&ws),
+    };
+    let batches = ws
+        .stream()
+        .fetch(exec.parallelism)
+        .map_par(Ok, exec.parallelism)
+        .shuffle(shape.buffer, shape.mode, shape.seed)
+        .batch(exec.batch)
+        .resume_from(&progress)
+        .lane_mux_from(&progress)
+        .prefetch_batches(exec.prefetch);
+    let mut it = batches
+        .into_blocking_iter(exec.runner)?
+        .checkpointed(progress);
+    let mut out = Vec::new();
+    for b in it.by_ref().take(take) {
+        let b = b?;
+        out.push((
+            b.lane,
+            b.index,
+            b.items.iter().map(Record::digest).collect(),
+        ));
+    }
+    Ok((out, it.checkpoint()))
+}
+
+/// Runs every rank of `world` for `steps` steps (all lanes, `steps` batches
+/// each); returns the batches and the merged checkpoint.
+fn run_ranks(
+    shape: &Shape,
+    exec: Exec,
+    world: u32,
+    checkpoint: Option<&Checkpoint>,
+    steps: usize,
+) -> (Vec<Out>, Checkpoint) {
+    let per_rank = shape.lanes as usize / world as usize;
+    let mut all = Vec::new();
+    let mut parts = Vec::new();
+    for r in 0..world {
+        let (out, c) = run(shape, exec.rank(r, world), checkpoint, steps * per_rank).unwrap();
+        all.extend(out);
+        parts.push(c);
+    }
+    (all, Checkpoint::merge(parts).unwrap())
+}
+
+/// Per lane, the flat sequence of delivered elements.
+fn per_lane(out: &[Out]) -> BTreeMap<LaneId, Vec<u64>> {
+    let mut m: BTreeMap<LaneId, Vec<u64>> = BTreeMap::new();
+    for (lane, _, items) in out {
+        m.entry(*lane).or_default().extend(items);
+    }
+    m
+}
+
+/// Global batches: step -> lane -> elements.
+fn global(out: &[Out]) -> BTreeMap<u64, BTreeMap<LaneId, Vec<u64>>> {
+    let mut m: BTreeMap<u64, BTreeMap<LaneId, Vec<u64>>> = BTreeMap::new();
+    for (lane, index, items) in out {
+        let prev = m.entry(*index).or_default().insert(*lane, items.clone());
+        assert!(prev.is_none(), "lane {lane} batch {index} delivered twice");
+    }
+    m
+}
+
+fn shapes() -> impl Strategy<Value = Shape> {
+    (
+        prop::collection::vec(1usize..50, 1..4),
+        any::<u64>(),
+        prop_oneof![Just(1u32), Just(2), Just(4)],
+        1u64..3,
+        1usize..30,
+        prop_oneof![Just(ShuffleMode::Reservoir), Just(ShuffleMode::Block)],
+    )
+        .prop_map(|(shards, seed, lanes, passes, buffer, mode)| Shape {
+            shards,
+            seed,
+            lanes,
+            passes,
+            buffer,
+            mode,
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// A checkpoint after any number of batches, restored in a fresh pipeline
+    /// with other execution settings, continues batch for batch.
+    #[test]
+    fn exact_resume(
+        shape in shapes(),
+        batch in 1usize..7,
+        cut in 0usize..80,
+        parallelism in 1usize..5,
+        threads in any::<bool>(),
+        prefetch in 0usize..4,
+    ) {
+        let exec = Exec::single(batch);
+        let (full, _) = run(&shape, exec, None, usize::MAX).unwrap();
+        let cut = cut.min(full.len());
+        let (head, ckpt) = run(&shape, exec, None, cut).unwrap();
+        prop_assert_eq!(&head[..], &full[..cut]);
+        // Through the binary form, as a restarted process would read it.
+        let ckpt = Checkpoint::from_bytes(&ckpt.to_bytes()).unwrap();
+        let resumed = Exec {
+            parallelism,
+            runner: if threads { Runner::Threads { workers: 2 } } else { Runner::Inline },
+            prefetch,
+            ..exec
+        };
+        let (rest, _) = run(&shape, resumed, Some(&ckpt), usize::MAX).unwrap();
+        prop_assert_eq!(&rest[..], &full[cut..]);
+    }
+
+    /// Checkpointed on 2 ranks at any step, restored on 4 ranks, on 1, or on
+    /// 2 with the other ownership: every later global batch is the same.
+    #[test]
+    fn elastic_resume(shape in shapes(), batch in 1usize..5, k in 0usize..12) {
+        let shape = Shape { lanes: 4, ..shape };
+        let exec = Exec::single(batch);
+        let (full, _) = run_ranks(&shape, exec, 2, None, usize::MAX / 8);
+        let full = global(&full);
+        let (head, ckpt) = run_ranks(&shape, exec, 2, None, k);
+        let head = global(&head);
+        prop_assert!(head.iter().all(|(t, g)| full[t] == *g));
+        for (world, ownership) in [(4, Ownership::Contiguous), (1, Ownership::Contiguous), (2, Ownership::Interleaved)] {
+            let e = Exec { ownership, ..exec };
+            let (rest, _) = run_ranks(&shape, e, world, Some(&ckpt), usize::MAX / 8);
+            let mut joined = head.clone();
+            for (t, g) in global(&rest) {
+                let slot = joined.entry(t).or_default();
+                for (lane, items) in g {
+                    prop_assert!(slot.insert(lane, items).is_none(), "step {} lane {} repeated", t, lane);
+                }
+            }
+            prop_assert_eq!(&joined, &full);
+        }
+    }
+}
+
+/// 8 lanes, 2 passes of 192 samples: 6 steps of 4 per lane in each epoch.
+fn epochs_shape() -> Shape {
+    Shape {
+        shards: vec![100, 92],
+        seed: 11,
+        lanes: 8,
+        passes: 2,
+        buffer: 7,
+        mode: ShuffleMode::Reservoir,
+    }
+}
+
+#[test]
+fn elastic_at_every_step_including_epoch_boundaries() {
+    let shape = epochs_shape();
+    let exec = Exec::single(4);
+    let (full, _) = run_ranks(&shape, exec, 2, None, usize::MAX / 8);
+    let full = global(&full);
+    assert_eq!(full.len(), 12, "two epochs of 6 steps");
+    // Step 5 is the last step of epoch 1, 6 the first of epoch 2, 12 the end.
+    for k in [0, 1, 5, 6, 7, 11, 12] {
+        let (_, ckpt) = run_ranks(&shape, exec, 2, None, k);
+        assert!(ckpt.is_complete());
+        assert!(ckpt.lanes.values().all(|p| p.batches == k as u64));
+        for world in [4, 1] {
+            let exec = Exec {
+                parallelism: 3,
+                runner: Runner::Threads { workers: 2 },
+                prefetch: 2,
+                ..exec
+            };
+            let (rest, _) = run_ranks(&shape, exec, world, Some(&ckpt), usize::MAX / 8);
+            let rest = global(&rest);
+            let expected: BTreeMap<_, _> = full
+                .range(k as u64..)
+                .map(|(t, g)| (*t, g.clone()))
+                .collect();
+            assert_eq!(
+                rest, expected,
+                "checkpoint at step {k}, restored on {world} ranks"
+            );
+        }
+    }
+}
+
+#[test]
+fn micro_batch_size_may_change_on_restore() {
+    let shape = epochs_shape();
+    // Global batch: 4 elements per lane per step.
+    let (full, _) = run_ranks(&shape, Exec::single(4), 2, None, usize::MAX / 8);
+    for (k, micro, world) in [(3, 2, 4), (6, 1, 1), (2, 8, 2), (4, 8, 1)] {
+        let (head, ckpt) = run_ranks(&shape, Exec::single(4), 2, None, k);
+        // Gradient accumulation: 4 / micro micro-batches per lane per step.
+        let (rest, _) = run_ranks(
+            &shape,
+            Exec::single(micro),
+            world,
+            Some(&ckpt),
+            usize::MAX / 8,
+        );
+        let mut joined = per_lane(&head);
+        for (lane, items) in per_lane(&rest) {
+            joined.entry(lane).or_default().extend(items);
+        }
+        assert_eq!(joined, per_lane(&full), "step {k}, micro-batch {micro}");
+    }
+}
+
+#[test]
+fn a_batch_straddling_the_checkpoint_is_an_error() {
+    let shape = epochs_shape();
+    let (_, ckpt) = run_ranks(&shape, Exec::single(4), 2, None, 1);
+    let err = run(&shape, Exec::single(3), Some(&ckpt), usize::MAX)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("lane 0") && err.contains("4 elements"),
+        "{err}"
+    );
+}
+
+#[test]
+fn restore_refuses_another_run_and_says_why() {
+    let shape = epochs_shape();
+    let (_, ckpt) = run_ranks(&shape, Exec::single(4), 2, None, 2);
+    let err = |s: &Shape| {
+        run(s, Exec::single(4), Some(&ckpt), 1)
+            .unwrap_err()
+            .to_string()
+    };
+
+    let e = err(&Shape {
+        seed: 12,
+        ..shape.clone()
+    });
+    assert!(e.contains("seed differs") && e.contains("11"), "{e}");
+    let e = err(&Shape {
+        lanes: 4,
+        ..shape.clone()
+    });
+    assert!(
+        e.contains("canonical_lanes differs") && e.contains("8 lanes"),
+        "{e}"
+    );
+    let e = err(&Shape {
+        buffer: 8,
+        ..shape.clone()
+    });
+    assert!(
+        e.contains("recipe fingerprint") && e.contains("shuffle (differs)"),
+        "{e}"
+    );
+    let e = err(&Shape {
+        shards: vec![100, 93],
+        ..shape.clone()
+    });
+    assert!(e.contains("work source fingerprint"), "{e}");
+
+    let mut old = ckpt.clone();
+    old.version = CHECKPOINT_VERSION + 1;
+    let e = Checkpoint::from_json(&old.to_json())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&format!("format version {}", CHECKPOINT_VERSION + 1)),
+        "{e}"
+    );
+    let e = Checkpoint::from_bytes(&old.to_bytes())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("not supported"), "{e}");
+}
+
+#[test]
+fn a_rank_checkpoint_alone_does_not_cover_another_layout() {
+    let shape = epochs_shape();
+    let exec = Exec::single(4);
+    let (_, rank0) = run(&shape, exec.rank(0, 2), None, 4).unwrap();
+    assert_eq!(rank0.missing_lanes(), vec![4, 5, 6, 7]);
+    let e = run(&shape, exec, Some(&rank0), 1).unwrap_err().to_string();
+    assert!(e.contains("[4, 5, 6, 7]") && e.contains("merge"), "{e}");
+    // The same rank at a later step does not merge with it.
+    let (_, later) = run(&shape, exec.rank(0, 2), None, 8).unwrap();
+    let e = Checkpoint::merge([rank0, later]).unwrap_err().to_string();
+    assert!(e.contains("different steps"), "{e}");
+}
+
+#[test]
+fn files_round_trip_and_corrupt_files_name_themselves() {
+    let shape = epochs_shape();
+    let (_, ckpt) = run_ranks(&shape, Exec::single(4), 2, None, 3);
+    let dir = std::env::temp_dir().join(format!("zephon-ckpt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bin = dir.join("step3.ckpt");
+    let json = dir.join("step3.json");
+    ckpt.save(&bin).unwrap();
+    ckpt.save(&json).unwrap();
+    assert_eq!(Checkpoint::load(&bin).unwrap(), ckpt);
+    assert_eq!(Checkpoint::load(&json).unwrap(), ckpt);
+    assert!(
+        std::fs::read_to_string(&json)
+            .unwrap()
+            .contains("\"recipe_fingerprint\"")
+    );
+    assert!(std::fs::metadata(&bin).unwrap().len() < 256);
+
+    let bytes = std::fs::read(&bin).unwrap();
+    for (name, data) in [
+        ("truncated.ckpt", bytes[..bytes.len() / 2].to_vec()),
+        ("garbage.ckpt", b"\x00\x01\x02 not a checkpoint".to_vec()),
+        ("bad.json", b"{\"version\": 1, \"seed\": true}".to_vec()),
+        ("empty.json", Vec::new()),
+    ] {
+        let p = dir.join(name);
+        std::fs::write(&p, data).unwrap();
+        let e = Checkpoint::load(&p).unwrap_err().to_string();
+        assert!(e.contains(name), "{name}: {e}");
+    }
+    let e = Checkpoint::load(dir.join("missing.ckpt"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("missing.ckpt"), "{e}");
+    let e = Checkpoint::load_all([&bin, &dir.join("garbage.ckpt")])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("garbage.ckpt"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
