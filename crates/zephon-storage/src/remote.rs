@@ -4,7 +4,7 @@
 use crate::backend::{Backend, runtime};
 use crate::cache::ShardCache;
 use crate::download::{download, shard_error};
-use crate::format::jsonl::{LineIndex, parse_run};
+use crate::format::jsonl::{LineIndex, parse_line, parse_run};
 use crate::manifest::{ShardEntry, decode_index};
 use crate::metrics::CacheMetrics;
 use bytes::Bytes;
@@ -16,6 +16,9 @@ use zephon_core::{Error, Record, Result, Shard};
 
 /// Concurrent range requests of one read.
 const RANGE_PARALLELISM: usize = 16;
+
+/// Largest gap between two wanted lines that one range request spans.
+const RANGE_GAP: u64 = 256 << 10;
 
 fn check_indices(dataset: &str, shard: &str, len: u64, indices: &[u64]) -> Result<()> {
     match indices.iter().find(|&&i| i >= len) {
@@ -192,8 +195,8 @@ impl Shard for CachedShard {
 }
 
 /// An uncompressed shard with a line-offset index sidecar, read by byte
-/// range: a read downloads only the lines it returns (one request per run of
-/// adjacent samples), never the whole shard.
+/// range: a read downloads only the lines it returns and small gaps (one request per cluster of
+/// nearby samples), never the whole shard.
 #[derive(Debug)]
 pub struct RangeShard {
     dataset: Arc<str>,
@@ -285,24 +288,30 @@ impl Shard for RangeShard {
         async move { self.read_indices(&indices).await }.boxed()
     }
 
+    /// Samples close together in the file are fetched by one request
+    /// (gaps up to [`RANGE_GAP`] bytes are read and dropped), so a shuffled
+    /// group costs a few requests, not one per sample.
     fn read_indices<'a>(&'a self, indices: &'a [u64]) -> BoxFuture<'a, Result<Vec<Record>>> {
         async move {
             check_indices(&self.dataset, &self.uri, self.len(), indices)?;
             let index = self.index().await?;
-            let runs = runs(indices);
-            let ranges: Vec<(u64, u64, u64)> = runs
-                .iter()
-                .map(|&(first, n)| {
-                    let (from, to) = index.byte_range(first, n);
-                    (first, from, to)
-                })
-                .collect();
+            let mut sorted = indices.to_vec();
+            sorted.sort_unstable();
+            sorted.dedup();
+            let mut spans: Vec<(u64, u64)> = Vec::new();
+            for &i in &sorted {
+                let (from, to) = index.byte_range(i, 1);
+                match spans.last_mut() {
+                    Some(s) if from <= s.1 + RANGE_GAP => s.1 = s.1.max(to),
+                    _ => spans.push((from, to)),
+                }
+            }
             let (op, path) = (self.backend.op.clone(), self.entry.path.clone());
             let (dataset, uri) = (self.dataset.clone(), self.uri.clone());
             let started = std::time::Instant::now();
             let chunks: Vec<(u64, Bytes)> = runtime::spawn(uri.clone(), async move {
-                futures::stream::iter(ranges)
-                    .map(|(first, from, to)| {
+                futures::stream::iter(spans)
+                    .map(|(from, to)| {
                         let (op, path, dataset, uri) =
                             (op.clone(), path.clone(), dataset.clone(), uri.clone());
                         async move {
@@ -321,7 +330,7 @@ impl Shard for RangeShard {
                                     format!("range read {from}..{to} returned {} bytes", b.len()),
                                 ));
                             }
-                            Ok((first, b))
+                            Ok((from, b))
                         }
                     })
                     .buffered(RANGE_PARALLELISM)
@@ -334,12 +343,19 @@ impl Shard for RangeShard {
                 .bytes_downloaded
                 .add(chunks.iter().map(|(_, b)| b.len() as u64).sum());
             let (dataset, uri) = (self.dataset.clone(), self.uri.clone());
+            let wanted = indices.to_vec();
             offload("fetch", move || {
-                let mut out = Vec::new();
-                for (first, b) in chunks {
-                    out.extend(parse_run(&b, first, &dataset, &uri)?);
-                }
-                Ok(out)
+                wanted
+                    .iter()
+                    .map(|&i| {
+                        let (from, to) = index.byte_range(i, 1);
+                        // The last span starting at or before `from` holds the line.
+                        let k = chunks.partition_point(|(start, _)| *start <= from) - 1;
+                        let (start, b) = &chunks[k];
+                        let line = &b[(from - start) as usize..(to - start) as usize];
+                        parse_line(line, &dataset, &uri, i + 1)
+                    })
+                    .collect()
             })
             .await?
         }

@@ -43,7 +43,8 @@ struct Run {
     records: usize,
 }
 
-fn time_pass(ds: Dataset, args: &Args, prefetch: bool) -> Result<Run> {
+fn time_pass(label: &str, ds: Dataset, args: &Args, prefetch: bool) -> Result<Run> {
+    eprintln!("running: {label}");
     let ws = WorkSource::builder().dataset(ds, 1.0).seed(1).build()?;
     let started = Instant::now();
     let it = if prefetch {
@@ -178,27 +179,19 @@ pub fn run(args: Args) -> Result<()> {
                 .memory_bytes(2 << 30),
         )
     };
-    let local = time_pass(Dataset::from_path("bench", &data)?, &args, false)?;
-    let mut rows = vec![("local disk", local)];
+    let mut rows: Vec<(&str, Run)> = Vec::new();
+    let mut pass = |label: &'static str, ds: Dataset, prefetch: bool| -> Result<()> {
+        rows.push((label, time_pass(label, ds, &args, prefetch)?));
+        Ok(())
+    };
+    pass("local disk", Dataset::from_path("bench", &data)?, false)?;
     let cold = RemoteDataset::open("bench", &uri, &cache("cold"))?;
-    rows.push((
-        "s3, cold cache",
-        time_pass(cold.dataset().clone(), &args, false)?,
-    ));
+    pass("s3, cold cache", cold.dataset().clone(), false)?;
     let pre = RemoteDataset::open("bench", &uri, &cache("prefetch"))?;
-    rows.push((
-        "s3, cold cache, prefetch",
-        time_pass(pre.dataset().clone(), &args, true)?,
-    ));
-    rows.push((
-        "s3, warm cache",
-        time_pass(pre.dataset().clone(), &args, false)?,
-    ));
+    pass("s3, cold cache, prefetch", pre.dataset().clone(), true)?;
+    pass("s3, warm cache", pre.dataset().clone(), false)?;
     let ranged = RemoteDataset::open("bench", &uri, &cache("range").byte_range(true))?;
-    rows.push((
-        "s3, byte ranges",
-        time_pass(ranged.dataset().clone(), &args, false)?,
-    ));
+    pass("s3, byte ranges", ranged.dataset().clone(), false)?;
     let base = &rows[0].1;
     let (base_rate, base_first) = (
         base.records as f64 / base.total.as_secs_f64(),
