@@ -27,6 +27,9 @@ enum Command {
     BuildIndex(cmd::build_index::Args),
     /// Time a model's training step per batch: data, forward, backward, other.
     Timing(cmd::timing::Args),
+    /// Run a pipeline declared in a TOML recipe, with a progress bar,
+    /// observability snapshots and a bottleneck report.
+    Run(cmd::run::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -36,6 +39,7 @@ fn main() -> std::process::ExitCode {
         Command::Bench(b) => cmd::bench::run(b),
         Command::BuildIndex(a) => cmd::build_index::run(a),
         Command::Timing(a) => cmd::timing::run(a),
+        Command::Run(a) => cmd::run::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -149,14 +149,7 @@ pub trait PipelineExt: Stream + Sized {
             .unwrap_or(0) as usize;
         PlanDescription {
             stages,
-            runner: match runner {
-                Runner::Inline => "inline (one thread)".into(),
-                Runner::Threads { workers: 0 } => format!(
-                    "threads ({} workers, one per core)",
-                    crate::runner::num_cpus()
-                ),
-                Runner::Threads { workers } => format!("threads ({workers} workers)"),
-            },
+            runner: runner.to_string(),
             output_prefetch,
         }
     }

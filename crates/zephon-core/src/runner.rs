@@ -57,6 +57,18 @@ impl Runner {
     }
 }
 
+impl std::fmt::Display for Runner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Runner::Inline => write!(f, "inline (one thread)"),
+            Runner::Threads { workers: 0 } => {
+                write!(f, "threads ({} workers, one per core)", num_cpus())
+            }
+            Runner::Threads { workers } => write!(f, "threads ({workers} workers)"),
+        }
+    }
+}
+
 /// Number of cores available to this process.
 pub fn num_cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())

@@ -43,9 +43,38 @@ pub struct Args {
 }
 
 const WORDS: &[&str] = &[
-    "the", "model", "data", "token", "shard", "stream", "batch", "lane", "seed", "train", "loss",
-    "gradient", "sample", "mixture", "pack", "cache", "fetch", "order", "rank", "step", "epoch",
-    "layer", "weight", "attention", "of", "and", "to", "in", "is", "for", "on", "with",
+    "the",
+    "model",
+    "data",
+    "token",
+    "shard",
+    "stream",
+    "batch",
+    "lane",
+    "seed",
+    "train",
+    "loss",
+    "gradient",
+    "sample",
+    "mixture",
+    "pack",
+    "cache",
+    "fetch",
+    "order",
+    "rank",
+    "step",
+    "epoch",
+    "layer",
+    "weight",
+    "attention",
+    "of",
+    "and",
+    "to",
+    "in",
+    "is",
+    "for",
+    "on",
+    "with",
 ];
 
 /// Writes `shards` JSONL files of synthetic documents into `dir`.
@@ -60,8 +89,11 @@ pub fn make_corpus(dir: &Path, shards: usize, docs: usize, seed: u64) -> Result<
         );
         for d in 0..docs {
             let n = rng.random_range(20..200);
-            let text: Vec<&str> = (0..n).map(|_| WORDS[rng.random_range(0..WORDS.len())]).collect();
-            let line = serde_json::json!({ "id": format!("{s}-{d}"), "text": text.join(" ") }).to_string();
+            let text: Vec<&str> = (0..n)
+                .map(|_| WORDS[rng.random_range(0..WORDS.len())])
+                .collect();
+            let line =
+                serde_json::json!({ "id": format!("{s}-{d}"), "text": text.join(" ") }).to_string();
             bytes += line.len() as u64 + 1;
             writeln!(out, "{line}")?;
         }
@@ -99,7 +131,12 @@ pub struct RunStats {
 }
 
 /// Builds and drains the demo pipeline.
-pub fn run_pipeline(dir: &Path, args: &Args, parallelism: usize, runner: Runner) -> Result<RunStats> {
+pub fn run_pipeline(
+    dir: &Path,
+    args: &Args,
+    parallelism: usize,
+    runner: Runner,
+) -> Result<RunStats> {
     let start = Instant::now();
     let ds = Dataset::from_path("demo", dir)?;
     let ws = WorkSource::builder()
@@ -154,12 +191,18 @@ pub fn run(args: Args) -> Result<()> {
         bytes as f64 / 1e6,
         dir.display()
     );
-    println!("pipeline: fetch -> map_par(parse) -> shuffle({}) -> batch({}) -> lane_mux({} lanes) -> prefetch_batches(8)\n",
-        args.shuffle_buffer, args.batch_size, args.lanes);
+    println!(
+        "pipeline: fetch -> map_par(parse) -> shuffle({}) -> batch({}) -> lane_mux({} lanes) -> prefetch_batches(8)\n",
+        args.shuffle_buffer, args.batch_size, args.lanes
+    );
     let cores = args.parallelism.unwrap_or_else(num_cpus).max(1);
     let runs = [
         ("parallelism 1, inline runner", 1, Runner::Inline),
-        ("all cores, threads runner", cores, Runner::Threads { workers: cores }),
+        (
+            "all cores, threads runner",
+            cores,
+            Runner::Threads { workers: cores },
+        ),
     ];
     println!(
         "{:<34} {:>9} {:>10} {:>12} {:>14} {:>18}",
@@ -183,7 +226,11 @@ pub fn run(args: Args) -> Result<()> {
     let same = sums.windows(2).all(|w| w[0].0 == w[1].0);
     println!(
         "\nchecksums {}; speed-up with {} cores: {:.2}x",
-        if same { "equal: same batches, same order" } else { "DIFFER" },
+        if same {
+            "equal: same batches, same order"
+        } else {
+            "DIFFER"
+        },
         cores,
         sums[0].2 / sums[1].2
     );

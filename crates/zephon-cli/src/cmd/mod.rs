@@ -3,4 +3,5 @@
 pub mod bench;
 pub mod build_index;
 pub mod demo;
+pub mod run;
 pub mod timing;

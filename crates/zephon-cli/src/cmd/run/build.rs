@@ -1,0 +1,313 @@
+//! Turns a recipe into a running pipeline: each operator checks that it gets
+//! the element type it needs, so a misplaced operator is an error naming it.
+
+use super::recipe::{OpSpec, Recipe, RunnerKind, resolve};
+use anyhow::{Context, Result, bail};
+use futures::stream::BoxStream;
+use futures::{Stream, StreamExt};
+use std::path::Path;
+use zephon_core::obs::{Explain, PlanDescription, StageDescription};
+use zephon_core::{
+    Batch, Catalog, PipelineExt, Record, Runner, SamplePtr, WorkSource, WorkSourceBuilder,
+};
+use zephon_ops::{
+    MixtureConfig, OnMissing, Overflow, PackAlgorithm, PackConfig, SpecialTokens, TextPipelineExt,
+    TokenizeConfig, TrainingBatch, TrainingConfig, WeightBy,
+};
+use zephon_storage::{PrefetchExt, UriDatasetExt};
+
+type Boxed<T> = BoxStream<'static, zephon_core::Result<T>>;
+
+/// What flows out of the last operator so far.
+pub enum Stage {
+    /// Sample pointers, with the catalog they index.
+    Pointers(Boxed<SamplePtr>, Catalog),
+    /// Records.
+    Records(Boxed<Record>),
+    /// Batches of records.
+    Batches(Boxed<Batch<Record>>),
+    /// Collated training batches.
+    Training(Boxed<TrainingBatch>),
+}
+
+/// One delivered element, sized for the progress line.
+pub enum Item {
+    /// A record.
+    Record(Record),
+    /// A batch of records.
+    Batch(Batch<Record>),
+    /// A training batch.
+    Training(TrainingBatch),
+}
+
+impl Item {
+    /// (samples, tokens) in this element.
+    pub fn counts(&self) -> (u64, u64) {
+        let toks = |r: &Record| {
+            r.tokens(zephon_ops::fields::INPUT_IDS)
+                .map_or(0, |t| t.len() as u64)
+        };
+        match self {
+            Item::Record(r) => (1, toks(r)),
+            Item::Batch(b) => (b.len() as u64, b.items.iter().map(toks).sum()),
+            Item::Training(t) => (t.batch_size as u64, t.num_tokens() as u64),
+        }
+    }
+}
+
+fn boxed<S, T>(s: S) -> Boxed<T>
+where
+    S: Stream<Item = zephon_core::Result<T>> + Send + 'static,
+{
+    s.boxed()
+}
+
+/// A built pipeline, its plan and runner.
+pub struct Built {
+    /// The elements.
+    pub stream: Boxed<Item>,
+    /// The plan in words.
+    pub plan: PlanDescription,
+    /// The runner.
+    pub runner: Runner,
+    /// Pointers this rank will read (when the work source is finite).
+    pub samples: Option<u64>,
+}
+
+/// Builds the work source of a recipe.
+pub fn work_source(recipe: &Recipe, base: &Path) -> Result<WorkSource> {
+    let w = &recipe.work_source;
+    let mut b: WorkSourceBuilder = WorkSource::builder()
+        .seed(w.seed)
+        .chunk_size(w.chunk_size)
+        .shuffle_shards(w.shuffle_shards)
+        .shuffle_within_shard(w.shuffle_within_shard)
+        .shuffle_block_size(w.block()?)
+        .canonical_lanes(w.canonical_lanes)
+        .rank(w.rank)
+        .world_size(w.world_size)
+        .ownership(w.ownership);
+    b = if w.repeat {
+        b.repeat()
+    } else {
+        b.passes(w.passes)
+    };
+    for (i, d) in recipe.datasets.iter().enumerate() {
+        let uri = resolve(base, &d.uri);
+        let ds = zephon_core::Dataset::from_uri(&d.name, &uri)
+            .with_context(|| format!("datasets[{i}] (`{}`, {uri})", d.name))?;
+        b = b.dataset(ds, d.weight);
+    }
+    Ok(b.build()?)
+}
+
+/// Builds the whole pipeline.
+pub fn build(recipe: &Recipe, base: &Path) -> Result<Built> {
+    let ws = work_source(recipe, base)?;
+    let samples = ws.len();
+    let runner = match recipe.run.runner {
+        RunnerKind::Inline => Runner::Inline,
+        RunnerKind::Threads => Runner::Threads {
+            workers: recipe.run.workers,
+        },
+    };
+    let lanes = ws.owned_lanes();
+    let seed = recipe.work_source.seed;
+    let mut stages = Vec::new();
+    let pointers = ws.stream();
+    pointers.describe(&mut stages);
+    let mut stage = Stage::Pointers(boxed(pointers), ws.catalog().clone());
+    for (i, op) in recipe.ops.iter().enumerate() {
+        let at = || format!("ops[{i}] (`{}`)", op.name());
+        let wrong = |have: &str, want: &str| -> anyhow::Error {
+            anyhow::anyhow!(
+                "{}: expects {want}, but the operators before it produce {have}",
+                at()
+            )
+        };
+        let mut describe = |name: &str, par: usize, cap: Option<u64>, detail: String| {
+            stages.push(StageDescription::new(name, par, cap, detail));
+        };
+        stage = match (op, stage) {
+            (OpSpec::Prefetch(p), Stage::Pointers(s, cat)) => {
+                describe(
+                    "prefetch",
+                    p.parallelism,
+                    Some(p.buffer_size as u64),
+                    "shard warm-up ahead of fetch".into(),
+                );
+                Stage::Pointers(
+                    boxed(s.prefetch_from(cat.clone(), p.buffer_size, p.parallelism)),
+                    cat,
+                )
+            }
+            (OpSpec::Fetch(f), Stage::Pointers(s, cat)) => {
+                describe("fetch", f.parallelism, None, String::new());
+                Stage::Records(boxed(s.fetch_from(cat, f.parallelism)))
+            }
+            (OpSpec::Tokenize(t), Stage::Records(s)) => {
+                let path = Path::new(&resolve(base, &t.tokenizer.display().to_string())).to_owned();
+                let mut cfg = TokenizeConfig::from_file(&path)
+                    .with_context(|| format!("{}: tokenizer {}", at(), path.display()))?
+                    .field(t.field.clone())
+                    .special_tokens(match t.special_tokens.as_str() {
+                        "none" => SpecialTokens::None,
+                        "bos" => SpecialTokens::Bos,
+                        "eos" => SpecialTokens::Eos,
+                        "bos_eos" => SpecialTokens::BosEos,
+                        o => bail!(
+                            "{}: special_tokens `{o}` is not one of none, bos, eos, bos_eos",
+                            at()
+                        ),
+                    })
+                    .on_missing(match t.on_missing.as_str() {
+                        "error" => OnMissing::Error,
+                        "skip" => OnMissing::Skip,
+                        o => bail!("{}: on_missing `{o}` is not one of error, skip", at()),
+                    });
+                if let Some(n) = t.max_length {
+                    let overflow = match t.overflow.as_str() {
+                        "truncate" => Overflow::Truncate,
+                        "split" => Overflow::Split,
+                        o => bail!("{}: overflow `{o}` is not one of truncate, split", at()),
+                    };
+                    cfg = cfg.max_length(n, overflow);
+                }
+                describe(
+                    "tokenize",
+                    t.parallelism,
+                    None,
+                    format!("{} -> input_ids", t.field),
+                );
+                Stage::Records(boxed(s.tokenize(cfg, t.parallelism)))
+            }
+            (OpSpec::Shuffle(sh), Stage::Records(s)) => {
+                describe(
+                    "shuffle",
+                    1,
+                    Some(sh.buffer_size as u64),
+                    format!("{:?}", sh.mode).to_lowercase(),
+                );
+                Stage::Records(boxed(s.shuffle(
+                    sh.buffer_size,
+                    sh.mode,
+                    sh.seed.unwrap_or(seed),
+                )))
+            }
+            (OpSpec::EnsureMixture(m), Stage::Records(s)) => {
+                let weights = recipe
+                    .datasets
+                    .iter()
+                    .enumerate()
+                    .map(|(d, spec)| (d as u32, spec.weight));
+                let cfg = MixtureConfig::new(weights)
+                    .weight_by(match m.weight_by.as_str() {
+                        "tokens" => WeightBy::Tokens,
+                        "samples" => WeightBy::Samples,
+                        o => bail!("{}: weight_by `{o}` is not one of tokens, samples", at()),
+                    })
+                    .max_buffer_size(m.max_buffer_size)
+                    .drop_surplus(m.unbounded);
+                describe(
+                    "ensure_mixture",
+                    1,
+                    Some(m.max_buffer_size as u64),
+                    m.weight_by.clone(),
+                );
+                Stage::Records(boxed(s.ensure_mixture(cfg)))
+            }
+            (OpSpec::Pack(p), Stage::Records(s)) => {
+                let algorithm = match p.algorithm.as_str() {
+                    "first_fit" => PackAlgorithm::FirstFit,
+                    "best_fit" => PackAlgorithm::BestFit,
+                    "wrap" => PackAlgorithm::Wrap,
+                    "best_fit_wrap" => PackAlgorithm::BestFitWrap,
+                    o => bail!(
+                        "{}: algorithm `{o}` is not one of first_fit, best_fit, wrap, best_fit_wrap",
+                        at()
+                    ),
+                };
+                describe(
+                    "pack",
+                    1,
+                    None,
+                    format!("{} rows of {}", p.algorithm, p.max_length),
+                );
+                Stage::Records(boxed(
+                    s.pack_sequences(PackConfig::new(p.max_length, algorithm)),
+                ))
+            }
+            (OpSpec::Batch(b), Stage::Records(s)) => {
+                describe("batch", 1, None, format!("{} per lane", b.size));
+                Stage::Batches(boxed(s.batch_with(b.size, b.drop_last)))
+            }
+            (OpSpec::LaneMux(_), Stage::Records(s)) => {
+                describe("lane_mux", 1, None, format!("lanes {lanes:?}"));
+                Stage::Records(boxed(s.lane_mux(lanes.clone())))
+            }
+            (OpSpec::LaneMux(_), Stage::Batches(s)) => {
+                describe("lane_mux", 1, None, format!("lanes {lanes:?}"));
+                Stage::Batches(boxed(s.lane_mux(lanes.clone())))
+            }
+            (OpSpec::ToTraining(t), Stage::Batches(s)) => {
+                describe("to_training", 1, None, format!("rows of {}", t.seq_len));
+                let cfg = TrainingConfig::new(t.seq_len).pad_token_id(t.pad_token_id);
+                Stage::Training(boxed(s.to_training(cfg)))
+            }
+            (OpSpec::PrefetchBatches(p), stage) => {
+                describe("prefetch_batches", 1, Some(p.depth as u64), String::new());
+                match stage {
+                    Stage::Pointers(s, c) => Stage::Pointers(boxed(s.prefetch_batches(p.depth)), c),
+                    Stage::Records(s) => Stage::Records(boxed(s.prefetch_batches(p.depth))),
+                    Stage::Batches(s) => Stage::Batches(boxed(s.prefetch_batches(p.depth))),
+                    Stage::Training(s) => Stage::Training(boxed(s.prefetch_batches(p.depth))),
+                }
+            }
+            (op, stage) => {
+                let have = match stage {
+                    Stage::Pointers(..) => "pointers",
+                    Stage::Records(_) => "records",
+                    Stage::Batches(_) => "batches",
+                    Stage::Training(_) => "training batches",
+                };
+                let want = match op {
+                    OpSpec::Prefetch(_) | OpSpec::Fetch(_) => {
+                        "pointers (put it right after the work source)"
+                    }
+                    OpSpec::Batch(_)
+                    | OpSpec::Tokenize(_)
+                    | OpSpec::Shuffle(_)
+                    | OpSpec::Pack(_)
+                    | OpSpec::EnsureMixture(_) => "records (after fetch, before batch)",
+                    OpSpec::ToTraining(_) => "batches (after batch)",
+                    OpSpec::LaneMux(_) => "records or batches",
+                    OpSpec::PrefetchBatches(_) => "anything",
+                };
+                return Err(wrong(have, want));
+            }
+        };
+    }
+    let stream: Boxed<Item> = match stage {
+        Stage::Pointers(..) => bail!("`ops`: the pipeline ends with pointers; add a fetch"),
+        Stage::Records(s) => s.map(|r| r.map(Item::Record)).boxed(),
+        Stage::Batches(s) => s.map(|r| r.map(Item::Batch)).boxed(),
+        Stage::Training(s) => s.map(|r| r.map(Item::Training)).boxed(),
+    };
+    let output_prefetch = stages
+        .iter()
+        .rev()
+        .find(|s| s.name == "prefetch_batches")
+        .and_then(|s| s.queue_capacity)
+        .unwrap_or(0) as usize;
+    let plan = PlanDescription {
+        stages,
+        runner: runner.to_string(),
+        output_prefetch,
+    };
+    Ok(Built {
+        stream,
+        plan,
+        runner,
+        samples,
+    })
+}

@@ -1,0 +1,203 @@
+//! `zephon run RECIPE.toml`: a pipeline declared in a recipe, run from the
+//! command line with a progress bar, periodic snapshots and a bottleneck report.
+
+pub mod build;
+pub mod recipe;
+
+use anyhow::{Context, Result};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use zephon_core::BlockingIter;
+
+/// Options of `zephon run`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The recipe (TOML): datasets, work source, operators, runner.
+    pub recipe: PathBuf,
+    /// Print observability snapshots every this many seconds, and the
+    /// bottleneck report at the end.
+    #[arg(long, value_name = "SECONDS")]
+    pub observe: Option<f64>,
+    /// Machine-readable output: JSON lines on stdout, no progress bar.
+    #[arg(long)]
+    pub json: bool,
+    /// Stop after this many batches (overrides the recipe's `run.max_batches`).
+    #[arg(long)]
+    pub max_batches: Option<u64>,
+    /// Print the plan and exit without running.
+    #[arg(long)]
+    pub explain: bool,
+}
+
+/// What a run delivered.
+#[derive(Debug, serde::Serialize)]
+pub struct Summary {
+    /// Elements (batches) delivered.
+    pub batches: u64,
+    /// Samples in them.
+    pub samples: u64,
+    /// Tokens in them.
+    pub tokens: u64,
+    /// Wall seconds.
+    pub seconds: f64,
+    /// Tokens per second.
+    pub tokens_per_s: f64,
+    /// Batches per second.
+    pub batches_per_s: f64,
+    /// Seconds to the first batch.
+    pub time_to_first_batch_s: Option<f64>,
+}
+
+/// Runs a recipe.
+pub fn run(args: Args) -> Result<()> {
+    let recipe = recipe::Recipe::load(&args.recipe)?;
+    let base = args
+        .recipe
+        .parent()
+        .map(|p| {
+            if p.as_os_str().is_empty() {
+                PathBuf::from(".")
+            } else {
+                p.to_owned()
+            }
+        })
+        .unwrap_or_else(|| PathBuf::from("."));
+    let built = build::build(&recipe, &base)
+        .with_context(|| format!("recipe {}", args.recipe.display()))?;
+    if args.json {
+        println!("{}", serde_json::json!({ "plan": &built.plan }));
+    } else {
+        println!("{}", built.plan);
+    }
+    if args.explain {
+        return Ok(());
+    }
+    let max_batches = args.max_batches.or(recipe.run.max_batches);
+    let mut it = BlockingIter::new(built.stream, built.runner)?;
+    let observer = args
+        .observe
+        .map(|_| it.enable_observability(recipe.run.tracking));
+
+    let done = Arc::new(AtomicBool::new(false));
+    let reporter = match (&observer, args.observe) {
+        (Some(obs), Some(every)) => {
+            let (obs, done, json) = (obs.clone(), done.clone(), args.json);
+            let every = Duration::from_secs_f64(every.max(0.1));
+            Some(std::thread::spawn(move || {
+                let mut next = Instant::now() + every;
+                while !done.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(50));
+                    if Instant::now() >= next {
+                        next += every;
+                        print_snapshots(&obs, json);
+                    }
+                }
+            }))
+        }
+        _ => None,
+    };
+
+    let bar = if args.json {
+        ProgressBar::hidden()
+    } else {
+        let bar = match built.samples {
+            Some(n) => ProgressBar::new(n),
+            None => ProgressBar::new_spinner(),
+        };
+        bar.set_draw_target(ProgressDrawTarget::stderr_with_hz(4));
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} samples {msg} ETA {eta}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        bar
+    };
+
+    let start = Instant::now();
+    let mut s = Summary {
+        batches: 0,
+        samples: 0,
+        tokens: 0,
+        seconds: 0.0,
+        tokens_per_s: 0.0,
+        batches_per_s: 0.0,
+        time_to_first_batch_s: None,
+    };
+    for item in it.by_ref() {
+        let item = item?;
+        let (samples, tokens) = item.counts();
+        s.batches += 1;
+        s.samples += samples;
+        s.tokens += tokens;
+        if s.time_to_first_batch_s.is_none() {
+            s.time_to_first_batch_s = Some(start.elapsed().as_secs_f64());
+        }
+        if s.batches % 16 == 0 {
+            let secs = start.elapsed().as_secs_f64();
+            bar.set_position(s.samples);
+            bar.set_message(format!(
+                "{} batches, {:.0} tokens/s",
+                s.batches,
+                s.tokens as f64 / secs
+            ));
+        }
+        if max_batches.is_some_and(|m| s.batches >= m) {
+            break;
+        }
+    }
+    bar.finish_and_clear();
+    done.store(true, Ordering::Relaxed);
+    if let Some(r) = reporter {
+        let _ = r.join();
+    }
+    s.seconds = start.elapsed().as_secs_f64();
+    s.tokens_per_s = s.tokens as f64 / s.seconds;
+    s.batches_per_s = s.batches as f64 / s.seconds;
+    if args.json {
+        println!("{}", serde_json::json!({ "summary": &s }));
+        if let Some(obs) = &observer {
+            print_snapshots(obs, true);
+            println!(
+                "{}",
+                serde_json::json!({ "bottleneck": obs.bottleneck_report() })
+            );
+        }
+    } else {
+        println!(
+            "{} batches, {} samples, {} tokens in {:.2} s: {:.1} batches/s, {:.0} tokens/s; first batch after {}",
+            s.batches,
+            s.samples,
+            s.tokens,
+            s.seconds,
+            s.batches_per_s,
+            s.tokens_per_s,
+            s.time_to_first_batch_s
+                .map_or("-".into(), |t| format!("{t:.3} s"))
+        );
+        if let Some(obs) = &observer {
+            print_snapshots(obs, false);
+            println!("\n{}", obs.bottleneck_report());
+        }
+    }
+    Ok(())
+}
+
+fn print_snapshots(obs: &zephon_core::Observer, json: bool) {
+    let (m, f, p) = (
+        obs.metrics_snapshot(),
+        obs.fetch_timing_snapshot(),
+        obs.prefetch_timing_snapshot(),
+    );
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({ "metrics": m, "fetch": f, "prefetch": p })
+        );
+    } else {
+        println!("\n{m}\n{f}\n{p}");
+    }
+}

@@ -1,0 +1,397 @@
+//! The TOML recipe of `zephon run`: datasets, work source, operators, runner.
+
+use anyhow::{Context, Result};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+use zephon_core::{BlockShuffle, Ownership, ShuffleMode, Tracking};
+
+/// A whole recipe.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Recipe {
+    /// How to run.
+    #[serde(default)]
+    pub run: RunSpec,
+    /// What to read.
+    pub datasets: Vec<DatasetSpec>,
+    /// What to train on, in which order.
+    #[serde(default)]
+    pub work_source: WorkSourceSpec,
+    /// The operators, source to consumer.
+    pub ops: Vec<OpSpec>,
+}
+
+/// `[run]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunSpec {
+    /// `threads` (default) or `inline`.
+    pub runner: RunnerKind,
+    /// Worker threads of the threads runner (0: one per core).
+    pub workers: usize,
+    /// Stop after this many batches.
+    pub max_batches: Option<u64>,
+    /// Tracking level when `--observe` is given: `stage` or `operator` (default).
+    pub tracking: Tracking,
+}
+
+impl Default for RunSpec {
+    fn default() -> Self {
+        RunSpec {
+            runner: RunnerKind::Threads,
+            workers: 0,
+            max_batches: None,
+            tracking: Tracking::Operator,
+        }
+    }
+}
+
+/// Runner names.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum RunnerKind {
+    /// One thread.
+    Inline,
+    /// A worker pool.
+    Threads,
+}
+
+/// `[[datasets]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatasetSpec {
+    /// Name (appears in errors and metrics).
+    pub name: String,
+    /// Path (relative to the recipe) or URI (`file://`, `s3://`, `http(s)://`).
+    pub uri: String,
+    /// Mixture weight.
+    #[serde(default = "one")]
+    pub weight: f64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+/// A block shuffle size: a number, `auto`, `global` or `off`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum BlockSpec {
+    /// Blocks of this many samples.
+    Size(u64),
+    /// `auto`, `global` or `off`.
+    Word(String),
+}
+
+/// `[work_source]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkSourceSpec {
+    /// Seed of every shuffle.
+    pub seed: u64,
+    /// Mixture chunk size.
+    pub chunk_size: u64,
+    /// Shard shuffle.
+    pub shuffle_shards: bool,
+    /// Within-shard shuffle.
+    pub shuffle_within_shard: bool,
+    /// Block shuffle.
+    pub shuffle_block_size: BlockSpec,
+    /// Passes over each dataset (ignored with `repeat`).
+    pub passes: u64,
+    /// Repeat forever, reshuffling every pass.
+    pub repeat: bool,
+    /// Canonical lanes.
+    pub canonical_lanes: u32,
+    /// This process's rank.
+    pub rank: u32,
+    /// Number of ranks.
+    pub world_size: u32,
+    /// Lane ownership.
+    pub ownership: Ownership,
+}
+
+impl Default for WorkSourceSpec {
+    fn default() -> Self {
+        WorkSourceSpec {
+            seed: 0,
+            chunk_size: 1024,
+            shuffle_shards: true,
+            shuffle_within_shard: true,
+            shuffle_block_size: BlockSpec::Word("off".into()),
+            passes: 1,
+            repeat: false,
+            canonical_lanes: 1,
+            rank: 0,
+            world_size: 1,
+            ownership: Ownership::Contiguous,
+        }
+    }
+}
+
+impl WorkSourceSpec {
+    /// The block shuffle setting.
+    pub fn block(&self) -> Result<BlockShuffle> {
+        Ok(match &self.shuffle_block_size {
+            BlockSpec::Size(n) => BlockShuffle::Size(*n),
+            BlockSpec::Word(w) => w.parse().context("work_source.shuffle_block_size")?,
+        })
+    }
+}
+
+/// One `[[ops]]` entry, tagged by `op`.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum OpSpec {
+    /// Warm shards ahead of fetch.
+    Prefetch(PrefetchSpec),
+    /// Pointers to records.
+    Fetch(FetchSpec),
+    /// Tokenize a text field.
+    Tokenize(TokenizeSpec),
+    /// Buffer shuffle.
+    Shuffle(ShuffleSpec),
+    /// Hold the token-level mixture.
+    EnsureMixture(MixtureSpec),
+    /// Pack token sequences into rows.
+    Pack(PackSpec),
+    /// Batches per lane.
+    Batch(BatchSpec),
+    /// Owned lanes in strict round robin.
+    LaneMux(Empty),
+    /// Collate batches for training.
+    ToTraining(TrainingSpec),
+    /// Finished elements buffered ahead of the consumer.
+    PrefetchBatches(PrefetchBatchesSpec),
+}
+
+impl OpSpec {
+    /// The operator's name as written in recipes.
+    pub fn name(&self) -> &'static str {
+        match self {
+            OpSpec::Prefetch(_) => "prefetch",
+            OpSpec::Fetch(_) => "fetch",
+            OpSpec::Tokenize(_) => "tokenize",
+            OpSpec::Shuffle(_) => "shuffle",
+            OpSpec::EnsureMixture(_) => "ensure_mixture",
+            OpSpec::Pack(_) => "pack",
+            OpSpec::Batch(_) => "batch",
+            OpSpec::LaneMux(_) => "lane_mux",
+            OpSpec::ToTraining(_) => "to_training",
+            OpSpec::PrefetchBatches(_) => "prefetch_batches",
+        }
+    }
+}
+
+/// An operator without options.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Empty {}
+
+/// `op = "prefetch"`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrefetchSpec {
+    /// Pointers looked ahead.
+    pub buffer_size: usize,
+    /// Concurrent downloads.
+    #[serde(default = "four")]
+    pub parallelism: usize,
+}
+
+fn four() -> usize {
+    4
+}
+
+/// `op = "fetch"`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FetchSpec {
+    /// Reads in flight.
+    #[serde(default = "four")]
+    pub parallelism: usize,
+}
+
+/// `op = "tokenize"`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenizeSpec {
+    /// A `tokenizer.json` (relative to the recipe).
+    pub tokenizer: PathBuf,
+    /// Source field.
+    #[serde(default = "text")]
+    pub field: String,
+    /// Workers.
+    #[serde(default = "four")]
+    pub parallelism: usize,
+    /// `none`, `bos`, `eos` or `bos_eos`.
+    #[serde(default = "eos")]
+    pub special_tokens: String,
+    /// Longest sequence; longer documents are cut.
+    pub max_length: Option<usize>,
+    /// `truncate` or `split` (one document becomes several records).
+    #[serde(default = "truncate")]
+    pub overflow: String,
+    /// `error` or `skip` for a record without the field.
+    #[serde(default = "error_word")]
+    pub on_missing: String,
+}
+
+fn text() -> String {
+    "text".into()
+}
+fn eos() -> String {
+    "eos".into()
+}
+fn truncate() -> String {
+    "truncate".into()
+}
+fn error_word() -> String {
+    "error".into()
+}
+
+/// `op = "shuffle"`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShuffleSpec {
+    /// Elements buffered per lane.
+    pub buffer_size: usize,
+    /// `reservoir` or `block`.
+    #[serde(default)]
+    pub mode: ShuffleMode,
+    /// Seed (default: the work source's).
+    pub seed: Option<u64>,
+}
+
+/// `op = "ensure_mixture"`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MixtureSpec {
+    /// `tokens` or `samples`.
+    #[serde(default = "tokens")]
+    pub weight_by: String,
+    /// Records held per lane.
+    #[serde(default = "thousand")]
+    pub max_buffer_size: usize,
+    /// Drop surplus to hold the mixture exactly.
+    #[serde(default)]
+    pub unbounded: bool,
+}
+
+fn tokens() -> String {
+    "tokens".into()
+}
+fn thousand() -> usize {
+    1024
+}
+
+/// `op = "pack"`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PackSpec {
+    /// Row length.
+    pub max_length: usize,
+    /// `first_fit`, `best_fit`, `wrap` or `best_fit_wrap`.
+    pub algorithm: String,
+}
+
+/// `op = "batch"`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchSpec {
+    /// Elements per batch.
+    pub size: usize,
+    /// Drop each lane's last partial batch.
+    #[serde(default)]
+    pub drop_last: bool,
+}
+
+/// `op = "to_training"`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainingSpec {
+    /// Row length.
+    pub seq_len: usize,
+    /// Padding id.
+    #[serde(default)]
+    pub pad_token_id: u32,
+}
+
+/// `op = "prefetch_batches"`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrefetchBatchesSpec {
+    /// Elements buffered ahead.
+    pub depth: usize,
+}
+
+impl Recipe {
+    /// Reads and parses a recipe; errors name the key and the line.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading recipe {}", path.display()))?;
+        Self::parse(&text).with_context(|| format!("recipe {}", path.display()))
+    }
+
+    /// Parses recipe text.
+    pub fn parse(text: &str) -> Result<Self> {
+        let recipe: Recipe = toml::from_str(text).map_err(|e| anyhow::anyhow!("{e}"))?;
+        if recipe.datasets.is_empty() {
+            anyhow::bail!("`datasets`: a recipe needs at least one [[datasets]] entry");
+        }
+        if recipe.ops.is_empty() {
+            anyhow::bail!("`ops`: a recipe needs at least one [[ops]] entry");
+        }
+        Ok(recipe)
+    }
+}
+
+/// Resolves a dataset URI or path relative to the recipe's folder (made
+/// absolute where it exists, so errors and metrics show a clean path).
+pub fn resolve(base: &Path, uri: &str) -> String {
+    if uri.contains("://") || Path::new(uri).is_absolute() {
+        return uri.to_owned();
+    }
+    let joined = base.join(uri);
+    std::fs::canonicalize(&joined)
+        .unwrap_or(joined)
+        .display()
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_name_the_key_and_line() {
+        let e = Recipe::parse(
+            "[[datasets]]\nname = \"a\"\nuri = \"x\"\n\n[[ops]]\nop = \"fetch\"\nparalelism = 2\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("paralelism") && e.contains("line 5"), "{e}");
+        let e = Recipe::parse("[[datasets]]\nname = \"a\"\n[[ops]]\nop = \"fetch\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("uri"), "{e}");
+        let e = Recipe::parse("[[datasets]]\nname = \"a\"\nuri = \"x\"\n[[ops]]\nop = \"fecth\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("fecth") && e.contains("line 4"), "{e}");
+        let e = Recipe::parse("[work_source]\nseed = \"x\"\n[[datasets]]\nname = \"a\"\nuri = \"x\"\n[[ops]]\nop = \"fetch\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("seed") && e.contains("line 2"), "{e}");
+    }
+
+    #[test]
+    fn defaults_fill_in() {
+        let r = Recipe::parse("[[datasets]]\nname = \"a\"\nuri = \"x\"\n[[ops]]\nop = \"fetch\"\n[[ops]]\nop = \"batch\"\nsize = 8\n")
+            .unwrap();
+        assert_eq!(r.run.runner, RunnerKind::Threads);
+        assert_eq!(r.work_source.chunk_size, 1024);
+        assert_eq!(r.ops.len(), 2);
+        assert_eq!(r.ops[1].name(), "batch");
+    }
+}
