@@ -12,7 +12,27 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
-use zephon_core::{Catalog, Catalogued, Result, SamplePtr, Shard};
+use zephon_core::{Catalog, Catalogued, Observer, Result, SamplePtr, Shard};
+
+/// Prefetch counters with the download and decompression work of the caches
+/// behind the prefetched datasets, for observability.
+fn timing_snapshot(m: &PrefetchMetrics, catalog: &Catalog) -> zephon_metrics::PrefetchTimingSnapshot {
+    let s = m.snapshot();
+    let done = s.successes + s.failures;
+    let mut out = zephon_metrics::PrefetchTimingSnapshot {
+        requests: s.requests,
+        successes: s.successes,
+        failures: s.failures,
+        success_rate: if done == 0 { 1.0 } else { s.successes as f64 / done as f64 },
+        ..Default::default()
+    };
+    for io in catalog.iter().filter_map(|d| d.shards().first().and_then(|s| s.io_stats())) {
+        out.bytes += io.bytes_downloaded;
+        out.download_s += io.download_s;
+        out.decompress_s += io.decode_s;
+    }
+    out
+}
 
 /// A warm-up running on the storage runtime; aborted when dropped, so a
 /// dropped pipeline stops its downloads.
@@ -68,6 +88,7 @@ pub struct Prefetch<S> {
     in_flight: FuturesUnordered<Warming>,
     metrics: Arc<PrefetchMetrics>,
     done: bool,
+    registered: bool,
 }
 
 impl<S: Catalogued> Prefetch<S> {
@@ -96,6 +117,7 @@ impl<S> Prefetch<S> {
             seen: HashSet::new(),
             in_flight: FuturesUnordered::new(),
             metrics: Arc::new(PrefetchMetrics::default()),
+            registered: false,
             done: false,
         }
     }
@@ -136,6 +158,13 @@ where
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut this = self.project();
+        if !*this.registered {
+            *this.registered = true;
+            if let Some(obs) = Observer::current() {
+                let (metrics, catalog) = (this.metrics.clone(), this.catalog.clone());
+                obs.register_prefetch(move || timing_snapshot(&metrics, &catalog));
+            }
+        }
         // Look ahead: fill the buffer, noting shards not seen yet.
         while !*this.done && this.buffer.len() < *this.buffer_size {
             match this.inner.as_mut().poll_next(cx) {

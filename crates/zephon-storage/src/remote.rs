@@ -192,6 +192,31 @@ impl Shard for CachedShard {
     fn warm(&self) -> BoxFuture<'_, Result<()>> {
         self.load().map(|r| r.map(|_| ())).boxed()
     }
+
+    /// Without a cache every read downloads anyway: there is nothing to warm.
+    fn is_warm(&self) -> bool {
+        self.cache.is_none() || self.is_cached()
+    }
+
+    fn io_stats(&self) -> Option<zephon_metrics::IoStats> {
+        Some(io_stats(&self.metrics, self.backend.metrics.snapshot().retries))
+    }
+}
+
+/// The counters behind a dataset, in the shape observability reports.
+pub fn io_stats(m: &CacheMetrics, retries: u64) -> zephon_metrics::IoStats {
+    let s = m.snapshot();
+    zephon_metrics::IoStats {
+        cache_hits: s.hits,
+        cache_misses: s.misses,
+        failures: s.failures,
+        retries,
+        bytes_downloaded: s.bytes_downloaded,
+        download_s: s.download_time.as_secs_f64(),
+        decode_s: s.decode_time.as_secs_f64(),
+        evictions: s.memory_evictions,
+        thrashing: s.thrashing,
+    }
 }
 
 /// An uncompressed shard with a line-offset index sidecar, read by byte
