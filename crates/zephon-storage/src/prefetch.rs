@@ -16,17 +16,27 @@ use zephon_core::{Catalog, Catalogued, Observer, Result, SamplePtr, Shard};
 
 /// Prefetch counters with the download and decompression work of the caches
 /// behind the prefetched datasets, for observability.
-fn timing_snapshot(m: &PrefetchMetrics, catalog: &Catalog) -> zephon_metrics::PrefetchTimingSnapshot {
+fn timing_snapshot(
+    m: &PrefetchMetrics,
+    catalog: &Catalog,
+) -> zephon_metrics::PrefetchTimingSnapshot {
     let s = m.snapshot();
     let done = s.successes + s.failures;
     let mut out = zephon_metrics::PrefetchTimingSnapshot {
         requests: s.requests,
         successes: s.successes,
         failures: s.failures,
-        success_rate: if done == 0 { 1.0 } else { s.successes as f64 / done as f64 },
+        success_rate: if done == 0 {
+            1.0
+        } else {
+            s.successes as f64 / done as f64
+        },
         ..Default::default()
     };
-    for io in catalog.iter().filter_map(|d| d.shards().first().and_then(|s| s.io_stats())) {
+    for io in catalog
+        .iter()
+        .filter_map(|d| d.shards().first().and_then(|s| s.io_stats()))
+    {
         out.bytes += io.bytes_downloaded;
         out.download_s += io.download_s;
         out.decompress_s += io.decode_s;

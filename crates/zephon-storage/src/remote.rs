@@ -199,7 +199,10 @@ impl Shard for CachedShard {
     }
 
     fn io_stats(&self) -> Option<zephon_metrics::IoStats> {
-        Some(io_stats(&self.metrics, self.backend.metrics.snapshot().retries))
+        Some(io_stats(
+            &self.metrics,
+            self.backend.metrics.snapshot().retries,
+        ))
     }
 }
 
