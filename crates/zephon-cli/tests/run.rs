@@ -1,0 +1,63 @@
+//! `zephon run` on the example recipes, and its errors.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn zephon() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_zephon"))
+}
+
+fn recipe(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/recipes").join(name)
+}
+
+#[test]
+fn example_recipes_run_with_observability() {
+    for name in ["fetch_batch.toml", "tokenize_pack.toml"] {
+        let out = zephon()
+            .args(["run", "--json", "--observe", "60", "--max-batches", "12"])
+            .arg(recipe(name))
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{name}: {}\n{stdout}", String::from_utf8_lossy(&out.stderr));
+        let lines: Vec<serde_json::Value> = stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let summary = lines.iter().find_map(|l| l.get("summary")).expect("a summary line");
+        assert_eq!(summary["batches"], 12, "{name}");
+        let metrics = lines.iter().find_map(|l| l.get("metrics")).expect("a metrics line");
+        assert!(!metrics["operators"].as_array().unwrap().is_empty(), "{name}");
+        assert!(lines.iter().any(|l| l.get("bottleneck").is_some()), "{name}");
+        if name == "tokenize_pack.toml" {
+            assert!(summary["tokens"].as_u64().unwrap() > 0);
+        }
+    }
+}
+
+#[test]
+fn a_bad_recipe_names_the_key_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.toml");
+    std::fs::write(&path, "[[datasets]]\nname = \"a\"\nuri = \"x\"\n\n[[ops]]\nop = \"batch\"\nsiez = 4\n").unwrap();
+    let out = zephon().arg("run").arg(&path).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("siez") && err.contains("line"), "{err}");
+}
+
+#[test]
+fn a_misplaced_operator_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("d");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("0.jsonl"), "{\"text\":\"a\"}\n").unwrap();
+    let path = dir.path().join("r.toml");
+    std::fs::write(
+        &path,
+        "[[datasets]]\nname = \"a\"\nuri = \"d\"\n[[ops]]\nop = \"batch\"\nsize = 2\n[[ops]]\nop = \"fetch\"\n",
+    )
+    .unwrap();
+    let out = zephon().arg("run").arg(&path).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("ops[0]") && err.contains("batch"), "{err}");
+}
