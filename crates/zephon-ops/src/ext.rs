@@ -10,6 +10,21 @@ use futures::Stream;
 use zephon_core::{Batch, Record, Result};
 
 /// Chain methods for text pipelines, on any `Stream<Item = Result<..>>`.
+///
+/// ```
+/// use zephon_core::{PipelineExt, Record, Runner, Value};
+/// use zephon_ops::{PackAlgorithm, PackConfig, TextPipelineExt, TrainingConfig};
+/// let docs = (1..=6u32).map(|n| Ok(Record::new().with("input_ids", Value::Tokens(vec![n; n as usize]))));
+/// let batches: Vec<_> = futures::stream::iter(docs)
+///     .pack_sequences(PackConfig::new(8, PackAlgorithm::FirstFit))
+///     .batch(2)
+///     .to_training(TrainingConfig::new(8))
+///     .into_blocking_iter(Runner::Inline)?
+///     .collect::<Result<_, _>>()?;
+/// let tokens: usize = batches.iter().map(|b| b.num_tokens()).sum();
+/// assert_eq!(tokens, 21);
+/// # Ok::<(), zephon_core::Error>(())
+/// ```
 pub trait TextPipelineExt: Stream + Sized {
     /// Tokenizes a text field with up to `parallelism` micro-batches
     /// encoding at once; output order equals input order. See [`Tokenize`].
