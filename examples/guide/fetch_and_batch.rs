@@ -36,7 +36,11 @@ fn batches(runner: Runner, parallelism: usize) -> Result<Vec<u64>, zephon_core::
 fn main() -> Result<(), zephon_core::Error> {
     let inline = batches(Runner::Inline, 1)?;
     let threads = batches(Runner::threads(), 8)?;
-    println!("{} batches with one thread, {} with the worker pool", inline.len(), threads.len());
+    println!(
+        "{} batches with one thread, {} with the worker pool",
+        inline.len(),
+        threads.len()
+    );
     // Parallelism and runner are performance knobs only.
     assert_eq!(inline, threads);
     println!("same batches, same order");

@@ -42,7 +42,11 @@ fn main() -> Result<(), zephon_core::Error> {
     let (t1, one) = run(1)?;
     let cores = zephon_core::runner::num_cpus();
     let (tn, many) = run(cores)?;
-    println!("parallelism 1: {:.1} ms; parallelism {cores}: {:.1} ms", t1 * 1e3, tn * 1e3);
+    println!(
+        "parallelism 1: {:.1} ms; parallelism {cores}: {:.1} ms",
+        t1 * 1e3,
+        tn * 1e3
+    );
     assert_eq!(one, many, "parallelism must not change the batches");
     println!("same batches");
     Ok(())

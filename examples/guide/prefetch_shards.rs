@@ -13,7 +13,10 @@ use zephon_storage::{CacheOptions, PrefetchExt, StorageOptions, UriDatasetExt};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cache = tempfile::tempdir()?;
-    let uri = format!("file://{}", concat!(env!("CARGO_MANIFEST_DIR"), "/data/web"));
+    let uri = format!(
+        "file://{}",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/data/web")
+    );
     let opts = StorageOptions::default().cache(
         CacheOptions::default()
             .root(cache.path())

@@ -8,7 +8,9 @@ fn zephon() -> Command {
 }
 
 fn recipe(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/recipes").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/recipes")
+        .join(name)
 }
 
 #[test]
@@ -20,13 +22,32 @@ fn example_recipes_run_with_observability() {
             .output()
             .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "{name}: {}\n{stdout}", String::from_utf8_lossy(&out.stderr));
-        let lines: Vec<serde_json::Value> = stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-        let summary = lines.iter().find_map(|l| l.get("summary")).expect("a summary line");
+        assert!(
+            out.status.success(),
+            "{name}: {}\n{stdout}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let lines: Vec<serde_json::Value> = stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let summary = lines
+            .iter()
+            .find_map(|l| l.get("summary"))
+            .expect("a summary line");
         assert_eq!(summary["batches"], 12, "{name}");
-        let metrics = lines.iter().find_map(|l| l.get("metrics")).expect("a metrics line");
-        assert!(!metrics["operators"].as_array().unwrap().is_empty(), "{name}");
-        assert!(lines.iter().any(|l| l.get("bottleneck").is_some()), "{name}");
+        let metrics = lines
+            .iter()
+            .find_map(|l| l.get("metrics"))
+            .expect("a metrics line");
+        assert!(
+            !metrics["operators"].as_array().unwrap().is_empty(),
+            "{name}"
+        );
+        assert!(
+            lines.iter().any(|l| l.get("bottleneck").is_some()),
+            "{name}"
+        );
         if name == "tokenize_pack.toml" {
             assert!(summary["tokens"].as_u64().unwrap() > 0);
         }
@@ -37,7 +58,11 @@ fn example_recipes_run_with_observability() {
 fn a_bad_recipe_names_the_key_and_line() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad.toml");
-    std::fs::write(&path, "[[datasets]]\nname = \"a\"\nuri = \"x\"\n\n[[ops]]\nop = \"batch\"\nsiez = 4\n").unwrap();
+    std::fs::write(
+        &path,
+        "[[datasets]]\nname = \"a\"\nuri = \"x\"\n\n[[ops]]\nop = \"batch\"\nsiez = 4\n",
+    )
+    .unwrap();
     let out = zephon().arg("run").arg(&path).output().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
