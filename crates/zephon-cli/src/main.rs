@@ -27,6 +27,9 @@ enum Command {
     BuildIndex(cmd::build_index::Args),
     /// Time a model's training step per batch: data, forward, backward, other.
     Timing(cmd::timing::Args),
+    /// One data-parallel rank over a local JSONL folder for some steps, from
+    /// checkpoints or fresh: writes its batches' sample ids and its checkpoint.
+    RankRun(cmd::ranks::Args),
     /// Run a pipeline declared in a TOML recipe, with a progress bar,
     /// observability snapshots and a bottleneck report.
     Run(cmd::run::Args),
@@ -39,6 +42,7 @@ fn main() -> std::process::ExitCode {
         Command::Bench(b) => cmd::bench::run(b),
         Command::BuildIndex(a) => cmd::build_index::run(a),
         Command::Timing(a) => cmd::timing::run(a),
+        Command::RankRun(a) => cmd::ranks::run(a),
         Command::Run(a) => cmd::run::run(a),
     };
     match result {

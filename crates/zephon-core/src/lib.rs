@@ -3,7 +3,8 @@
 //! The stream engine of Zephon, a data loader for training foundation models:
 //! sample pointers and records, datasets and the [`Shard`] trait, the
 //! [`WorkSource`] that decides what to train on (mixture, shuffles, passes,
-//! lanes), and the stream operators that turn pointers into batches.
+//! lanes), the stream operators that turn pointers into batches, and
+//! [`checkpoint`]: checkpoint and restore, elastic across rank counts.
 //!
 //! Its promise: execution settings (parallelism, runner, queue sizes, prefetch
 //! depths, the number of ranks) are performance knobs only. They never change

@@ -3,5 +3,6 @@
 pub mod bench;
 pub mod build_index;
 pub mod demo;
+pub mod ranks;
 pub mod run;
 pub mod timing;

@@ -114,9 +114,11 @@ impl Progress {
         &self.lanes
     }
 
-    /// Steps completed: the fewest lane-batches any tracked lane delivered.
+    /// Steps completed, counted at a step boundary: the most lane-batches any
+    /// tracked lane delivered. (Lanes that ran dry near the end of a finite
+    /// run hold fewer; lanes with data left all hold this many.)
     pub fn steps(&self) -> u64 {
-        self.lanes.values().map(|p| p.batches).min().unwrap_or(0)
+        self.lanes.values().map(|p| p.batches).max().unwrap_or(0)
     }
 
     /// The lane a strict round robin over the tracked lanes serves next:

@@ -1,0 +1,117 @@
+//! `zephon rank-run`: one data-parallel rank of a run over a local JSONL
+//! dataset, for a number of steps, from a checkpoint or fresh; writes the
+//! sample ids of every batch it delivers and, optionally, its checkpoint.
+//!
+//! Start `W` of them (ranks `0..W`) for a few steps, then restart any other
+//! number from their checkpoint files: the global batches continue exactly.
+
+use anyhow::{Context, Result};
+use std::io::Write;
+use std::path::PathBuf;
+use zephon_core::checkpoint::{Checkpoint, Recipe, ResumeExt};
+use zephon_core::{Dataset, PipelineExt, Runner, ShuffleMode, Value, WorkSource};
+use zephon_storage::DatasetExt;
+
+/// Options of `zephon rank-run`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Folder of `*.jsonl` shards; each line should carry an integer `id`.
+    #[arg(long)]
+    pub data: PathBuf,
+    /// This process's rank, `0..world-size`.
+    #[arg(long, default_value_t = 0)]
+    pub rank: u32,
+    /// Number of ranks.
+    #[arg(long, default_value_t = 1)]
+    pub world_size: u32,
+    /// Canonical lanes (fixed for the run).
+    #[arg(long, default_value_t = 8)]
+    pub lanes: u32,
+    /// Steps to run (each step is one batch of every owned lane); fewer
+    /// when the data ends first.
+    #[arg(long)]
+    pub steps: u64,
+    /// Elements per lane-batch.
+    #[arg(long, default_value_t = 4)]
+    pub batch_size: usize,
+    /// Per-lane shuffle buffer.
+    #[arg(long, default_value_t = 16)]
+    pub shuffle_buffer: usize,
+    /// Seed of every shuffle.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Passes over the data.
+    #[arg(long, default_value_t = 1)]
+    pub passes: u64,
+    /// Parallel reads and worker threads (a performance knob only).
+    #[arg(long, default_value_t = 2)]
+    pub parallelism: usize,
+    /// Write this rank's checkpoint here after the steps (`.json` for JSON).
+    #[arg(long)]
+    pub checkpoint_out: Option<PathBuf>,
+    /// Resume from these checkpoint files (those of every rank of the
+    /// previous run, merged).
+    #[arg(long, num_args = 1..)]
+    pub resume: Vec<PathBuf>,
+    /// Write one JSON line per delivered batch: lane, index, sample ids.
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+/// Runs the rank.
+pub fn run(args: Args) -> Result<()> {
+    let ds = Dataset::from_path("data", &args.data)?;
+    let ws = WorkSource::builder()
+        .dataset(ds, 1.0)
+        .seed(args.seed)
+        .passes(args.passes)
+        .canonical_lanes(args.lanes)
+        .rank(args.rank)
+        .world_size(args.world_size)
+        .build()?;
+    let mode = ShuffleMode::Reservoir;
+    let recipe = Recipe::new(&ws).setting("shuffle", (args.shuffle_buffer, mode, args.seed));
+    let mut progress = if args.resume.is_empty() {
+        recipe.start(&ws)
+    } else {
+        let ckpt = Checkpoint::load_all(&args.resume)?;
+        recipe.resume(&ws, &ckpt)?
+    };
+    // Lanes may run dry at different steps near the end, so the stop is a
+    // step index, not a batch count.
+    let until = progress.steps() + args.steps;
+    let batches = ws
+        .stream()
+        .fetch(args.parallelism)
+        .shuffle(args.shuffle_buffer, mode, args.seed)
+        .batch(args.batch_size)
+        .resume_from(&progress)
+        .lane_mux_from(&progress)
+        .prefetch_batches(2)
+        .into_blocking_iter(Runner::Threads {
+            workers: args.parallelism,
+        })?;
+    let file = std::fs::File::create(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    let mut out = std::io::BufWriter::new(file);
+    for b in batches {
+        let b = b?;
+        if b.index >= until {
+            break;
+        }
+        let ids: Vec<i64> = b
+            .items
+            .iter()
+            .map(|r| r.get("id").and_then(Value::as_int).unwrap_or(-1))
+            .collect();
+        let line = serde_json::json!({ "lane": b.lane, "index": b.index, "ids": ids });
+        writeln!(out, "{line}").with_context(|| format!("writing {}", args.out.display()))?;
+        progress.record(b.lane, b.items.len() as u64);
+    }
+    out.flush()
+        .with_context(|| format!("writing {}", args.out.display()))?;
+    if let Some(path) = &args.checkpoint_out {
+        progress.checkpoint().save(path)?;
+    }
+    Ok(())
+}

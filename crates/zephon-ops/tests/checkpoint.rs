@@ -1,0 +1,379 @@
+//! Checkpoint and restore through the text operators: tokenize, shuffle,
+//! ensure_mixture, pack_sequences (every algorithm), batch, to_training.
+//! Their buffers, bins and deficits are rebuilt by the replay, not stored.
+
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+use zephon_core::checkpoint::{Checkpoint, Progress, Recipe, ResumeExt};
+use zephon_core::{
+    Dataset, LaneId, PipelineExt, Record, Runner, ShuffleMode, WorkSource, hash::mix64,
+};
+use zephon_ops::{
+    MixtureConfig, PackAlgorithm, PackConfig, SpecialTokens, TextPipelineExt, TokenizeConfig,
+    TrainingConfig,
+};
+
+const WORDS: &[&str] = &[
+    "the", "loader", "streams", "shards", "of", "text", "into", "packed", "rows", "and", "café",
+    "日本",
+];
+
+/// A document of 3..`max` words.
+fn doc(i: u64, max: u64) -> String {
+    let mut h = mix64(i);
+    let n = 3 + h % max;
+    (0..n)
+        .map(|_| {
+            h = mix64(h);
+            WORDS[(h % WORDS.len() as u64) as usize]
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn dataset(name: &str, salt: u64, n: u64, max: u64) -> Dataset {
+    let docs = (0..n).map(|i| Record::new().with("text", doc(salt + i, max)));
+    Dataset::in_memory(name, vec![docs.collect()]).unwrap()
+}
+
+const SEQ: usize = 48;
+
+#[derive(Clone, Copy, Debug)]
+struct Run {
+    algorithm: PackAlgorithm,
+    lanes: u32,
+    passes: u64,
+}
+
+impl Run {
+    fn work(&self, rank: u32, world: u32) -> WorkSource {
+        WorkSource::builder()
+            .dataset(dataset("short", 0, 90, 12), 0.6)
+            .dataset(dataset("long", 10_000, 40, 60), 0.4)
+            .seed(5)
+            .chunk_size(10)
+            .passes(self.passes)
+            .canonical_lanes(self.lanes)
+            .rank(rank)
+            .world_size(world)
+            .build()
+            .unwrap()
+    }
+
+    fn pack(&self) -> PackConfig {
+        PackConfig::new(SEQ, self.algorithm).num_bins(3)
+    }
+
+    fn mixture(&self) -> MixtureConfig {
+        MixtureConfig::new([(0, 0.6), (1, 0.4)]).max_buffer_size(16)
+    }
+
+    fn recipe(&self, ws: &WorkSource) -> Recipe {
+        Recipe::new(ws)
+            .setting("tokenize", "fixture tokenizer, bos+eos")
+            .setting("shuffle", (24, ShuffleMode::Reservoir, 5))
+            .setting("mixture", self.mixture())
+            .setting("pack", self.pack())
+    }
+}
+
+/// (lane, index, digest of the collated batch).
+type Out = (LaneId, u64, u64);
+/// Per delivered batch: its lane and a digest of each row.
+type Rows = Vec<(LaneId, Vec<u64>)>;
+/// (step, lane) -> digest of the global batch's part from that lane.
+type Global = BTreeMap<(u64, LaneId), u64>;
+
+/// One rank, from `checkpoint` or fresh, at most `take` training batches of
+/// `micro` rows; returns them and the rank's checkpoint afterwards.
+fn run(
+    r: Run,
+    (rank, world): (u32, u32),
+    micro: usize,
+    parallelism: usize,
+    checkpoint: Option<&Checkpoint>,
+    take: usize,
+    until_step: Option<u64>,
+) -> (Vec<Out>, Rows, Checkpoint) {
+    let ws = r.work(rank, world);
+    let recipe = r.recipe(&ws);
+    let mut progress: Progress = match checkpoint {
+        Some(c) => recipe.resume(&ws, c).unwrap(),
+        None => recipe.start(&ws),
+    };
+    let tok = TokenizeConfig::from_bytes(include_bytes!("fixtures/tokenizer.json"))
+        .unwrap()
+        .special_tokens(SpecialTokens::BosEos)
+        .micro_batch(5);
+    let runner = if parallelism > 1 {
+        Runner::Threads { workers: 2 }
+    } else {
+        Runner::Inline
+    };
+    let batches = ws
+        .stream()
+        .fetch(parallelism)
+        .tokenize(tok, parallelism)
+        .shuffle(24, ShuffleMode::Reservoir, 5)
+        .ensure_mixture(r.mixture())
+        .pack_sequences(r.pack())
+        .batch(micro)
+        .resume_from(&progress)
+        .lane_mux_from(&progress)
+        .to_training(TrainingConfig::new(SEQ))
+        .prefetch_batches(parallelism - 1)
+        .into_blocking_iter(runner)
+        .unwrap();
+    let mut out = Vec::new();
+    let mut rows = Vec::new();
+    for b in batches.take(take) {
+        let b = b.unwrap();
+        // Lanes pack into different row counts, so some run dry early: a
+        // checkpoint at step k is taken before the first batch of index k.
+        if until_step.is_some_and(|k| b.index >= k) {
+            break;
+        }
+        // The consumer counts what it trains on; that is the checkpoint.
+        progress.record(b.lane, b.batch_size as u64);
+        out.push((
+            b.lane,
+            b.index,
+            zephon_core::hash::bytes(&serde_json::to_vec(&b).unwrap()),
+        ));
+        let ids = b.input_ids.to_i64();
+        let digests = ids.chunks(SEQ).map(|row| {
+            row.iter()
+                .fold(0, |h, &t| zephon_core::hash::combine(h, t as u64))
+        });
+        rows.push((b.lane, digests.collect()));
+    }
+    (out, rows, progress.checkpoint())
+}
+
+fn algorithms() -> impl Strategy<Value = PackAlgorithm> {
+    prop_oneof![
+        Just(PackAlgorithm::FirstFit),
+        Just(PackAlgorithm::BestFit),
+        Just(PackAlgorithm::Wrap),
+        Just(PackAlgorithm::BestFitWrap),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(8))]
+
+    /// A checkpoint after any number of training batches, restored in a
+    /// fresh pipeline with other parallelism: the same remaining batches.
+    #[test]
+    fn exact_resume_through_tokenize_mixture_and_packing(
+        algorithm in algorithms(),
+        cut in 0usize..60,
+        parallelism in 1usize..4,
+    ) {
+        let r = Run { algorithm, lanes: 2, passes: 1 };
+        let (full, _, _) = run(r, (0, 1), 3, 1, None, usize::MAX, None);
+        let cut = cut.min(full.len());
+        let (head, _, ckpt) = run(r, (0, 1), 3, 1, None, cut, None);
+        prop_assert_eq!(&head[..], &full[..cut]);
+        let ckpt = Checkpoint::from_json(&ckpt.to_json()).unwrap();
+        let (rest, _, _) = run(r, (0, 1), 3, parallelism, Some(&ckpt), usize::MAX, None);
+        prop_assert_eq!(&rest[..], &full[cut..]);
+    }
+}
+
+/// Runs all ranks of `world` for `steps` steps; global batches by step and
+/// lane, and the merged checkpoint.
+fn ranks(
+    r: Run,
+    world: u32,
+    micro: usize,
+    checkpoint: Option<&Checkpoint>,
+    steps: usize,
+) -> (Global, BTreeMap<LaneId, Vec<u64>>, Checkpoint) {
+    let mut global = BTreeMap::new();
+    let mut lanes: BTreeMap<LaneId, Vec<u64>> = BTreeMap::new();
+    let mut parts = Vec::new();
+    for rank in 0..world {
+        let (out, rows, c) = run(
+            r,
+            (rank, world),
+            micro,
+            2,
+            checkpoint,
+            usize::MAX,
+            Some(steps as u64),
+        );
+        for (lane, index, digest) in out {
+            assert!(global.insert((index, lane), digest).is_none());
+        }
+        for (lane, r) in rows {
+            lanes.entry(lane).or_default().extend(r);
+        }
+        parts.push(c);
+    }
+    (global, lanes, Checkpoint::merge(parts).unwrap())
+}
+
+#[test]
+fn elastic_resume_on_4_and_1_ranks_across_epochs() {
+    for algorithm in [PackAlgorithm::BestFit, PackAlgorithm::Wrap] {
+        let r = Run {
+            algorithm,
+            lanes: 8,
+            passes: 2,
+        };
+        let (full, _, _) = ranks(r, 2, 2, None, usize::MAX);
+        let steps = full.keys().map(|(t, _)| *t).max().unwrap() + 1;
+        assert!(steps >= 4, "{algorithm:?}: {steps} steps");
+        for k in [1, steps / 2, steps - 1] {
+            let (_, _, ckpt) = ranks(r, 2, 2, None, k as usize);
+            for world in [4, 1] {
+                let (rest, _, _) = ranks(r, world, 2, Some(&ckpt), usize::MAX);
+                let expected: BTreeMap<_, _> = full
+                    .iter()
+                    .filter(|((t, _), _)| *t >= k)
+                    .map(|(key, d)| (*key, *d))
+                    .collect();
+                assert_eq!(rest, expected, "{algorithm:?}, step {k}, {world} ranks");
+            }
+        }
+    }
+}
+
+#[test]
+fn micro_batch_size_changed_on_restore_keeps_the_rows() {
+    let r = Run {
+        algorithm: PackAlgorithm::BestFitWrap,
+        lanes: 4,
+        passes: 1,
+    };
+    // Per step, 4 rows per lane: micro-batches of 4, restored as 2 x 2.
+    let (_, full_rows, _) = ranks(r, 2, 4, None, usize::MAX);
+    let (_, head_rows, ckpt) = ranks(r, 2, 4, None, 3);
+    let (_, rest_rows, _) = ranks(r, 4, 2, Some(&ckpt), usize::MAX);
+    let mut joined = head_rows;
+    for (lane, rows) in rest_rows {
+        joined.entry(lane).or_default().extend(rows);
+    }
+    assert_eq!(joined, full_rows);
+}
+
+/// A shard that makes its token records on demand (lengths 20..200), so
+/// the benchmark needs no memory for its millions of samples.
+#[derive(Debug)]
+struct Synthetic {
+    name: String,
+    len: u64,
+}
+
+impl zephon_core::Shard for Synthetic {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn len(&self) -> u64 {
+        self.len
+    }
+    fn read_run(
+        &self,
+        start: u64,
+        count: u64,
+    ) -> futures::future::BoxFuture<'_, zephon_core::Result<Vec<Record>>> {
+        let recs = (start..start + count)
+            .map(|i| {
+                let h = mix64(i);
+                let n = 20 + (h % 180) as u32;
+                let ids = (0..n).map(|t| (mix64(h ^ t as u64) % 30_000) as u32);
+                Record::new().with("input_ids", zephon_core::Value::Tokens(ids.collect()))
+            })
+            .collect();
+        Box::pin(futures::future::ready(Ok(recs)))
+    }
+}
+
+/// The issue's benchmark: 64 lanes, shuffle buffer 8192 per lane, best-fit
+/// packing; checkpoint size and time, and restore time to the first batch
+/// against a fresh start. Run with
+/// `cargo test --release -p zephon-ops --test checkpoint -- --ignored --nocapture bench`.
+#[test]
+#[ignore = "benchmark: run in release, see the doc comment"]
+fn bench_checkpoint_and_restore() {
+    use std::time::Instant;
+    let shards: Vec<std::sync::Arc<dyn zephon_core::Shard>> = (0..16)
+        .map(|s| {
+            std::sync::Arc::new(Synthetic {
+                name: format!("synthetic-{s}"),
+                len: 250_000,
+            }) as _
+        })
+        .collect();
+    let ds = Dataset::new("synthetic", "memory", shards).unwrap();
+    let ws = WorkSource::builder()
+        .dataset(ds, 1.0)
+        .seed(1)
+        .canonical_lanes(64)
+        .build()
+        .unwrap();
+    let pack = PackConfig::new(512, PackAlgorithm::BestFitWrap).num_bins(8);
+    let recipe = Recipe::new(&ws)
+        .setting("shuffle", (8192, ShuffleMode::Reservoir, 1))
+        .setting("pack", pack);
+    let pipeline = |p: &Progress| {
+        ws.stream()
+            .fetch(4)
+            .shuffle(8192, ShuffleMode::Reservoir, 1)
+            .pack_sequences(pack)
+            .batch(8)
+            .resume_from(p)
+            .lane_mux_from(p)
+            .prefetch_batches(8)
+            .into_blocking_iter(Runner::threads())
+            .unwrap()
+    };
+    let dir = std::env::temp_dir().join(format!("zephon-ckpt-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+
+    // The median of three fresh starts, so a cold first run does not flatter
+    // the restores.
+    let mut fresh: Vec<_> = (0..3)
+        .map(|_| {
+            let t = Instant::now();
+            let mut it = pipeline(&recipe.start(&ws));
+            it.next().unwrap().unwrap();
+            t.elapsed()
+        })
+        .collect();
+    fresh.sort();
+    let fresh_first = fresh[1];
+    println!("fresh start: first batch after {fresh_first:.2?} (median of {fresh:.2?})");
+    for steps in [1u64, 25, 100, 400] {
+        let mut p = recipe.start(&ws);
+        let mut it = pipeline(&p);
+        for _ in 0..steps * 64 {
+            let b = it.next().unwrap().unwrap();
+            p.record(b.lane, b.items.len() as u64);
+        }
+        drop(it);
+        let t = Instant::now();
+        let ckpt = p.checkpoint();
+        let bin = dir.join("bench.ckpt");
+        ckpt.save(&bin).unwrap();
+        let ckpt_time = t.elapsed();
+        let json = ckpt.to_json().len();
+        let size = std::fs::metadata(&bin).unwrap().len();
+
+        let t = Instant::now();
+        let loaded = Checkpoint::load(&bin).unwrap();
+        let resumed = recipe.resume(&ws, &loaded).unwrap();
+        let mut it = pipeline(&resumed);
+        let b = it.next().unwrap().unwrap();
+        let restore_first = t.elapsed();
+        assert_eq!((b.lane, b.index), (0, steps));
+        let replayed: u64 = loaded.lanes.values().map(|l| l.items).sum();
+        println!(
+            "step {steps:>4}: checkpoint {size} B binary / {json} B JSON, written in {ckpt_time:.2?}; \
+             restore to first batch {restore_first:.2?} ({:.2}x fresh), {replayed} delivered rows replayed",
+            restore_first.as_secs_f64() / fresh_first.as_secs_f64()
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
