@@ -16,6 +16,7 @@ use std::fmt;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use zephon_core::obs::{Explain, Probe, StageDescription};
 use zephon_core::{LaneId, Record, Result};
 
 /// What a record weighs in the mixture.
@@ -207,6 +208,7 @@ pub struct EnsureMixture<S> {
     out: VecDeque<Record>,
     stats: Arc<TextStats>,
     done: bool,
+    probe: Probe,
 }
 
 impl<S> EnsureMixture<S> {
@@ -219,6 +221,7 @@ impl<S> EnsureMixture<S> {
             out: VecDeque::new(),
             stats: Arc::new(TextStats::default()),
             done: false,
+            probe: Probe::default(),
         }
     }
 
@@ -255,15 +258,23 @@ where
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut this = self.project();
+        this.probe.attach(
+            "ensure_mixture",
+            1,
+            Some(this.config.max_buffer_size as u64),
+        );
         loop {
             if let Some(r) = this.out.pop_front() {
+                this.probe.output();
                 return Poll::Ready(Some(Ok(r)));
             }
             if *this.done {
+                this.probe.finish();
                 return Poll::Ready(None);
             }
             match this.inner.as_mut().poll_next(cx) {
                 Poll::Ready(Some(Ok(r))) => {
+                    this.probe.input();
                     let Some(d) = r
                         .source()
                         .map(|p| p.dataset)
@@ -287,10 +298,15 @@ where
                             }
                         },
                     };
+                    let t = this.probe.sample();
                     let lane = this.lanes.entry(r.lane).or_default();
                     lane.queues.entry(d).or_default().push_back((r, w));
                     lane.buffered += 1;
+                    if let Some(s) = this.probe.stats() {
+                        s.max_queue.observe(lane.buffered as u64);
+                    }
                     lane.drain(this.config, false, this.stats, this.out);
+                    this.probe.sampled(t);
                 }
                 Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
                 Poll::Ready(None) => {
@@ -308,5 +324,17 @@ where
         let (_, hi) = self.inner.size_hint();
         let held = self.out.len() + self.lanes.values().map(|l| l.buffered).sum::<usize>();
         (self.out.len(), hi.map(|h| h + held))
+    }
+}
+
+impl<S: Explain> Explain for EnsureMixture<S> {
+    fn describe(&self, out: &mut Vec<StageDescription>) {
+        self.inner.describe(out);
+        out.push(StageDescription::new(
+            "ensure_mixture",
+            1,
+            Some(self.config.max_buffer_size as u64),
+            format!("by {:?}, per lane", self.config.weight_by).to_lowercase(),
+        ));
     }
 }

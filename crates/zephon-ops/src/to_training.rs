@@ -3,6 +3,7 @@
 use crate::error::{Error, Result};
 use crate::fields;
 use crate::training::{IGNORE_INDEX, IdType, TokenIds, TrainingBatch};
+use zephon_core::obs::{Explain, Probe, StageDescription};
 use zephon_core::{Batch, LaneId, Record};
 
 /// Collates `(ids, segment_ids)` rows; see [`TrainingBatch::from_rows`].
@@ -187,12 +188,17 @@ pub struct ToTraining<S> {
     #[pin]
     inner: S,
     config: TrainingConfig,
+    probe: Probe,
 }
 
 impl<S> ToTraining<S> {
     /// Wraps `inner`.
     pub fn new(inner: S, config: TrainingConfig) -> Self {
-        ToTraining { inner, config }
+        ToTraining {
+            inner,
+            config,
+            probe: Probe::default(),
+        }
     }
 }
 
@@ -207,12 +213,38 @@ where
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Self::Item>> {
         let this = self.project();
-        this.inner
-            .poll_next(cx)
-            .map(|o| o.map(|r| r.and_then(|b| this.config.collate(&b).map_err(Into::into))))
+        this.probe.attach("to_training", 1, None);
+        let out = this.inner.poll_next(cx).map(|o| {
+            o.map(|r| {
+                this.probe.input();
+                let t = this.probe.sample();
+                let b = r.and_then(|b| this.config.collate(&b).map_err(Into::into));
+                this.probe.sampled(t);
+                this.probe.output();
+                b
+            })
+        });
+        match &out {
+            std::task::Poll::Pending => this.probe.input_pending(),
+            std::task::Poll::Ready(None) => this.probe.finish(),
+            _ => {}
+        }
+        out
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
         self.inner.size_hint()
+    }
+}
+
+impl<S: Explain> Explain for ToTraining<S> {
+    fn describe(&self, out: &mut Vec<StageDescription>) {
+        self.inner.describe(out);
+        out.push(StageDescription::new(
+            "to_training",
+            1,
+            None,
+            format!("rows of {}", self.config.seq_len),
+        ));
     }
 }

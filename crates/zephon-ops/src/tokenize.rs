@@ -14,6 +14,7 @@ use std::path::Path;
 use std::pin::Pin;
 use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll};
+use zephon_core::obs::{Explain, Probe, StageDescription};
 use zephon_core::runner::offload;
 use zephon_core::{Record, Result, Value};
 
@@ -468,6 +469,7 @@ pub struct Tokenize<S> {
     next_emit: u64,
     ready: VecDeque<Result<Record>>,
     done: bool,
+    probe: Probe,
 }
 
 impl<S> Tokenize<S> {
@@ -486,6 +488,7 @@ impl<S> Tokenize<S> {
             next_emit: 0,
             ready: VecDeque::new(),
             done: false,
+            probe: Probe::default(),
         }
     }
 
@@ -526,8 +529,11 @@ where
             Err(e) => return Poll::Ready(e.take().map(|e| Err(e.into()))),
         };
         let micro = prepared.config.micro_batch;
+        this.probe
+            .attach("tokenize", *this.k, Some((2 * *this.k * micro) as u64));
         loop {
             if let Some(r) = this.ready.pop_front() {
+                this.probe.output();
                 return Poll::Ready(Some(r));
             }
             if let Some(chunk) = this.finished.remove(this.next_emit) {
@@ -551,7 +557,10 @@ where
                 let mut upstream_pending = false;
                 while this.pending.len() < micro {
                     match this.inner.as_mut().poll_next(cx) {
-                        Poll::Ready(Some(item)) => this.pending.push(item),
+                        Poll::Ready(Some(item)) => {
+                            this.probe.input();
+                            this.pending.push(item);
+                        }
                         Poll::Ready(None) => {
                             *this.done = true;
                             break;
@@ -563,16 +572,31 @@ where
                     }
                 }
                 if this.pending.is_empty() {
+                    if upstream_pending && this.in_flight.is_empty() {
+                        this.probe.input_pending();
+                    }
                     break;
                 }
                 let items = std::mem::replace(this.pending, Vec::with_capacity(micro));
                 let (p, stats, seq) = (prepared.clone(), this.stats.clone(), *this.next_dispatch);
                 *this.next_dispatch += 1;
                 let gate = this.gate.clone();
+                let op = this.probe.shared();
                 let work = offload("tokenize", move || {
                     let _permit = gate.enter();
-                    p.encode_chunk(items, &stats)
+                    let (n, t) = (
+                        items.len() as u64,
+                        op.as_ref().map(|_| std::time::Instant::now()),
+                    );
+                    let out = p.encode_chunk(items, &stats);
+                    if let (Some(op), Some(t)) = (&op, t) {
+                        op.busy.record_many(t.elapsed().as_nanos() as u64, n);
+                    }
+                    out
                 });
+                if let Some(s) = this.probe.stats() {
+                    s.max_queue.observe(this.in_flight.len() as u64 + 1);
+                }
                 this.in_flight
                     .push(Box::pin(async move { (seq, work.await) }));
                 if upstream_pending {
@@ -584,6 +608,7 @@ where
                     this.finished.insert(seq, out);
                 }
                 Poll::Ready(None) if *this.done && this.finished.is_empty() => {
+                    this.probe.finish();
                     return Poll::Ready(None);
                 }
                 Poll::Ready(None) | Poll::Pending => return Poll::Pending,
@@ -598,5 +623,21 @@ where
         // Skips shrink the output and splits grow it: only the lower bound
         // of what is already finished is certain.
         (self.ready.len(), None)
+    }
+}
+
+impl<S: Explain> Explain for Tokenize<S> {
+    fn describe(&self, out: &mut Vec<StageDescription>) {
+        self.inner.describe(out);
+        let detail = match &self.prepared {
+            Ok(p) => format!(
+                "`{}` -> `{}`, micro-batches of {}",
+                p.config.field,
+                fields::INPUT_IDS,
+                p.config.micro_batch
+            ),
+            Err(_) => "invalid configuration".into(),
+        };
+        out.push(StageDescription::new("tokenize", self.k, None, detail));
     }
 }

@@ -5,6 +5,7 @@ use futures::Stream;
 use pin_project::pin_project;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use zephon_core::obs::{Explain, Probe, StageDescription};
 use zephon_core::{Record, Result, Value};
 
 /// Pads every row to `max_length`: `input_ids` with `pad_token_id`,
@@ -36,6 +37,7 @@ pub struct PackFlat<S> {
     inner: S,
     max_length: usize,
     pad_token_id: u32,
+    probe: Probe,
 }
 
 impl<S> PackFlat<S> {
@@ -45,6 +47,7 @@ impl<S> PackFlat<S> {
             inner,
             max_length,
             pad_token_id,
+            probe: Probe::default(),
         }
     }
 }
@@ -100,18 +103,45 @@ where
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.project();
+        this.probe.attach("pack_flat", 1, None);
         let (max, pad) = (*this.max_length, *this.pad_token_id);
-        this.inner.poll_next(cx).map(|o| {
+        let out = this.inner.poll_next(cx).map(|o| {
             o.map(|r| {
-                r.and_then(|mut r| {
+                this.probe.input();
+                let t = this.probe.sample();
+                let r = r.and_then(|mut r| {
                     pad_row(&mut r, max, pad)?;
                     Ok(r)
-                })
+                });
+                this.probe.sampled(t);
+                this.probe.output();
+                r
             })
-        })
+        });
+        match &out {
+            Poll::Pending => this.probe.input_pending(),
+            Poll::Ready(None) => this.probe.finish(),
+            _ => {}
+        }
+        out
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
         self.inner.size_hint()
+    }
+}
+
+impl<S: Explain> Explain for PackFlat<S> {
+    fn describe(&self, out: &mut Vec<StageDescription>) {
+        self.inner.describe(out);
+        out.push(StageDescription::new(
+            "pack_flat",
+            1,
+            None,
+            format!(
+                "rows padded to {} with {}",
+                self.max_length, self.pad_token_id
+            ),
+        ));
     }
 }

@@ -8,6 +8,7 @@ use std::fmt;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use zephon_core::obs::{Explain, Probe, StageDescription};
 use zephon_core::{Record, Result};
 
 /// Packs tokenized records into rows of at most `max_length` tokens with a
@@ -37,6 +38,7 @@ pub struct PackSequences<S> {
     inner: S,
     packer: Packer,
     done: bool,
+    probe: Probe,
 }
 
 impl<S> PackSequences<S> {
@@ -46,6 +48,7 @@ impl<S> PackSequences<S> {
             inner,
             packer: Packer::new(config),
             done: false,
+            probe: Probe::default(),
         }
     }
 
@@ -79,16 +82,23 @@ where
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut this = self.project();
+        this.probe.attach("pack_sequences", 1, None);
         loop {
             if let Some(r) = this.packer.pop() {
+                this.probe.output();
                 return Poll::Ready(Some(Ok(r)));
             }
             if *this.done {
+                this.probe.finish();
                 return Poll::Ready(None);
             }
             match this.inner.as_mut().poll_next(cx) {
                 Poll::Ready(Some(Ok(r))) => {
-                    if let Err(e) = this.packer.push(r) {
+                    this.probe.input();
+                    let t = this.probe.sample();
+                    let pushed = this.packer.push(r);
+                    this.probe.sampled(t);
+                    if let Err(e) = pushed {
                         return Poll::Ready(Some(Err(e.into())));
                     }
                 }
@@ -97,7 +107,10 @@ where
                     *this.done = true;
                     this.packer.finish();
                 }
-                Poll::Pending => return Poll::Pending,
+                Poll::Pending => {
+                    this.probe.input_pending();
+                    return Poll::Pending;
+                }
             }
         }
     }
@@ -111,5 +124,18 @@ where
         } else {
             (ready, None)
         }
+    }
+}
+
+impl<S: Explain> Explain for PackSequences<S> {
+    fn describe(&self, out: &mut Vec<StageDescription>) {
+        self.inner.describe(out);
+        let c = self.packer.config();
+        out.push(StageDescription::new(
+            "pack_sequences",
+            1,
+            None,
+            format!("{:?}, rows of {}, per lane", c.algorithm, c.max_length),
+        ));
     }
 }
