@@ -1,6 +1,11 @@
-//! Local JSONL datasets: every `*.jsonl` file of a folder is a shard.
+//! Local datasets: every shard file of a folder, in the format its names show.
 
+use crate::download::shard_error;
+use crate::format::compression::Compression;
+use crate::format::detect::DetectedShard;
 use crate::format::jsonl::{LineIndex, parse_run};
+use crate::format::{FormatOptions, FormatShard, FormatSpec, detect, mds};
+use crate::manifest::MANIFEST;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use std::os::unix::fs::FileExt;
@@ -120,9 +125,13 @@ impl Shard for LocalJsonlShard {
 
 /// Local datasets: `Dataset::from_path(name, dir)`.
 pub trait DatasetExt: Sized {
-    /// Every `*.jsonl` file in `dir` (sorted by name) is a shard, indexed on
-    /// open so samples are addressable by position. A missing, unreadable or
-    /// empty folder is an error naming the path.
+    /// The shards in `dir` (sorted by name), in the format their names show
+    /// (see [`format::detect`](crate::format::detect)): JSONL, Parquet,
+    /// Megatron `.bin` + `.idx`, flat token `.bin`, WebDataset `.tar`, or MDS
+    /// (a Streaming `index.json`). Shards are indexed on open so samples are
+    /// addressable by position. A missing or unreadable folder, one with no
+    /// shards, or one mixing formats is an error naming the path and listing
+    /// what it holds.
     ///
     /// ```
     /// use zephon_core::Dataset;
@@ -134,31 +143,109 @@ pub trait DatasetExt: Sized {
     /// assert_eq!(ds.num_samples(), 2);
     /// # std::fs::remove_dir_all(&dir).unwrap();
     /// ```
-    fn from_path(name: &str, dir: impl AsRef<Path>) -> Result<Self>;
+    fn from_path(name: &str, dir: impl AsRef<Path>) -> Result<Self> {
+        Self::from_path_with(name, dir, &FormatOptions::default())
+    }
+
+    /// Like [`from_path`](DatasetExt::from_path), with the choices file names
+    /// cannot tell (flat token files' `seq_len` and dtype, Parquet columns).
+    ///
+    /// ```
+    /// use zephon_core::Dataset;
+    /// use zephon_storage::DatasetExt;
+    /// use zephon_storage::format::{FormatOptions, TokenDtype};
+    /// let dir = std::env::temp_dir().join(format!("zephon-tok-doc-{}", std::process::id()));
+    /// std::fs::create_dir_all(&dir).unwrap();
+    /// let tokens: Vec<u8> = (0u16..100).flat_map(|t| t.to_le_bytes()).collect();
+    /// std::fs::write(dir.join("train.bin"), tokens).unwrap();
+    /// let opts = FormatOptions::default().seq_len(10).dtype(TokenDtype::U16);
+    /// let ds = Dataset::from_path_with("doc", &dir, &opts).unwrap();
+    /// assert_eq!(ds.num_samples(), 10);
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// ```
+    fn from_path_with(name: &str, dir: impl AsRef<Path>, opts: &FormatOptions) -> Result<Self>;
+}
+
+/// The format and shards of a local folder: Streaming's `index.json` when
+/// there is one, else the file names.
+pub fn detect_local(
+    name: &str,
+    dir: &Path,
+    opts: &FormatOptions,
+) -> Result<(FormatSpec, Vec<DetectedShard>)> {
+    let err = |message: String| Error::Dataset {
+        dataset: name.to_owned(),
+        location: dir.display().to_string(),
+        message,
+    };
+    if let Ok(json) = std::fs::read(dir.join(MANIFEST))
+        && let Some(m) = mds::manifest_from_index(&json).map_err(err)?
+    {
+        let shards = m
+            .shards
+            .into_iter()
+            .map(|e| DetectedShard {
+                path: e.path,
+                bytes: e.bytes,
+                sidecar: None,
+            })
+            .collect();
+        return Ok((m.format, shards));
+    }
+    let entries = std::fs::read_dir(dir).map_err(|e| err(format!("cannot read folder: {e}")))?;
+    let files: Vec<(String, u64)> = entries
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .filter_map(|e| {
+            let len = e.metadata().ok()?.len();
+            Some((e.file_name().to_string_lossy().into_owned(), len))
+        })
+        .filter(|(p, _)| p != MANIFEST)
+        .collect();
+    let d = detect(&files, opts).map_err(err)?;
+    Ok((d.format, d.shards))
 }
 
 impl DatasetExt for Dataset {
-    fn from_path(name: &str, dir: impl AsRef<Path>) -> Result<Self> {
+    fn from_path_with(name: &str, dir: impl AsRef<Path>, opts: &FormatOptions) -> Result<Self> {
         let dir = dir.as_ref();
-        let err = |message: String| Error::Dataset {
-            dataset: name.to_owned(),
-            location: dir.display().to_string(),
-            message,
-        };
-        let entries =
-            std::fs::read_dir(dir).map_err(|e| err(format!("cannot read folder: {e}")))?;
-        let mut paths: Vec<PathBuf> = entries
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "jsonl"))
-            .collect();
-        paths.sort();
-        if paths.is_empty() {
-            return Err(err("no *.jsonl shards in folder".into()));
+        let (format, found) = detect_local(name, dir, opts)?;
+        let mut shards: Vec<Arc<dyn Shard>> = Vec::with_capacity(found.len());
+        for s in &found {
+            let path = dir.join(&s.path);
+            let compression = Compression::from_path(&s.path);
+            let shard: Arc<dyn Shard> = if compression != Compression::None {
+                let raw = std::fs::read(&path).map_err(|source| Error::Io {
+                    path: path.display().to_string(),
+                    source,
+                })?;
+                let data = futures::executor::block_on(compression.decode(&raw)).map_err(|e| {
+                    shard_error(
+                        name,
+                        &path.display().to_string(),
+                        format!("corrupt or truncated {compression:?} data: {e}"),
+                    )
+                })?;
+                Arc::new(FormatShard::from_bytes(
+                    name,
+                    format.clone(),
+                    &path.display().to_string(),
+                    data.into(),
+                    None,
+                )?)
+            } else if format.is_jsonl() {
+                Arc::new(LocalJsonlShard::open(name, &path)?)
+            } else {
+                let side = s.sidecar.as_ref().map(|(p, _)| dir.join(p));
+                Arc::new(FormatShard::open_local(
+                    name,
+                    format.clone(),
+                    &path,
+                    side.as_deref(),
+                )?)
+            };
+            shards.push(shard);
         }
-        let shards = paths
-            .iter()
-            .map(|p| LocalJsonlShard::open(name, p).map(|s| Arc::new(s) as Arc<dyn Shard>))
-            .collect::<Result<Vec<_>>>()?;
         Dataset::new(name, dir.display().to_string(), shards)
     }
 }

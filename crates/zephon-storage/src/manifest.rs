@@ -2,6 +2,7 @@
 //! count, byte size and checksum, so a dataset opens without listing or
 //! downloading anything else. Written by `zephon build-index`.
 
+use crate::format::FormatSpec;
 use crate::format::jsonl::LineIndex;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -21,6 +22,9 @@ pub const MANIFEST: &str = "index.json";
 pub struct Manifest {
     /// Format version (1).
     pub version: u32,
+    /// The shards' format; absent means JSONL.
+    #[serde(default, skip_serializing_if = "FormatSpec::is_jsonl")]
+    pub format: FormatSpec,
     /// The shards, in dataset order.
     pub shards: Vec<ShardEntry>,
 }
@@ -40,7 +44,8 @@ pub struct ShardEntry {
     /// Hex SHA-256 of the stored object.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
-    /// Path of the line-offset index sidecar (see [`encode_index`]), relative to the root.
+    /// Path of the index sidecar, relative to the root: the line-offset
+    /// index of a JSONL shard (see [`encode_index`]) or a Megatron `.idx`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub index: Option<String>,
 }
@@ -71,7 +76,11 @@ impl ShardEntry {
 impl Manifest {
     /// A version-1 manifest of `shards`.
     pub fn new(shards: Vec<ShardEntry>) -> Self {
-        Manifest { version: 1, shards }
+        Manifest {
+            version: 1,
+            format: FormatSpec::Jsonl,
+            shards,
+        }
     }
 
     /// Pretty JSON.

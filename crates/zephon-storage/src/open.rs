@@ -5,6 +5,7 @@ use crate::backend::{Backend, BackendStats, runtime};
 use crate::cache::ShardCache;
 use crate::download::shard_error;
 use crate::format::compression::Compression;
+use crate::format::{FormatOptions, FormatShard, mds};
 use crate::manifest::{MANIFEST, Manifest};
 use crate::metrics::{CacheMetrics, CacheStats};
 use crate::options::StorageOptions;
@@ -48,9 +49,10 @@ impl RemoteDataset {
     async fn open_async(name: String, uri: String, opts: StorageOptions) -> Result<Self> {
         let backend = Backend::open(&name, &uri, &opts)?;
         let metrics = Arc::new(CacheMetrics::default());
-        let manifest = discover(&backend, &name, &metrics).await?;
+        let manifest = discover(&backend, &name, &metrics, &opts.format).await?;
         let ranged = |e: &crate::manifest::ShardEntry| {
-            opts.byte_range
+            manifest.format.is_jsonl()
+                && opts.byte_range
                 && e.index.is_some()
                 && Compression::from_path(&e.path) == Compression::None
         };
@@ -71,7 +73,17 @@ impl RemoteDataset {
         let mut shards: Vec<Arc<dyn Shard>> = Vec::new();
         let mut cached = Vec::new();
         for e in &manifest.shards {
-            if ranged(e) {
+            if !manifest.format.is_jsonl() {
+                shards.push(Arc::new(FormatShard::remote(
+                    &name,
+                    manifest.format.clone(),
+                    backend.clone(),
+                    e.clone(),
+                    cache.clone(),
+                    metrics.clone(),
+                )));
+                cached.push(None);
+            } else if ranged(e) {
                 shards.push(Arc::new(RangeShard::new(
                     &name,
                     backend.clone(),
@@ -134,23 +146,31 @@ impl RemoteDataset {
 
     /// Whether shard `i` is in the cache (false for byte-range shards).
     pub fn is_cached(&self, i: usize) -> bool {
-        self.cached
-            .get(i)
-            .and_then(Option::as_ref)
-            .is_some_and(|s| s.is_cached())
+        match self.cached.get(i) {
+            Some(Some(s)) => s.is_cached(),
+            Some(None) if !self.manifest.format.is_jsonl() => self.dataset.shards()[i].is_warm(),
+            _ => false,
+        }
     }
 }
 
-async fn discover(backend: &Backend, name: &str, metrics: &CacheMetrics) -> Result<Manifest> {
+async fn discover(
+    backend: &Backend,
+    name: &str,
+    metrics: &CacheMetrics,
+    format: &FormatOptions,
+) -> Result<Manifest> {
     match backend.op.read(MANIFEST).await {
         Ok(data) => {
-            let m: Manifest = serde_json::from_slice(&data.to_bytes()).map_err(|e| {
-                shard_error(
-                    name,
-                    &backend.uri_of(MANIFEST),
-                    format!("invalid manifest: {e}"),
-                )
-            })?;
+            let data = data.to_bytes();
+            let bad = |m: String| shard_error(name, &backend.uri_of(MANIFEST), m);
+            let m: Manifest = match serde_json::from_slice(&data) {
+                Ok(m) => m,
+                // Not Zephon's manifest: perhaps MosaicML Streaming's index.
+                Err(e) => mds::manifest_from_index(&data)
+                    .map_err(&bad)?
+                    .ok_or_else(|| bad(format!("invalid manifest: {e}")))?,
+            };
             if m.shards.is_empty() {
                 return Err(shard_error(
                     name,
@@ -161,7 +181,7 @@ async fn discover(backend: &Backend, name: &str, metrics: &CacheMetrics) -> Resu
             Ok(m)
         }
         Err(e) if e.kind() == opendal::ErrorKind::NotFound && backend.can_list => {
-            crate::scan::scan(backend, name, metrics).await
+            crate::scan::scan(backend, name, metrics, format).await
         }
         Err(e) if e.kind() == opendal::ErrorKind::NotFound => Err(shard_error(
             name,

@@ -1,6 +1,7 @@
 //! Options for opening remote datasets: where the bytes are, how patient to be
 //! with the server, and the shard cache.
 
+use crate::format::FormatOptions;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -50,6 +51,9 @@ pub struct StorageOptions {
     pub byte_range: bool,
     /// The shard cache.
     pub cache: CacheOptions,
+    /// What file names cannot tell about a format (flat token files'
+    /// `seq_len` and dtype, Parquet columns); used when there is no manifest.
+    pub format: FormatOptions,
 }
 
 impl Default for StorageOptions {
@@ -68,6 +72,7 @@ impl Default for StorageOptions {
             concurrency: 64,
             byte_range: false,
             cache: CacheOptions::default(),
+            format: FormatOptions::default(),
         }
     }
 }
@@ -113,6 +118,8 @@ setters! {
     byte_range: bool => byte_range;
     /// Sets the shard cache options.
     cache: CacheOptions => cache;
+    /// Sets the format options.
+    format: FormatOptions => format;
 }
 
 /// The shard cache: a memory tier for hot shards and a disk tier under `root`.

@@ -4,16 +4,19 @@
 
 use crate::backend::Backend;
 use crate::download::{download, shard_error};
-use crate::format::compression::{Compression, is_shard_name};
+use crate::format::compression::Compression;
+use crate::format::detect::{Detected, DetectedShard};
 use crate::format::jsonl::LineIndex;
+use crate::format::tokens::{FlatTokens, MegatronIndex};
+use crate::format::{FormatOptions, FormatSpec, ShardIndex, detect, open_index};
 use crate::manifest::{MANIFEST, Manifest, ShardEntry, encode_index, index_path, sha256_hex};
 use crate::metrics::CacheMetrics;
 use futures::TryStreamExt;
 use zephon_core::{Error, Result};
 
-/// Lists the shard files under the dataset root (recursively), sorted by path,
+/// Lists every file under the dataset root (recursively), sorted by path,
 /// with their stored sizes.
-pub async fn list_shards(backend: &Backend, dataset: &str) -> Result<Vec<(String, u64)>> {
+pub async fn list_files(backend: &Backend, dataset: &str) -> Result<Vec<(String, u64)>> {
     let err =
         |e: opendal::Error| shard_error(dataset, &backend.uri, format!("cannot list shards: {e}"));
     let entries: Vec<opendal::Entry> = backend
@@ -28,7 +31,7 @@ pub async fn list_shards(backend: &Backend, dataset: &str) -> Result<Vec<(String
     let mut out = Vec::new();
     for e in entries {
         let path = e.path().trim_start_matches('/').to_owned();
-        if !e.metadata().is_file() || !is_shard_name(&path) {
+        if !e.metadata().is_file() {
             continue;
         }
         let len = match e.metadata().content_length() {
@@ -38,14 +41,79 @@ pub async fn list_shards(backend: &Backend, dataset: &str) -> Result<Vec<(String
         out.push((path, len));
     }
     out.sort();
-    if out.is_empty() {
+    Ok(out)
+}
+
+/// Lists the dataset's files and tells its format from their names (see
+/// [`detect`]); no shards, or several formats, is an error listing what
+/// was found.
+pub async fn detect_remote(
+    backend: &Backend,
+    dataset: &str,
+    opts: &FormatOptions,
+) -> Result<Detected> {
+    let files: Vec<(String, u64)> = list_files(backend, dataset)
+        .await?
+        .into_iter()
+        .filter(|(p, _)| p != MANIFEST)
+        .collect();
+    detect(&files, opts).map_err(|m| shard_error(dataset, &backend.uri, m))
+}
+
+/// Lists the JSONL shard files under the dataset root (recursively), sorted
+/// by path, with their stored sizes.
+pub async fn list_shards(backend: &Backend, dataset: &str) -> Result<Vec<(String, u64)>> {
+    let d = detect_remote(backend, dataset, &FormatOptions::default()).await?;
+    if !d.format.is_jsonl() {
         return Err(shard_error(
             dataset,
             &backend.uri,
-            "no shards (*.jsonl, *.jsonl.zst, *.jsonl.gz) found",
+            format!("the shards are {}, not JSONL", d.format.name()),
         ));
     }
-    Ok(out)
+    Ok(d.shards.into_iter().map(|s| (s.path, s.bytes)).collect())
+}
+
+/// Describes one shard of a non-JSONL format: reads as little as the
+/// format allows (nothing for flat token files, the `.idx` for Megatron,
+/// the whole shard otherwise).
+async fn scan_format_shard(
+    backend: &Backend,
+    dataset: &str,
+    format: &FormatSpec,
+    shard: &DetectedShard,
+    metrics: &CacheMetrics,
+) -> Result<ShardEntry> {
+    let uri = backend.uri_of(&shard.path);
+    let mut entry = ShardEntry::new(&shard.path, 0, shard.bytes);
+    let bad = |m: String| shard_error(dataset, &uri, m);
+    entry.samples = match format {
+        FormatSpec::Tokens { dtype, seq_len } => {
+            FlatTokens::from_size(shard.bytes, *dtype, *seq_len)
+                .map_err(bad)?
+                .len()
+        }
+        FormatSpec::Megatron => {
+            let (idx, _) = shard.sidecar.clone().ok_or_else(|| bad("no .idx".into()))?;
+            let data = backend.op.read(&idx).await.map_err(|e| {
+                shard_error(dataset, &backend.uri_of(&idx), format!("cannot read: {e}"))
+            })?;
+            entry.index = Some(idx);
+            MegatronIndex::open(&data.to_bytes(), shard.bytes)
+                .map_err(bad)?
+                .len()
+        }
+        _ => {
+            let data = download(backend, dataset, &entry, metrics).await?;
+            if Compression::from_path(&shard.path) == Compression::None {
+                entry.sha256 = Some(sha256_hex(&data));
+            } else {
+                entry.uncompressed_bytes = Some(data.len() as u64);
+            }
+            open_index(format, &data, None).map_err(bad)?.len()
+        }
+    };
+    Ok(entry)
 }
 
 /// Downloads one shard and describes it: samples, sizes, checksum, index.
@@ -84,21 +152,45 @@ pub async fn scan_shard(
     Ok((entry, index))
 }
 
-/// Describes every listed shard (downloading each once), in path order.
-pub async fn scan(backend: &Backend, dataset: &str, metrics: &CacheMetrics) -> Result<Manifest> {
+/// Describes every listed shard (downloading what counting needs), in path order.
+pub async fn scan(
+    backend: &Backend,
+    dataset: &str,
+    metrics: &CacheMetrics,
+    opts: &FormatOptions,
+) -> Result<Manifest> {
+    let found = detect_remote(backend, dataset, opts).await?;
     let mut shards = Vec::new();
-    for (path, bytes) in list_shards(backend, dataset).await? {
-        let (mut entry, _) = scan_shard(backend, dataset, &path, bytes, metrics).await?;
-        // No sidecar was written: do not claim one.
-        entry.index = None;
-        shards.push(entry);
+    for s in &found.shards {
+        if found.format.is_jsonl() {
+            let (mut entry, _) = scan_shard(backend, dataset, &s.path, s.bytes, metrics).await?;
+            // No sidecar was written: do not claim one.
+            entry.index = None;
+            shards.push(entry);
+        } else {
+            shards.push(scan_format_shard(backend, dataset, &found.format, s, metrics).await?);
+        }
     }
-    Ok(Manifest::new(shards))
+    let mut m = Manifest::new(shards);
+    m.format = found.format;
+    Ok(m)
 }
 
 /// Writes `index.json` and a line-offset index sidecar per uncompressed
-/// shard at the dataset root, and returns the manifest.
+/// JSONL shard at the dataset root, and returns the manifest. Flat token
+/// files are cut with the default [`FormatOptions`]; see [`build_index_with`].
 pub async fn build_index(backend: &Backend, dataset: &str) -> Result<Manifest> {
+    build_index_with(backend, dataset, &FormatOptions::default()).await
+}
+
+/// Like [`build_index`], with format options (recorded in the manifest).
+/// An MDS dataset already has its index (Streaming's `index.json`) and is
+/// left alone: that is an error, not an overwrite.
+pub async fn build_index_with(
+    backend: &Backend,
+    dataset: &str,
+    opts: &FormatOptions,
+) -> Result<Manifest> {
     if !backend.can_list {
         return Err(shard_error(
             dataset,
@@ -106,16 +198,31 @@ pub async fn build_index(backend: &Backend, dataset: &str) -> Result<Manifest> {
             "this backend cannot list its shards; build the index where the files are (local or S3)",
         ));
     }
-    let metrics = CacheMetrics::default();
-    let mut shards = Vec::new();
-    for (path, bytes) in list_shards(backend, dataset).await? {
-        let (entry, index) = scan_shard(backend, dataset, &path, bytes, &metrics).await?;
-        if let Some(idx) = &entry.index {
-            write(backend, dataset, idx, encode_index(&index)).await?;
-        }
-        shards.push(entry);
+    if let Ok(existing) = backend.op.read(MANIFEST).await
+        && let Ok(Some(_)) = crate::format::mds::manifest_from_index(&existing.to_bytes())
+    {
+        return Err(shard_error(
+            dataset,
+            &backend.uri_of(MANIFEST),
+            "this is a MosaicML Streaming (MDS) index; Zephon reads it as it is",
+        ));
     }
-    let manifest = Manifest::new(shards);
+    let metrics = CacheMetrics::default();
+    let found = detect_remote(backend, dataset, opts).await?;
+    let mut shards = Vec::new();
+    for s in &found.shards {
+        if found.format.is_jsonl() {
+            let (entry, index) = scan_shard(backend, dataset, &s.path, s.bytes, &metrics).await?;
+            if let Some(idx) = &entry.index {
+                write(backend, dataset, idx, encode_index(&index)).await?;
+            }
+            shards.push(entry);
+        } else {
+            shards.push(scan_format_shard(backend, dataset, &found.format, s, &metrics).await?);
+        }
+    }
+    let mut manifest = Manifest::new(shards);
+    manifest.format = found.format;
     write(backend, dataset, MANIFEST, manifest.to_json().into_bytes()).await?;
     Ok(manifest)
 }

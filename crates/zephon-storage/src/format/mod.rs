@@ -1,4 +1,201 @@
 //! Shard formats.
+//!
+//! JSONL has its own line-indexed readers ([`jsonl`]). Every other format
+//! plugs in through one small abstraction: given a shard's bytes (and its
+//! sidecar, for formats that have one), [`open_index`] builds a
+//! [`ShardIndex`]: the sample count and what is needed to decode sample `i`
+//! from the same bytes later. Because a format only ever sees bytes, it works
+//! the same on local files (memory-mapped), through the shard cache and over
+//! every backend.
+//!
+//! | format | files | a sample is |
+//! |---|---|---|
+//! | [`FormatSpec::Jsonl`] | `*.jsonl`, `*.jsonl.zst`, `*.jsonl.gz` | one line |
+//! | [`FormatSpec::Parquet`] | `*.parquet` | one row |
+//! | [`FormatSpec::Megatron`] | `x.bin` + `x.idx` | one sequence (`tokens`) |
+//! | [`FormatSpec::Tokens`] | `*.bin` (no `.idx`) | `seq_len` tokens (`tokens`) |
+//! | [`FormatSpec::Mds`] | `index.json` + `shard.*.mds[.zstd]` | one MDS sample |
+//! | [`FormatSpec::WebDataset`] | `*.tar` | the members sharing a key |
 
 pub mod compression;
+pub mod detect;
 pub mod jsonl;
+pub mod mds;
+#[cfg(feature = "parquet")]
+pub mod parquet;
+pub mod shard;
+pub mod tokens;
+pub mod webdataset;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::sync::Arc;
+use zephon_core::Record;
+
+pub use detect::{Detected, detect};
+pub use shard::FormatShard;
+pub use tokens::TokenDtype;
+
+/// What went wrong inside a shard; the shard reader wraps it in an error
+/// naming the dataset and the shard.
+pub type FormatResult<T> = std::result::Result<T, String>;
+
+/// The format of a dataset's shards, with what reading it needs. Stored in
+/// the manifest (`"format": {"kind": ...}`); a manifest without one is JSONL.
+///
+/// ```
+/// use zephon_storage::format::{FormatSpec, TokenDtype};
+/// let spec = FormatSpec::Tokens { dtype: TokenDtype::U16, seq_len: 1024 };
+/// let json = serde_json::to_string(&spec).unwrap();
+/// assert_eq!(json, r#"{"kind":"tokens","dtype":"u16","seq_len":1024}"#);
+/// assert_eq!(serde_json::from_str::<FormatSpec>(&json).unwrap(), spec);
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum FormatSpec {
+    /// JSON lines.
+    #[default]
+    Jsonl,
+    /// Apache Parquet: rows are samples, columns are fields.
+    Parquet {
+        /// Only these columns are decoded (all when `None`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        columns: Option<Vec<String>>,
+    },
+    /// Megatron-LM's indexed dataset: `.bin` tokens with an `.idx` sidecar
+    /// (the shard entry's `index`).
+    Megatron,
+    /// A flat file of token ids (nanoGPT's `train.bin`), cut into samples of
+    /// `seq_len` tokens; a trailing partial sample is dropped.
+    Tokens {
+        /// Width of one token id.
+        dtype: TokenDtype,
+        /// Tokens per sample.
+        seq_len: u64,
+    },
+    /// MosaicML Streaming's MDS shards.
+    Mds {
+        /// The shards' columns, in the order they are stored.
+        columns: Vec<mds::MdsColumn>,
+    },
+    /// WebDataset tar shards.
+    #[serde(rename = "webdataset")]
+    WebDataset,
+}
+
+impl FormatSpec {
+    /// A short name: `jsonl`, `parquet`, `megatron`, `tokens`, `mds`, `webdataset`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            FormatSpec::Jsonl => "jsonl",
+            FormatSpec::Parquet { .. } => "parquet",
+            FormatSpec::Megatron => "megatron",
+            FormatSpec::Tokens { .. } => "tokens",
+            FormatSpec::Mds { .. } => "mds",
+            FormatSpec::WebDataset => "webdataset",
+        }
+    }
+
+    /// Whether this is JSONL (the format a manifest without `format` has).
+    pub fn is_jsonl(&self) -> bool {
+        matches!(self, FormatSpec::Jsonl)
+    }
+}
+
+/// Format choices that file names cannot tell: how flat token files are cut
+/// and which Parquet columns to read.
+///
+/// ```
+/// use zephon_storage::format::{FormatOptions, TokenDtype};
+/// let o = FormatOptions::default().seq_len(2048).dtype(TokenDtype::U32);
+/// assert_eq!((o.seq_len, o.dtype), (2048, TokenDtype::U32));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FormatOptions {
+    /// Tokens per sample of flat token files (default 1024, nanoGPT's block size).
+    pub seq_len: u64,
+    /// Token width of flat token files (default `u16`, as nanoGPT writes them).
+    pub dtype: TokenDtype,
+    /// Parquet columns to decode (default: all).
+    pub columns: Option<Vec<String>>,
+}
+
+impl Default for FormatOptions {
+    fn default() -> Self {
+        FormatOptions {
+            seq_len: 1024,
+            dtype: TokenDtype::U16,
+            columns: None,
+        }
+    }
+}
+
+impl FormatOptions {
+    /// Sets the tokens per sample of flat token files.
+    pub fn seq_len(mut self, v: u64) -> Self {
+        self.seq_len = v;
+        self
+    }
+
+    /// Sets the token width of flat token files.
+    pub fn dtype(mut self, v: TokenDtype) -> Self {
+        self.dtype = v;
+        self
+    }
+
+    /// Decodes only these Parquet columns.
+    pub fn columns<S: Into<String>>(mut self, v: impl IntoIterator<Item = S>) -> Self {
+        self.columns = Some(v.into_iter().map(Into::into).collect());
+        self
+    }
+}
+
+/// The samples of one shard: how many, and how to decode any of them from the
+/// shard's bytes. Built once per shard by [`open_index`] and kept; the bytes
+/// may come and go (the cache owns them).
+pub trait ShardIndex: Send + Sync + fmt::Debug {
+    /// Number of samples.
+    fn len(&self) -> u64;
+
+    /// Whether the shard has no samples.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Decodes samples `indices` (each `< len()`) from `data`, the bytes this
+    /// index was built from, in request order.
+    fn decode(&self, data: &Bytes, indices: &[u64]) -> FormatResult<Vec<Record>>;
+}
+
+/// Builds the index of a shard of format `spec` from its bytes; `sidecar` is
+/// the Megatron `.idx` file.
+pub fn open_index(
+    spec: &FormatSpec,
+    data: &Bytes,
+    sidecar: Option<&Bytes>,
+) -> FormatResult<Arc<dyn ShardIndex>> {
+    Ok(match spec {
+        FormatSpec::Jsonl => Arc::new(jsonl::JsonlIndex(jsonl::LineIndex::build(data))),
+        FormatSpec::Tokens { dtype, seq_len } => {
+            Arc::new(tokens::FlatTokens::open(data, *dtype, *seq_len)?)
+        }
+        FormatSpec::Megatron => {
+            let idx = sidecar.ok_or("a Megatron shard needs its .idx file")?;
+            Arc::new(tokens::MegatronIndex::open(idx, data.len() as u64)?)
+        }
+        FormatSpec::Mds { columns } => Arc::new(mds::MdsIndex::open(data, columns)?),
+        FormatSpec::WebDataset => Arc::new(webdataset::TarIndex::open(data)?),
+        #[cfg(feature = "parquet")]
+        FormatSpec::Parquet { columns } => {
+            Arc::new(parquet::ParquetIndex::open(data, columns.as_deref())?)
+        }
+        #[cfg(not(feature = "parquet"))]
+        FormatSpec::Parquet { .. } => {
+            return Err(
+                "Parquet support is not compiled in (enable the `parquet` feature of zephon-storage)"
+                    .into(),
+            );
+        }
+    })
+}

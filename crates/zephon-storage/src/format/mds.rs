@@ -1,0 +1,321 @@
+//! MosaicML Streaming's MDS shards, so a dataset written by Streaming's
+//! `MDSWriter` opens as it is.
+//!
+//! A dataset root holds Streaming's `index.json` (version 2: per shard its
+//! file names, byte sizes, sample count, columns, compression) and the shard
+//! files. One shard, all little-endian:
+//!
+//! ```text
+//! samples   u32            N
+//! offsets   (N + 1) x u32  absolute byte offset of each sample, then the end
+//! sample i  sizes of its variable-size columns (u32 each, in column order),
+//!           then every column's bytes in column order
+//! ```
+//!
+//! Compressed shards (`"compression": "zstd"`, file `*.mds.zstd`) are
+//! decompressed like any other compressed shard. Column encodings: `str`,
+//! `bytes`, `int`, `int8`..`int64`, `uint8`..`uint64`, `float16`/`32`/`64`,
+//! `str_int`, `str_float`, `json` decode to typed values; anything else
+//! (`pkl`, `jpeg`, `png`, `pil`, `ndarray...`) stays bytes.
+
+use super::{FormatResult, FormatSpec, ShardIndex};
+use crate::manifest::{Manifest, ShardEntry};
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use zephon_core::{Record, Value};
+
+/// One column of an MDS dataset.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MdsColumn {
+    /// Field name.
+    pub name: String,
+    /// Streaming's encoding name (`str`, `int`, `bytes`, ...).
+    pub encoding: String,
+    /// Fixed size in bytes, or `None` for variable-size columns.
+    pub size: Option<u32>,
+}
+
+#[derive(Deserialize)]
+struct IndexFile {
+    shards: Vec<ShardInfo>,
+}
+
+#[derive(Deserialize)]
+struct ShardInfo {
+    format: String,
+    column_encodings: Vec<String>,
+    column_names: Vec<String>,
+    column_sizes: Vec<Option<u32>>,
+    #[serde(default)]
+    compression: Option<String>,
+    raw_data: FileInfo,
+    #[serde(default)]
+    zip_data: Option<FileInfo>,
+    samples: u64,
+}
+
+#[derive(Deserialize)]
+struct FileInfo {
+    basename: String,
+    bytes: u64,
+}
+
+/// Reads Streaming's `index.json`, as a manifest of [`FormatSpec::Mds`].
+/// Returns `Ok(None)` when `json` is not a Streaming index at all.
+pub fn manifest_from_index(json: &[u8]) -> FormatResult<Option<Manifest>> {
+    let Ok(index) = serde_json::from_slice::<IndexFile>(json) else {
+        return Ok(None);
+    };
+    let mut columns: Option<Vec<MdsColumn>> = None;
+    let mut shards = Vec::new();
+    for s in index.shards {
+        if s.format != "mds" {
+            return Err(format!(
+                "Streaming shard `{}` is in the `{}` format; only `mds` is supported",
+                s.raw_data.basename, s.format
+            ));
+        }
+        if s.column_names.len() != s.column_encodings.len()
+            || s.column_names.len() != s.column_sizes.len()
+        {
+            return Err(format!(
+                "shard `{}`: column names, encodings and sizes differ in number",
+                s.raw_data.basename
+            ));
+        }
+        let cols: Vec<MdsColumn> = s
+            .column_names
+            .iter()
+            .zip(&s.column_encodings)
+            .zip(&s.column_sizes)
+            .map(|((n, e), z)| MdsColumn {
+                name: n.clone(),
+                encoding: e.clone(),
+                size: *z,
+            })
+            .collect();
+        match &columns {
+            Some(c) if *c != cols => {
+                return Err(format!(
+                    "shard `{}` has different columns from the first shard",
+                    s.raw_data.basename
+                ));
+            }
+            Some(_) => {}
+            None => columns = Some(cols),
+        }
+        let entry = match (&s.compression, s.zip_data) {
+            (Some(c), Some(zip)) => {
+                let mut e = ShardEntry::new(zip.basename, s.samples, zip.bytes);
+                e.uncompressed_bytes = Some(s.raw_data.bytes);
+                if !c.starts_with("zstd") && !c.starts_with("gz") {
+                    return Err(format!(
+                        "shard `{}`: compression `{c}` is not supported (zstd and gz are)",
+                        e.path
+                    ));
+                }
+                e
+            }
+            _ => ShardEntry::new(s.raw_data.basename, s.samples, s.raw_data.bytes),
+        };
+        shards.push(entry);
+    }
+    let Some(columns) = columns else {
+        return Err("the Streaming index lists no shards".into());
+    };
+    let mut m = Manifest::new(shards);
+    m.format = FormatSpec::Mds { columns };
+    Ok(Some(m))
+}
+
+/// The samples of one MDS shard: its offset table.
+#[derive(Debug)]
+pub struct MdsIndex {
+    columns: Vec<MdsColumn>,
+    offsets: Vec<u32>,
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+impl MdsIndex {
+    /// Reads the offset table of a shard and checks it covers the shard.
+    pub fn open(data: &[u8], columns: &[MdsColumn]) -> FormatResult<Self> {
+        if data.len() < 8 {
+            return Err(format!(
+                "{} bytes is too short for an MDS shard",
+                data.len()
+            ));
+        }
+        let n = u32_at(data, 0) as usize;
+        let table = 4 + 4 * (n + 1);
+        if table > data.len() {
+            return Err(format!(
+                "claims {n} samples but is only {} bytes",
+                data.len()
+            ));
+        }
+        let offsets: Vec<u32> = (0..=n).map(|i| u32_at(data, 4 + 4 * i)).collect();
+        if offsets[0] as usize != table
+            || offsets.windows(2).any(|w| w[0] > w[1])
+            || offsets[n] as usize != data.len()
+        {
+            return Err(format!(
+                "the offset table does not cover the shard ({} bytes); corrupt or truncated",
+                data.len()
+            ));
+        }
+        Ok(MdsIndex {
+            columns: columns.to_vec(),
+            offsets,
+        })
+    }
+
+    fn sample(&self, data: &Bytes, i: usize) -> FormatResult<Record> {
+        let (from, to) = (self.offsets[i] as usize, self.offsets[i + 1] as usize);
+        let variable = self.columns.iter().filter(|c| c.size.is_none()).count();
+        if to - from < 4 * variable {
+            return Err("sample shorter than its size header".into());
+        }
+        let mut sizes = (0..variable).map(|k| u32_at(data, from + 4 * k) as usize);
+        let mut at = from + 4 * variable;
+        let mut r = Record::new();
+        for c in &self.columns {
+            let size = c
+                .size
+                .map_or_else(|| sizes.next().unwrap_or(0), |s| s as usize);
+            if at + size > to {
+                return Err(format!("column `{}` runs past the sample's end", c.name));
+            }
+            let v = decode_value(&c.encoding, data.slice(at..at + size))
+                .map_err(|e| format!("column `{}`: {e}", c.name))?;
+            r.set(c.name.clone(), v);
+            at += size;
+        }
+        Ok(r)
+    }
+}
+
+fn f16_to_f64(bits: u16) -> f64 {
+    let sign = if bits >> 15 == 1 { -1.0 } else { 1.0 };
+    let exp = ((bits >> 10) & 0x1f) as i32;
+    let frac = (bits & 0x3ff) as f64;
+    sign * match exp {
+        0 => frac * 2f64.powi(-24),
+        31 if frac == 0.0 => f64::INFINITY,
+        31 => f64::NAN,
+        e => (1.0 + frac / 1024.0) * 2f64.powi(e - 15),
+    }
+}
+
+fn decode_value(encoding: &str, b: Bytes) -> FormatResult<Value> {
+    let text = || {
+        std::str::from_utf8(&b)
+            .map(str::to_owned)
+            .map_err(|e| format!("not UTF-8: {e}"))
+    };
+    let fixed = |n: usize| -> FormatResult<&[u8]> {
+        (b.len() == n)
+            .then_some(&b[..])
+            .ok_or_else(|| format!("{encoding} needs {n} bytes, found {}", b.len()))
+    };
+    Ok(match encoding {
+        "str" => Value::Text(text()?),
+        "bytes" => Value::Bytes(b.clone()),
+        "int" | "int64" => Value::Int(i64::from_le_bytes(fixed(8)?.try_into().expect("8"))),
+        "int32" => Value::Int(i32::from_le_bytes(fixed(4)?.try_into().expect("4")) as i64),
+        "int16" => Value::Int(i16::from_le_bytes(fixed(2)?.try_into().expect("2")) as i64),
+        "int8" => Value::Int(fixed(1)?[0] as i8 as i64),
+        "uint64" => {
+            let v = u64::from_le_bytes(fixed(8)?.try_into().expect("8"));
+            Value::Int(i64::try_from(v).map_err(|_| format!("uint64 {v} exceeds i64"))?)
+        }
+        "uint32" => Value::Int(u32::from_le_bytes(fixed(4)?.try_into().expect("4")) as i64),
+        "uint16" => Value::Int(u16::from_le_bytes(fixed(2)?.try_into().expect("2")) as i64),
+        "uint8" => Value::Int(fixed(1)?[0] as i64),
+        "float64" => Value::Float(f64::from_le_bytes(fixed(8)?.try_into().expect("8"))),
+        "float32" => Value::Float(f32::from_le_bytes(fixed(4)?.try_into().expect("4")) as f64),
+        "float16" => Value::Float(f16_to_f64(u16::from_le_bytes(
+            fixed(2)?.try_into().expect("2"),
+        ))),
+        "str_int" => Value::Int(text()?.trim().parse().map_err(|e| format!("{e}"))?),
+        "str_float" => Value::Float(text()?.trim().parse().map_err(|e| format!("{e}"))?),
+        "str_decimal" => Value::Text(text()?),
+        "json" => Value::from_json(serde_json::from_slice(&b).map_err(|e| format!("{e}"))?),
+        _ => Value::Bytes(b.clone()),
+    })
+}
+
+impl ShardIndex for MdsIndex {
+    fn len(&self) -> u64 {
+        self.offsets.len() as u64 - 1
+    }
+
+    fn decode(&self, data: &Bytes, indices: &[u64]) -> FormatResult<Vec<Record>> {
+        indices
+            .iter()
+            .map(|&i| {
+                self.sample(data, i as usize)
+                    .map_err(|e| format!("sample {i}: {e}"))
+            })
+            .collect()
+    }
+}
+
+/// Writes one MDS shard the way Streaming's `MDSWriter` does; each sample
+/// is its columns' encoded bytes, in column order (see the module docs).
+///
+/// ```
+/// use bytes::Bytes;
+/// use zephon_storage::format::ShardIndex;
+/// use zephon_storage::format::mds::{MdsColumn, MdsIndex, encode_shard};
+/// let cols = vec![
+///     MdsColumn { name: "id".into(), encoding: "int".into(), size: Some(8) },
+///     MdsColumn { name: "text".into(), encoding: "str".into(), size: None },
+/// ];
+/// let shard = encode_shard(&cols, &[vec![7i64.to_le_bytes().to_vec(), b"hi".to_vec()]]);
+/// let index = MdsIndex::open(&shard, &cols).unwrap();
+/// let r = &index.decode(&Bytes::from(shard), &[0]).unwrap()[0];
+/// assert_eq!((r.get("id").and_then(|v| v.as_int()), r.text("text")), (Some(7), Some("hi")));
+/// ```
+pub fn encode_shard(columns: &[MdsColumn], samples: &[Vec<Vec<u8>>]) -> Vec<u8> {
+    let encoded: Vec<Vec<u8>> = samples
+        .iter()
+        .map(|cols| {
+            let mut head = Vec::new();
+            let mut body = Vec::new();
+            for (c, v) in columns.iter().zip(cols) {
+                if c.size.is_none() {
+                    head.extend((v.len() as u32).to_le_bytes());
+                }
+                body.extend_from_slice(v);
+            }
+            head.extend(body);
+            head
+        })
+        .collect();
+    let n = encoded.len();
+    let mut out = Vec::new();
+    out.extend((n as u32).to_le_bytes());
+    let mut at = 4 + 4 * (n as u32 + 1);
+    out.extend(at.to_le_bytes());
+    for s in &encoded {
+        at += s.len() as u32;
+        out.extend(at.to_le_bytes());
+    }
+    encoded.iter().for_each(|s| out.extend_from_slice(s));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn half_floats() {
+        assert_eq!(f16_to_f64(0x3c00), 1.0);
+        assert_eq!(f16_to_f64(0xc000), -2.0);
+        assert_eq!(f16_to_f64(0x3800), 0.5);
+    }
+}

@@ -1,0 +1,250 @@
+//! [`FormatShard`]: a shard of any non-JSONL format, local or remote.
+
+use super::{FormatSpec, ShardIndex, open_index};
+use crate::backend::{Backend, runtime};
+use crate::cache::ShardCache;
+use crate::download::shard_error;
+use crate::manifest::ShardEntry;
+use crate::metrics::CacheMetrics;
+use crate::remote::CachedShard;
+use bytes::Bytes;
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use std::path::Path;
+use std::sync::Arc;
+use zephon_core::runner::offload;
+use zephon_core::{Error, Record, Result, Shard};
+
+#[derive(Debug)]
+enum Source {
+    /// The file, memory-mapped: pages are read when a sample touches them.
+    Local(Bytes),
+    /// Whole-shard bytes through the shard cache; the sidecar (small) is read
+    /// directly when the index is built.
+    Remote {
+        shard: Box<CachedShard>,
+        backend: Backend,
+        sidecar: Option<String>,
+    },
+}
+
+/// A shard of a [`FormatSpec`] other than JSONL: its bytes come from a
+/// memory-mapped local file or from the shard cache; the format's
+/// [`ShardIndex`] is built once and decodes samples from them.
+#[derive(Debug)]
+pub struct FormatShard {
+    dataset: Arc<str>,
+    name: String,
+    spec: FormatSpec,
+    len: u64,
+    source: Source,
+    index: tokio::sync::OnceCell<Arc<dyn ShardIndex>>,
+}
+
+fn map_file(path: &Path) -> std::io::Result<Bytes> {
+    let file = std::fs::File::open(path)?;
+    if file.metadata()?.len() == 0 {
+        return Ok(Bytes::new());
+    }
+    // SAFETY: shards are read-only inputs; a file truncated underneath a
+    // running job is outside what any reader can defend against.
+    let map = unsafe { memmap2::Mmap::map(&file)? };
+    Ok(Bytes::from_owner(map))
+}
+
+impl FormatShard {
+    /// Opens a local shard (and its sidecar) and indexes it.
+    pub fn open_local(
+        dataset: &str,
+        spec: FormatSpec,
+        path: &Path,
+        sidecar: Option<&Path>,
+    ) -> Result<Self> {
+        let name = path.display().to_string();
+        let io = |p: &Path| {
+            let p = p.display().to_string();
+            move |source| Error::Io { path: p, source }
+        };
+        let data = map_file(path).map_err(io(path))?;
+        let side = match sidecar {
+            Some(s) => Some(map_file(s).map_err(io(s))?),
+            None => None,
+        };
+        let index =
+            open_index(&spec, &data, side.as_ref()).map_err(|m| shard_error(dataset, &name, m))?;
+        Ok(FormatShard {
+            dataset: dataset.into(),
+            name,
+            spec,
+            len: index.len(),
+            source: Source::Local(data),
+            index: tokio::sync::OnceCell::new_with(Some(index)),
+        })
+    }
+
+    /// A shard whose bytes are already in memory (a decompressed local file).
+    pub fn from_bytes(
+        dataset: &str,
+        spec: FormatSpec,
+        name: &str,
+        data: Bytes,
+        sidecar: Option<Bytes>,
+    ) -> Result<Self> {
+        let index = open_index(&spec, &data, sidecar.as_ref())
+            .map_err(|m| shard_error(dataset, name, m))?;
+        Ok(FormatShard {
+            dataset: dataset.into(),
+            name: name.to_owned(),
+            spec,
+            len: index.len(),
+            source: Source::Local(data),
+            index: tokio::sync::OnceCell::new_with(Some(index)),
+        })
+    }
+
+    /// A remote shard described by `entry` (its sample count is trusted
+    /// until the first read, which checks it).
+    pub fn remote(
+        dataset: &str,
+        spec: FormatSpec,
+        backend: Backend,
+        entry: ShardEntry,
+        cache: Option<Arc<ShardCache>>,
+        metrics: Arc<CacheMetrics>,
+    ) -> Self {
+        let sidecar = entry.index.clone();
+        let len = entry.samples;
+        let shard = Box::new(CachedShard::new(
+            dataset,
+            backend.clone(),
+            entry,
+            cache,
+            metrics,
+        ));
+        FormatShard {
+            dataset: dataset.into(),
+            name: shard.name().to_owned(),
+            spec,
+            len,
+            source: Source::Remote {
+                shard,
+                backend,
+                sidecar,
+            },
+            index: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    /// The format.
+    pub fn spec(&self) -> &FormatSpec {
+        &self.spec
+    }
+
+    async fn data(&self) -> Result<Bytes> {
+        match &self.source {
+            Source::Local(b) => Ok(b.clone()),
+            Source::Remote { shard, .. } => shard.load().await,
+        }
+    }
+
+    async fn index(&self, data: &Bytes) -> Result<Arc<dyn ShardIndex>> {
+        self.index
+            .get_or_try_init(|| async {
+                let Source::Remote {
+                    backend, sidecar, ..
+                } = &self.source
+                else {
+                    unreachable!("local shards are indexed when opened")
+                };
+                let side = match sidecar {
+                    Some(p) => {
+                        let (op, p, dataset, uri) = (
+                            backend.op.clone(),
+                            p.clone(),
+                            self.dataset.clone(),
+                            backend.uri_of(p),
+                        );
+                        Some(
+                            runtime::spawn(uri.clone(), async move {
+                                op.read(&p).await.map(|b| b.to_bytes()).map_err(|e| {
+                                    shard_error(&dataset, &uri, format!("cannot read: {e}"))
+                                })
+                            })
+                            .await?,
+                        )
+                    }
+                    None => None,
+                };
+                let (spec, data) = (self.spec.clone(), data.clone());
+                let (dataset, name, len) = (self.dataset.clone(), self.name.clone(), self.len);
+                offload("fetch", move || {
+                    let index = open_index(&spec, &data, side.as_ref())
+                        .map_err(|m| shard_error(&dataset, &name, m))?;
+                    if index.len() != len {
+                        return Err(shard_error(
+                            &dataset,
+                            &name,
+                            format!("has {} samples but the manifest says {len}", index.len()),
+                        ));
+                    }
+                    Ok(index)
+                })
+                .await?
+            })
+            .await
+            .cloned()
+    }
+}
+
+impl Shard for FormatShard {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn read_run(&self, start: u64, count: u64) -> BoxFuture<'_, Result<Vec<Record>>> {
+        let indices: Vec<u64> = (start..start.saturating_add(count)).collect();
+        async move { self.read_indices(&indices).await }.boxed()
+    }
+
+    fn read_indices<'a>(&'a self, indices: &'a [u64]) -> BoxFuture<'a, Result<Vec<Record>>> {
+        async move {
+            if let Some(&bad) = indices.iter().find(|&&i| i >= self.len) {
+                return Err(Error::SampleOutOfRange {
+                    dataset: self.dataset.to_string(),
+                    shard: self.name.clone(),
+                    sample: bad,
+                    len: self.len,
+                });
+            }
+            let data = self.data().await?;
+            let index = self.index(&data).await?;
+            let (dataset, name, indices) =
+                (self.dataset.clone(), self.name.clone(), indices.to_vec());
+            offload("fetch", move || {
+                index
+                    .decode(&data, &indices)
+                    .map_err(|m| shard_error(&dataset, &name, m))
+            })
+            .await?
+        }
+        .boxed()
+    }
+
+    fn warm(&self) -> BoxFuture<'_, Result<()>> {
+        match &self.source {
+            Source::Local(_) => futures::future::ready(Ok(())).boxed(),
+            Source::Remote { shard, .. } => shard.warm(),
+        }
+    }
+
+    fn is_warm(&self) -> bool {
+        match &self.source {
+            Source::Local(_) => true,
+            Source::Remote { shard, .. } => shard.is_cached(),
+        }
+    }
+}

@@ -1,0 +1,377 @@
+//! Pre-tokenized token files.
+//!
+//! - **Flat** (nanoGPT's `train.bin`): token ids back to back, no header,
+//!   cut into samples of `seq_len` tokens ([`FlatTokens`]).
+//! - **Megatron** indexed datasets: a `.bin` of token ids and an `.idx` that
+//!   says where each sequence starts and how long it is ([`MegatronIndex`]).
+//!   The `.idx` layout (Megatron-LM `MMapIndexedDataset`, version 1), all
+//!   little-endian:
+//!
+//!   ```text
+//!   magic        9 bytes  "MMIDIDX\0\0"
+//!   version      u64      1
+//!   dtype        u8       1 u8, 2 i8, 3 i16, 4 i32, 5 i64, 6 f64, 7 f32, 8 u16
+//!   sequences    u64      S
+//!   documents    u64      D
+//!   lengths      S x i32  tokens of each sequence
+//!   pointers     S x i64  byte offset of each sequence in the .bin
+//!   doc_idx      D x i64  first sequence of each document (then S)
+//!   ```
+//!
+//! Samples come out as a `tokens` field ([`Value::Tokens`]), decoded
+//! straight from the shard's bytes into the sample's `Vec<u32>` (one copy,
+//! no intermediate buffer).
+
+use super::{FormatResult, ShardIndex};
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use zephon_core::{Record, Value};
+
+/// The field token samples are stored under.
+pub const TOKENS_FIELD: &str = "tokens";
+
+/// Width and signedness of stored token ids.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TokenDtype {
+    /// `u8`.
+    U8,
+    /// `u16` (nanoGPT, Megatron for vocabularies under 65,500).
+    U16,
+    /// `u32`.
+    U32,
+    /// `i32` (Megatron for large vocabularies).
+    I32,
+    /// `i64`.
+    I64,
+}
+
+impl TokenDtype {
+    /// Bytes per token.
+    pub fn size(self) -> usize {
+        match self {
+            TokenDtype::U8 => 1,
+            TokenDtype::U16 => 2,
+            TokenDtype::U32 | TokenDtype::I32 => 4,
+            TokenDtype::I64 => 8,
+        }
+    }
+
+    /// Megatron's dtype code.
+    pub fn megatron_code(self) -> u8 {
+        match self {
+            TokenDtype::U8 => 1,
+            TokenDtype::I32 => 4,
+            TokenDtype::I64 => 5,
+            TokenDtype::U16 => 8,
+            // Megatron has no u32; i32 holds every vocabulary it supports.
+            TokenDtype::U32 => 4,
+        }
+    }
+
+    /// The dtype of Megatron's code `c`, if it is an integer type.
+    pub fn from_megatron_code(c: u8) -> Option<Self> {
+        match c {
+            1 => Some(TokenDtype::U8),
+            4 => Some(TokenDtype::I32),
+            5 => Some(TokenDtype::I64),
+            8 => Some(TokenDtype::U16),
+            _ => None,
+        }
+    }
+
+    /// Parses a name as written in options and manifests (`u16`, `uint16`, ...).
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "u8" | "uint8" => Some(TokenDtype::U8),
+            "u16" | "uint16" => Some(TokenDtype::U16),
+            "u32" | "uint32" => Some(TokenDtype::U32),
+            "i32" | "int32" => Some(TokenDtype::I32),
+            "i64" | "int64" => Some(TokenDtype::I64),
+            _ => None,
+        }
+    }
+
+    /// Decodes little-endian token ids. Negative or oversized ids (possible
+    /// only for the signed types) are an error, not a wrapped id.
+    pub fn decode(self, bytes: &[u8]) -> FormatResult<Vec<u32>> {
+        let n = bytes.len() / self.size();
+        let mut out = Vec::with_capacity(n);
+        match self {
+            TokenDtype::U8 => out.extend(bytes.iter().map(|&b| b as u32)),
+            TokenDtype::U16 => out.extend(
+                bytes
+                    .chunks_exact(2)
+                    .map(|c| u16::from_le_bytes([c[0], c[1]]) as u32),
+            ),
+            TokenDtype::U32 => out.extend(
+                bytes
+                    .chunks_exact(4)
+                    .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+            ),
+            TokenDtype::I32 => {
+                for c in bytes.chunks_exact(4) {
+                    let v = i32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                    out.push(u32::try_from(v).map_err(|_| format!("negative token id {v}"))?);
+                }
+            }
+            TokenDtype::I64 => {
+                for c in bytes.chunks_exact(8) {
+                    let v = i64::from_le_bytes(c.try_into().expect("8 bytes"));
+                    out.push(u32::try_from(v).map_err(|_| format!("token id {v} out of range"))?);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Encodes token ids little-endian (ids too wide for the type are an error).
+    pub fn encode(self, tokens: &[u32], out: &mut Vec<u8>) -> FormatResult<()> {
+        for &t in tokens {
+            let too_wide = || format!("token id {t} does not fit {self:?}");
+            match self {
+                TokenDtype::U8 => out.push(u8::try_from(t).map_err(|_| too_wide())?),
+                TokenDtype::U16 => {
+                    out.extend(u16::try_from(t).map_err(|_| too_wide())?.to_le_bytes())
+                }
+                TokenDtype::U32 => out.extend(t.to_le_bytes()),
+                TokenDtype::I32 => {
+                    out.extend(i32::try_from(t).map_err(|_| too_wide())?.to_le_bytes())
+                }
+                TokenDtype::I64 => out.extend((t as i64).to_le_bytes()),
+            }
+        }
+        Ok(())
+    }
+}
+
+fn tokens_record(tokens: Vec<u32>) -> Record {
+    Record::from_fields([(TOKENS_FIELD, Value::Tokens(tokens))])
+}
+
+/// A flat token file cut into samples of `seq_len` tokens.
+#[derive(Debug)]
+pub struct FlatTokens {
+    dtype: TokenDtype,
+    seq_len: u64,
+    samples: u64,
+}
+
+impl FlatTokens {
+    /// The samples of a flat file of `data.len()` bytes.
+    pub fn open(data: &[u8], dtype: TokenDtype, seq_len: u64) -> FormatResult<Self> {
+        Self::from_size(data.len() as u64, dtype, seq_len)
+    }
+
+    /// The samples of a flat file of `bytes` bytes (no need to read it).
+    pub fn from_size(bytes: u64, dtype: TokenDtype, seq_len: u64) -> FormatResult<Self> {
+        if seq_len == 0 {
+            return Err("seq_len must be at least 1".into());
+        }
+        let size = dtype.size() as u64;
+        if !bytes.is_multiple_of(size) {
+            return Err(format!(
+                "{bytes} bytes is not a whole number of {dtype:?} tokens; wrong dtype?"
+            ));
+        }
+        Ok(FlatTokens {
+            dtype,
+            seq_len,
+            samples: bytes / size / seq_len,
+        })
+    }
+}
+
+impl ShardIndex for FlatTokens {
+    fn len(&self) -> u64 {
+        self.samples
+    }
+
+    fn decode(&self, data: &Bytes, indices: &[u64]) -> FormatResult<Vec<Record>> {
+        let width = self.seq_len as usize * self.dtype.size();
+        indices
+            .iter()
+            .map(|&i| {
+                let from = i as usize * width;
+                let bytes = data
+                    .get(from..from + width)
+                    .ok_or_else(|| format!("sample {i} lies past the end of the file"))?;
+                Ok(tokens_record(
+                    self.dtype
+                        .decode(bytes)
+                        .map_err(|e| format!("sample {i}: {e}"))?,
+                ))
+            })
+            .collect()
+    }
+}
+
+const MAGIC: &[u8; 9] = b"MMIDIDX\x00\x00";
+const HEADER: usize = 9 + 8 + 1 + 8 + 8;
+
+/// A parsed Megatron `.idx`: where each sequence of the `.bin` is.
+#[derive(Debug)]
+pub struct MegatronIndex {
+    dtype: TokenDtype,
+    lengths: Vec<u32>,
+    pointers: Vec<u64>,
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+impl MegatronIndex {
+    /// Parses `idx` and checks it against a `.bin` of `bin_bytes` bytes:
+    /// every sequence must lie inside it and they must cover it exactly.
+    pub fn open(idx: &[u8], bin_bytes: u64) -> FormatResult<Self> {
+        if idx.len() < HEADER || &idx[..9] != MAGIC {
+            return Err("the .idx is not a Megatron index (bad magic or too short)".into());
+        }
+        let version = u64_at(idx, 9);
+        if version != 1 {
+            return Err(format!("unsupported .idx version {version}"));
+        }
+        let dtype = TokenDtype::from_megatron_code(idx[17])
+            .ok_or_else(|| format!("unsupported .idx dtype code {}", idx[17]))?;
+        let (seqs, docs) = (u64_at(idx, 18), u64_at(idx, 26));
+        let want = (HEADER as u64)
+            .checked_add(seqs.checked_mul(12).ok_or("sequence count overflows")?)
+            .and_then(|n| n.checked_add(docs.checked_mul(8)?))
+            .ok_or("document count overflows")?;
+        if want != idx.len() as u64 {
+            return Err(format!(
+                "the .idx claims {seqs} sequences and {docs} documents ({want} bytes) but has {} bytes",
+                idx.len()
+            ));
+        }
+        let seqs = seqs as usize;
+        let lens_at = HEADER;
+        let ptrs_at = lens_at + 4 * seqs;
+        let size = dtype.size() as u64;
+        let mut lengths = Vec::with_capacity(seqs);
+        let mut pointers = Vec::with_capacity(seqs);
+        let mut end = 0u64;
+        for s in 0..seqs {
+            let l = i32::from_le_bytes(idx[lens_at + 4 * s..][..4].try_into().expect("4"));
+            let p = i64::from_le_bytes(idx[ptrs_at + 8 * s..][..8].try_into().expect("8"));
+            let (Ok(l), Ok(p)) = (u32::try_from(l), u64::try_from(p)) else {
+                return Err(format!("sequence {s} has a negative length or offset"));
+            };
+            let stop = p + l as u64 * size;
+            if stop > bin_bytes {
+                return Err(format!(
+                    "the .idx places sequence {s} at bytes {p}..{stop} but the .bin has {bin_bytes} bytes"
+                ));
+            }
+            end = end.max(stop);
+            lengths.push(l);
+            pointers.push(p);
+        }
+        if end != bin_bytes {
+            return Err(format!(
+                "the .idx covers {end} bytes of the .bin but it has {bin_bytes}; the two files do not belong together"
+            ));
+        }
+        Ok(MegatronIndex {
+            dtype,
+            lengths,
+            pointers,
+        })
+    }
+
+    /// The stored token type.
+    pub fn dtype(&self) -> TokenDtype {
+        self.dtype
+    }
+}
+
+impl ShardIndex for MegatronIndex {
+    fn len(&self) -> u64 {
+        self.lengths.len() as u64
+    }
+
+    fn decode(&self, data: &Bytes, indices: &[u64]) -> FormatResult<Vec<Record>> {
+        let size = self.dtype.size();
+        indices
+            .iter()
+            .map(|&i| {
+                let (p, l) = (
+                    self.pointers[i as usize] as usize,
+                    self.lengths[i as usize] as usize,
+                );
+                let bytes = data
+                    .get(p..p + l * size)
+                    .ok_or_else(|| format!("sequence {i} lies past the end of the .bin"))?;
+                Ok(tokens_record(
+                    self.dtype
+                        .decode(bytes)
+                        .map_err(|e| format!("sequence {i}: {e}"))?,
+                ))
+            })
+            .collect()
+    }
+}
+
+/// Writes a Megatron indexed dataset (one document per sequence), returning
+/// the `.bin` and `.idx` bytes; the layout is the one in the module docs.
+///
+/// ```
+/// use bytes::Bytes;
+/// use zephon_storage::format::ShardIndex;
+/// use zephon_storage::format::tokens::{MegatronIndex, TokenDtype, encode_megatron};
+/// let (bin, idx) = encode_megatron(&[vec![1, 2, 3], vec![4]], TokenDtype::U16).unwrap();
+/// let index = MegatronIndex::open(&idx, bin.len() as u64).unwrap();
+/// let recs = index.decode(&Bytes::from(bin), &[1, 0]).unwrap();
+/// assert_eq!(recs[0].tokens("tokens"), Some(&[4][..]));
+/// assert_eq!(recs[1].tokens("tokens"), Some(&[1, 2, 3][..]));
+/// ```
+pub fn encode_megatron(docs: &[Vec<u32>], dtype: TokenDtype) -> FormatResult<(Vec<u8>, Vec<u8>)> {
+    let mut bin = Vec::new();
+    let mut lengths = Vec::new();
+    let mut pointers = Vec::new();
+    for d in docs {
+        pointers.push(bin.len() as i64);
+        lengths.push(i32::try_from(d.len()).map_err(|_| "document too long")?);
+        dtype.encode(d, &mut bin)?;
+    }
+    let mut idx = Vec::new();
+    idx.extend_from_slice(MAGIC);
+    idx.extend(1u64.to_le_bytes());
+    idx.push(dtype.megatron_code());
+    idx.extend((docs.len() as u64).to_le_bytes());
+    idx.extend((docs.len() as u64 + 1).to_le_bytes());
+    lengths.iter().for_each(|l| idx.extend(l.to_le_bytes()));
+    pointers.iter().for_each(|p| idx.extend(p.to_le_bytes()));
+    (0..=docs.len() as i64).for_each(|d| idx.extend(d.to_le_bytes()));
+    Ok((bin, idx))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flat_tokens_drop_the_partial_tail() {
+        let mut data = Vec::new();
+        TokenDtype::U16
+            .encode(&(0..10).collect::<Vec<_>>(), &mut data)
+            .unwrap();
+        let f = FlatTokens::open(&data, TokenDtype::U16, 4).unwrap();
+        assert_eq!(f.len(), 2);
+        let r = f.decode(&Bytes::from(data), &[1]).unwrap();
+        assert_eq!(r[0].tokens("tokens"), Some(&[4, 5, 6, 7][..]));
+        assert!(FlatTokens::open(&[0u8; 3], TokenDtype::U16, 1).is_err());
+    }
+
+    #[test]
+    fn megatron_idx_must_match_the_bin() {
+        let (bin, idx) = encode_megatron(&[vec![1, 2], vec![3]], TokenDtype::I32).unwrap();
+        assert!(MegatronIndex::open(&idx, bin.len() as u64).is_ok());
+        let err = MegatronIndex::open(&idx, bin.len() as u64 - 4).unwrap_err();
+        assert!(err.contains("sequence 1"), "{err}");
+        let err = MegatronIndex::open(&idx, bin.len() as u64 + 4).unwrap_err();
+        assert!(err.contains("do not belong together"), "{err}");
+        assert!(MegatronIndex::open(&idx[..idx.len() - 1], bin.len() as u64).is_err());
+    }
+}

@@ -1,0 +1,156 @@
+//! WebDataset `.tar` shards.
+//!
+//! Consecutive members that share a key make one sample; the key is the
+//! member path up to the first `.` of its file name, the rest is the field
+//! name (`images/0001.jpg`, `images/0001.json` -> key `images/0001`, fields
+//! `jpg` and `json`), as WebDataset groups them. The tar is indexed once
+//! (member offsets and sizes); reading a sample slices the shard's bytes.
+//!
+//! Field values by extension: `txt`/`text` -> text, `json` -> JSON,
+//! `cls`/`cls2`/`index`/`id` -> integer when they parse as one, anything else
+//! (images, audio, `.npy`, ...) -> bytes, shared with the shard (no copy).
+//! Every sample also gets `__key__`.
+
+use super::{FormatResult, ShardIndex};
+use bytes::Bytes;
+use std::io::Cursor;
+use zephon_core::{Record, Value};
+
+/// The field holding a sample's key.
+pub const KEY_FIELD: &str = "__key__";
+
+#[derive(Debug)]
+struct Member {
+    field: String,
+    offset: usize,
+    size: usize,
+}
+
+#[derive(Debug)]
+struct Sample {
+    key: String,
+    members: Vec<Member>,
+}
+
+/// The samples of a tar shard.
+#[derive(Debug)]
+pub struct TarIndex {
+    samples: Vec<Sample>,
+}
+
+fn split_key(path: &str) -> (&str, &str) {
+    let name_at = path.rfind('/').map_or(0, |i| i + 1);
+    match path[name_at..].find('.') {
+        Some(dot) => (&path[..name_at + dot], &path[name_at + dot + 1..]),
+        None => (path, ""),
+    }
+}
+
+impl TarIndex {
+    /// Indexes a tar held in memory. A member whose data runs past the end of
+    /// the bytes (a truncated tar) is an error naming it.
+    pub fn open(data: &[u8]) -> FormatResult<Self> {
+        let mut archive = tar::Archive::new(Cursor::new(data));
+        let entries = archive
+            .entries()
+            .map_err(|e| format!("not a tar archive: {e}"))?;
+        let mut samples: Vec<Sample> = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| format!("corrupt or truncated tar: {e}"))?;
+            let path = entry
+                .path()
+                .map_err(|e| format!("bad member name: {e}"))?
+                .to_string_lossy()
+                .into_owned();
+            let (offset, size) = (entry.raw_file_position(), entry.size());
+            if offset.saturating_add(size) > data.len() as u64 {
+                return Err(format!(
+                    "member `{path}` needs bytes {offset}..{} but the tar ends at {}; truncated?",
+                    offset + size,
+                    data.len()
+                ));
+            }
+            if !entry.header().entry_type().is_file() {
+                continue;
+            }
+            let (key, field) = split_key(&path);
+            // WebDataset skips members with no extension or hidden names.
+            if field.is_empty() || key.rsplit('/').next().is_some_and(|n| n.starts_with('.')) {
+                continue;
+            }
+            let member = Member {
+                field: field.to_ascii_lowercase(),
+                offset: offset as usize,
+                size: size as usize,
+            };
+            match samples.last_mut() {
+                Some(s) if s.key == key => s.members.push(member),
+                _ => samples.push(Sample {
+                    key: key.to_owned(),
+                    members: vec![member],
+                }),
+            }
+        }
+        Ok(TarIndex { samples })
+    }
+}
+
+fn value_of(field: &str, bytes: Bytes) -> FormatResult<Value> {
+    let text = |b: &Bytes| {
+        std::str::from_utf8(b)
+            .map(str::to_owned)
+            .map_err(|e| format!("field `{field}` is not UTF-8: {e}"))
+    };
+    Ok(match field {
+        "txt" | "text" => Value::Text(text(&bytes)?),
+        "json" => Value::from_json(
+            serde_json::from_slice(&bytes)
+                .map_err(|e| format!("field `{field}` is not valid JSON: {e}"))?,
+        ),
+        "cls" | "cls2" | "index" | "id" => {
+            let t = text(&bytes)?;
+            match t.trim().parse::<i64>() {
+                Ok(i) => Value::Int(i),
+                Err(_) => Value::Text(t),
+            }
+        }
+        _ => Value::Bytes(bytes),
+    })
+}
+
+impl ShardIndex for TarIndex {
+    fn len(&self) -> u64 {
+        self.samples.len() as u64
+    }
+
+    fn decode(&self, data: &Bytes, indices: &[u64]) -> FormatResult<Vec<Record>> {
+        indices
+            .iter()
+            .map(|&i| {
+                let s = &self.samples[i as usize];
+                let mut r = Record::from_fields([(KEY_FIELD, Value::Text(s.key.clone()))]);
+                for m in &s.members {
+                    if m.offset + m.size > data.len() {
+                        return Err(format!("member `{}.{}` is truncated", s.key, m.field));
+                    }
+                    let v = value_of(&m.field, data.slice(m.offset..m.offset + m.size))
+                        .map_err(|e| format!("sample `{}`: {e}", s.key))?;
+                    r.set(m.field.clone(), v);
+                }
+                Ok(r)
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_split_at_the_first_dot_of_the_file_name() {
+        assert_eq!(split_key("a/b.c/0001.seg.txt"), ("a/b.c/0001", "seg.txt"));
+        assert_eq!(split_key("x.jpg"), ("x", "jpg"));
+        assert_eq!(split_key("noext"), ("noext", ""));
+    }
+}
