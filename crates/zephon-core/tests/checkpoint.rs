@@ -434,3 +434,34 @@ fn files_round_trip_and_corrupt_files_name_themselves() {
     assert!(e.contains("garbage.ckpt"), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn observability_shows_the_replay() {
+    let shape = epochs_shape();
+    let (_, ckpt) = run_ranks(&shape, Exec::single(4), 2, None, 3);
+    let ws = shape.work(0, 1, Ownership::Contiguous);
+    let progress = shape.recipe(&ws).resume(&ws, &ckpt).unwrap();
+    let mut it = ws
+        .stream()
+        .fetch(2)
+        .shuffle(shape.buffer, shape.mode, shape.seed)
+        .batch(4)
+        .resume_from(&progress)
+        .lane_mux_from(&progress)
+        .into_blocking_iter(Runner::Inline)
+        .unwrap();
+    let obs = it.enable_observability(zephon_core::Tracking::Operator);
+    let delivered = it.by_ref().map(Result::unwrap).count() as u64;
+    let m = obs.metrics_snapshot();
+    let replay = m
+        .operators
+        .iter()
+        .find(|o| o.name == "resume_from")
+        .expect("resume_from is observed");
+    assert_eq!(replay.elements_out, delivered);
+    assert_eq!(
+        replay.elements_in,
+        delivered + 3 * 8,
+        "3 steps of 8 lanes replayed"
+    );
+}

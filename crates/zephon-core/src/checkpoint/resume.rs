@@ -3,7 +3,7 @@
 
 use super::progress::{Delivered, Progress};
 use crate::error::{Error, Result};
-use crate::obs::{Explain, StageDescription};
+use crate::obs::{Explain, Probe, StageDescription};
 use crate::ops::lane_mux::LaneMux;
 use crate::pointer::{LaneId, Laned};
 use futures::Stream;
@@ -62,6 +62,9 @@ pub struct ResumeFrom<S> {
     skip: BTreeMap<LaneId, u64>,
     /// Per lane: elements seen so far, for the error message.
     seen: BTreeMap<LaneId, u64>,
+    /// Replayed batches count as input without output, so observability
+    /// shows how long a restore spends replaying.
+    probe: Probe,
 }
 
 impl<S> ResumeFrom<S> {
@@ -75,6 +78,7 @@ impl<S> ResumeFrom<S> {
                 .map(|(&l, p)| (l, p.items))
                 .collect(),
             seen: BTreeMap::new(),
+            probe: Probe::default(),
         }
     }
 
@@ -102,11 +106,21 @@ where
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut this = self.project();
+        this.probe.attach("resume_from", 1, None);
         loop {
             let unit = match this.inner.as_mut().poll_next(cx) {
                 Poll::Ready(Some(Ok(unit))) => unit,
-                other => return other,
+                Poll::Ready(None) => {
+                    this.probe.finish();
+                    return Poll::Ready(None);
+                }
+                Poll::Pending => {
+                    this.probe.input_pending();
+                    return Poll::Pending;
+                }
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
             };
+            this.probe.input();
             let lane = unit.lane();
             let n = unit.delivered_items();
             let Some(left) = this.skip.get_mut(&lane) else {
@@ -122,6 +136,7 @@ where
             let start = *seen;
             *seen += n;
             if *left == 0 {
+                this.probe.output();
                 return Poll::Ready(Some(Ok(unit)));
             }
             if n <= *left {
