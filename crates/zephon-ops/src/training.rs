@@ -183,3 +183,11 @@ impl TrainingBatch {
         crate::to_training::collate(rows, seq_len, 0, id_type, lane, index)
     }
 }
+
+/// A training batch counts its rows toward a lane's progress, so
+/// `.checkpointed()` works on pipelines that end in `to_training`.
+impl zephon_core::checkpoint::Delivered for TrainingBatch {
+    fn delivered_items(&self) -> u64 {
+        self.batch_size as u64
+    }
+}

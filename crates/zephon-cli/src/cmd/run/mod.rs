@@ -136,7 +136,7 @@ pub fn run(args: Args) -> Result<()> {
         if s.time_to_first_batch_s.is_none() {
             s.time_to_first_batch_s = Some(start.elapsed().as_secs_f64());
         }
-        if s.batches % 16 == 0 {
+        if s.batches.is_multiple_of(16) {
             let secs = start.elapsed().as_secs_f64();
             bar.set_position(s.samples);
             bar.set_message(format!(
