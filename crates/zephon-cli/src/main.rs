@@ -25,6 +25,8 @@ enum Command {
     Bench(cmd::bench::Bench),
     /// Write `index.json` and line-offset indexes for a local or S3 dataset.
     BuildIndex(cmd::build_index::Args),
+    /// Show a dataset's format, shards, sample counts, fields and first samples.
+    Inspect(cmd::inspect::Args),
     /// Time a model's training step per batch: data, forward, backward, other.
     Timing(cmd::timing::Args),
     /// One data-parallel rank over a local JSONL folder for some steps, from
@@ -41,6 +43,7 @@ fn main() -> std::process::ExitCode {
         Command::Demo(args) => cmd::demo::run(args),
         Command::Bench(b) => cmd::bench::run(b),
         Command::BuildIndex(a) => cmd::build_index::run(a),
+        Command::Inspect(a) => cmd::inspect::run(a),
         Command::Timing(a) => cmd::timing::run(a),
         Command::RankRun(a) => cmd::ranks::run(a),
         Command::Run(a) => cmd::run::run(a),

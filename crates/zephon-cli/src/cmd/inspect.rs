@@ -1,0 +1,223 @@
+//! `zephon inspect <uri>`: what a dataset holds, before training on it.
+
+use anyhow::Result;
+use clap::Parser;
+use serde::Serialize;
+use std::path::Path;
+use zephon_core::{Dataset, Record, Value};
+use zephon_storage::format::{FormatOptions, TokenDtype};
+use zephon_storage::local::detect_local;
+use zephon_storage::{CacheOptions, DatasetExt, RemoteDataset, StorageOptions};
+
+/// Arguments of `zephon inspect`.
+#[derive(Debug, Parser)]
+pub struct Args {
+    /// A local folder, or a `file://`, `s3://`, `http(s)://` URI.
+    pub uri: String,
+    /// How many samples to print.
+    #[arg(long, short = 'n', default_value_t = 3)]
+    pub samples: usize,
+    /// Longest text (in characters) or token list printed per field.
+    #[arg(long, default_value_t = 120)]
+    pub width: usize,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Tokens per sample of flat token files.
+    #[arg(long, default_value_t = 1024)]
+    pub seq_len: u64,
+    /// Token width of flat token files (u8, u16, u32, i32, i64).
+    #[arg(long, default_value = "u16")]
+    pub dtype: String,
+    /// Parquet columns to read (comma-separated; default all).
+    #[arg(long, value_delimiter = ',')]
+    pub columns: Option<Vec<String>>,
+    /// S3 endpoint (else `AWS_ENDPOINT_URL`).
+    #[arg(long)]
+    pub endpoint: Option<String>,
+    /// S3 region (else `AWS_REGION`).
+    #[arg(long)]
+    pub region: Option<String>,
+}
+
+/// Samples per shard.
+#[derive(Debug, Serialize)]
+pub struct Counts {
+    /// Fewest samples in a shard.
+    pub min: u64,
+    /// Median samples per shard.
+    pub median: u64,
+    /// Most samples in a shard.
+    pub max: u64,
+    /// All samples.
+    pub total: u64,
+}
+
+/// A field of the first sample.
+#[derive(Debug, Serialize)]
+pub struct Field {
+    /// Field name.
+    pub name: String,
+    /// Value kind (`text`, `tokens`, `int`, ...).
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+}
+
+/// What `zephon inspect` reports.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    /// The dataset's location.
+    pub uri: String,
+    /// The shards' format.
+    pub format: String,
+    /// Number of shards.
+    pub shards: usize,
+    /// Samples per shard.
+    pub samples: Counts,
+    /// Stored bytes of the shards (and sidecars).
+    pub bytes: u64,
+    /// Fields of the first sample.
+    pub fields: Vec<Field>,
+    /// The first samples, each field shown truncated.
+    pub first: Vec<serde_json::Map<String, serde_json::Value>>,
+}
+
+fn truncate(s: &str, width: usize) -> String {
+    match s.char_indices().nth(width) {
+        Some((at, _)) => format!("{}… ({} chars)", &s[..at], s.chars().count()),
+        None => s.to_owned(),
+    }
+}
+
+fn show(v: &Value, width: usize) -> serde_json::Value {
+    use serde_json::Value as J;
+    match v {
+        Value::Null => J::Null,
+        Value::Bool(b) => J::Bool(*b),
+        Value::Int(i) => J::from(*i),
+        Value::Float(f) => J::from(*f),
+        Value::Text(t) => J::String(truncate(t, width)),
+        Value::Tokens(t) if t.len() <= width / 4 => J::from(t.clone()),
+        Value::Tokens(t) => {
+            let head: Vec<String> = t[..width / 4].iter().map(u32::to_string).collect();
+            J::String(format!("[{}, …] ({} tokens)", head.join(", "), t.len()))
+        }
+        Value::Bytes(b) => J::String(format!("<{} bytes>", b.len())),
+        Value::Json(j) => J::String(truncate(&j.to_string(), width)),
+    }
+}
+
+fn open(args: &Args) -> Result<(Dataset, String, u64)> {
+    let dtype = TokenDtype::parse(&args.dtype)
+        .ok_or_else(|| anyhow::anyhow!("unknown token dtype `{}`", args.dtype))?;
+    let mut fopts = FormatOptions::default().seq_len(args.seq_len).dtype(dtype);
+    fopts.columns = args.columns.clone();
+    let local = args.uri.strip_prefix("file://").unwrap_or(&args.uri);
+    if !args.uri.contains("://") || args.uri.starts_with("file://") {
+        let dir = Path::new(local);
+        let (format, shards) = detect_local("inspect", dir, &fopts)?;
+        let bytes = shards
+            .iter()
+            .map(|s| s.bytes + s.sidecar.as_ref().map_or(0, |(_, b)| *b))
+            .sum();
+        let ds = Dataset::from_path_with("inspect", dir, &fopts)?;
+        return Ok((ds, format.name().to_owned(), bytes));
+    }
+    let mut opts = StorageOptions::default()
+        .cache(CacheOptions::default().enabled(false))
+        .format(fopts);
+    opts.endpoint = args.endpoint.clone();
+    opts.region = args.region.clone();
+    let rd = RemoteDataset::open("inspect", &args.uri, &opts)?;
+    let bytes = rd.manifest().shards.iter().map(|s| s.bytes).sum();
+    Ok((
+        rd.dataset().clone(),
+        rd.manifest().format.name().to_owned(),
+        bytes,
+    ))
+}
+
+/// Builds the report: reads only the first samples (from the first shards).
+pub fn inspect(args: &Args) -> Result<Report> {
+    let (ds, format, bytes) = open(args)?;
+    let mut counts: Vec<u64> = ds.shards().iter().map(|s| s.len()).collect();
+    counts.sort_unstable();
+    let samples = Counts {
+        min: counts.first().copied().unwrap_or(0),
+        median: counts.get(counts.len() / 2).copied().unwrap_or(0),
+        max: counts.last().copied().unwrap_or(0),
+        total: counts.iter().sum(),
+    };
+    let mut first: Vec<Record> = Vec::new();
+    for s in ds.shards() {
+        // At least one sample, so the fields are known even with `-n 0`.
+        let want = args.samples.max(1).saturating_sub(first.len()) as u64;
+        if want == 0 {
+            break;
+        }
+        let n = want.min(s.len());
+        if n > 0 {
+            first.extend(futures::executor::block_on(s.read_run(0, n))?);
+        }
+    }
+    let fields = first.first().map_or_else(Vec::new, |r| {
+        r.fields
+            .iter()
+            .map(|(k, v)| Field {
+                name: k.clone(),
+                kind: v.kind(),
+            })
+            .collect()
+    });
+    let first = first
+        .iter()
+        .take(args.samples)
+        .map(|r| {
+            r.fields
+                .iter()
+                .map(|(k, v)| (k.clone(), show(v, args.width)))
+                .collect()
+        })
+        .collect();
+    Ok(Report {
+        uri: args.uri.clone(),
+        format,
+        shards: ds.shards().len(),
+        samples,
+        bytes,
+        fields,
+        first,
+    })
+}
+
+/// Prints the report, as text or JSON.
+pub fn run(args: Args) -> Result<()> {
+    let r = inspect(&args)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+        return Ok(());
+    }
+    println!("dataset  {}", r.uri);
+    println!("format   {}", r.format);
+    println!("shards   {}", r.shards);
+    println!(
+        "samples  {} total; per shard min {}, median {}, max {}",
+        r.samples.total, r.samples.min, r.samples.median, r.samples.max
+    );
+    println!("bytes    {}", r.bytes);
+    println!("fields   (first sample)");
+    for f in &r.fields {
+        println!("  {:<24} {}", f.name, f.kind);
+    }
+    for (i, s) in r.first.iter().enumerate() {
+        println!("sample {i}");
+        for (k, v) in s {
+            let v = match v {
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            println!("  {k:<24} {v}");
+        }
+    }
+    Ok(())
+}
