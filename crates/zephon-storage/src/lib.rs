@@ -5,6 +5,10 @@
 //! memory (`memory://`); the foyer hybrid cache of whole shards; compressed
 //! shards; the `index.json` manifest; shard prefetch and byte-range reads.
 //!
+//! Shard formats ([`format`]): JSONL, Parquet (feature `parquet`, on by
+//! default), Megatron `.bin`/`.idx` and flat token files, MosaicML MDS and
+//! WebDataset tars, told apart by their file names or manifest.
+//!
 //! ```
 //! use zephon_core::{Dataset, PipelineExt, Runner, WorkSource};
 //! use zephon_storage::DatasetExt;
@@ -39,6 +43,7 @@ pub mod scan;
 
 pub use backend::{Backend, BackendStats};
 pub use cache::ShardCache;
+pub use format::{FormatOptions, FormatSpec};
 pub use local::{DatasetExt, LocalJsonlShard};
 pub use manifest::{Manifest, ShardEntry};
 pub use metrics::{CacheStats, PrefetchStats};

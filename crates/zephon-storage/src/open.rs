@@ -5,7 +5,7 @@ use crate::backend::{Backend, BackendStats, runtime};
 use crate::cache::ShardCache;
 use crate::download::shard_error;
 use crate::format::compression::Compression;
-use crate::format::{FormatOptions, FormatShard, mds};
+use crate::format::{FormatOptions, FormatShard, FormatSpec, mds};
 use crate::manifest::{MANIFEST, Manifest};
 use crate::metrics::{CacheMetrics, CacheStats};
 use crate::options::StorageOptions;
@@ -49,7 +49,13 @@ impl RemoteDataset {
     async fn open_async(name: String, uri: String, opts: StorageOptions) -> Result<Self> {
         let backend = Backend::open(&name, &uri, &opts)?;
         let metrics = Arc::new(CacheMetrics::default());
-        let manifest = discover(&backend, &name, &metrics, &opts.format).await?;
+        let mut manifest = discover(&backend, &name, &metrics, &opts.format).await?;
+        // The caller's projection wins over one recorded in the manifest.
+        if let (FormatSpec::Parquet { columns }, Some(c)) =
+            (&mut manifest.format, &opts.format.columns)
+        {
+            *columns = Some(c.clone());
+        }
         let ranged = |e: &crate::manifest::ShardEntry| {
             manifest.format.is_jsonl()
                 && opts.byte_range

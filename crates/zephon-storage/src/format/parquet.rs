@@ -1,15 +1,18 @@
 //! Apache Parquet shards (Hugging Face datasets, FineWeb): rows are samples.
 //!
 //! The footer is parsed once per shard. A read decodes only the row groups
-//! its samples fall in, only the rows asked for within them (a row
-//! selection, so untouched pages are skipped), and only the projected
-//! columns ([`FormatOptions::columns`](super::FormatOptions::columns)).
+//! its samples fall in (a few recently decoded groups are kept, so shuffled
+//! reads within a group decode it once), and only the projected columns
+//! ([`FormatOptions::columns`](super::FormatOptions::columns)); a local
+//! shard is memory-mapped, so only those groups' column chunks are read
+//! from disk.
 //!
 //! Arrow types map to values: strings -> text, integers -> int, floats ->
 //! float, booleans, binary -> bytes, lists of integers -> token ids
 //! (pre-tokenized `input_ids`), anything else -> its display text.
 
 use super::{FormatResult, ShardIndex};
+
 use arrow_array::cast::AsArray;
 use arrow_array::types::{
     Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type, UInt16Type,
@@ -20,10 +23,13 @@ use arrow_schema::DataType;
 use bytes::Bytes;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{
-    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder, RowSelection,
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
 };
-use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use zephon_core::{Record, Value};
+/// The crates this format is read with, re-exported so callers (fixtures,
+/// benchmarks) write files with the very versions Zephon reads them with.
+pub use {arrow_array, parquet};
 
 /// A Parquet shard's footer, projection and row-group boundaries.
 #[derive(Debug)]
@@ -32,6 +38,7 @@ pub struct ParquetIndex {
     projection: Option<Vec<usize>>,
     /// `starts[g]` is the first row of row group `g`; the last entry is the row count.
     starts: Vec<u64>,
+    recent: Mutex<Vec<(usize, Arc<RecordBatch>)>>,
 }
 
 impl ParquetIndex {
@@ -65,6 +72,7 @@ impl ParquetIndex {
             meta,
             projection,
             starts,
+            recent: Mutex::new(Vec::new()),
         })
     }
 
@@ -73,57 +81,65 @@ impl ParquetIndex {
         self.starts.len() - 1
     }
 
-    /// Reads rows `offsets` (sorted, distinct, within the group) of row group `g`.
-    fn read_group(&self, data: &Bytes, g: usize, offsets: &[u64]) -> FormatResult<Vec<Record>> {
-        let rows = (self.starts[g + 1] - self.starts[g]) as usize;
-        let mut ranges: Vec<std::ops::Range<usize>> = Vec::new();
-        for &o in offsets {
-            let o = o as usize;
-            match ranges.last_mut() {
-                Some(r) if r.end == o => r.end += 1,
-                _ => ranges.push(o..o + 1),
-            }
+    /// Row group `g`, decoded (projected columns only), from the small
+    /// cache of recent groups or read now. Shuffled reads touch a few rows of
+    /// a group at a time; decoding the group once for all of them, rather
+    /// than its pages once per read, is what keeps them fast.
+    fn group(&self, data: &Bytes, g: usize) -> FormatResult<Arc<RecordBatch>> {
+        if let Some((_, b)) = self
+            .recent
+            .lock()
+            .expect("poisoned")
+            .iter()
+            .find(|(k, _)| *k == g)
+        {
+            return Ok(b.clone());
         }
-        let selection = RowSelection::from_consecutive_ranges(ranges.into_iter(), rows);
         let mut builder =
             ParquetRecordBatchReaderBuilder::new_with_metadata(data.clone(), self.meta.clone())
                 .with_row_groups(vec![g])
-                .with_row_selection(selection)
-                .with_batch_size(offsets.len().max(1));
+                .with_batch_size((self.starts[g + 1] - self.starts[g]).max(1) as usize);
         if let Some(p) = &self.projection {
             let mask = ProjectionMask::roots(self.meta.parquet_schema(), p.iter().copied());
             builder = builder.with_projection(mask);
         }
         let reader = builder.build().map_err(|e| format!("row group {g}: {e}"))?;
-        let mut out = Vec::with_capacity(offsets.len());
-        for batch in reader {
-            let batch = batch.map_err(|e| format!("row group {g}: {e}"))?;
-            out.extend(records(&batch));
-        }
-        if out.len() != offsets.len() {
+        let schema = arrow_array::RecordBatchReader::schema(&reader);
+        let batches = reader
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("row group {g}: {e}"))?;
+        let batch = Arc::new(
+            arrow_select::concat::concat_batches(&schema, &batches)
+                .map_err(|e| format!("row group {g}: {e}"))?,
+        );
+        let rows = (self.starts[g + 1] - self.starts[g]) as usize;
+        if batch.num_rows() != rows {
             return Err(format!(
-                "row group {g} gave {} rows, expected {}",
-                out.len(),
-                offsets.len()
+                "row group {g} gave {} rows, the footer says {rows}",
+                batch.num_rows()
             ));
         }
-        Ok(out)
+        let mut recent = self.recent.lock().expect("poisoned");
+        if recent.len() >= RECENT_GROUPS {
+            recent.remove(0);
+        }
+        recent.push((g, batch.clone()));
+        Ok(batch)
     }
 }
 
-fn records(batch: &RecordBatch) -> Vec<Record> {
-    let schema = batch.schema();
-    (0..batch.num_rows())
-        .map(|r| {
-            Record::from_fields(
-                schema
-                    .fields()
-                    .iter()
-                    .zip(batch.columns())
-                    .map(|(f, col)| (f.name().clone(), value(col.as_ref(), r))),
-            )
-        })
-        .collect()
+/// Decoded row groups kept per shard.
+const RECENT_GROUPS: usize = 4;
+
+fn record(batch: &RecordBatch, r: usize) -> Record {
+    Record::from_fields(
+        batch
+            .schema_ref()
+            .fields()
+            .iter()
+            .zip(batch.columns())
+            .map(|(f, col)| (f.name().clone(), value(col.as_ref(), r))),
+    )
 }
 
 fn token_ids(a: &dyn Array) -> Option<Vec<u32>> {
@@ -206,38 +222,20 @@ impl ShardIndex for ParquetIndex {
     }
 
     fn decode(&self, data: &Bytes, indices: &[u64]) -> FormatResult<Vec<Record>> {
-        let mut wanted: Vec<u64> = indices.to_vec();
-        wanted.sort_unstable();
-        wanted.dedup();
-        let mut got: HashMap<u64, Record> = HashMap::with_capacity(wanted.len());
-        let mut i = 0;
-        while i < wanted.len() {
-            let g = self.starts.partition_point(|&s| s <= wanted[i]) - 1;
-            let (first, end) = (self.starts[g], self.starts[g + 1]);
-            let j = i + wanted[i..].partition_point(|&w| w < end);
-            let offsets: Vec<u64> = wanted[i..j].iter().map(|w| w - first).collect();
-            for (w, r) in wanted[i..j].iter().zip(self.read_group(data, g, &offsets)?) {
-                got.insert(*w, r);
-            }
-            i = j;
-        }
-        // Move each record out on its last request; clone only for repeats.
-        let mut left: HashMap<u64, usize> = HashMap::with_capacity(wanted.len());
-        indices
-            .iter()
-            .for_each(|i| *left.entry(*i).or_default() += 1);
-        Ok(indices
-            .iter()
-            .map(|i| {
-                let n = left.get_mut(i).expect("counted");
-                *n -= 1;
-                if *n == 0 {
-                    got.remove(i)
-                } else {
-                    got.get(i).cloned()
+        let mut out = Vec::with_capacity(indices.len());
+        let mut current: Option<(usize, Arc<RecordBatch>)> = None;
+        for &i in indices {
+            let g = self.starts.partition_point(|&s| s <= i) - 1;
+            let batch = match &current {
+                Some((k, b)) if *k == g => b.clone(),
+                _ => {
+                    let b = self.group(data, g)?;
+                    current = Some((g, b.clone()));
+                    b
                 }
-                .expect("every wanted row was read")
-            })
-            .collect())
+            };
+            out.push(record(&batch, (i - self.starts[g]) as usize));
+        }
+        Ok(out)
     }
 }

@@ -12,8 +12,12 @@
 //! Every sample also gets `__key__`.
 
 use super::{FormatResult, ShardIndex};
+
 use bytes::Bytes;
 use std::io::Cursor;
+/// The `tar` crate, re-exported so callers write shards with the version
+/// Zephon reads them with.
+pub use tar;
 use zephon_core::{Record, Value};
 
 /// The field holding a sample's key.
