@@ -11,6 +11,9 @@ pub enum Bench {
     /// Reading a dataset from local disk and from S3 (cold, prefetch, warm,
     /// byte ranges), as ratios to local disk.
     Fetch(fetch::Args),
+    /// Samples/s of each shard format through fetch -> batch, beside a plain
+    /// loop with the format's own crate.
+    Formats(formats::Args),
     /// Workload W1: tokenize, wrap-pack and batch a JSONL corpus; one JSON
     /// line with the keys of the side-by-side peers.
     TokenizePack(tokenize_pack::Args),
@@ -18,6 +21,7 @@ pub enum Bench {
 
 pub mod engine;
 pub mod fetch;
+pub mod formats;
 pub mod tokenize_pack;
 
 /// Runs a benchmark.
@@ -25,6 +29,7 @@ pub fn run(b: Bench) -> anyhow::Result<()> {
     match b {
         Bench::Engine(a) => engine::run(a),
         Bench::Fetch(a) => fetch::run(a),
+        Bench::Formats(a) => formats::run(a),
         Bench::TokenizePack(a) => tokenize_pack::run(a),
     }
 }
