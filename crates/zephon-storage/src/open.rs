@@ -33,6 +33,7 @@ pub struct RemoteDataset {
     cache: Option<Arc<ShardCache>>,
     metrics: Arc<CacheMetrics>,
     cached: Vec<Option<Arc<CachedShard>>>,
+    range_read: Vec<bool>,
 }
 
 impl RemoteDataset {
@@ -57,9 +58,12 @@ impl RemoteDataset {
             *columns = Some(c.clone());
         }
         let ranged = |e: &crate::manifest::ShardEntry| {
-            manifest.format.is_jsonl()
+            (manifest.format.is_jsonl() && e.index.is_some()
+                || matches!(
+                    manifest.format,
+                    FormatSpec::Tokens { .. } | FormatSpec::Megatron
+                ))
                 && opts.byte_range
-                && e.index.is_some()
                 && Compression::from_path(&e.path) == Compression::None
         };
         let largest = manifest
@@ -79,7 +83,21 @@ impl RemoteDataset {
         let mut shards: Vec<Arc<dyn Shard>> = Vec::new();
         let mut cached = Vec::new();
         for e in &manifest.shards {
-            if !manifest.format.is_jsonl() {
+            let ranged_format = (ranged(e) && !manifest.format.is_jsonl())
+                .then(|| {
+                    FormatShard::ranged(
+                        &name,
+                        manifest.format.clone(),
+                        backend.clone(),
+                        e.clone(),
+                        metrics.clone(),
+                    )
+                })
+                .flatten();
+            if let Some(s) = ranged_format {
+                shards.push(Arc::new(s));
+                cached.push(None);
+            } else if !manifest.format.is_jsonl() {
                 shards.push(Arc::new(FormatShard::remote(
                     &name,
                     manifest.format.clone(),
@@ -109,6 +127,7 @@ impl RemoteDataset {
                 cached.push(Some(s));
             }
         }
+        let range_read = manifest.shards.iter().map(ranged).collect();
         let dataset = Dataset::new(name, backend.uri.clone(), shards)?;
         Ok(RemoteDataset {
             dataset,
@@ -117,6 +136,7 @@ impl RemoteDataset {
             cache,
             metrics,
             cached,
+            range_read,
         })
     }
 
@@ -154,7 +174,7 @@ impl RemoteDataset {
     pub fn is_cached(&self, i: usize) -> bool {
         match self.cached.get(i) {
             Some(Some(s)) => s.is_cached(),
-            Some(None) if !self.manifest.format.is_jsonl() => self.dataset.shards()[i].is_warm(),
+            Some(None) if !self.range_read[i] => self.dataset.shards()[i].is_warm(),
             _ => false,
         }
     }

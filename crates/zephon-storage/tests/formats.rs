@@ -455,3 +455,39 @@ fn truncated_parquet_footer_names_the_shard() {
         "{err}"
     );
 }
+
+/// With byte-range reads on, token files are never downloaded whole: a
+/// sample costs its own bytes (flat) or its sequence plus the `.idx`
+/// (Megatron), and everything reads like local.
+#[test]
+fn token_files_over_s3_by_byte_range_read_like_local() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("data");
+    let (flat_opts, _) = write_flat(&root.join("flat"));
+    write_megatron(&root.join("megatron"));
+    let moto = Moto::start(t.path());
+    for (name, opts) in [("flat", flat_opts), ("megatron", FormatOptions::default())] {
+        let local = Dataset::from_path_with("d", root.join(name), &opts).unwrap();
+        let want = fields(&read_all(local, false).unwrap());
+        moto.upload("bkt", name, &root.join(name));
+        let sopts = moto
+            .opts(cache_opts(&t.path().join(name)))
+            .format(opts)
+            .byte_range(true);
+        let uri = format!("s3://bkt/{name}");
+        let rd = RemoteDataset::open("d", &uri, &sopts).unwrap();
+        let before = rd.cache_stats().bytes_downloaded;
+        let one = futures::executor::block_on(rd.dataset().shards()[0].read_indices(&[1])).unwrap();
+        let got = rd.cache_stats().bytes_downloaded - before;
+        let want_bytes = 2 * one[0].tokens("tokens").unwrap().len() as u64;
+        assert_eq!(got, want_bytes, "{name}: one sample, its bytes only");
+        assert!(!rd.is_cached(0), "{name}: range reads bypass the cache");
+        let rd = RemoteDataset::open("d", &uri, &sopts).unwrap();
+        assert_eq!(
+            fields(&read_all(rd.dataset().clone(), true).unwrap()),
+            want,
+            "{name}"
+        );
+        check_random_access(rd.dataset());
+    }
+}

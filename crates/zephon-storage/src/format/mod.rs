@@ -166,6 +166,42 @@ pub trait ShardIndex: Send + Sync + fmt::Debug {
     /// Decodes samples `indices` (each `< len()`) from `data`, the bytes this
     /// index was built from, in request order.
     fn decode(&self, data: &Bytes, indices: &[u64]) -> FormatResult<Vec<Record>>;
+
+    /// Where sample `i` lies in the shard, `[start, end)`, for formats whose
+    /// samples can be read alone by byte range (token files); `None` otherwise.
+    fn byte_range(&self, i: u64) -> Option<(u64, u64)> {
+        let _ = i;
+        None
+    }
+
+    /// Decodes sample `i` from just its bytes (see [`byte_range`](ShardIndex::byte_range)).
+    fn decode_range(&self, i: u64, bytes: &[u8]) -> FormatResult<Record> {
+        let _ = bytes;
+        Err(format!("sample {i} cannot be decoded from a byte range"))
+    }
+}
+
+/// The index of a shard read by byte range, built without its bytes: from
+/// its size (flat token files) or its sidecar (Megatron). `None` for
+/// formats that need the shard itself.
+pub fn open_range_index(
+    spec: &FormatSpec,
+    bytes: u64,
+    sidecar: Option<&Bytes>,
+) -> Option<FormatResult<Arc<dyn ShardIndex>>> {
+    match spec {
+        FormatSpec::Tokens { dtype, seq_len } => Some(
+            tokens::FlatTokens::from_size(bytes, *dtype, *seq_len)
+                .map(|t| Arc::new(t) as Arc<dyn ShardIndex>),
+        ),
+        FormatSpec::Megatron => Some(match sidecar {
+            Some(idx) => {
+                tokens::MegatronIndex::open(idx, bytes).map(|t| Arc::new(t) as Arc<dyn ShardIndex>)
+            }
+            None => Err("a Megatron shard needs its .idx file".into()),
+        }),
+        _ => None,
+    }
 }
 
 /// Builds the index of a shard of format `spec` from its bytes; `sidecar` is

@@ -1,6 +1,6 @@
 //! [`FormatShard`]: a shard of any non-JSONL format, local or remote.
 
-use super::{FormatSpec, ShardIndex, open_index};
+use super::{FormatSpec, ShardIndex, open_index, open_range_index};
 use crate::backend::{Backend, runtime};
 use crate::cache::ShardCache;
 use crate::download::shard_error;
@@ -8,8 +8,8 @@ use crate::manifest::ShardEntry;
 use crate::metrics::CacheMetrics;
 use crate::remote::CachedShard;
 use bytes::Bytes;
-use futures::FutureExt;
 use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use std::path::Path;
 use std::sync::Arc;
 use zephon_core::runner::offload;
@@ -26,7 +26,20 @@ enum Source {
         backend: Backend,
         sidecar: Option<String>,
     },
+    /// Just the bytes of the samples asked for, by range request (token
+    /// files); the shard is never downloaded whole.
+    Range {
+        backend: Backend,
+        entry: ShardEntry,
+        metrics: Arc<CacheMetrics>,
+    },
 }
+
+/// Largest gap between two wanted samples that one range request spans.
+const RANGE_GAP: u64 = 256 << 10;
+
+/// Concurrent range requests of one read.
+const RANGE_PARALLELISM: usize = 16;
 
 /// A shard of a [`FormatSpec`] other than JSONL: its bytes come from a
 /// memory-mapped local file or from the shard cache; the format's
@@ -135,6 +148,32 @@ impl FormatShard {
         }
     }
 
+    /// A remote shard read by byte range, for formats whose samples can be
+    /// read alone (flat token files, Megatron); `None` for other formats.
+    pub fn ranged(
+        dataset: &str,
+        spec: FormatSpec,
+        backend: Backend,
+        entry: ShardEntry,
+        metrics: Arc<CacheMetrics>,
+    ) -> Option<Self> {
+        if !matches!(spec, FormatSpec::Tokens { .. } | FormatSpec::Megatron) {
+            return None;
+        }
+        Some(FormatShard {
+            dataset: dataset.into(),
+            name: backend.uri_of(&entry.path),
+            spec,
+            len: entry.samples,
+            source: Source::Range {
+                backend,
+                entry,
+                metrics,
+            },
+            index: tokio::sync::OnceCell::new(),
+        })
+    }
+
     /// The format.
     pub fn spec(&self) -> &FormatSpec {
         &self.spec
@@ -144,19 +183,25 @@ impl FormatShard {
         match &self.source {
             Source::Local(b) => Ok(b.clone()),
             Source::Remote { shard, .. } => shard.load().await,
+            Source::Range { .. } => Ok(Bytes::new()),
         }
     }
 
     async fn index(&self, data: &Bytes) -> Result<Arc<dyn ShardIndex>> {
         self.index
             .get_or_try_init(|| async {
-                let Source::Remote {
-                    backend, sidecar, ..
-                } = &self.source
-                else {
-                    unreachable!("local shards are indexed when opened")
+                let (backend, sidecar) = match &self.source {
+                    Source::Remote {
+                        backend, sidecar, ..
+                    } => (backend, sidecar.clone()),
+                    Source::Range { backend, entry, .. } => (backend, entry.index.clone()),
+                    Source::Local(_) => unreachable!("local shards are indexed when opened"),
                 };
-                let side = match sidecar {
+                let stored = match &self.source {
+                    Source::Range { entry, .. } => Some(entry.bytes),
+                    _ => None,
+                };
+                let side = match &sidecar {
                     Some(p) => {
                         let (op, p, dataset, uri) = (
                             backend.op.clone(),
@@ -178,8 +223,12 @@ impl FormatShard {
                 let (spec, data) = (self.spec.clone(), data.clone());
                 let (dataset, name, len) = (self.dataset.clone(), self.name.clone(), self.len);
                 offload("fetch", move || {
-                    let index = open_index(&spec, &data, side.as_ref())
-                        .map_err(|m| shard_error(&dataset, &name, m))?;
+                    let index = match stored {
+                        Some(bytes) => open_range_index(&spec, bytes, side.as_ref())
+                            .unwrap_or_else(|| Err("not readable by byte range".into())),
+                        None => open_index(&spec, &data, side.as_ref()),
+                    }
+                    .map_err(|m| shard_error(&dataset, &name, m))?;
                     if index.len() != len {
                         return Err(shard_error(
                             &dataset,
@@ -193,6 +242,96 @@ impl FormatShard {
             })
             .await
             .cloned()
+    }
+}
+
+impl FormatShard {
+    /// Samples close together in the file are fetched by one request (gaps
+    /// up to [`RANGE_GAP`] bytes are read and dropped).
+    async fn read_ranges(
+        &self,
+        index: Arc<dyn ShardIndex>,
+        backend: &Backend,
+        entry: &ShardEntry,
+        metrics: &CacheMetrics,
+        indices: &[u64],
+    ) -> Result<Vec<Record>> {
+        let range = |i: u64| {
+            index
+                .byte_range(i)
+                .ok_or_else(|| shard_error(&self.dataset, &self.name, "no byte range"))
+        };
+        let mut wanted = indices.to_vec();
+        wanted.sort_unstable();
+        wanted.dedup();
+        let mut ranges = wanted.into_iter().map(range).collect::<Result<Vec<_>>>()?;
+        ranges.sort_unstable();
+        let mut spans: Vec<(u64, u64)> = Vec::new();
+        for (from, to) in ranges {
+            match spans.last_mut() {
+                Some(s) if from <= s.1 + RANGE_GAP => s.1 = s.1.max(to),
+                _ => spans.push((from, to)),
+            }
+        }
+        let (op, path) = (backend.op.clone(), entry.path.clone());
+        let (dataset, uri) = (self.dataset.clone(), self.name.clone());
+        let started = std::time::Instant::now();
+        let chunks: Vec<(u64, Bytes)> = runtime::spawn(uri.clone(), async move {
+            futures::stream::iter(spans)
+                .map(|(from, to)| {
+                    let (op, path, dataset, uri) =
+                        (op.clone(), path.clone(), dataset.clone(), uri.clone());
+                    async move {
+                        if from == to {
+                            return Ok((from, Bytes::new()));
+                        }
+                        let b = op
+                            .read_with(&path)
+                            .range(from..to)
+                            .await
+                            .map_err(|e| {
+                                shard_error(
+                                    &dataset,
+                                    &uri,
+                                    format!("range read {from}..{to} failed: {e}"),
+                                )
+                            })?
+                            .to_bytes();
+                        if b.len() as u64 != to - from {
+                            return Err(shard_error(
+                                &dataset,
+                                &uri,
+                                format!("range read {from}..{to} returned {} bytes", b.len()),
+                            ));
+                        }
+                        Ok((from, b))
+                    }
+                })
+                .buffered(RANGE_PARALLELISM)
+                .try_collect()
+                .await
+        })
+        .await?;
+        metrics.download_time.record(started.elapsed());
+        metrics
+            .bytes_downloaded
+            .add(chunks.iter().map(|(_, b)| b.len() as u64).sum());
+        let (dataset, name, wanted) = (self.dataset.clone(), self.name.clone(), indices.to_vec());
+        offload("fetch", move || {
+            wanted
+                .iter()
+                .map(|&i| {
+                    let (from, to) = index.byte_range(i).expect("checked above");
+                    // The last span starting at or before `from` holds the sample.
+                    let k = chunks.partition_point(|(start, _)| *start <= from) - 1;
+                    let (start, b) = &chunks[k];
+                    index
+                        .decode_range(i, &b[(from - start) as usize..(to - start) as usize])
+                        .map_err(|m| shard_error(&dataset, &name, m))
+                })
+                .collect()
+        })
+        .await?
     }
 }
 
@@ -220,6 +359,17 @@ impl Shard for FormatShard {
                     len: self.len,
                 });
             }
+            if let Source::Range {
+                backend,
+                entry,
+                metrics,
+            } = &self.source
+            {
+                let index = self.index(&Bytes::new()).await?;
+                return self
+                    .read_ranges(index, backend, entry, metrics, indices)
+                    .await;
+            }
             let data = self.data().await?;
             let index = self.index(&data).await?;
             let (dataset, name, indices) =
@@ -237,6 +387,9 @@ impl Shard for FormatShard {
     fn warm(&self) -> BoxFuture<'_, Result<()>> {
         match &self.source {
             Source::Local(_) => futures::future::ready(Ok(())).boxed(),
+            Source::Range { .. } => {
+                async move { self.index(&Bytes::new()).await.map(|_| ()) }.boxed()
+            }
             Source::Remote { shard, .. } => shard.warm(),
         }
     }
@@ -244,6 +397,7 @@ impl Shard for FormatShard {
     fn is_warm(&self) -> bool {
         match &self.source {
             Source::Local(_) => true,
+            Source::Range { .. } => self.index.initialized(),
             Source::Remote { shard, .. } => shard.is_cached(),
         }
     }

@@ -187,6 +187,19 @@ impl ShardIndex for FlatTokens {
         self.samples
     }
 
+    fn byte_range(&self, i: u64) -> Option<(u64, u64)> {
+        let width = self.seq_len * self.dtype.size() as u64;
+        Some((i * width, (i + 1) * width))
+    }
+
+    fn decode_range(&self, i: u64, bytes: &[u8]) -> FormatResult<Record> {
+        Ok(tokens_record(
+            self.dtype
+                .decode(bytes)
+                .map_err(|e| format!("sample {i}: {e}"))?,
+        ))
+    }
+
     fn decode(&self, data: &Bytes, indices: &[u64]) -> FormatResult<Vec<Record>> {
         let width = self.seq_len as usize * self.dtype.size();
         indices
@@ -289,6 +302,22 @@ impl MegatronIndex {
 impl ShardIndex for MegatronIndex {
     fn len(&self) -> u64 {
         self.lengths.len() as u64
+    }
+
+    fn byte_range(&self, i: u64) -> Option<(u64, u64)> {
+        let p = self.pointers[i as usize];
+        Some((
+            p,
+            p + self.lengths[i as usize] as u64 * self.dtype.size() as u64,
+        ))
+    }
+
+    fn decode_range(&self, i: u64, bytes: &[u8]) -> FormatResult<Record> {
+        Ok(tokens_record(
+            self.dtype
+                .decode(bytes)
+                .map_err(|e| format!("sequence {i}: {e}"))?,
+        ))
     }
 
     fn decode(&self, data: &Bytes, indices: &[u64]) -> FormatResult<Vec<Record>> {
