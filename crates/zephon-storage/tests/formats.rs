@@ -491,3 +491,32 @@ fn token_files_over_s3_by_byte_range_read_like_local() {
         check_random_access(rd.dataset());
     }
 }
+
+/// HTTP cannot list: a WebDataset folder opens from the manifest
+/// `build_index_with` wrote, an MDS folder from Streaming's own index.json.
+#[test]
+fn formats_over_http_open_from_their_manifests() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("www");
+    write_tar(&root.join("tar"));
+    write_mds(&root.join("mds"));
+    let b = Backend::open(
+        "d",
+        &root.join("tar").display().to_string(),
+        &Default::default(),
+    )
+    .unwrap();
+    runtime::block_on(build_index_with(&b, "d", &FormatOptions::default())).unwrap();
+    let nginx = common::Nginx::start(t.path(), &root);
+    for name in ["tar", "mds"] {
+        let want =
+            fields(&read_all(Dataset::from_path("d", root.join(name)).unwrap(), false).unwrap());
+        let opts = cache_opts(&t.path().join(name));
+        let rd = RemoteDataset::open("d", &format!("{}/{name}", nginx.uri()), &opts).unwrap();
+        assert_eq!(
+            fields(&read_all(rd.dataset().clone(), true).unwrap()),
+            want,
+            "{name}"
+        );
+    }
+}
