@@ -5,7 +5,7 @@ use crate::format::compression::Compression;
 use crate::format::detect::DetectedShard;
 use crate::format::jsonl::{LineIndex, parse_run};
 use crate::format::{FormatOptions, FormatShard, FormatSpec, detect, mds};
-use crate::manifest::MANIFEST;
+use crate::manifest::{MANIFEST, Manifest};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use std::os::unix::fs::FileExt;
@@ -166,8 +166,9 @@ pub trait DatasetExt: Sized {
     fn from_path_with(name: &str, dir: impl AsRef<Path>, opts: &FormatOptions) -> Result<Self>;
 }
 
-/// The format and shards of a local folder: Streaming's `index.json` when
-/// there is one, else the file names.
+/// The format and shards of a local folder: from its `index.json` when that
+/// is Zephon's manifest of a non-JSONL format or Streaming's MDS index, else
+/// from the file names.
 pub fn detect_local(
     name: &str,
     dir: &Path,
@@ -178,8 +179,34 @@ pub fn detect_local(
         location: dir.display().to_string(),
         message,
     };
-    if let Ok(json) = std::fs::read(dir.join(MANIFEST))
-        && let Some(m) = mds::manifest_from_index(&json).map_err(err)?
+    let json = std::fs::read(dir.join(MANIFEST)).ok();
+    // A Zephon manifest of a non-JSONL format carries what names cannot
+    // tell (a flat token file's seq_len and dtype), so it is followed.
+    if let Some(m) = json
+        .as_deref()
+        .and_then(|j| serde_json::from_slice::<Manifest>(j).ok())
+        .filter(|m| !m.format.is_jsonl())
+    {
+        let mut format = m.format;
+        if let (FormatSpec::Parquet { columns }, Some(c)) = (&mut format, &opts.columns) {
+            *columns = Some(c.clone());
+        }
+        let shards = m
+            .shards
+            .into_iter()
+            .map(|e| DetectedShard {
+                sidecar: e.index.map(|i| {
+                    let n = std::fs::metadata(dir.join(&i)).map_or(0, |m| m.len());
+                    (i, n)
+                }),
+                path: e.path,
+                bytes: e.bytes,
+            })
+            .collect();
+        return Ok((format, shards));
+    }
+    if let Some(json) = &json
+        && let Some(m) = mds::manifest_from_index(json).map_err(err)?
     {
         let shards = m
             .shards

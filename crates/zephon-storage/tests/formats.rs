@@ -520,3 +520,15 @@ fn formats_over_http_open_from_their_manifests() {
         );
     }
 }
+
+/// A manifest written for flat token files records `seq_len` and dtype, so
+/// the folder then opens with default options.
+#[test]
+fn a_written_manifest_carries_the_token_layout() {
+    let t = tempfile::tempdir().unwrap();
+    let (opts, want) = write_flat(t.path());
+    let b = Backend::open("d", &t.path().display().to_string(), &Default::default()).unwrap();
+    let m = runtime::block_on(build_index_with(&b, "d", &opts)).unwrap();
+    assert_eq!(m.shards.iter().map(|s| s.samples).sum::<u64>(), 7);
+    check_local(t.path(), &FormatOptions::default(), &want);
+}
