@@ -378,7 +378,7 @@ mod tests {
         let e = Recipe::parse("[[datasets]]\nname = \"a\"\nuri = \"x\"\n[[ops]]\nop = \"fecth\"\n")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("fecth") && e.contains("line 4"), "{e}");
+        assert!(e.contains("fecth") && e.contains("line 5"), "{e}");
         let e = Recipe::parse("[work_source]\nseed = \"x\"\n[[datasets]]\nname = \"a\"\nuri = \"x\"\n[[ops]]\nop = \"fetch\"\n")
             .unwrap_err()
             .to_string();
