@@ -141,17 +141,7 @@ pub trait PipelineExt: Stream + Sized {
     {
         let mut stages = Vec::new();
         self.describe(&mut stages);
-        let output_prefetch = stages
-            .iter()
-            .rev()
-            .find(|s| s.name == "prefetch_batches")
-            .and_then(|s| s.queue_capacity)
-            .unwrap_or(0) as usize;
-        PlanDescription {
-            stages,
-            runner: runner.to_string(),
-            output_prefetch,
-        }
+        PlanDescription::new(stages, runner)
     }
 
     /// Drives the pipeline from synchronous code with `runner`.

@@ -27,6 +27,24 @@ pub struct PlanDescription {
     pub output_prefetch: usize,
 }
 
+impl PlanDescription {
+    /// The plan of `stages` (source first) under `runner`; the output
+    /// prefetch depth is that of the last `prefetch_batches` stage.
+    pub fn new(stages: Vec<StageDescription>, runner: crate::Runner) -> Self {
+        let output_prefetch = stages
+            .iter()
+            .rev()
+            .find(|s| s.name == "prefetch_batches")
+            .and_then(|s| s.queue_capacity)
+            .unwrap_or(0) as usize;
+        PlanDescription {
+            stages,
+            runner: runner.to_string(),
+            output_prefetch,
+        }
+    }
+}
+
 impl fmt::Display for PlanDescription {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(

@@ -293,17 +293,7 @@ pub fn build(recipe: &Recipe, base: &Path) -> Result<Built> {
         Stage::Batches(s) => s.map(|r| r.map(Item::Batch)).boxed(),
         Stage::Training(s) => s.map(|r| r.map(Item::Training)).boxed(),
     };
-    let output_prefetch = stages
-        .iter()
-        .rev()
-        .find(|s| s.name == "prefetch_batches")
-        .and_then(|s| s.queue_capacity)
-        .unwrap_or(0) as usize;
-    let plan = PlanDescription {
-        stages,
-        runner: runner.to_string(),
-        output_prefetch,
-    };
+    let plan = PlanDescription::new(stages, runner);
     Ok(Built {
         stream,
         plan,
