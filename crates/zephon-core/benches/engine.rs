@@ -80,3 +80,9 @@ fn fetch_batch_p1_observed(b: divan::Bencher) {
 fn fetch_batch_p2_observed(b: divan::Bencher) {
     pipeline_with(b, 2, Runner::Threads { workers: 2 }, Tracking::Operator);
 }
+
+/// fetch -> batch(32), parallelism 1, inline, stage tracking (consumer and fetch only).
+#[divan::bench(sample_count = 10)]
+fn fetch_batch_p1_stage(b: divan::Bencher) {
+    pipeline_with(b, 1, Runner::Inline, Tracking::Stage);
+}

@@ -52,7 +52,7 @@ pub struct Fetch<S> {
     ready: VecDeque<Record>,
     done: bool,
     probe: Probe,
-    fetch_stats: Option<Arc<FetchStats>>,
+    inst: Instruments,
     looked: bool,
 }
 
@@ -70,7 +70,7 @@ impl<S> Fetch<S> {
             ready: VecDeque::new(),
             done: false,
             probe: Probe::default(),
-            fetch_stats: None,
+            inst: Instruments::default(),
             looked: false,
         }
     }
@@ -185,12 +185,13 @@ where
         if !*this.looked {
             *this.looked = true;
             this.probe.attach("fetch", *this.parallelism, Some(window));
-            *this.fetch_stats = Observer::current().map(|o| o.fetch_stats(this.catalog.clone()));
+            // Cloned once here and per read group below, never per element.
+            *this.inst = Instruments {
+                op: this.probe.shared(),
+                fetch: Observer::current().map(|o| o.fetch_stats(this.catalog.clone())),
+            };
         }
-        let inst = Instruments {
-            op: this.probe.shared(),
-            fetch: this.fetch_stats.clone(),
-        };
+        let inst = &*this.inst;
         loop {
             if let Some(r) = this.ready.pop_front() {
                 this.probe.output();
