@@ -120,6 +120,10 @@ pub struct BlockingIter<T> {
     source: Source<T>,
     observer: Option<Observer>,
     last_return: Option<Instant>,
+    // Consumer timing counted here and published every CONSUMER_PUBLISH
+    // deliveries (and at the end): shared counters per batch would cost more
+    // than a cheap pipeline's batch.
+    local: ConsumerTally,
     // Dropped last, so tasks the pipeline spawned can wind down.
     runtime: tokio::runtime::Runtime,
 }
@@ -142,6 +146,25 @@ enum Source<T> {
     },
     /// Between states.
     Taken,
+}
+
+/// Deliveries counted locally before the consumer totals are published.
+const CONSUMER_PUBLISH: u64 = 16;
+
+#[derive(Debug, Default)]
+struct ConsumerTally {
+    wait_ns: u64,
+    busy_ns: u64,
+    n: u64,
+}
+
+impl ConsumerTally {
+    fn publish(&mut self, obs: &Observer) {
+        if self.n > 0 {
+            obs.consumer_totals(self.wait_ns, self.busy_ns, self.n);
+            *self = ConsumerTally::default();
+        }
+    }
 }
 
 /// Chunks the threads runner keeps ready between the pipeline task and the
@@ -187,6 +210,7 @@ impl<T> BlockingIter<T> {
             source: Source::Idle(starter),
             observer: None,
             last_return: None,
+            local: ConsumerTally::default(),
             runtime: runner.runtime()?,
         })
     }
@@ -248,6 +272,9 @@ fn drive<T: Send + 'static>(
 
 impl<T> Drop for BlockingIter<T> {
     fn drop(&mut self) {
+        if let Some(o) = &self.observer {
+            self.local.publish(o);
+        }
         if let Source::Driven { task, .. } = &self.source {
             task.abort();
         }
@@ -258,13 +285,7 @@ impl<T> Iterator for BlockingIter<T> {
     type Item = Result<T>;
     fn next(&mut self) -> Option<Result<T>> {
         self.start();
-        let asked = self.observer.as_ref().map(|o| {
-            let now = Instant::now();
-            if let Some(r) = self.last_return {
-                o.consumer_asked(now - r);
-            }
-            now
-        });
+        let asked = self.observer.as_ref().map(|_| Instant::now());
         let item = match &mut self.source {
             Source::Polled(stream) => self.runtime.block_on(stream.next()),
             Source::Driven { rx, local, .. } => {
@@ -277,10 +298,21 @@ impl<T> Iterator for BlockingIter<T> {
             }
             Source::Idle(_) | Source::Taken => None,
         };
-        if let (Some(o), Some(a), Some(_)) = (&self.observer, asked, &item) {
-            let now = Instant::now();
-            o.consumer_received(now - a);
-            self.last_return = Some(now);
+        if let (Some(o), Some(a)) = (&self.observer, asked) {
+            if item.is_some() {
+                let now = Instant::now();
+                let busy = self.last_return.map_or(0, |r| (a - r).as_nanos() as u64);
+                o.delivered_at(now, self.last_return.map(|r| now - r));
+                self.local.wait_ns += (now - a).as_nanos() as u64;
+                self.local.busy_ns += busy;
+                self.local.n += 1;
+                self.last_return = Some(now);
+                if self.local.n >= CONSUMER_PUBLISH {
+                    self.local.publish(o);
+                }
+            } else {
+                self.local.publish(o);
+            }
         }
         item
     }

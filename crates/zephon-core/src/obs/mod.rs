@@ -229,6 +229,31 @@ impl Observer {
         }
     }
 
+    /// An element reached the consumer at `at`, `since_last` after the
+    /// previous one (`None` for the first): the start-up and steady-state
+    /// clock, without the wait and busy totals (see [`Observer::consumer_totals`]).
+    pub fn delivered_at(&self, at: Instant, since_last: Option<Duration>) {
+        match since_last {
+            None => {
+                let start = *self.0.start.get_or_init(|| at);
+                let ns = at.saturating_duration_since(start).as_nanos().max(1) as u64;
+                let _ =
+                    self.0
+                        .first_ns
+                        .compare_exchange(0, ns, Ordering::Relaxed, Ordering::Relaxed);
+            }
+            Some(d) => self.0.intervals.record_nanos(d.as_nanos() as u64),
+        }
+    }
+
+    /// Adds `n` deliveries' worth of consumer waiting and working time, for
+    /// callers that count locally and publish in bunches.
+    pub fn consumer_totals(&self, wait_ns: u64, busy_ns: u64, n: u64) {
+        self.0.wait.record_many(wait_ns, n);
+        self.0.busy.record_many(busy_ns, n);
+        self.0.batches.add(n);
+    }
+
     /// Per-operator metrics, start-up and steady state.
     pub fn metrics_snapshot(&self) -> MetricsSnapshot {
         let mut ops = self.0.ops.lock().unwrap_or_else(|e| e.into_inner()).clone();

@@ -150,6 +150,8 @@ pub fn run(args: Args) -> Result<()> {
         }
     }
     bar.finish_and_clear();
+    // Stops the pipeline and publishes the consumer timing it still holds.
+    drop(it);
     done.store(true, Ordering::Relaxed);
     if let Some(r) = reporter {
         let _ = r.join();
