@@ -6,10 +6,10 @@ use crate::cache::ShardCache;
 use crate::download::shard_error;
 use crate::manifest::ShardEntry;
 use crate::metrics::CacheMetrics;
-use crate::remote::CachedShard;
+use crate::remote::{CachedShard, fetch_spans};
 use bytes::Bytes;
+use futures::FutureExt;
 use futures::future::BoxFuture;
-use futures::{FutureExt, StreamExt, TryStreamExt};
 use std::path::Path;
 use std::sync::Arc;
 use zephon_core::runner::offload;
@@ -34,12 +34,6 @@ enum Source {
         metrics: Arc<CacheMetrics>,
     },
 }
-
-/// Largest gap between two wanted samples that one range request spans.
-const RANGE_GAP: u64 = 256 << 10;
-
-/// Concurrent range requests of one read.
-const RANGE_PARALLELISM: usize = 16;
 
 /// A shard of a [`FormatSpec`] other than JSONL: its bytes come from a
 /// memory-mapped local file or from the shard cache; the format's
@@ -246,8 +240,8 @@ impl FormatShard {
 }
 
 impl FormatShard {
-    /// Samples close together in the file are fetched by one request (gaps
-    /// up to [`RANGE_GAP`] bytes are read and dropped).
+    /// Samples close together in the file are fetched by one request (see
+    /// [`fetch_spans`]).
     async fn read_ranges(
         &self,
         index: Arc<dyn ShardIndex>,
@@ -266,56 +260,15 @@ impl FormatShard {
         wanted.dedup();
         let mut ranges = wanted.into_iter().map(range).collect::<Result<Vec<_>>>()?;
         ranges.sort_unstable();
-        let mut spans: Vec<(u64, u64)> = Vec::new();
-        for (from, to) in ranges {
-            match spans.last_mut() {
-                Some(s) if from <= s.1 + RANGE_GAP => s.1 = s.1.max(to),
-                _ => spans.push((from, to)),
-            }
-        }
-        let (op, path) = (backend.op.clone(), entry.path.clone());
-        let (dataset, uri) = (self.dataset.clone(), self.name.clone());
-        let started = std::time::Instant::now();
-        let chunks: Vec<(u64, Bytes)> = runtime::spawn(uri.clone(), async move {
-            futures::stream::iter(spans)
-                .map(|(from, to)| {
-                    let (op, path, dataset, uri) =
-                        (op.clone(), path.clone(), dataset.clone(), uri.clone());
-                    async move {
-                        if from == to {
-                            return Ok((from, Bytes::new()));
-                        }
-                        let b = op
-                            .read_with(&path)
-                            .range(from..to)
-                            .await
-                            .map_err(|e| {
-                                shard_error(
-                                    &dataset,
-                                    &uri,
-                                    format!("range read {from}..{to} failed: {e}"),
-                                )
-                            })?
-                            .to_bytes();
-                        if b.len() as u64 != to - from {
-                            return Err(shard_error(
-                                &dataset,
-                                &uri,
-                                format!("range read {from}..{to} returned {} bytes", b.len()),
-                            ));
-                        }
-                        Ok((from, b))
-                    }
-                })
-                .buffered(RANGE_PARALLELISM)
-                .try_collect()
-                .await
-        })
+        let chunks = fetch_spans(
+            backend,
+            &entry.path,
+            &self.dataset,
+            &self.name,
+            ranges,
+            metrics,
+        )
         .await?;
-        metrics.download_time.record(started.elapsed());
-        metrics
-            .bytes_downloaded
-            .add(chunks.iter().map(|(_, b)| b.len() as u64).sum());
         let (dataset, name, wanted) = (self.dataset.clone(), self.name.clone(), indices.to_vec());
         offload("fetch", move || {
             wanted
