@@ -166,6 +166,9 @@ impl CachedShard {
 
     /// The shard's decompressed bytes: from the cache, or downloaded.
     pub fn load(&self) -> BoxFuture<'static, Result<Bytes>> {
+        if let Some(bytes) = self.cache.as_ref().and_then(|c| c.get_in_memory(&self.key)) {
+            return futures::future::ready(Ok(bytes)).boxed();
+        }
         let (backend, dataset, entry) = (
             self.backend.clone(),
             self.dataset.clone(),

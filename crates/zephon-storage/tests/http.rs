@@ -90,3 +90,34 @@ fn a_server_stopped_mid_pass_fails_naming_the_uri_and_a_restart_completes_the_pa
         "shard 0 came from the cache"
     );
 }
+
+#[test]
+fn a_cache_too_small_for_the_working_set_is_reported_as_thrashing() {
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    // Four shards of about 1.9 MB: the disk tier keeps whole shards in blocks
+    // of 3 MiB, so a 6 MiB cache holds two of them, and a memory tier of
+    // 1 MiB none.
+    let want = indexed_dataset(&data, 4, 30_000);
+    let nginx = Nginx::start(t.path(), &data);
+    let opts = cache_opts(t.path()).cache(
+        zephon_storage::CacheOptions::default()
+            .root(t.path().join("small-cache"))
+            .limit_bytes(6 << 20)
+            .memory_bytes(1 << 20),
+    );
+    let rd = RemoteDataset::open("d", &nginx.uri(), &opts).unwrap();
+    for pass in 0..3 {
+        assert_eq!(
+            fields(&read_all(rd.dataset().clone(), false).unwrap()),
+            want,
+            "pass {pass} reads every record despite the evictions"
+        );
+    }
+    let s = rd.cache_stats();
+    assert!(s.misses > 4 && s.redownloads > 0, "{s:?}");
+    assert!(
+        s.thrashing,
+        "a shard downloaded 3 times flags thrashing: {s:?}"
+    );
+}

@@ -186,6 +186,15 @@ impl ShardCache {
         self.hybrid.contains(key)
     }
 
+    /// The shard under `key` if the memory tier holds it, counted as a hit;
+    /// `None` otherwise (the disk tier is not consulted). Synchronous, so a
+    /// warm read costs a hash lookup rather than a task on the I/O runtime.
+    pub fn get_in_memory(&self, key: &str) -> Option<Bytes> {
+        let entry = self.hybrid.memory().get(key)?;
+        self.metrics.hits.inc();
+        Some(entry.value().clone())
+    }
+
     /// The shard under `key`, running `download` on a miss. Concurrent
     /// callers for one key share one download; a failed download caches
     /// nothing and fails every waiter.

@@ -1,0 +1,92 @@
+//! `prefetch` warms shards ahead of the reads; a warm-up that fails is
+//! counted and is not fatal, because the read itself tries again.
+
+use futures::future::BoxFuture;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use zephon_core::{Dataset, InMemoryShard, PipelineExt, Record, Result, Runner, Shard, WorkSource};
+use zephon_storage::PrefetchExt;
+
+/// A shard whose warm-up always fails (a flaky download) while its reads
+/// succeed.
+#[derive(Debug)]
+struct FailingWarm {
+    inner: InMemoryShard,
+    warms: Arc<AtomicU64>,
+}
+
+impl Shard for FailingWarm {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read_run(&self, start: u64, count: u64) -> BoxFuture<'_, Result<Vec<Record>>> {
+        self.inner.read_run(start, count)
+    }
+    fn warm(&self) -> BoxFuture<'_, Result<()>> {
+        self.warms.fetch_add(1, Ordering::Relaxed);
+        Box::pin(std::future::ready(Err(zephon_core::Error::Operator {
+            op: "warm",
+            message: "connection reset".into(),
+        })))
+    }
+    fn is_warm(&self) -> bool {
+        false
+    }
+}
+
+#[test]
+fn a_failed_prefetch_is_counted_and_the_reads_still_deliver_everything() {
+    let warms = Arc::new(AtomicU64::new(0));
+    let shards: Vec<Arc<dyn Shard>> = (0..4)
+        .map(|s| {
+            let records = (0..50)
+                .map(|i| Record::new().with("id", (s * 50 + i) as i64))
+                .collect();
+            Arc::new(FailingWarm {
+                inner: InMemoryShard::new(format!("shard-{s}"), records),
+                warms: warms.clone(),
+            }) as _
+        })
+        .collect();
+    let ds = Dataset::new("flaky", "memory://flaky", shards).unwrap();
+    let run = |prefetch: bool| -> (Vec<String>, Option<u64>) {
+        let ws = WorkSource::builder()
+            .dataset(ds.clone(), 1.0)
+            .seed(3)
+            .build()
+            .unwrap();
+        let ptrs = ws.stream();
+        if prefetch {
+            let p = ptrs.prefetch(64, 2);
+            let metrics = p.metrics();
+            let out = p
+                .fetch(2)
+                .into_blocking_iter(Runner::Inline)
+                .unwrap()
+                .map(|r| format!("{:?}", r.unwrap().fields))
+                .collect();
+            let s = metrics.snapshot();
+            assert_eq!(s.successes, 0, "{s:?}");
+            (out, Some(s.failures))
+        } else {
+            let out = ptrs
+                .fetch(2)
+                .into_blocking_iter(Runner::Inline)
+                .unwrap()
+                .map(|r| format!("{:?}", r.unwrap().fields))
+                .collect();
+            (out, None)
+        }
+    };
+    let (plain, _) = run(false);
+    let (prefetched, failures) = run(true);
+    assert_eq!(plain.len(), 200);
+    assert_eq!(prefetched, plain, "prefetch never changes the data");
+    let failures = failures.unwrap();
+    // Warm-ups still in flight when the pass ends are dropped uncounted.
+    assert!(failures >= 1, "failed warm-ups are counted: {failures}");
+    assert!(warms.load(Ordering::Relaxed) >= failures);
+}
