@@ -176,11 +176,7 @@ impl Probe {
     pub fn input(&mut self) {
         if self.stats.is_some() {
             self.local_in += 1;
-            if let Some(t) = self.pending_since.take()
-                && let Some(s) = &self.stats
-            {
-                s.wait_input_ns.add(t.elapsed().as_nanos() as u64);
-            }
+            self.arrived();
             if self.local_in >= PUBLISH_EVERY {
                 self.publish();
             }
@@ -188,6 +184,47 @@ impl Probe {
     }
 
     /// An output element left.
+    /// Ends a wait for input (see [`input_pending`](Probe::input_pending))
+    /// without counting an element: for operators that count their input
+    /// in bunches with [`input_n`](Probe::input_n).
+    #[inline]
+    pub fn arrived(&mut self) {
+        if self.pending_since.is_some() {
+            self.end_wait();
+        }
+    }
+
+    #[cold]
+    fn end_wait(&mut self) {
+        if let (Some(t), Some(s)) = (self.pending_since.take(), &self.stats) {
+            s.wait_input_ns.add(t.elapsed().as_nanos() as u64);
+        }
+    }
+
+    /// Counts `n` elements in at once (a read group, a finished batch), so
+    /// a cheap operator pays nothing per element. Does not end a wait: call
+    /// [`arrived`](Probe::arrived) when an element arrives.
+    #[inline]
+    pub fn input_n(&mut self, n: usize) {
+        if self.stats.is_some() {
+            self.local_in = self.local_in.saturating_add(n as u32);
+            if self.local_in >= PUBLISH_EVERY {
+                self.publish();
+            }
+        }
+    }
+
+    /// Counts `n` elements out at once.
+    #[inline]
+    pub fn output_n(&mut self, n: usize) {
+        if self.stats.is_some() {
+            self.local_out = self.local_out.saturating_add(n as u32);
+            if self.local_out >= PUBLISH_EVERY {
+                self.publish();
+            }
+        }
+    }
+
     #[inline]
     pub fn output(&mut self) {
         if self.stats.is_some() {

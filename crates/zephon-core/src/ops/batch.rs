@@ -133,7 +133,8 @@ where
             }
             match this.inner.as_mut().poll_next(cx) {
                 Poll::Ready(Some(Ok(x))) => {
-                    this.probe.input();
+                    // Input is counted per finished batch: nothing per element.
+                    this.probe.arrived();
                     let t = this.probe.sample();
                     let lane = x.lane();
                     let (index, items) = this.open.entry(lane).or_default();
@@ -146,6 +147,7 @@ where
                         };
                         *index += 1;
                         this.probe.sampled(t);
+                        this.probe.input_n(b.items.len());
                         this.probe.output();
                         return Poll::Ready(Some(Ok(b)));
                     }
@@ -154,6 +156,8 @@ where
                 Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
                 Poll::Ready(None) => {
                     *this.done = true;
+                    let partial: usize = this.open.values().map(|(_, items)| items.len()).sum();
+                    this.probe.input_n(partial);
                     if !*this.drop_last {
                         for (&lane, (index, items)) in this.open.iter_mut() {
                             if !items.is_empty() {

@@ -193,8 +193,9 @@ where
         }
         let inst = &*this.inst;
         loop {
+            // Elements are counted per read group (in when it is sent, out
+            // when it returns), never per element.
             if let Some(r) = this.ready.pop_front() {
-                this.probe.output();
                 return Poll::Ready(Some(Ok(r)));
             }
             // Fill the in-flight window with groups of same-shard pointers.
@@ -205,6 +206,7 @@ where
                 if *this.done {
                     if !this.group.is_empty() {
                         let g = std::mem::take(this.group);
+                        this.probe.input_n(g.len());
                         this.in_flight
                             .push_back(read_group(this.catalog, g, inst.clone()));
                     }
@@ -212,7 +214,7 @@ where
                 }
                 match this.inner.as_mut().poll_next(cx) {
                     Poll::Ready(Some(Ok(p))) => {
-                        this.probe.input();
+                        this.probe.arrived();
                         let same = this
                             .group
                             .first()
@@ -221,6 +223,7 @@ where
                             this.group.push(p);
                         } else {
                             let g = std::mem::take(this.group);
+                            this.probe.input_n(g.len());
                             this.in_flight
                                 .push_back(read_group(this.catalog, g, inst.clone()));
                             *this.carry = Some(p);
@@ -229,6 +232,7 @@ where
                     Poll::Ready(Some(Err(e))) => {
                         if !this.group.is_empty() {
                             let g = std::mem::take(this.group);
+                            this.probe.input_n(g.len());
                             this.in_flight
                                 .push_back(read_group(this.catalog, g, inst.clone()));
                         }
@@ -240,6 +244,7 @@ where
                         // Do not hold a partial group back waiting for more.
                         if !this.group.is_empty() {
                             let g = std::mem::take(this.group);
+                            this.probe.input_n(g.len());
                             this.in_flight
                                 .push_back(read_group(this.catalog, g, inst.clone()));
                         } else if this.in_flight.is_empty() {
@@ -253,7 +258,10 @@ where
                 s.max_queue.observe(this.in_flight.len() as u64);
             }
             match this.in_flight.poll_next_unpin(cx) {
-                Poll::Ready(Some(Ok(records))) => this.ready.extend(records),
+                Poll::Ready(Some(Ok(records))) => {
+                    this.probe.output_n(records.len());
+                    this.ready.extend(records);
+                }
                 Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
                 Poll::Ready(None) => {
                     if *this.done && this.group.is_empty() && this.carry.is_none() {
