@@ -183,7 +183,6 @@ impl Probe {
         }
     }
 
-    /// An output element left.
     /// Ends a wait for input (see [`input_pending`](Probe::input_pending))
     /// without counting an element: for operators that count their input
     /// in bunches with [`input_n`](Probe::input_n).
@@ -225,6 +224,7 @@ impl Probe {
         }
     }
 
+    /// An output element left.
     #[inline]
     pub fn output(&mut self) {
         if self.stats.is_some() {
