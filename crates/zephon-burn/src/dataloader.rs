@@ -65,6 +65,8 @@ impl HostBatch for TrainingBatch {
         let cut = |from: usize, to: usize| from * l..to * l;
         let r = cut(range.start, range.end);
         TrainingBatch {
+            // A slice of a lane-batch is not a lane boundary.
+            cut: None,
             lane: self.lane,
             index: self.index,
             batch_size: range.len(),

@@ -236,8 +236,14 @@ impl Identity for Record {
         if self.lineage.is_empty() {
             return self.digest();
         }
-        self.lineage.iter().fold(0xD1B5_4A32_D192_ED03, |h, p| {
-            crate::hash::combine(h, p.identity())
-        })
+        lineage_identity(&self.lineage)
     }
+}
+
+/// The identity of a record with lineage `ptrs` (see [`Identity`] for
+/// [`Record`]): a checkpoint restore recomputes identities from pointers.
+pub fn lineage_identity(ptrs: &[crate::pointer::SamplePtr]) -> u64 {
+    ptrs.iter().fold(0xD1B5_4A32_D192_ED03, |h, p| {
+        crate::hash::combine(h, p.identity())
+    })
 }

@@ -16,6 +16,7 @@ use std::fmt;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use zephon_core::checkpoint::cut::Uncuttable;
 use zephon_core::obs::{Explain, Probe, StageDescription};
 use zephon_core::{LaneId, Record, Result};
 
@@ -209,6 +210,7 @@ pub struct EnsureMixture<S> {
     stats: Arc<TextStats>,
     done: bool,
     probe: Probe,
+    uncuttable: Uncuttable,
 }
 
 impl<S> EnsureMixture<S> {
@@ -222,6 +224,7 @@ impl<S> EnsureMixture<S> {
             stats: Arc::new(TextStats::default()),
             done: false,
             probe: Probe::default(),
+            uncuttable: Uncuttable::default(),
         }
     }
 
@@ -263,6 +266,10 @@ where
             1,
             Some(this.config.max_buffer_size as u64),
         );
+        // Its deficits are not part of a lane cut: checkpoints replay.
+        if let Err(e) = this.uncuttable.check("ensure_mixture") {
+            return Poll::Ready(Some(Err(e)));
+        }
         loop {
             if let Some(r) = this.out.pop_front() {
                 this.probe.output();

@@ -80,6 +80,7 @@ pub(crate) fn collate(
         IdType::I64 => TokenIds::I64(ids.into_iter().map(i64::from).collect()),
     };
     Ok(TrainingBatch {
+        cut: None,
         lane,
         index,
         batch_size: rows.len(),
@@ -156,14 +157,16 @@ impl TrainingConfig {
                 (ids, segs)
             })
             .collect();
-        collate(
+        let mut out = collate(
             &pairs,
             self.seq_len,
             self.pad_token_id,
             self.id_type,
             batch.lane,
             batch.index,
-        )
+        )?;
+        out.cut = batch.cut.clone();
+        Ok(out)
     }
 }
 

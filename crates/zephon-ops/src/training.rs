@@ -120,6 +120,10 @@ impl TokenIds {
 /// ```
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TrainingBatch {
+    /// In a checkpointed pipeline, what the lane's stateful operators held
+    /// right after the batch this was collated from.
+    #[serde(skip)]
+    pub cut: Option<std::sync::Arc<zephon_core::checkpoint::LaneCut>>,
     /// The lane the batch came from.
     pub lane: LaneId,
     /// The batch's number within its lane.
@@ -189,5 +193,9 @@ impl TrainingBatch {
 impl zephon_core::checkpoint::Delivered for TrainingBatch {
     fn delivered_items(&self) -> u64 {
         self.batch_size as u64
+    }
+
+    fn cut(&self) -> Option<&std::sync::Arc<zephon_core::checkpoint::LaneCut>> {
+        self.cut.as_ref()
     }
 }

@@ -1,6 +1,7 @@
 //! Checkpoint and restore through the text operators: tokenize, shuffle,
 //! ensure_mixture, pack_sequences (every algorithm), batch, to_training.
-//! Their buffers, bins and deficits are rebuilt by the replay, not stored.
+//! Without ensure_mixture, shuffle buffers and packing bins come back from
+//! the lane cuts; with it (its deficits are not cut), lanes are replayed.
 
 use proptest::prelude::*;
 use std::collections::BTreeMap;
@@ -43,6 +44,8 @@ struct Run {
     algorithm: PackAlgorithm,
     lanes: u32,
     passes: u64,
+    /// With ensure_mixture (restored by replay) or without (from cuts).
+    mixture: bool,
 }
 
 impl Run {
@@ -69,11 +72,15 @@ impl Run {
     }
 
     fn recipe(&self, ws: &WorkSource) -> Recipe {
-        Recipe::new(ws)
+        let r = Recipe::new(ws)
             .setting("tokenize", "fixture tokenizer, bos+eos")
             .setting("shuffle", (24, ShuffleMode::Reservoir, 5))
-            .setting("mixture", self.mixture())
-            .setting("pack", self.pack())
+            .setting("pack", self.pack());
+        if self.mixture {
+            r.setting("mixture", self.mixture())
+        } else {
+            r
+        }
     }
 }
 
@@ -110,12 +117,17 @@ fn run(
     } else {
         Runner::Inline
     };
-    let batches = ws
+    let shuffled = ws
         .stream()
         .fetch(parallelism)
         .tokenize(tok, parallelism)
-        .shuffle(24, ShuffleMode::Reservoir, 5)
-        .ensure_mixture(r.mixture())
+        .shuffle(24, ShuffleMode::Reservoir, 5);
+    let mixed: futures::stream::BoxStream<'static, zephon_core::Result<Record>> = if r.mixture {
+        Box::pin(shuffled.ensure_mixture(r.mixture()))
+    } else {
+        Box::pin(shuffled)
+    };
+    let batches = mixed
         .pack_sequences(r.pack())
         .batch(micro)
         .resume_from(&progress)
@@ -124,9 +136,11 @@ fn run(
         .prefetch_batches(parallelism - 1)
         .into_blocking_iter(runner)
         .unwrap();
+    let mut batches = batches;
+    let obs = batches.enable_observability(zephon_core::Tracking::Operator);
     let mut out = Vec::new();
     let mut rows = Vec::new();
-    for b in batches.take(take) {
+    for b in batches.by_ref().take(take) {
         let b = b.unwrap();
         // Lanes pack into different row counts, so some run dry early: a
         // checkpoint at step k is taken before the first batch of index k.
@@ -134,7 +148,7 @@ fn run(
             break;
         }
         // The consumer counts what it trains on; that is the checkpoint.
-        progress.record(b.lane, b.batch_size as u64);
+        progress.record_delivered(&b);
         out.push((
             b.lane,
             b.index,
@@ -147,7 +161,22 @@ fn run(
         });
         rows.push((b.lane, digests.collect()));
     }
+    drop(batches);
+    // What resume_from dropped: lane-batches replayed rather than restored
+    // from a cut.
+    let replayed = obs
+        .metrics_snapshot()
+        .operators
+        .iter()
+        .find(|o| o.name == "resume_from")
+        .map_or(0, |o| o.elements_in - o.elements_out);
+    REPLAYED.with(|r| r.set(replayed));
     (out, rows, progress.checkpoint())
+}
+
+thread_local! {
+    /// Lane-batches the last `run` on this thread replayed.
+    static REPLAYED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 fn algorithms() -> impl Strategy<Value = PackAlgorithm> {
@@ -160,7 +189,7 @@ fn algorithms() -> impl Strategy<Value = PackAlgorithm> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(8))]
+    #![proptest_config(ProptestConfig::with_cases(16))]
 
     /// A checkpoint after any number of training batches, restored in a
     /// fresh pipeline with other parallelism: the same remaining batches.
@@ -169,8 +198,9 @@ proptest! {
         algorithm in algorithms(),
         cut in 0usize..60,
         parallelism in 1usize..4,
+        mixture in any::<bool>(),
     ) {
-        let r = Run { algorithm, lanes: 2, passes: 1 };
+        let r = Run { algorithm, lanes: 2, passes: 1, mixture };
         let (full, _, _) = run(r, (0, 1), 3, 1, None, usize::MAX, None);
         let cut = cut.min(full.len());
         let (head, _, ckpt) = run(r, (0, 1), 3, 1, None, cut, None);
@@ -178,6 +208,9 @@ proptest! {
         let ckpt = Checkpoint::from_json(&ckpt.to_json()).unwrap();
         let (rest, _, _) = run(r, (0, 1), 3, parallelism, Some(&ckpt), usize::MAX, None);
         prop_assert_eq!(&rest[..], &full[cut..]);
+        if !mixture {
+            prop_assert_eq!(REPLAYED.with(|r| r.get()), 0, "restored from cuts, nothing replayed");
+        }
     }
 }
 
@@ -216,15 +249,27 @@ fn ranks(
 
 #[test]
 fn elastic_resume_on_4_and_1_ranks_across_epochs() {
-    for algorithm in [PackAlgorithm::BestFit, PackAlgorithm::Wrap] {
+    for (algorithm, mixture) in [
+        (PackAlgorithm::BestFit, true),
+        (PackAlgorithm::Wrap, false),
+        (PackAlgorithm::BestFitWrap, false),
+        (PackAlgorithm::FirstFit, false),
+    ] {
         let r = Run {
             algorithm,
             lanes: 8,
             passes: 2,
+            mixture,
         };
         let (full, _, _) = ranks(r, 2, 2, None, usize::MAX);
         let steps = full.keys().map(|(t, _)| *t).max().unwrap() + 1;
         assert!(steps >= 4, "{algorithm:?}: {steps} steps");
+        let (_, _, ckpt) = ranks(r, 2, 2, None, 1);
+        assert_eq!(
+            ckpt.cuts.len(),
+            if mixture { 0 } else { 8 },
+            "{algorithm:?}: lanes cut unless ensure_mixture is in the pipeline"
+        );
         for k in [1, steps / 2, steps - 1] {
             let (_, _, ckpt) = ranks(r, 2, 2, None, k as usize);
             for world in [4, 1] {
@@ -234,7 +279,10 @@ fn elastic_resume_on_4_and_1_ranks_across_epochs() {
                     .filter(|((t, _), _)| *t >= k)
                     .map(|(key, d)| (*key, *d))
                     .collect();
-                assert_eq!(rest, expected, "{algorithm:?}, step {k}, {world} ranks");
+                assert_eq!(
+                    rest, expected,
+                    "{algorithm:?}, mixture {mixture}, step {k}, {world} ranks"
+                );
             }
         }
     }
@@ -246,6 +294,7 @@ fn micro_batch_size_changed_on_restore_keeps_the_rows() {
         algorithm: PackAlgorithm::BestFitWrap,
         lanes: 4,
         passes: 1,
+        mixture: false,
     };
     // Per step, 4 rows per lane: micro-batches of 4, restored as 2 x 2.
     let (_, full_rows, _) = ranks(r, 2, 4, None, usize::MAX);
@@ -345,12 +394,12 @@ fn bench_checkpoint_and_restore() {
     fresh.sort();
     let fresh_first = fresh[1];
     println!("fresh start: first batch after {fresh_first:.2?} (median of {fresh:.2?})");
-    for steps in [1u64, 25, 100, 400] {
+    for steps in [1u64, 25, 100, 400, 2000] {
         let mut p = recipe.start(&ws);
         let mut it = pipeline(&p);
         for _ in 0..steps * 64 {
             let b = it.next().unwrap().unwrap();
-            p.record(b.lane, b.items.len() as u64);
+            p.record_delivered(&b);
         }
         drop(it);
         let t = Instant::now();
@@ -368,11 +417,23 @@ fn bench_checkpoint_and_restore() {
         let b = it.next().unwrap().unwrap();
         let restore_first = t.elapsed();
         assert_eq!((b.lane, b.index), (0, steps));
+        assert_eq!(loaded.cuts.len(), 64, "every lane cut");
+        // The same checkpoint without its cuts: what a replay costs.
+        let mut uncut = loaded.clone();
+        uncut.cuts.clear();
+        let t = Instant::now();
+        let resumed = recipe.resume(&ws, &uncut).unwrap();
+        let mut it = pipeline(&resumed);
+        let b2 = it.next().unwrap().unwrap();
+        let replay_first = t.elapsed();
+        assert_eq!(b2.items, b.items, "cut and replay restore the same batch");
         let replayed: u64 = loaded.lanes.values().map(|l| l.items).sum();
         println!(
             "step {steps:>4}: checkpoint {size} B binary / {json} B JSON, written in {ckpt_time:.2?}; \
-             restore to first batch {restore_first:.2?} ({:.2}x fresh), {replayed} delivered rows replayed",
-            restore_first.as_secs_f64() / fresh_first.as_secs_f64()
+             restore from cuts to first batch {restore_first:.2?} ({:.2}x fresh); \
+             by replaying {replayed} delivered rows instead {replay_first:.2?} ({:.2}x fresh)",
+            restore_first.as_secs_f64() / fresh_first.as_secs_f64(),
+            replay_first.as_secs_f64() / fresh_first.as_secs_f64()
         );
     }
     std::fs::remove_dir_all(&dir).unwrap();

@@ -15,6 +15,7 @@ fn two_packed_rows_with_padding() {
         lane: 2,
         index: 9,
         items: vec![row(&[1, 2, 3, 4], &[1, 1, 2, 2]), row(&[5, 6], &[1, 1])],
+        cut: None,
     };
     let b = TrainingConfig::new(4)
         .pad_token_id(99)
@@ -45,6 +46,7 @@ fn rows_without_segments_are_one_document_and_bad_rows_are_named() {
         lane: 0,
         index: 1,
         items: vec![Record::new().with("input_ids", Value::Tokens(vec![7, 8, 9]))],
+        cut: None,
     };
     let b = TrainingConfig::new(3).collate(&batch).unwrap();
     assert_eq!(b.input_ids.as_u32().unwrap(), &[7, 8, 9]);

@@ -106,7 +106,7 @@ pub fn run(args: Args) -> Result<()> {
             .collect();
         let line = serde_json::json!({ "lane": b.lane, "index": b.index, "ids": ids });
         writeln!(out, "{line}").with_context(|| format!("writing {}", args.out.display()))?;
-        progress.record(b.lane, b.items.len() as u64);
+        progress.record_delivered(&b);
     }
     out.flush()
         .with_context(|| format!("writing {}", args.out.display()))?;

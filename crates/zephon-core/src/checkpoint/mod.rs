@@ -10,20 +10,33 @@
 //! gradients). Checkpoint on 2 ranks, restore on 4 or on 1: the global
 //! batches are the same.
 //!
-//! A [`Checkpoint`] is therefore tiny: per canonical lane, how many batches
-//! and elements were delivered, plus what identifies the run (format version,
-//! seed, lane count, work-source and [`Recipe`] fingerprints). A restore
-//! builds the same chain from the start and [`ResumeFrom`] drops, per lane,
-//! what was already delivered: shuffle buffers, packing bins, mixture
-//! deficits and partial batches come back exactly, with no per-operator code.
+//! A [`Checkpoint`] is therefore small: per canonical lane, how many batches
+//! and elements were delivered and the lane's [`LaneCut`] (what its stateful
+//! operators held right after its last delivered batch), plus what identifies
+//! the run (format version, seed, lane count, work-source and [`Recipe`]
+//! fingerprints).
 //!
-//! The price is the replay: restoring redoes the reading and transforms of
-//! every delivered batch (not the training steps), so the time to the first
-//! new batch grows linearly with the run's progress. A fresh start already
-//! pays for filling the shuffle buffers and packing bins, so a restore costs
-//! about `1 + delivered / buffered` fresh starts; `bench_checkpoint_and_restore`
-//! in zephon-ops' `tests/checkpoint.rs` measures it (64 lanes, shuffle buffer
-//! 8192, best-fit packing).
+//! A cut is in pointer form, never data: a shuffle buffer is described by
+//! how many elements the shuffle consumed (its contents are a function of
+//! the work source's pointers and the slot hashes, recomputed on restore),
+//! packing bins and finished rows by their documents' pointers and token
+//! ranges, a batch boundary by the lane's element count. On restore the work
+//! source emits, per lane, a short preamble of the pointers the operators
+//! held, which flows through fetch and tokenize like any data, and each
+//! operator takes its part back; then the lane continues where it stopped.
+//! So the time to the first new batch is about that of a fresh start
+//! (refilling the buffers), whatever the run's progress. See [`cut`] for the
+//! details and the checks that keep it exact.
+//!
+//! A lane without a cut is replayed instead: [`ResumeFrom`] rebuilds it
+//! from the lane's start and drops what was already delivered. That happens
+//! when the pipeline holds state a cut cannot describe (`ensure_mixture`'s
+//! deficits, `pack_flat`), has an operator that is not one-to-one (a filter),
+//! or when the checkpoint's cut does not match the work source (checked before
+//! anything is emitted). A replay is equally exact, but its cost grows with
+//! the run's progress. `bench_checkpoint_and_restore` in zephon-ops'
+//! `tests/checkpoint.rs` measures both (64 lanes, shuffle buffer 8192,
+//! best-fit packing).
 //!
 //! What may change between checkpoint and restore: world size, rank, lane
 //! ownership, parallelism, runner, prefetch depths, and the per-rank
@@ -69,11 +82,13 @@
 //! # Ok::<(), zephon_core::Error>(())
 //! ```
 
+pub mod cut;
 mod progress;
 mod recipe;
 mod resume;
 mod state;
 
+pub use cut::{LaneCut, OpCut, OpLaneCut, Piece};
 pub use progress::{Checkpointed, CheckpointedExt, Delivered, Progress};
 pub use recipe::Recipe;
 pub use resume::{ResumeExt, ResumeFrom};

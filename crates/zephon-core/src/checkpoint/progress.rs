@@ -1,6 +1,7 @@
 //! [`Progress`]: what a rank has delivered, lane by lane, and the iterator
 //! wrapper that keeps it up to date.
 
+use super::cut::LaneCut;
 use super::recipe::Recipe;
 use super::state::{CHECKPOINT_VERSION, Checkpoint, LaneProgress};
 use crate::error::{Error, Result};
@@ -8,17 +9,28 @@ use crate::ops::batch::Batch;
 use crate::pointer::{LaneId, Laned};
 use crate::work::WorkSource;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Elements a rank hands to its consumer: lane-batches, or anything that
 /// knows its lane and how many elements it holds.
 pub trait Delivered: Laned {
     /// Number of elements (samples, packed rows) in this unit.
     fn delivered_items(&self) -> u64;
+
+    /// What the lane's stateful operators held right after this unit, when
+    /// the pipeline could cut it (see [`LaneCut`]).
+    fn cut(&self) -> Option<&Arc<LaneCut>> {
+        None
+    }
 }
 
 impl<T> Delivered for Batch<T> {
     fn delivered_items(&self) -> u64 {
         self.items.len() as u64
+    }
+
+    fn cut(&self) -> Option<&Arc<LaneCut>> {
+        self.cut.as_ref()
     }
 }
 
@@ -43,6 +55,8 @@ impl<T> Delivered for Batch<T> {
 pub struct Progress {
     recipe: Recipe,
     lanes: BTreeMap<LaneId, LaneProgress>,
+    /// Per lane, the cut after its last delivered batch, where there is one.
+    cuts: BTreeMap<LaneId, Arc<LaneCut>>,
 }
 
 impl Recipe {
@@ -55,6 +69,7 @@ impl Recipe {
                 .into_iter()
                 .map(|l| (l, LaneProgress::default()))
                 .collect(),
+            cuts: BTreeMap::new(),
         }
     }
 
@@ -83,6 +98,10 @@ impl Recipe {
         }
         Ok(Progress {
             recipe: self.clone(),
+            cuts: owned
+                .iter()
+                .filter_map(|l| Some((*l, Arc::new(checkpoint.cuts.get(l)?.clone()))))
+                .collect(),
             lanes: owned
                 .into_iter()
                 .map(|l| (l, checkpoint.lanes[&l]))
@@ -93,15 +112,27 @@ impl Recipe {
 
 impl Progress {
     /// Counts one batch of `items` elements of `lane` as delivered.
+    /// The lane's cut, if it had one, no longer describes it: a restore
+    /// replays the lane.
     pub fn record(&mut self, lane: LaneId, items: u64) {
         let p = self.lanes.entry(lane).or_default();
         p.batches += 1;
         p.items += items;
+        self.cuts.remove(&lane);
     }
 
-    /// Counts `unit` as delivered.
+    /// Counts `unit` as delivered, keeping its lane cut.
     pub fn record_delivered<T: Delivered>(&mut self, unit: &T) {
-        self.record(unit.lane(), unit.delivered_items());
+        let lane = unit.lane();
+        self.record(lane, unit.delivered_items());
+        if let Some(cut) = unit.cut() {
+            self.cuts.insert(lane, cut.clone());
+        }
+    }
+
+    /// The lane cuts a restore puts back (lanes without one are replayed).
+    pub fn cuts(&self) -> &BTreeMap<LaneId, Arc<LaneCut>> {
+        &self.cuts
     }
 
     /// What `lane` has delivered (zero for a lane not tracked).
@@ -148,6 +179,11 @@ impl Progress {
             canonical_lanes: self.recipe.canonical_lanes(),
             settings: self.recipe.settings().clone(),
             lanes: self.lanes.clone(),
+            cuts: self
+                .cuts
+                .iter()
+                .map(|(&l, c)| (l, LaneCut::clone(c)))
+                .collect(),
         }
     }
 }

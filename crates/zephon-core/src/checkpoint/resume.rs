@@ -1,6 +1,7 @@
 //! `resume_from`: the replay filter that drops what a checkpoint says was
 //! already delivered.
 
+use super::cut::Board;
 use super::progress::{Delivered, Progress};
 use crate::error::{Error, Result};
 use crate::obs::{Explain, Probe, StageDescription};
@@ -11,18 +12,20 @@ use pin_project::pin_project;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
-/// Drops, lane by lane, the leading batches a checkpoint counts as
-/// delivered, and passes the rest.
+/// The restore point of a checkpointed pipeline: it installs the pipeline's
+/// checkpoint board (on which shuffle, packing and batch register, and from
+/// which batches take their lane cuts), puts a checkpoint's cuts back on it,
+/// and drops, lane by lane, the leading batches of lanes that are replayed
+/// rather than restored from a cut (see [`checkpoint`](super)).
 ///
-/// Every operator's output on a lane is a pure function of that lane's input
-/// (the determinism promise), so replaying each lane from its start through
-/// the same chain rebuilds shuffle buffers, packing bins, mixture deficits and
-/// partial batches exactly, with no per-operator state in the checkpoint.
-/// The cost is the replay: a restore does the work of every delivered batch
-/// again (without the training step), so time to the first new batch grows
-/// with the progress of the run.
+/// A replayed lane's output is a pure function of its input (the determinism
+/// promise), so replaying it from its start through the same chain rebuilds
+/// shuffle buffers, packing bins, mixture deficits and partial batches
+/// exactly; the cost is the work of every delivered batch again (without the
+/// training step), growing with the progress of the run.
 ///
 /// The skip is counted in elements, not batches: a restore may use another
 /// micro-batch size as long as each lane's delivered count falls on one of
@@ -65,6 +68,14 @@ pub struct ResumeFrom<S> {
     /// Replayed batches count as input without output, so observability
     /// shows how long a restore spends replaying.
     probe: Probe,
+    /// The pipeline's checkpoint board: the stateful operators register on
+    /// it, batches take their lane cuts from it, and a restore puts cuts back
+    /// on it.
+    board: Arc<Board>,
+    /// Lanes restored from a cut rather than replayed (until the first
+    /// element confirms the work source accepted the cuts).
+    cut_lanes: Vec<LaneId>,
+    settled: bool,
 }
 
 impl<S> ResumeFrom<S> {
@@ -79,7 +90,15 @@ impl<S> ResumeFrom<S> {
                 .collect(),
             seen: BTreeMap::new(),
             probe: Probe::default(),
+            board: Board::new(progress.cuts().clone()),
+            cut_lanes: progress.cuts().keys().copied().collect(),
+            settled: false,
         }
+    }
+
+    /// The checkpoint board of this pipeline.
+    pub fn board(&self) -> &Arc<Board> {
+        &self.board
     }
 
     /// Elements still to drop, over all lanes (0 once the replay is over).
@@ -108,7 +127,21 @@ where
         let mut this = self.project();
         this.probe.attach("resume_from", 1, None);
         loop {
-            let unit = match this.inner.as_mut().poll_next(cx) {
+            let board = this.board.clone();
+            let polled = board.enter(|| this.inner.as_mut().poll_next(cx));
+            if !*this.settled && !matches!(polled, Poll::Pending) {
+                // The work source has looked at the cuts by now: lanes it
+                // restores from a cut have nothing to drop.
+                *this.settled = true;
+                if !this.board.replaying_all() {
+                    for lane in this.cut_lanes.iter() {
+                        if let Some(left) = this.skip.get_mut(lane) {
+                            *left = 0;
+                        }
+                    }
+                }
+            }
+            let unit = match polled {
                 Poll::Ready(Some(Ok(unit))) => unit,
                 Poll::Ready(None) => {
                     this.probe.finish();
@@ -177,9 +210,10 @@ impl<S: Explain> Explain for ResumeFrom<S> {
 
 /// Adds [`resume_from`](ResumeExt::resume_from) to streams of batches.
 pub trait ResumeExt: Stream + Sized {
-    /// Drops what `progress` counts as delivered. Place it after the last
-    /// stateful operator (after `batch`), before or after `lane_mux`. See
-    /// [`ResumeFrom`].
+    /// Restores from `progress` (its lane cuts, or a replay that drops what
+    /// it counts as delivered). Place it right after `batch`, before
+    /// `lane_mux` and `prefetch_batches`: the operators upstream register
+    /// with it when it first polls them. See [`ResumeFrom`].
     fn resume_from<T>(self, progress: &Progress) -> ResumeFrom<Self>
     where
         Self: Stream<Item = Result<T>>,

@@ -1,6 +1,7 @@
 //! [`Checkpoint`]: the versioned, serializable delivery state of a run, its
 //! JSON and binary forms, files, and the merge of per-rank checkpoints.
 
+use super::cut::LaneCut;
 use super::recipe::{Recipe, fingerprint_of};
 use crate::error::{Error, Result};
 use crate::pointer::LaneId;
@@ -9,7 +10,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// Version of the [`Checkpoint`] layout this build writes and reads.
-pub const CHECKPOINT_VERSION: u32 = 1;
+pub const CHECKPOINT_VERSION: u32 = 2;
 
 /// First bytes of the binary form, so a file is recognised (and a file of
 /// something else refused) before decoding.
@@ -68,6 +69,10 @@ pub struct Checkpoint {
     pub settings: BTreeMap<String, u64>,
     /// Progress of the lanes this checkpoint covers (all lanes once merged).
     pub lanes: BTreeMap<LaneId, LaneProgress>,
+    /// Per lane, what its stateful operators held after its last delivered
+    /// batch, so a restore refills them rather than replaying the lane. A
+    /// lane without a cut is replayed from its start.
+    pub cuts: BTreeMap<LaneId, LaneCut>,
 }
 
 fn err(origin: &str, message: impl Into<String>) -> Error {
@@ -254,6 +259,9 @@ impl Checkpoint {
                 acc.recipe_fingerprint,
                 part.recipe_fingerprint,
             )?;
+            for (lane, cut) in part.cuts {
+                acc.cuts.entry(lane).or_insert(cut);
+            }
             for (lane, p) in part.lanes {
                 match acc.lanes.get(&lane) {
                     Some(q) if *q != p => {

@@ -1,6 +1,7 @@
 //! `batch`: group elements of one lane into batches.
 
-use crate::error::Result;
+use crate::checkpoint::cut::{Arrival, Board, CutSource, LaneCut, OpCut, OpLaneCut, Restoring};
+use crate::error::{Error, Result};
 use crate::obs::{Explain, Probe, StageDescription};
 use crate::pointer::{Identity, LaneId, Laned};
 use crate::record::Record;
@@ -9,6 +10,7 @@ use pin_project::pin_project;
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 /// A batch: elements of one lane, and its number within that lane.
@@ -20,6 +22,9 @@ pub struct Batch<T> {
     pub index: u64,
     /// The elements.
     pub items: Vec<T>,
+    /// In a checkpointed pipeline, what the lane's stateful operators held
+    /// right after this batch (see [`checkpoint`](crate::checkpoint)).
+    pub cut: Option<Arc<LaneCut>>,
 }
 
 impl<T> Batch<T> {
@@ -84,6 +89,33 @@ pub struct Batcher<S, T> {
     tail: VecDeque<Batch<T>>,
     done: bool,
     probe: Probe,
+    board_looked: bool,
+    checkpoint: Option<Checkpointing>,
+}
+
+/// Batch's part in a checkpointed pipeline: it asks the board for a lane's
+/// cut whenever a batch leaves.
+#[derive(Debug)]
+struct Checkpointing {
+    board: Arc<Board>,
+    lanes: Arc<BatchLanes>,
+    restoring: Restoring,
+}
+
+/// Elements each lane consumed, as of its last batch.
+#[derive(Debug, Default)]
+struct BatchLanes(Mutex<BTreeMap<LaneId, u64>>);
+
+impl CutSource for BatchLanes {
+    fn cut(&self, lane: LaneId) -> Option<OpLaneCut> {
+        let lanes = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        Some(OpLaneCut {
+            op: "batch".into(),
+            consumed: lanes.get(&lane).copied().unwrap_or(0),
+            last_identity: None,
+            cut: OpCut::Batch,
+        })
+    }
 }
 
 impl<S, T> Batcher<S, T> {
@@ -97,6 +129,8 @@ impl<S, T> Batcher<S, T> {
             tail: VecDeque::new(),
             done: false,
             probe: Probe::default(),
+            board_looked: false,
+            checkpoint: None,
         }
     }
 }
@@ -121,6 +155,24 @@ where
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut this = self.project();
         this.probe.attach("batch", 1, None);
+        if !*this.board_looked
+            && let Some(board) = {
+                *this.board_looked = true;
+                Board::current()
+            }
+        {
+            let lanes = Arc::new(BatchLanes::default());
+            let weak: std::sync::Weak<dyn CutSource> = Arc::downgrade(&lanes) as _;
+            let plan = match board.register("batch", Some(weak)) {
+                Ok(p) => p,
+                Err(e) => return Poll::Ready(Some(Err(e))),
+            };
+            *this.checkpoint = Some(Checkpointing {
+                restoring: Restoring::new(plan, board.clone()),
+                board,
+                lanes,
+            });
+        }
         loop {
             if *this.done {
                 let b = this.tail.pop_front();
@@ -137,14 +189,49 @@ where
                     this.probe.arrived();
                     let t = this.probe.sample();
                     let lane = x.lane();
+                    if let Some(ck) = this.checkpoint.as_mut()
+                        && let Arrival::Own(cut) = ck.restoring.arrive(lane)
+                    {
+                        // A batch boundary holds nothing: the cut only says
+                        // where the lane's numbering continues.
+                        let consumed = cut.consumed;
+                        ck.restoring.done(lane);
+                        if !consumed.is_multiple_of(*this.size as u64) {
+                            return Poll::Ready(Some(Err(Error::Checkpoint {
+                                origin: "resume_from".into(),
+                                message: format!(
+                                    "lane {lane}: the checkpoint delivered {consumed} elements, which is not a whole number \
+                                     of batches of {}; use a batch size that divides the elements delivered per lane",
+                                    *this.size
+                                ),
+                            })));
+                        }
+                        this.open
+                            .insert(lane, (consumed / *this.size as u64, Vec::new()));
+                        ck.lanes
+                            .0
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .insert(lane, consumed);
+                    }
                     let (index, items) = this.open.entry(lane).or_default();
                     items.push(x);
                     if items.len() == *this.size {
-                        let b = Batch {
+                        let mut b = Batch {
                             lane,
                             index: *index,
                             items: std::mem::replace(items, Vec::with_capacity(*this.size)),
+                            cut: None,
                         };
+                        if let Some(ck) = this.checkpoint.as_ref() {
+                            *ck.lanes
+                                .0
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .entry(lane)
+                                .or_default() += b.items.len() as u64;
+                            b.cut = ck.board.cut(lane).map(Arc::new);
+                        }
                         *index += 1;
                         this.probe.sampled(t);
                         this.probe.input_n(b.items.len());
@@ -161,10 +248,23 @@ where
                     if !*this.drop_last {
                         for (&lane, (index, items)) in this.open.iter_mut() {
                             if !items.is_empty() {
+                                // Everything upstream has finished: the cut
+                                // of an exhausted lane, which a restore
+                                // continues with nothing.
+                                let cut = this.checkpoint.as_ref().and_then(|ck| {
+                                    *ck.lanes
+                                        .0
+                                        .lock()
+                                        .unwrap_or_else(|e| e.into_inner())
+                                        .entry(lane)
+                                        .or_default() += items.len() as u64;
+                                    ck.board.cut(lane).map(Arc::new)
+                                });
                                 this.tail.push_back(Batch {
                                     lane,
                                     index: *index,
                                     items: std::mem::take(items),
+                                    cut,
                                 });
                                 *index += 1;
                             }

@@ -1,5 +1,6 @@
 //! `filter` and `filter_map`: drop or transform elements with a cheap closure.
 
+use crate::checkpoint::cut::Uncuttable;
 use crate::error::Result;
 use crate::obs::{Explain, Probe, StageDescription};
 use futures::Stream;
@@ -26,6 +27,7 @@ pub struct Filter<S, F> {
     inner: S,
     pred: F,
     probe: Probe,
+    uncuttable: Uncuttable,
 }
 
 impl<S, F> Filter<S, F> {
@@ -35,6 +37,7 @@ impl<S, F> Filter<S, F> {
             inner,
             pred,
             probe: Probe::default(),
+            uncuttable: Uncuttable::default(),
         }
     }
 }
@@ -55,6 +58,9 @@ where
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut this = self.project();
         this.probe.attach("filter", 1, None);
+        if let Err(e) = this.uncuttable.check("filter") {
+            return Poll::Ready(Some(Err(e)));
+        }
         loop {
             match this.inner.as_mut().poll_next(cx) {
                 Poll::Ready(Some(Ok(x))) => {
@@ -103,6 +109,7 @@ pub struct FilterMap<S, F> {
     inner: S,
     f: F,
     probe: Probe,
+    uncuttable: Uncuttable,
 }
 
 impl<S, F> FilterMap<S, F> {
@@ -112,6 +119,7 @@ impl<S, F> FilterMap<S, F> {
             inner,
             f,
             probe: Probe::default(),
+            uncuttable: Uncuttable::default(),
         }
     }
 }
@@ -132,6 +140,9 @@ where
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut this = self.project();
         this.probe.attach("filter_map", 1, None);
+        if let Err(e) = this.uncuttable.check("filter_map") {
+            return Poll::Ready(Some(Err(e)));
+        }
         loop {
             match this.inner.as_mut().poll_next(cx) {
                 Poll::Ready(Some(Ok(x))) => {

@@ -114,7 +114,13 @@ where
                             }
                         }
                     };
-                    // The upstream runs on its own task: carry the observer there.
+                    // The upstream runs on its own task: carry the observer
+                    // and the checkpoint board there.
+                    let drive: futures::future::BoxFuture<'static, ()> =
+                        match crate::checkpoint::cut::Board::current() {
+                            Some(board) => futures::FutureExt::boxed(board.scope_future(drive)),
+                            None => futures::FutureExt::boxed(drive),
+                        };
                     let task = match Observer::current() {
                         Some(obs) => handle.spawn(obs.scope_future(drive)),
                         None => handle.spawn(drive),

@@ -1,6 +1,7 @@
 //! `shuffle`: a per-lane buffer shuffle seeded from the elements themselves.
 
-use crate::error::Result;
+use crate::checkpoint::cut::{Arrival, Board, CutSource, OpCut, OpLaneCut, Restoring};
+use crate::error::{Error, Result};
 use crate::hash::{combine, key};
 use crate::obs::{Explain, Probe, StageDescription};
 use crate::pointer::{Identity, LaneId, Laned};
@@ -13,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::pin::Pin;
+use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll};
 
 /// How the buffer is shuffled.
@@ -52,30 +54,131 @@ pub struct Shuffle<S, T> {
     buffer_size: usize,
     mode: ShuffleMode,
     seed: u64,
-    lanes: BTreeMap<LaneId, Vec<T>>,
-    out: VecDeque<T>,
-    done: bool,
+    // Shared with the checkpoint board, which reads a lane's cut when one of
+    // its batches leaves; locked once per element otherwise uncontended.
+    core: Arc<Mutex<Core<T>>>,
+    board_looked: bool,
+    restoring: Option<Restoring>,
     probe: Probe,
 }
 
+struct Core<T> {
+    mode: ShuffleMode,
+    buffer_size: usize,
+    seed: u64,
+    lanes: BTreeMap<LaneId, LaneBuf<T>>,
+    out: VecDeque<T>,
+    /// The lane whose permuted block `out` holds (block mode).
+    out_lane: Option<LaneId>,
+    done: bool,
+}
+
+struct LaneBuf<T> {
+    buf: Vec<T>,
+    consumed: u64,
+    last: Option<u64>,
+    id_sum: u64,
+    /// During a restore: the cut being put back (the lane's state until it
+    /// is), and how many of its elements arrived.
+    restoring: Option<(OpLaneCut, u64)>,
+}
+
+impl<T> Default for LaneBuf<T> {
+    fn default() -> Self {
+        LaneBuf {
+            buf: Vec::new(),
+            consumed: 0,
+            last: None,
+            id_sum: 0,
+            restoring: None,
+        }
+    }
+}
+
+impl<T: Laned + Identity + Send> CutSource for Mutex<Core<T>> {
+    fn cut(&self, lane: LaneId) -> Option<OpLaneCut> {
+        let c = self.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(lb) = c.lanes.get(&lane) else {
+            return Some(shuffle_cut(&c, 0, None, 0, 0, 0, c.done));
+        };
+        if let Some((cut, _)) = &lb.restoring {
+            return Some(cut.clone());
+        }
+        if c.done {
+            // The final flush: what is left of this lane's permuted buffer.
+            let pending = c.out.iter().filter(|x| x.lane() == lane).count() as u64;
+            return Some(shuffle_cut(&c, lb.consumed, lb.last, 0, pending, 0, true));
+        }
+        let pending = if c.out_lane == Some(lane) {
+            c.out.len() as u64
+        } else {
+            0
+        };
+        Some(shuffle_cut(
+            &c,
+            lb.consumed,
+            lb.last,
+            lb.buf.len() as u64,
+            pending,
+            lb.id_sum,
+            false,
+        ))
+    }
+}
+
+fn shuffle_cut<T>(
+    c: &Core<T>,
+    consumed: u64,
+    last: Option<u64>,
+    held: u64,
+    pending: u64,
+    id_sum: u64,
+    flushing: bool,
+) -> OpLaneCut {
+    OpLaneCut {
+        op: "shuffle".into(),
+        consumed,
+        last_identity: last,
+        cut: OpCut::Shuffle {
+            mode: c.mode,
+            buffer_size: c.buffer_size as u64,
+            seed: c.seed,
+            held,
+            pending,
+            id_sum,
+            flushing,
+        },
+    }
+}
+
 impl<S, T> Shuffle<S, T> {
-    /// Shuffles `inner` with a buffer of `buffer_size` elements per lane.
+    /// Shuffles with a buffer of `buffer_size` per lane (at least 1).
     pub fn new(inner: S, buffer_size: usize, mode: ShuffleMode, seed: u64) -> Self {
+        let buffer_size = buffer_size.max(1);
         Shuffle {
             inner,
-            buffer_size: buffer_size.max(1),
+            buffer_size,
             mode,
             seed,
-            lanes: BTreeMap::new(),
-            out: VecDeque::new(),
-            done: false,
+            core: Arc::new(Mutex::new(Core {
+                mode,
+                buffer_size,
+                seed,
+                lanes: BTreeMap::new(),
+                out: VecDeque::new(),
+                out_lane: None,
+                done: false,
+            })),
+            board_looked: false,
+            restoring: None,
             probe: Probe::default(),
         }
     }
 
-    /// Elements currently buffered, over all lanes.
+    /// Elements buffered, over all lanes.
     pub fn buffered(&self) -> usize {
-        self.lanes.values().map(Vec::len).sum()
+        let c = self.core.lock().unwrap_or_else(|e| e.into_inner());
+        c.lanes.values().map(|l| l.buf.len()).sum()
     }
 }
 
@@ -90,7 +193,6 @@ impl<S, T> fmt::Debug for Shuffle<S, T> {
     }
 }
 
-/// Permutes `items` with an RNG seeded from the seed and their identities.
 pub(crate) fn permute_by_identity<T: Identity>(seed: u64, items: &mut [T]) {
     let h = items.iter().fold(key(&[seed, items.len() as u64]), |h, x| {
         combine(h, x.identity())
@@ -98,10 +200,90 @@ pub(crate) fn permute_by_identity<T: Identity>(seed: u64, items: &mut [T]) {
     items.shuffle(&mut ChaCha8Rng::seed_from_u64(h));
 }
 
+/// The reservoir slot an element with identity `id` replaces.
+pub(crate) fn reservoir_slot(seed: u64, id: u64, buffer_size: u64) -> u64 {
+    combine(seed, id) % buffer_size
+}
+
+fn restore_error(lane: LaneId, message: String) -> Error {
+    Error::Checkpoint {
+        origin: "restore".into(),
+        message: format!("shuffle, lane {lane}: {message}"),
+    }
+}
+
+/// What a restoring lane does with one of its own preamble elements.
+enum Restored<T> {
+    /// Emit it (a pending element of a permuted block).
+    Emit(T),
+    /// Taken into the buffer.
+    Absorbed,
+    /// The section was empty: process it normally.
+    Normal(T),
+}
+
+impl<T: Identity> Core<T> {
+    fn restore_one(&mut self, lane: LaneId, cut: &OpLaneCut, x: T) -> Result<(Restored<T>, bool)> {
+        let OpCut::Shuffle {
+            mode,
+            buffer_size,
+            seed,
+            held,
+            pending,
+            id_sum,
+            ..
+        } = cut.cut
+        else {
+            return Err(restore_error(
+                lane,
+                "the checkpoint holds another operator's cut".into(),
+            ));
+        };
+        if (mode, buffer_size, seed) != (self.mode, self.buffer_size as u64, self.seed) {
+            return Err(restore_error(
+                lane,
+                format!(
+                    "the checkpoint shuffled {mode:?} with {buffer_size} slots and seed {seed}, this pipeline {:?} with {} and seed {}",
+                    self.mode, self.buffer_size, self.seed
+                ),
+            ));
+        }
+        let lb = self.lanes.entry(lane).or_default();
+        let seen = lb.restoring.get_or_insert_with(|| (cut.clone(), 0));
+        let section = held + pending;
+        let out = if section == 0 {
+            Restored::Normal(x)
+        } else if seen.1 < pending {
+            seen.1 += 1;
+            Restored::Emit(x)
+        } else {
+            seen.1 += 1;
+            lb.id_sum = lb.id_sum.wrapping_add(x.identity());
+            lb.buf.push(x);
+            Restored::Absorbed
+        };
+        let finished = section == 0 || seen.1 == section;
+        if finished {
+            lb.restoring = None;
+            if lb.id_sum != id_sum {
+                return Err(restore_error(
+                    lane,
+                    "the elements put back into the buffer are not those the checkpoint held: the stretch \
+                     between the work source and shuffle is not one-to-one"
+                        .into(),
+                ));
+            }
+            lb.consumed = cut.consumed;
+            lb.last = cut.last_identity;
+        }
+        Ok((out, finished))
+    }
+}
+
 impl<S, T> Stream for Shuffle<S, T>
 where
     S: Stream<Item = Result<T>>,
-    T: Laned + Identity,
+    T: Laned + Identity + Send + 'static,
 {
     type Item = Result<T>;
 
@@ -109,41 +291,110 @@ where
         let mut this = self.project();
         this.probe
             .attach("shuffle", 1, Some(*this.buffer_size as u64));
-        loop {
-            if let Some(x) = this.out.pop_front() {
-                this.probe.output();
-                return Poll::Ready(Some(Ok(x)));
+        if !*this.board_looked
+            && let Some(board) = {
+                *this.board_looked = true;
+                Board::current()
             }
-            if *this.done {
-                this.probe.finish();
-                return Poll::Ready(None);
+        {
+            let weak: Weak<dyn CutSource> = Arc::downgrade(this.core) as _;
+            match board.register("shuffle", Some(weak)) {
+                Ok(plan) => {
+                    // Until a restoring lane's buffer is back, its state is
+                    // the cut itself (a batch may leave before that).
+                    let mut core = this.core.lock().unwrap_or_else(|e| e.into_inner());
+                    for (&lane, (_, cut)) in &plan {
+                        core.lanes.entry(lane).or_default().restoring = Some((cut.clone(), 0));
+                    }
+                    *this.restoring = Some(Restoring::new(plan, board));
+                }
+                Err(e) => return Poll::Ready(Some(Err(e))),
+            }
+        }
+        loop {
+            {
+                let mut core = this.core.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(x) = core.out.pop_front() {
+                    if core.out.is_empty() {
+                        core.out_lane = None;
+                    }
+                    this.probe.output();
+                    return Poll::Ready(Some(Ok(x)));
+                }
+                if core.done {
+                    this.probe.finish();
+                    return Poll::Ready(None);
+                }
             }
             match this.inner.as_mut().poll_next(cx) {
                 Poll::Ready(Some(Ok(x))) => {
                     this.probe.input();
                     let t = this.probe.sample();
-                    let n = *this.buffer_size;
-                    let buf = this.lanes.entry(x.lane()).or_default();
+                    let lane = x.lane();
+                    let mut core = this.core.lock().unwrap_or_else(|e| e.into_inner());
+                    let x = match this.restoring.as_mut().map(|r| (r.arrive(lane), ())) {
+                        Some((Arrival::Pass, ())) => {
+                            this.probe.sampled(t);
+                            this.probe.output();
+                            return Poll::Ready(Some(Ok(x)));
+                        }
+                        Some((Arrival::Own(cut), ())) => {
+                            let cut = cut.clone();
+                            let (restored, finished) = match core.restore_one(lane, &cut, x) {
+                                Ok(r) => r,
+                                Err(e) => return Poll::Ready(Some(Err(e))),
+                            };
+                            if finished && let Some(r) = this.restoring.as_mut() {
+                                r.done(lane);
+                            }
+                            match restored {
+                                Restored::Emit(x) => {
+                                    this.probe.sampled(t);
+                                    this.probe.output();
+                                    return Poll::Ready(Some(Ok(x)));
+                                }
+                                Restored::Absorbed => {
+                                    this.probe.sampled(t);
+                                    continue;
+                                }
+                                Restored::Normal(x) => x,
+                            }
+                        }
+                        _ => x,
+                    };
+                    let (n, seed, mode) = (*this.buffer_size, *this.seed, *this.mode);
+                    let id = x.identity();
+                    let core = &mut *core;
+                    let lb = core.lanes.entry(lane).or_default();
+                    // Left over only when the restore fell back to a replay.
+                    lb.restoring = None;
+                    lb.consumed += 1;
+                    lb.last = Some(id);
                     if let Some(s) = this.probe.stats() {
-                        s.max_queue.observe(buf.len() as u64 + 1);
+                        s.max_queue.observe(lb.buf.len() as u64 + 1);
                     }
-                    match this.mode {
+                    match mode {
                         ShuffleMode::Reservoir => {
-                            if buf.len() < n {
-                                buf.push(x);
+                            if lb.buf.len() < n {
+                                lb.id_sum = lb.id_sum.wrapping_add(id);
+                                lb.buf.push(x);
                             } else {
-                                let j = (combine(*this.seed, x.identity()) % n as u64) as usize;
-                                let old = std::mem::replace(&mut buf[j], x);
+                                let j = reservoir_slot(seed, id, n as u64) as usize;
+                                let old = std::mem::replace(&mut lb.buf[j], x);
+                                lb.id_sum = lb.id_sum.wrapping_add(id).wrapping_sub(old.identity());
                                 this.probe.sampled(t);
                                 this.probe.output();
                                 return Poll::Ready(Some(Ok(old)));
                             }
                         }
                         ShuffleMode::Block => {
-                            buf.push(x);
-                            if buf.len() == n {
-                                permute_by_identity(*this.seed, buf);
-                                this.out.extend(buf.drain(..));
+                            lb.id_sum = lb.id_sum.wrapping_add(id);
+                            lb.buf.push(x);
+                            if lb.buf.len() == n {
+                                permute_by_identity(seed, &mut lb.buf);
+                                core.out.extend(lb.buf.drain(..));
+                                core.out_lane = Some(lane);
+                                lb.id_sum = 0;
                             }
                         }
                     }
@@ -151,11 +402,13 @@ where
                 }
                 Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
                 Poll::Ready(None) => {
-                    *this.done = true;
+                    let mut core = this.core.lock().unwrap_or_else(|e| e.into_inner());
+                    let core = &mut *core;
+                    core.done = true;
                     // Lane order, so the flush is deterministic.
-                    for buf in this.lanes.values_mut() {
-                        permute_by_identity(*this.seed, buf);
-                        this.out.extend(buf.drain(..));
+                    for lb in core.lanes.values_mut() {
+                        permute_by_identity(*this.seed, &mut lb.buf);
+                        core.out.extend(lb.buf.drain(..));
                     }
                 }
                 Poll::Pending => {
@@ -168,7 +421,10 @@ where
 
     fn size_hint(&self) -> (usize, Option<usize>) {
         let (lo, hi) = self.inner.size_hint();
-        let extra = self.out.len() + self.buffered();
+        let extra = {
+            let c = self.core.lock().unwrap_or_else(|e| e.into_inner());
+            c.out.len() + c.lanes.values().map(|l| l.buf.len()).sum::<usize>()
+        };
         (lo + extra, hi.map(|h| h + extra))
     }
 }

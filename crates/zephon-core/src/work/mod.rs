@@ -9,6 +9,7 @@
 
 mod lanes;
 mod mixture;
+mod restore;
 mod shuffle;
 mod state;
 
@@ -378,6 +379,8 @@ impl WorkSource {
             plan: self.plan.clone(),
             next: self.next_global,
             cache: vec![None; self.plan.orders.len()],
+            board_looked: false,
+            resume: None,
         }
     }
 }
@@ -418,6 +421,9 @@ pub struct PointerStream {
     plan: Arc<Plan>,
     next: u64,
     cache: Vec<Option<PassLayout>>,
+    board_looked: bool,
+    /// Restoring from lane cuts: the preamble, and where each lane resumes.
+    resume: Option<restore::Resume>,
 }
 
 impl PointerStream {
@@ -451,15 +457,50 @@ impl PointerStream {
     pub fn next_pointer(&mut self) -> Option<SamplePtr> {
         let lanes = self.plan.config.lanes;
         let l = lanes.canonical_lanes as u64;
+        if let Some(r) = &mut self.resume
+            && let Some(p) = r.preamble.pop_front()
+        {
+            return Some(p);
+        }
         loop {
             let g = self.next;
             if self.plan.end.is_some_and(|e| g >= e) {
                 return None;
             }
             self.next += 1;
-            if lanes.owns((g % l) as LaneId) {
+            let lane = (g % l) as LaneId;
+            if lanes.owns(lane)
+                && self
+                    .resume
+                    .as_ref()
+                    .is_none_or(|r| g / l >= r.starts[lane as usize])
+            {
                 return Some(self.plan.pointer_at(g, &mut self.cache));
             }
+        }
+    }
+
+    /// First poll of a checkpointed pipeline being restored: take the lane
+    /// cuts off the board.
+    fn look_for_restore(&mut self) {
+        self.board_looked = true;
+        let Some(board) = crate::checkpoint::cut::Board::current() else {
+            return;
+        };
+        if board.restoring().is_empty() || board.replaying_all() {
+            return;
+        }
+        if let Some(r) = restore::plan(&self.plan, &mut self.cache, &board) {
+            let lanes = self.plan.config.lanes;
+            let l = lanes.canonical_lanes as u64;
+            let first = lanes
+                .owned_lanes()
+                .iter()
+                .map(|&lane| r.starts[lane as usize] * l + lane as u64)
+                .min()
+                .unwrap_or(0);
+            self.next = self.next.max(first);
+            self.resume = Some(r);
         }
     }
 
@@ -472,8 +513,15 @@ impl PointerStream {
                 let n: u64 = lanes
                     .owned_lanes()
                     .iter()
-                    .map(|&lane| count_lane(self.next, end, lane as u64, l))
-                    .sum();
+                    .map(|&lane| {
+                        let start = self
+                            .resume
+                            .as_ref()
+                            .map_or(0, |r| r.starts[lane as usize] * l + lane as u64);
+                        count_lane(self.next.max(start), end, lane as u64, l)
+                    })
+                    .sum::<u64>()
+                    + self.resume.as_ref().map_or(0, |r| r.preamble.len() as u64);
                 (n as usize, Some(n as usize))
             }
         }
@@ -483,7 +531,11 @@ impl PointerStream {
 impl Stream for PointerStream {
     type Item = Result<SamplePtr>;
     fn poll_next(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        Poll::Ready(self.get_mut().next_pointer().map(Ok))
+        let this = self.get_mut();
+        if !this.board_looked {
+            this.look_for_restore();
+        }
+        Poll::Ready(this.next_pointer().map(Ok))
     }
     fn size_hint(&self) -> (usize, Option<usize>) {
         self.remaining()

@@ -12,8 +12,8 @@ use super::{PackAlgorithm, PackConfig, Row, Seq};
 /// The per-lane window.
 #[derive(Debug, Default)]
 pub struct BinPacker {
-    window: Vec<Seq>,
-    tokens: usize,
+    pub(crate) window: Vec<Seq>,
+    pub(crate) tokens: usize,
 }
 
 impl BinPacker {
@@ -39,7 +39,7 @@ impl BinPacker {
             let mut row = Row::with_capacity(c.max_length);
             for i in bin {
                 let s = &self.window[i];
-                row.push(&s.ids, &s.lineage);
+                row.push(&s.ids, &s.lineage, s.offset);
             }
             out.push(row);
         }

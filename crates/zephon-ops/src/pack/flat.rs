@@ -5,6 +5,7 @@ use futures::Stream;
 use pin_project::pin_project;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use zephon_core::checkpoint::cut::Uncuttable;
 use zephon_core::obs::{Explain, Probe, StageDescription};
 use zephon_core::{Record, Result, Value};
 
@@ -38,6 +39,7 @@ pub struct PackFlat<S> {
     max_length: usize,
     pad_token_id: u32,
     probe: Probe,
+    uncuttable: Uncuttable,
 }
 
 impl<S> PackFlat<S> {
@@ -48,6 +50,7 @@ impl<S> PackFlat<S> {
             max_length,
             pad_token_id,
             probe: Probe::default(),
+            uncuttable: Uncuttable::default(),
         }
     }
 }
@@ -104,6 +107,9 @@ where
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.project();
         this.probe.attach("pack_flat", 1, None);
+        if let Err(e) = this.uncuttable.check("pack_flat") {
+            return Poll::Ready(Some(Err(e)));
+        }
         let (max, pad) = (*this.max_length, *this.pad_token_id);
         let out = this.inner.poll_next(cx).map(|o| {
             o.map(|r| {

@@ -6,6 +6,7 @@
 //! - [`stream`]: the stream adapter; [`flat`]: padding rows to `max_length`.
 
 pub mod bins;
+mod cut;
 pub mod flat;
 pub mod stream;
 pub mod wrap;
@@ -123,6 +124,31 @@ pub struct Seq {
     pub ids: Vec<u32>,
     /// Source pointers.
     pub lineage: Lineage,
+    /// Tokens of the source document before `ids` (already packed into an
+    /// earlier row), so a checkpoint can name the piece still held.
+    pub offset: u32,
+}
+
+/// Where a row's segment came from: the document (when its lineage is one
+/// pointer) and the token range within it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct RowPiece {
+    pub ptr: Option<zephon_core::SamplePtr>,
+    pub start: u32,
+    pub end: u32,
+}
+
+impl RowPiece {
+    pub(crate) fn of(lineage: &Lineage, start: u32, len: usize) -> Self {
+        RowPiece {
+            ptr: match lineage.as_slice() {
+                [p] => Some(*p),
+                _ => None,
+            },
+            start,
+            end: start + len as u32,
+        }
+    }
 }
 
 /// A row being filled: ids, the length of each segment, and the lineage of
@@ -132,6 +158,7 @@ pub(crate) struct Row {
     pub ids: Vec<u32>,
     pub seg_lens: Vec<u32>,
     pub lineage: Lineage,
+    pub pieces: Vec<RowPiece>,
 }
 
 impl Row {
@@ -140,13 +167,16 @@ impl Row {
             ids: Vec::with_capacity(n),
             seg_lens: Vec::new(),
             lineage: Lineage::new(),
+            pieces: Vec::new(),
         }
     }
 
-    pub(crate) fn push(&mut self, ids: &[u32], lineage: &Lineage) {
+    /// Appends `ids`, tokens `start..` of the document with `lineage`.
+    pub(crate) fn push(&mut self, ids: &[u32], lineage: &Lineage, start: u32) {
         self.ids.extend_from_slice(ids);
         self.seg_lens.push(ids.len() as u32);
         self.lineage.extend(lineage.iter().copied());
+        self.pieces.push(RowPiece::of(lineage, start, ids.len()));
     }
 
     /// The packed record: ids, segment ids from 1, positions restarting at
@@ -201,7 +231,10 @@ enum LaneState {
 pub struct Packer {
     config: PackConfig,
     lanes: BTreeMap<LaneId, LaneState>,
-    out: VecDeque<Record>,
+    /// Finished rows, with where their segments came from (for checkpoints).
+    out: VecDeque<(Record, Vec<RowPiece>)>,
+    /// Per lane: documents pushed, and the identity of the last.
+    consumed: BTreeMap<LaneId, (u64, u64)>,
     stats: Arc<TextStats>,
 }
 
@@ -212,6 +245,7 @@ impl Packer {
             config,
             lanes: BTreeMap::new(),
             out: VecDeque::new(),
+            consumed: BTreeMap::new(),
             stats: Arc::new(TextStats::default()),
         }
     }
@@ -239,11 +273,14 @@ impl Packer {
 
     /// Takes the next finished row.
     pub fn pop(&mut self) -> Option<Record> {
-        self.out.pop_front()
+        self.out.pop_front().map(|(r, _)| r)
     }
 
     /// Adds a record carrying [`fields::INPUT_IDS`]; other fields are dropped.
     pub fn push(&mut self, mut r: Record) -> crate::Result<()> {
+        let id = zephon_core::Identity::identity(&r);
+        let n = self.consumed.entry(r.lane).or_default();
+        *n = (n.0 + 1, id);
         let ids = match r.take(fields::INPUT_IDS) {
             Some(Value::Tokens(t)) => t,
             other => {
@@ -288,6 +325,7 @@ impl Packer {
         let seq = Seq {
             ids,
             lineage: std::mem::take(&mut r.lineage),
+            offset: 0,
         };
         let state = self.lanes.entry(lane).or_insert_with(|| match c.algorithm {
             PackAlgorithm::FirstFit | PackAlgorithm::BestFit => {
@@ -324,10 +362,11 @@ impl Packer {
     }
 
     fn emit(&mut self, lane: LaneId, rows: Vec<Row>) {
-        for row in rows {
+        for mut row in rows {
             self.stats
                 .record_row(row.ids.len(), row.seg_lens.len(), self.config.max_length);
-            self.out.push_back(row.into_record(lane));
+            let pieces = std::mem::take(&mut row.pieces);
+            self.out.push_back((row.into_record(lane), pieces));
         }
     }
 }

@@ -1,15 +1,18 @@
 //! The `pack_sequences` stream adapter.
 
+use super::cut::SharedPacker;
 use super::{PackConfig, Packer};
 use crate::stats::TextStats;
 use futures::Stream;
 use pin_project::pin_project;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Context, Poll};
+use zephon_core::checkpoint::cut::{Arrival, Board, CutSource, Restoring};
 use zephon_core::obs::{Explain, Probe, StageDescription};
-use zephon_core::{Record, Result};
+use zephon_core::{LaneId, Record, Result};
 
 /// Packs tokenized records into rows of at most `max_length` tokens with a
 /// [`Packer`]: per lane, sequentially, deterministic. Each row carries
@@ -36,9 +39,19 @@ use zephon_core::{Record, Result};
 pub struct PackSequences<S> {
     #[pin]
     inner: S,
-    packer: Packer,
+    // Shared with the checkpoint board, which reads a lane's bins when one
+    // of its batches leaves.
+    packer: Arc<SharedPacker>,
     done: bool,
     probe: Probe,
+    board_looked: bool,
+    restoring: Option<Restoring>,
+    /// Documents of a restoring lane's cut that arrived so far.
+    restored_docs: BTreeMap<LaneId, Vec<Record>>,
+}
+
+fn lock(p: &SharedPacker) -> MutexGuard<'_, Packer> {
+    p.0.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl<S> PackSequences<S> {
@@ -46,29 +59,38 @@ impl<S> PackSequences<S> {
     pub fn new(inner: S, config: PackConfig) -> Self {
         PackSequences {
             inner,
-            packer: Packer::new(config),
+            packer: Arc::new(SharedPacker(Mutex::new(Packer::new(config)))),
             done: false,
             probe: Probe::default(),
+            board_looked: false,
+            restoring: None,
+            restored_docs: BTreeMap::new(),
         }
     }
 
     /// Counts into `stats` (shared with other operators) instead of its own.
-    pub fn with_stats(mut self, stats: Arc<TextStats>) -> Self {
-        self.packer = self.packer.with_stats(stats);
+    pub fn with_stats(self, stats: Arc<TextStats>) -> Self {
+        {
+            let mut p = lock(&self.packer);
+            let config = *p.config();
+            let packer = std::mem::replace(&mut *p, Packer::new(config));
+            *p = packer.with_stats(stats);
+        }
         self
     }
 
     /// The statistics this operator counts into.
     pub fn stats(&self) -> Arc<TextStats> {
-        self.packer.stats().clone()
+        lock(&self.packer).stats().clone()
     }
 }
 
 impl<S> fmt::Debug for PackSequences<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let p = lock(&self.packer);
         f.debug_struct("PackSequences")
-            .field("config", self.packer.config())
-            .field("ready", &self.packer.ready())
+            .field("config", p.config())
+            .field("ready", &p.ready())
             .field("done", &self.done)
             .finish_non_exhaustive()
     }
@@ -83,20 +105,71 @@ where
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut this = self.project();
         this.probe.attach("pack_sequences", 1, None);
-        loop {
-            if let Some(r) = this.packer.pop() {
-                this.probe.output();
-                return Poll::Ready(Some(Ok(r)));
+        if !*this.board_looked
+            && let Some(board) = {
+                *this.board_looked = true;
+                Board::current()
             }
-            if *this.done {
-                this.probe.finish();
-                return Poll::Ready(None);
+        {
+            let weak: Weak<dyn CutSource> = Arc::downgrade(this.packer) as _;
+            match board.register("pack_sequences", Some(weak)) {
+                Ok(plan) => *this.restoring = Some(Restoring::new(plan, board)),
+                Err(e) => return Poll::Ready(Some(Err(e))),
+            }
+        }
+        loop {
+            {
+                let mut p = lock(this.packer);
+                if let Some(r) = p.pop() {
+                    this.probe.output();
+                    return Poll::Ready(Some(Ok(r)));
+                }
+                if *this.done {
+                    this.probe.finish();
+                    return Poll::Ready(None);
+                }
             }
             match this.inner.as_mut().poll_next(cx) {
                 Poll::Ready(Some(Ok(r))) => {
                     this.probe.input();
+                    let lane = r.lane;
+                    if let Some(rs) = this.restoring.as_mut() {
+                        match rs.arrive(lane) {
+                            // Belongs to an operator further down.
+                            Arrival::Pass => return Poll::Ready(Some(Ok(r))),
+                            Arrival::Own(cut) => {
+                                let cut = cut.clone();
+                                let need = cut.cut.preamble_len() as usize;
+                                let mut normal = None;
+                                let docs = this.restored_docs.entry(lane).or_default();
+                                if need == 0 {
+                                    normal = Some(r);
+                                } else {
+                                    docs.push(r);
+                                }
+                                if docs.len() == need {
+                                    let docs = this.restored_docs.remove(&lane).unwrap_or_default();
+                                    rs.done(lane);
+                                    if let Err(e) = lock(this.packer).restore_lane(lane, &cut, docs)
+                                    {
+                                        return Poll::Ready(Some(Err(e)));
+                                    }
+                                }
+                                match normal {
+                                    Some(r) => {
+                                        if let Err(e) = lock(this.packer).push(r) {
+                                            return Poll::Ready(Some(Err(e.into())));
+                                        }
+                                    }
+                                    None => continue,
+                                }
+                                continue;
+                            }
+                            Arrival::Normal => {}
+                        }
+                    }
                     let t = this.probe.sample();
-                    let pushed = this.packer.push(r);
+                    let pushed = lock(this.packer).push(r);
                     this.probe.sampled(t);
                     if let Err(e) = pushed {
                         return Poll::Ready(Some(Err(e.into())));
@@ -105,7 +178,7 @@ where
                 Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
                 Poll::Ready(None) => {
                     *this.done = true;
-                    this.packer.finish();
+                    lock(this.packer).finish();
                 }
                 Poll::Pending => {
                     this.probe.input_pending();
@@ -118,7 +191,7 @@ where
     fn size_hint(&self) -> (usize, Option<usize>) {
         // Rows merge documents (fewer) or cut them (more): only what is
         // already packed is certain.
-        let ready = self.packer.ready();
+        let ready = lock(&self.packer).ready();
         if self.done {
             (ready, Some(ready))
         } else {
@@ -130,7 +203,7 @@ where
 impl<S: Explain> Explain for PackSequences<S> {
     fn describe(&self, out: &mut Vec<StageDescription>) {
         self.inner.describe(out);
-        let c = self.packer.config();
+        let c = *lock(&self.packer).config();
         out.push(StageDescription::new(
             "pack_sequences",
             1,

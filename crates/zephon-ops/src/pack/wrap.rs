@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 /// `max_length`. Pieces of one sequence in two rows are two segments.
 #[derive(Debug, Default)]
 pub struct WrapPacker {
-    row: Row,
+    pub(crate) row: Row,
 }
 
 impl WrapPacker {
@@ -23,7 +23,8 @@ impl WrapPacker {
                 self.row = Row::with_capacity(c.max_length);
             }
             let take = rest.len().min(c.max_length - self.row.ids.len());
-            self.row.push(&rest[..take], &seq.lineage);
+            let start = seq.offset + (seq.ids.len() - rest.len()) as u32;
+            self.row.push(&rest[..take], &seq.lineage, start);
             rest = &rest[take..];
             if self.row.ids.len() == c.max_length {
                 out.push(std::mem::take(&mut self.row));
@@ -54,7 +55,7 @@ fn finish_row(row: Row, c: &PackConfig, st: &TextStats, out: &mut Vec<Row>) {
 /// `max_sequences_per_bin` stops them.
 #[derive(Debug, Default)]
 pub struct BestFitWrapPacker {
-    pool: VecDeque<Seq>,
+    pub(crate) pool: VecDeque<Seq>,
 }
 
 impl BestFitWrapPacker {
@@ -93,7 +94,7 @@ impl BestFitWrapPacker {
                 .max_by_key(|&(i, s)| (s.ids.len(), std::cmp::Reverse(i)))
                 .map(|(i, _)| i);
             match best.and_then(|i| self.pool.remove(i)) {
-                Some(s) => row.push(&s.ids, &s.lineage),
+                Some(s) => row.push(&s.ids, &s.lineage, s.offset),
                 None => {
                     // Nothing fits: the oldest candidate fills the row and
                     // its tail waits at the front of the pool.
@@ -101,8 +102,9 @@ impl BestFitWrapPacker {
                         break;
                     };
                     st.split_sequences.inc();
-                    row.push(&head.ids[..room], &head.lineage);
+                    row.push(&head.ids[..room], &head.lineage, head.offset);
                     head.ids.drain(..room);
+                    head.offset += room as u32;
                     break;
                 }
             }

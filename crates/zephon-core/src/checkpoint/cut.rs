@@ -1,0 +1,377 @@
+//! Lane cuts: what a lane's stateful operators hold right after one of its
+//! batches left, in pointer form, so a restore refills them instead of
+//! replaying the lane from its start.
+//!
+//! Every stateful operator of a checkpointed pipeline (shuffle, packing,
+//! batch) registers a [`CutSource`] on the pipeline's [`Board`] when it is
+//! first polled. When `batch` finishes a lane-batch it asks the board for the
+//! lane's [`LaneCut`] and the batch carries it to the consumer, where
+//! [`Progress`](super::Progress) keeps the latest one per lane. A restore puts
+//! the cuts back on the board: the work source emits, per lane, a short
+//! preamble of the pointers the operators held (pack's documents, shuffle's
+//! buffer, recomputed from the work source) and continues where the lane's
+//! input stopped; each operator takes its part of the preamble back.
+//!
+//! A cut needs the stretch from the work source to the most upstream stateful
+//! operator to be one-to-one (fetch, map, tokenize): the cut records the
+//! identity of the last element that operator consumed, and the restore
+//! checks it against the work source's pointer at that position. Where it
+//! differs (a filter upstream), or where an operator that cannot be cut
+//! (mixture, flat packing) sits in the pipeline, the restore replays the lane
+//! instead: slower, equally exact.
+
+use crate::error::{Error, Result};
+use crate::ops::shuffle::ShuffleMode;
+use crate::pointer::{LaneId, SamplePtr};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+/// Tokens `start..end` of document `doc` (an index into the cut's `docs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Piece {
+    /// Index of the document in [`OpCut::Pieces::docs`].
+    pub doc: u32,
+    /// First token.
+    pub start: u32,
+    /// One past the last token.
+    pub end: u32,
+}
+
+/// What one stateful operator holds for one lane.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OpCut {
+    /// A shuffle buffer. Its contents are not stored: they are a function of
+    /// the work source's pointers and the slot hashes, recomputed on restore.
+    Shuffle {
+        /// Reservoir or block.
+        mode: ShuffleMode,
+        /// Buffer size.
+        buffer_size: u64,
+        /// Shuffle seed.
+        seed: u64,
+        /// Elements held in the buffer.
+        held: u64,
+        /// Elements of the last permuted block (block mode), or of the final
+        /// flush, not yet emitted.
+        pending: u64,
+        /// The data ended and the buffer was flushed, permuted: `pending`
+        /// are the last of that permutation.
+        flushing: bool,
+        /// Wrapping sum of the held elements' identities, to check the
+        /// recomputed buffer.
+        id_sum: u64,
+    },
+    /// Documents held as pieces (packing): rows ready to leave, then the
+    /// open bins or pool, in the operator's own layout.
+    Pieces {
+        /// The documents, each by its pointer.
+        docs: Vec<SamplePtr>,
+        /// Finished rows not yet handed downstream, oldest first.
+        ready: Vec<Vec<Piece>>,
+        /// The open state.
+        open: Vec<Piece>,
+    },
+    /// Batch: nothing held at a batch boundary.
+    Batch,
+}
+
+impl OpCut {
+    /// Elements of the restore preamble this operator takes (or emits).
+    pub fn preamble_len(&self) -> u64 {
+        match self {
+            OpCut::Shuffle { held, pending, .. } => held + pending,
+            OpCut::Pieces { docs, .. } => docs.len() as u64,
+            OpCut::Batch => 0,
+        }
+    }
+}
+
+/// One operator's cut of one lane.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpLaneCut {
+    /// The operator's name (`shuffle`, `pack_sequences`, `batch`).
+    pub op: String,
+    /// Elements of this lane the operator consumed since the run started.
+    pub consumed: u64,
+    /// Identity of the last of them (`None` where the operator cannot tell).
+    pub last_identity: Option<u64>,
+    /// What it holds.
+    pub cut: OpCut,
+}
+
+/// Every stateful operator's cut of one lane, downstream first.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaneCut {
+    /// Per operator, in pipeline order from the consumer's end.
+    pub ops: Vec<OpLaneCut>,
+}
+
+impl LaneCut {
+    /// Lane positions consumed at the source's end of the pipeline: where a
+    /// restored work source continues this lane.
+    pub fn consumed(&self) -> u64 {
+        self.ops.last().map_or(0, |o| o.consumed)
+    }
+
+    /// Identity of the last element the most upstream operator consumed.
+    pub fn last_identity(&self) -> Option<u64> {
+        self.ops.last().and_then(|o| o.last_identity)
+    }
+}
+
+/// An operator's view of its own lane state, read when a batch leaves.
+pub trait CutSource: Send + Sync {
+    /// The cut of `lane` now; `None` where it cannot be cut (then the
+    /// checkpoint replays the lane).
+    fn cut(&self, lane: LaneId) -> Option<OpLaneCut>;
+}
+
+/// What a registered operator restores, per lane: how many preamble elements
+/// to pass through untouched (they belong to operators downstream), and its
+/// own cut.
+pub type RestorePlan = BTreeMap<LaneId, (u64, OpLaneCut)>;
+
+struct Registered {
+    name: &'static str,
+    source: Option<Weak<dyn CutSource>>,
+}
+
+/// The stateful operators of one pipeline and, on a restore, the cuts to put
+/// back. Installed by [`ResumeFrom`](super::ResumeFrom) around every poll of
+/// the pipeline.
+pub struct Board {
+    ops: Mutex<Vec<Registered>>,
+    restore: BTreeMap<LaneId, Arc<LaneCut>>,
+    /// Set by the work source when it could not verify the cuts: every lane
+    /// is replayed instead.
+    replay_all: AtomicBool,
+}
+
+impl std::fmt::Debug for Board {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ops = self.ops.lock().unwrap_or_else(|e| e.into_inner());
+        f.debug_struct("Board")
+            .field("ops", &ops.iter().map(|r| r.name).collect::<Vec<_>>())
+            .field("restore_lanes", &self.restore.len())
+            .field("replay_all", &self.replay_all.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+tokio::task_local! {
+    static BOARD: Arc<Board>;
+}
+
+impl Board {
+    /// A board restoring `restore` (empty for a fresh start).
+    pub fn new(restore: BTreeMap<LaneId, Arc<LaneCut>>) -> Arc<Self> {
+        Arc::new(Board {
+            ops: Mutex::new(Vec::new()),
+            restore,
+            replay_all: AtomicBool::new(false),
+        })
+    }
+
+    /// The board of the pipeline being polled, if it is checkpointed.
+    pub fn current() -> Option<Arc<Board>> {
+        BOARD.try_with(Arc::clone).ok()
+    }
+
+    /// Runs `f` with this board as the current one.
+    pub fn enter<R>(self: &Arc<Self>, f: impl FnOnce() -> R) -> R {
+        BOARD.sync_scope(self.clone(), f)
+    }
+
+    /// Wraps `fut` so that it runs with this board as the current one (for
+    /// tasks a pipeline spawns).
+    pub fn scope_future<F: Future>(
+        self: &Arc<Self>,
+        fut: F,
+    ) -> impl Future<Output = F::Output> + use<F> {
+        BOARD.scope(self.clone(), fut)
+    }
+
+    /// Registers a stateful operator (in first-poll order, which is pipeline
+    /// order from the consumer's end) and returns what it restores. An
+    /// operator registered with `None` cannot be cut: lanes are replayed.
+    pub fn register(
+        &self,
+        name: &'static str,
+        source: Option<Weak<dyn CutSource>>,
+    ) -> Result<RestorePlan> {
+        let mut ops = self.ops.lock().unwrap_or_else(|e| e.into_inner());
+        let index = ops.len();
+        ops.push(Registered { name, source });
+        let mut plan = RestorePlan::new();
+        for (&lane, cut) in &self.restore {
+            let Some(own) = cut.ops.get(index) else {
+                return Err(mismatch(lane, index, name, "nothing"));
+            };
+            if own.op != name {
+                return Err(mismatch(lane, index, name, &own.op));
+            }
+            let pass: u64 = cut.ops[..index].iter().map(|o| o.cut.preamble_len()).sum();
+            plan.insert(lane, (pass, own.clone()));
+        }
+        Ok(plan)
+    }
+
+    /// Whether the restore was abandoned for a replay of every lane.
+    pub fn replaying_all(&self) -> bool {
+        self.replay_all.load(Ordering::Acquire)
+    }
+
+    /// Abandons the restore from cuts: every lane is replayed.
+    pub fn replay_all(&self, why: &str) {
+        if !self.replay_all.swap(true, Ordering::AcqRel) {
+            tracing::warn!(
+                reason = why,
+                "checkpoint restore: the lane cuts do not fit this pipeline; replaying every lane instead"
+            );
+        }
+    }
+
+    /// The cuts being restored (empty for a fresh start, or when replaying).
+    pub fn restoring(&self) -> &BTreeMap<LaneId, Arc<LaneCut>> {
+        &self.restore
+    }
+
+    /// The cut of `lane` now: every registered operator's, or `None` when one
+    /// of them cannot be cut, or the most upstream one cannot say what it
+    /// consumed last.
+    pub fn cut(&self, lane: LaneId) -> Option<LaneCut> {
+        let ops = self.ops.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = Vec::with_capacity(ops.len());
+        for r in ops.iter() {
+            let source = r.source.as_ref()?.upgrade()?;
+            out.push(source.cut(lane)?);
+        }
+        let cut = LaneCut { ops: out };
+        cut.last_identity()?;
+        Some(cut)
+    }
+}
+
+fn mismatch(lane: LaneId, index: usize, name: &str, found: &str) -> Error {
+    Error::Checkpoint {
+        origin: "restore".into(),
+        message: format!(
+            "lane {lane}: stateful operator {index} (from the consumer's end) is `{name}` in this pipeline \
+             but `{found}` in the checkpoint; restore with the pipeline that wrote it"
+        ),
+    }
+}
+
+/// The restore state of one lane inside an operator: how many preamble
+/// elements pass through, then how many it takes back.
+#[derive(Clone, Debug)]
+pub struct LaneRestore {
+    /// Preamble elements still to pass through untouched.
+    pub pass: u64,
+    /// The operator's own cut, until it is taken back.
+    pub cut: Option<OpLaneCut>,
+}
+
+/// Per-lane restore bookkeeping for an operator: built from its
+/// [`RestorePlan`], asked for each arriving element what to do with it.
+#[derive(Debug, Default)]
+pub struct Restoring {
+    lanes: BTreeMap<LaneId, LaneRestore>,
+    board: Option<Arc<Board>>,
+}
+
+/// What an operator does with an arriving element during a restore.
+#[derive(Debug)]
+pub enum Arrival<'a> {
+    /// Normal operation (no restore, or this lane's preamble is over).
+    Normal,
+    /// Pass it downstream untouched (it belongs to a later operator).
+    Pass,
+    /// It is part of this operator's own preamble section.
+    Own(&'a mut OpLaneCut),
+}
+
+impl Restoring {
+    /// Bookkeeping for `plan`, on `board`.
+    pub fn new(plan: RestorePlan, board: Arc<Board>) -> Self {
+        Restoring {
+            lanes: plan
+                .into_iter()
+                .map(|(l, (pass, cut))| {
+                    (
+                        l,
+                        LaneRestore {
+                            pass,
+                            cut: Some(cut),
+                        },
+                    )
+                })
+                .collect(),
+            board: Some(board),
+        }
+    }
+
+    /// Whether any lane is still restoring.
+    pub fn active(&self) -> bool {
+        !self.lanes.is_empty()
+    }
+
+    /// Classifies an element arriving on `lane`. Call [`Restoring::done`]
+    /// once the operator has taken its whole section back.
+    pub fn arrive(&mut self, lane: LaneId) -> Arrival<'_> {
+        if self.lanes.is_empty() {
+            return Arrival::Normal;
+        }
+        if self.board.as_ref().is_some_and(|b| b.replaying_all()) {
+            self.lanes.clear();
+            return Arrival::Normal;
+        }
+        match self.lanes.get_mut(&lane) {
+            None => Arrival::Normal,
+            Some(r) if r.pass > 0 => {
+                r.pass -= 1;
+                Arrival::Pass
+            }
+            Some(r) => match r.cut.as_mut() {
+                Some(c) => Arrival::Own(c),
+                None => Arrival::Normal,
+            },
+        }
+    }
+
+    /// `lane`'s restore is over.
+    pub fn done(&mut self, lane: LaneId) {
+        self.lanes.remove(&lane);
+    }
+
+    /// The lanes still restoring.
+    pub fn lanes(&self) -> impl Iterator<Item = LaneId> + '_ {
+        self.lanes.keys().copied()
+    }
+}
+
+/// For an operator a cut cannot describe (it holds state of its own, or it
+/// is not one-to-one, like a filter): on its first poll it registers on the
+/// pipeline's board, so the checkpoints of that pipeline replay lanes
+/// instead of cutting them.
+#[derive(Debug, Default)]
+pub struct Uncuttable {
+    looked: bool,
+}
+
+impl Uncuttable {
+    /// Registers `name` on the first call; free afterwards.
+    #[inline]
+    pub fn check(&mut self, name: &'static str) -> Result<()> {
+        if self.looked {
+            return Ok(());
+        }
+        self.looked = true;
+        match Board::current() {
+            Some(b) => b.register(name, None).map(|_| ()),
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,276 @@
+//! The work source's side of a restore from lane cuts: per lane, the
+//! preamble of pointers the stateful operators take back, and the lane
+//! position where the lane continues.
+
+use super::Plan;
+use super::shuffle::PassLayout;
+use crate::checkpoint::cut::{Board, LaneCut, OpCut};
+use crate::ops::shuffle::{ShuffleMode, permute_by_identity, reservoir_slot};
+use crate::pointer::{Identity, LaneId, SamplePtr};
+use crate::record::lineage_identity;
+use std::collections::VecDeque;
+
+/// How the most upstream stateful operator identifies its elements: records
+/// (lineage) or bare pointers (a shuffle of pointers before fetch).
+#[derive(Clone, Copy, Debug)]
+enum IdKind {
+    Record,
+    Pointer,
+}
+
+impl IdKind {
+    fn of(self, p: &SamplePtr) -> u64 {
+        match self {
+            IdKind::Record => lineage_identity(std::slice::from_ref(p)),
+            IdKind::Pointer => p.identity(),
+        }
+    }
+}
+
+/// A pointer standing for the element it becomes, for the block permutation.
+struct Ided(u64, SamplePtr);
+
+impl Identity for Ided {
+    fn identity(&self) -> u64 {
+        self.0
+    }
+}
+
+/// Where each canonical lane continues, and the preamble to emit first.
+#[derive(Debug, Default)]
+pub(super) struct Resume {
+    pub preamble: VecDeque<SamplePtr>,
+    /// Per canonical lane: the first lane position still to emit.
+    pub starts: Vec<u64>,
+}
+
+struct Lookup<'a> {
+    plan: &'a Plan,
+    cache: &'a mut [Option<PassLayout>],
+    lanes: u64,
+}
+
+impl Lookup<'_> {
+    /// The pointer at position `pos` of `lane`, `None` past a finite end.
+    fn at(&mut self, lane: LaneId, pos: u64) -> Option<SamplePtr> {
+        let g = pos.checked_mul(self.lanes)?.checked_add(lane as u64)?;
+        if self.plan.end.is_some_and(|e| g >= e) {
+            return None;
+        }
+        Some(self.plan.pointer_at(g, self.cache))
+    }
+}
+
+/// The restore plan for the lanes this rank owns, or `None` (after telling
+/// the board to replay every lane) when a cut does not fit this work source.
+pub(super) fn plan(plan: &Plan, cache: &mut [Option<PassLayout>], board: &Board) -> Option<Resume> {
+    let lanes = plan.config.lanes;
+    let l = lanes.canonical_lanes as u64;
+    let mut out = Resume {
+        preamble: VecDeque::new(),
+        starts: vec![0; l as usize],
+    };
+    let mut look = Lookup {
+        plan,
+        cache,
+        lanes: l,
+    };
+    for (&lane, cut) in board.restoring() {
+        if !lanes.owns(lane) {
+            continue;
+        }
+        match lane_preamble(&mut look, lane, cut) {
+            Ok(p) => {
+                out.preamble.extend(p);
+                out.starts[lane as usize] = cut.consumed();
+            }
+            Err(why) => {
+                board.replay_all(&format!("lane {lane}: {why}"));
+                return None;
+            }
+        }
+    }
+    Some(out)
+}
+
+fn lane_preamble(
+    look: &mut Lookup<'_>,
+    lane: LaneId,
+    cut: &LaneCut,
+) -> Result<Vec<SamplePtr>, String> {
+    let consumed = cut.consumed();
+    let last = cut
+        .last_identity()
+        .ok_or("the most upstream operator did not record what it consumed")?;
+    let at_last = look
+        .at(lane, consumed.checked_sub(1).ok_or("nothing consumed")?)
+        .ok_or("the lane is shorter than the checkpoint says")?;
+    let kind = [IdKind::Record, IdKind::Pointer]
+        .into_iter()
+        .find(|k| k.of(&at_last) == last)
+        .ok_or(
+            "the last element consumed is not the work source's pointer at that position \
+             (an operator between the work source and the first stateful one is not one-to-one)",
+        )?;
+    let mut preamble = Vec::new();
+    let n_ops = cut.ops.len();
+    for (i, op) in cut.ops.iter().enumerate() {
+        match &op.cut {
+            OpCut::Batch => {}
+            OpCut::Pieces { docs, .. } => {
+                preamble.extend(docs.iter().map(|d| SamplePtr { lane, ..*d }));
+            }
+            OpCut::Shuffle {
+                mode,
+                buffer_size,
+                seed,
+                held,
+                pending,
+                flushing,
+                ..
+            } => {
+                if i + 1 != n_ops {
+                    return Err("a shuffle downstream of another stateful operator".into());
+                }
+                let s = ShuffleCut {
+                    mode: *mode,
+                    n: *buffer_size,
+                    seed: *seed,
+                    held: *held,
+                    pending: *pending,
+                    flushing: *flushing,
+                };
+                let (pend, buf) = shuffle_contents(look, lane, kind, consumed, &s)?;
+                preamble.extend(pend);
+                preamble.extend(buf);
+            }
+        }
+    }
+    Ok(preamble)
+}
+
+struct ShuffleCut {
+    mode: ShuffleMode,
+    n: u64,
+    seed: u64,
+    held: u64,
+    pending: u64,
+    flushing: bool,
+}
+
+/// The pending outputs and the buffer (in slot order) of a shuffle that
+/// consumed the first `consumed` positions of `lane`.
+fn shuffle_contents(
+    look: &mut Lookup<'_>,
+    lane: LaneId,
+    kind: IdKind,
+    consumed: u64,
+    s: &ShuffleCut,
+) -> Result<(Vec<SamplePtr>, Vec<SamplePtr>), String> {
+    let n = s.n;
+    // The last `pending` of `ptrs` permuted as the shuffle permutes.
+    let tail_of_permutation = |ptrs: Vec<SamplePtr>, pending: u64| {
+        let mut items: Vec<Ided> = ptrs.into_iter().map(|p| Ided(kind.of(&p), p)).collect();
+        permute_by_identity(s.seed, &mut items);
+        let from = items.len().saturating_sub(pending as usize);
+        items[from..].iter().map(|b| b.1).collect::<Vec<_>>()
+    };
+    let buffer = buffer_at(look, lane, kind, consumed, s)?;
+    if s.flushing {
+        if s.held != 0 || s.pending > buffer.len() as u64 {
+            return Err(format!(
+                "a flushed shuffle with {} pending of {} buffered",
+                s.pending,
+                buffer.len()
+            ));
+        }
+        return Ok((tail_of_permutation(buffer, s.pending), Vec::new()));
+    }
+    if buffer.len() as u64 != s.held {
+        return Err(format!(
+            "{:?} shuffle of {n} holding {} after {consumed} elements, not {}",
+            s.mode,
+            s.held,
+            buffer.len()
+        ));
+    }
+    let mut pend = Vec::new();
+    if s.pending > 0 {
+        if s.mode != ShuffleMode::Block
+            || !consumed.is_multiple_of(n)
+            || consumed < n
+            || s.pending > n
+        {
+            return Err(format!(
+                "{:?} shuffle with {} pending after {consumed} elements",
+                s.mode, s.pending
+            ));
+        }
+        let block = (consumed - n..consumed)
+            .map(|pos| look.at(lane, pos).ok_or_else(|| past(pos)))
+            .collect::<Result<Vec<_>, _>>()?;
+        pend = tail_of_permutation(block, s.pending);
+    }
+    Ok((pend, buffer))
+}
+
+fn past(pos: u64) -> String {
+    format!("position {pos} is past the end of the lane")
+}
+
+/// What the buffer of a shuffle holds after `consumed` positions of `lane`
+/// (in slot order for a reservoir, arrival order for a block).
+fn buffer_at(
+    look: &mut Lookup<'_>,
+    lane: LaneId,
+    kind: IdKind,
+    consumed: u64,
+    s: &ShuffleCut,
+) -> Result<Vec<SamplePtr>, String> {
+    let n = s.n;
+    let ptr = |look: &mut Lookup<'_>, pos: u64| look.at(lane, pos).ok_or_else(|| past(pos));
+    match s.mode {
+        ShuffleMode::Block => (consumed - consumed % n..consumed)
+            .map(|pos| ptr(look, pos))
+            .collect(),
+        ShuffleMode::Reservoir => {
+            let held = consumed.min(n);
+            let slot_of = |look: &mut Lookup<'_>, pos: u64| -> Result<(u64, SamplePtr), String> {
+                let p = ptr(look, pos)?;
+                let slot = if pos < n {
+                    pos
+                } else {
+                    reservoir_slot(s.seed, kind.of(&p), n)
+                };
+                Ok((slot, p))
+            };
+            let mut slots: Vec<Option<SamplePtr>> = vec![None; held as usize];
+            // Forward from the start costs `consumed` lookups; backward from
+            // the end stops once every slot is found, about n ln n of them.
+            // Take the cheaper.
+            let backward_cost = (n as f64 * ((n as f64).ln() + 1.0)) as u64;
+            if consumed <= backward_cost {
+                for pos in 0..consumed {
+                    let (slot, p) = slot_of(look, pos)?;
+                    slots[slot as usize] = Some(p);
+                }
+            } else {
+                let mut missing = held;
+                let mut pos = consumed;
+                while missing > 0 && pos > 0 {
+                    pos -= 1;
+                    let (slot, p) = slot_of(look, pos)?;
+                    let s = &mut slots[slot as usize];
+                    if s.is_none() {
+                        *s = Some(p);
+                        missing -= 1;
+                    }
+                }
+            }
+            slots
+                .into_iter()
+                .map(|s| s.ok_or_else(|| "a reservoir slot was never filled".to_string()))
+                .collect()
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! Packing's part in a checkpoint: a lane's finished-but-not-taken rows and
+//! open bins as pieces of documents (pointer and token range), and putting
+//! them back from the re-read documents on restore.
+
+use super::bins::BinPacker;
+use super::wrap::{BestFitWrapPacker, WrapPacker};
+use super::{LaneState, PackAlgorithm, Packer, Row, RowPiece, Seq};
+use crate::fields;
+use std::sync::Mutex;
+use zephon_core::checkpoint::cut::{CutSource, OpCut, OpLaneCut, Piece};
+use zephon_core::{Error, LaneId, Lineage, Record, Result, SamplePtr, Value};
+
+fn seq_piece(s: &Seq) -> RowPiece {
+    RowPiece::of(&s.lineage, s.offset, s.ids.len())
+}
+
+/// `p` as a piece of `docs` (added there if new); `None` for a segment
+/// whose lineage is not one document.
+fn index(docs: &mut Vec<SamplePtr>, p: &RowPiece) -> Option<Piece> {
+    let ptr = p.ptr?;
+    let doc = match docs.iter().position(|d| *d == ptr) {
+        Some(i) => i,
+        None => {
+            docs.push(ptr);
+            docs.len() - 1
+        }
+    };
+    Some(Piece {
+        doc: doc as u32,
+        start: p.start,
+        end: p.end,
+    })
+}
+
+fn restore_error(lane: LaneId, message: impl Into<String>) -> Error {
+    Error::Checkpoint {
+        origin: "restore".into(),
+        message: format!("pack_sequences, lane {lane}: {}", message.into()),
+    }
+}
+
+impl Packer {
+    /// What this packer holds for `lane`, as pieces of documents.
+    pub(crate) fn lane_cut(&self, lane: LaneId) -> Option<OpLaneCut> {
+        let (consumed, last) = self.consumed.get(&lane).copied().unwrap_or((0, 0));
+        let mut docs = Vec::new();
+        let ready = self
+            .out
+            .iter()
+            .filter(|(r, _)| r.lane == lane)
+            .map(|(_, pieces)| pieces.iter().map(|p| index(&mut docs, p)).collect())
+            .collect::<Option<Vec<Vec<Piece>>>>()?;
+        let open: Vec<RowPiece> = match self.lanes.get(&lane) {
+            None => Vec::new(),
+            Some(LaneState::Bins(b)) => b.window.iter().map(seq_piece).collect(),
+            Some(LaneState::Wrap(w)) => w.row.pieces.clone(),
+            Some(LaneState::BestFitWrap(p)) => p.pool.iter().map(seq_piece).collect(),
+        };
+        let open = open
+            .iter()
+            .map(|p| index(&mut docs, p))
+            .collect::<Option<Vec<_>>>()?;
+        Some(OpLaneCut {
+            op: "pack_sequences".into(),
+            consumed,
+            last_identity: (consumed > 0).then_some(last),
+            cut: OpCut::Pieces { docs, ready, open },
+        })
+    }
+
+    /// Puts `lane` back as `cut` says, from its documents re-read and
+    /// tokenized (`docs`, in the cut's order).
+    pub(crate) fn restore_lane(
+        &mut self,
+        lane: LaneId,
+        cut: &OpLaneCut,
+        docs: Vec<Record>,
+    ) -> Result<()> {
+        let OpCut::Pieces {
+            docs: ptrs,
+            ready,
+            open,
+        } = &cut.cut
+        else {
+            return Err(restore_error(
+                lane,
+                "the checkpoint holds another operator's cut",
+            ));
+        };
+        let mut ids: Vec<(Vec<u32>, Lineage)> = Vec::with_capacity(docs.len());
+        for (i, mut r) in docs.into_iter().enumerate() {
+            let want = ptrs.get(i).map(|p| (p.dataset, p.shard, p.sample));
+            let got = match r.lineage.as_slice() {
+                [p] => Some((p.dataset, p.shard, p.sample)),
+                _ => None,
+            };
+            if got.is_none() || got != want {
+                return Err(restore_error(
+                    lane,
+                    format!(
+                        "document {i} of the checkpoint is {want:?} but {got:?} arrived: the stretch between \
+                         the work source and packing is not one-to-one"
+                    ),
+                ));
+            }
+            let Some(Value::Tokens(t)) = r.take(fields::INPUT_IDS) else {
+                return Err(restore_error(
+                    lane,
+                    format!(
+                        "document {i} arrived without `{}` tokens",
+                        fields::INPUT_IDS
+                    ),
+                ));
+            };
+            ids.push((t, r.lineage));
+        }
+        let slice = |p: &Piece| -> Result<(&[u32], &Lineage)> {
+            let (t, lineage) = ids.get(p.doc as usize).ok_or_else(|| {
+                restore_error(lane, format!("piece of unknown document {}", p.doc))
+            })?;
+            let tokens = t.get(p.start as usize..p.end as usize).ok_or_else(|| {
+                restore_error(
+                    lane,
+                    format!(
+                        "tokens {}..{} of a document of {} tokens: the tokenizer differs from the checkpointed run's",
+                        p.start,
+                        p.end,
+                        t.len()
+                    ),
+                )
+            })?;
+            Ok((tokens, lineage))
+        };
+        let c = self.config;
+        let row_of = |pieces: &[Piece]| -> Result<Row> {
+            let mut row = Row::with_capacity(c.max_length);
+            for p in pieces {
+                let (tokens, lineage) = slice(p)?;
+                row.push(tokens, lineage, p.start);
+            }
+            Ok(row)
+        };
+        for pieces in ready {
+            let mut row = row_of(pieces)?;
+            let pieces = std::mem::take(&mut row.pieces);
+            self.out.push_back((row.into_record(lane), pieces));
+        }
+        let seqs = || -> Result<Vec<Seq>> {
+            open.iter()
+                .map(|p| {
+                    let (tokens, lineage) = slice(p)?;
+                    Ok(Seq {
+                        ids: tokens.to_vec(),
+                        lineage: lineage.clone(),
+                        offset: p.start,
+                    })
+                })
+                .collect()
+        };
+        let state = match c.algorithm {
+            PackAlgorithm::FirstFit | PackAlgorithm::BestFit => {
+                let window = seqs()?;
+                let tokens = window.iter().map(|s| s.ids.len()).sum();
+                LaneState::Bins(BinPacker { window, tokens })
+            }
+            PackAlgorithm::Wrap => LaneState::Wrap(WrapPacker {
+                row: if open.is_empty() {
+                    Row::default()
+                } else {
+                    row_of(open)?
+                },
+            }),
+            PackAlgorithm::BestFitWrap => LaneState::BestFitWrap(BestFitWrapPacker {
+                pool: seqs()?.into(),
+            }),
+        };
+        self.lanes.insert(lane, state);
+        self.consumed
+            .insert(lane, (cut.consumed, cut.last_identity.unwrap_or(0)));
+        Ok(())
+    }
+}
+
+/// A packer shared between its operator and the checkpoint board.
+#[derive(Debug)]
+pub(crate) struct SharedPacker(pub(crate) Mutex<Packer>);
+
+impl CutSource for SharedPacker {
+    fn cut(&self, lane: LaneId) -> Option<OpLaneCut> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .lane_cut(lane)
+    }
+}
