@@ -1,10 +1,13 @@
 //! `shuffle`: a per-lane buffer shuffle seeded from the elements themselves.
 
-use crate::checkpoint::cut::{Arrival, Board, CutSource, OpCut, OpLaneCut, Restoring};
-use crate::error::{Error, Result};
+mod cut;
+
+use crate::checkpoint::cut::{Arrival, Board, CutSource, Restoring};
+use crate::error::Result;
 use crate::hash::{combine, key};
 use crate::obs::{Explain, Probe, StageDescription};
-use crate::pointer::{Identity, LaneId, Laned};
+use crate::pointer::{Identity, Laned};
+use cut::{Core, Restored};
 use futures::Stream;
 use pin_project::pin_project;
 use rand::SeedableRng;
@@ -62,95 +65,6 @@ pub struct Shuffle<S, T> {
     probe: Probe,
 }
 
-struct Core<T> {
-    mode: ShuffleMode,
-    buffer_size: usize,
-    seed: u64,
-    lanes: BTreeMap<LaneId, LaneBuf<T>>,
-    out: VecDeque<T>,
-    /// The lane whose permuted block `out` holds (block mode).
-    out_lane: Option<LaneId>,
-    done: bool,
-}
-
-struct LaneBuf<T> {
-    buf: Vec<T>,
-    consumed: u64,
-    last: Option<u64>,
-    id_sum: u64,
-    /// During a restore: the cut being put back (the lane's state until it
-    /// is), and how many of its elements arrived.
-    restoring: Option<(OpLaneCut, u64)>,
-}
-
-impl<T> Default for LaneBuf<T> {
-    fn default() -> Self {
-        LaneBuf {
-            buf: Vec::new(),
-            consumed: 0,
-            last: None,
-            id_sum: 0,
-            restoring: None,
-        }
-    }
-}
-
-impl<T: Laned + Identity + Send> CutSource for Mutex<Core<T>> {
-    fn cut(&self, lane: LaneId) -> Option<OpLaneCut> {
-        let c = self.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(lb) = c.lanes.get(&lane) else {
-            return Some(shuffle_cut(&c, 0, None, 0, 0, 0, c.done));
-        };
-        if let Some((cut, _)) = &lb.restoring {
-            return Some(cut.clone());
-        }
-        if c.done {
-            // The final flush: what is left of this lane's permuted buffer.
-            let pending = c.out.iter().filter(|x| x.lane() == lane).count() as u64;
-            return Some(shuffle_cut(&c, lb.consumed, lb.last, 0, pending, 0, true));
-        }
-        let pending = if c.out_lane == Some(lane) {
-            c.out.len() as u64
-        } else {
-            0
-        };
-        Some(shuffle_cut(
-            &c,
-            lb.consumed,
-            lb.last,
-            lb.buf.len() as u64,
-            pending,
-            lb.id_sum,
-            false,
-        ))
-    }
-}
-
-fn shuffle_cut<T>(
-    c: &Core<T>,
-    consumed: u64,
-    last: Option<u64>,
-    held: u64,
-    pending: u64,
-    id_sum: u64,
-    flushing: bool,
-) -> OpLaneCut {
-    OpLaneCut {
-        op: "shuffle".into(),
-        consumed,
-        last_identity: last,
-        cut: OpCut::Shuffle {
-            mode: c.mode,
-            buffer_size: c.buffer_size as u64,
-            seed: c.seed,
-            held,
-            pending,
-            id_sum,
-            flushing,
-        },
-    }
-}
-
 impl<S, T> Shuffle<S, T> {
     /// Shuffles with a buffer of `buffer_size` per lane (at least 1).
     pub fn new(inner: S, buffer_size: usize, mode: ShuffleMode, seed: u64) -> Self {
@@ -203,81 +117,6 @@ pub(crate) fn permute_by_identity<T: Identity>(seed: u64, items: &mut [T]) {
 /// The reservoir slot an element with identity `id` replaces.
 pub(crate) fn reservoir_slot(seed: u64, id: u64, buffer_size: u64) -> u64 {
     combine(seed, id) % buffer_size
-}
-
-fn restore_error(lane: LaneId, message: String) -> Error {
-    Error::Checkpoint {
-        origin: "restore".into(),
-        message: format!("shuffle, lane {lane}: {message}"),
-    }
-}
-
-/// What a restoring lane does with one of its own preamble elements.
-enum Restored<T> {
-    /// Emit it (a pending element of a permuted block).
-    Emit(T),
-    /// Taken into the buffer.
-    Absorbed,
-    /// The section was empty: process it normally.
-    Normal(T),
-}
-
-impl<T: Identity> Core<T> {
-    fn restore_one(&mut self, lane: LaneId, cut: &OpLaneCut, x: T) -> Result<(Restored<T>, bool)> {
-        let OpCut::Shuffle {
-            mode,
-            buffer_size,
-            seed,
-            held,
-            pending,
-            id_sum,
-            ..
-        } = cut.cut
-        else {
-            return Err(restore_error(
-                lane,
-                "the checkpoint holds another operator's cut".into(),
-            ));
-        };
-        if (mode, buffer_size, seed) != (self.mode, self.buffer_size as u64, self.seed) {
-            return Err(restore_error(
-                lane,
-                format!(
-                    "the checkpoint shuffled {mode:?} with {buffer_size} slots and seed {seed}, this pipeline {:?} with {} and seed {}",
-                    self.mode, self.buffer_size, self.seed
-                ),
-            ));
-        }
-        let lb = self.lanes.entry(lane).or_default();
-        let seen = lb.restoring.get_or_insert_with(|| (cut.clone(), 0));
-        let section = held + pending;
-        let out = if section == 0 {
-            Restored::Normal(x)
-        } else if seen.1 < pending {
-            seen.1 += 1;
-            Restored::Emit(x)
-        } else {
-            seen.1 += 1;
-            lb.id_sum = lb.id_sum.wrapping_add(x.identity());
-            lb.buf.push(x);
-            Restored::Absorbed
-        };
-        let finished = section == 0 || seen.1 == section;
-        if finished {
-            lb.restoring = None;
-            if lb.id_sum != id_sum {
-                return Err(restore_error(
-                    lane,
-                    "the elements put back into the buffer are not those the checkpoint held: the stretch \
-                     between the work source and shuffle is not one-to-one"
-                        .into(),
-                ));
-            }
-            lb.consumed = cut.consumed;
-            lb.last = cut.last_identity;
-        }
-        Ok((out, finished))
-    }
 }
 
 impl<S, T> Stream for Shuffle<S, T>
