@@ -477,3 +477,60 @@ fn observe_restore(shape: &Shape, ckpt: &Checkpoint, replayed: u64) {
         "lane-batches replayed"
     );
 }
+
+/// A map that drops the lineage makes the elements reaching shuffle
+/// unrecognisable as the work source's pointers: the restore notices before
+/// emitting anything and replays every lane instead, with the same output.
+#[test]
+fn a_cut_that_does_not_fit_the_work_source_falls_back_to_a_replay() {
+    let shape = epochs_shape();
+    let run = |ckpt: Option<&Checkpoint>, take: usize| {
+        let ws = shape.work(0, 1, Ownership::Contiguous);
+        let recipe = shape.recipe(&ws);
+        let mut progress = match ckpt {
+            Some(c) => recipe.resume(&ws, c).unwrap(),
+            None => recipe.start(&ws),
+        };
+        let mut it = ws
+            .stream()
+            .fetch(2)
+            .map_par(
+                |mut r: Record| {
+                    r.lineage.clear();
+                    Ok(r)
+                },
+                1,
+            )
+            .shuffle(shape.buffer, shape.mode, shape.seed)
+            .batch(4)
+            .resume_from(&progress)
+            .lane_mux_from(&progress)
+            .into_blocking_iter(Runner::Inline)
+            .unwrap();
+        let obs = it.enable_observability(zephon_core::Tracking::Operator);
+        let mut out: Vec<Out> = Vec::new();
+        for b in it.by_ref().take(take) {
+            let b = b.unwrap();
+            progress.record_delivered(&b);
+            out.push((
+                b.lane,
+                b.index,
+                b.items.iter().map(Record::digest).collect(),
+            ));
+        }
+        drop(it);
+        let m = obs.metrics_snapshot();
+        let r = m
+            .operators
+            .iter()
+            .find(|o| o.name == "resume_from")
+            .unwrap();
+        (out, progress.checkpoint(), r.elements_in - r.elements_out)
+    };
+    let (full, _, _) = run(None, usize::MAX);
+    let (head, ckpt, _) = run(None, 20);
+    assert_eq!(ckpt.cuts.len(), 8, "the lanes were cut");
+    let (rest, _, replayed) = run(Some(&ckpt), usize::MAX);
+    assert_eq!(replayed, 20, "every delivered lane-batch replayed");
+    assert_eq!([head, rest].concat(), full);
+}
