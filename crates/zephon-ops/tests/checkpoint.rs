@@ -351,7 +351,7 @@ fn bench_checkpoint_and_restore() {
         .map(|s| {
             std::sync::Arc::new(Synthetic {
                 name: format!("synthetic-{s}"),
-                len: 250_000,
+                len: 1_000_000,
             }) as _
         })
         .collect();

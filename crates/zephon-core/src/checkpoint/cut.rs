@@ -147,6 +147,10 @@ pub struct Board {
     /// Set by the work source when it could not verify the cuts: every lane
     /// is replayed instead.
     replay_all: AtomicBool,
+    /// Per lane, the order in which the work source emits a shuffle buffer's
+    /// pointers: slot of the k-th. Sorted by shard and sample, so fetch reads
+    /// them in runs rather than one by one.
+    slot_orders: Mutex<BTreeMap<LaneId, Vec<u32>>>,
 }
 
 impl std::fmt::Debug for Board {
@@ -171,6 +175,7 @@ impl Board {
             ops: Mutex::new(Vec::new()),
             restore,
             replay_all: AtomicBool::new(false),
+            slot_orders: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -231,6 +236,24 @@ impl Board {
                 "checkpoint restore: the lane cuts do not fit this pipeline; replaying every lane instead"
             );
         }
+    }
+
+    /// Records that the work source emits `lane`'s shuffle buffer with the
+    /// k-th pointer belonging in slot `order[k]`.
+    pub fn set_slot_order(&self, lane: LaneId, order: Vec<u32>) {
+        self.slot_orders
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(lane, order);
+    }
+
+    /// The slot order of `lane`'s shuffle buffer (see
+    /// [`set_slot_order`](Board::set_slot_order)); `None`: in slot order.
+    pub fn take_slot_order(&self, lane: LaneId) -> Option<Vec<u32>> {
+        self.slot_orders
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&lane)
     }
 
     /// The cuts being restored (empty for a fresh start, or when replaying).
@@ -339,6 +362,11 @@ impl Restoring {
                 None => Arrival::Normal,
             },
         }
+    }
+
+    /// The board this restore comes from.
+    pub fn board(&self) -> Option<&Arc<Board>> {
+        self.board.as_ref()
     }
 
     /// `lane`'s restore is over.

@@ -75,11 +75,12 @@ pub(super) fn plan(plan: &Plan, cache: &mut [Option<PassLayout>], board: &Board)
         cache,
         lanes: l,
     };
+    let mut orders = Vec::new();
     for (&lane, cut) in board.restoring() {
         if !lanes.owns(lane) {
             continue;
         }
-        match lane_preamble(&mut look, lane, cut) {
+        match lane_preamble(&mut look, lane, cut, &mut orders) {
             Ok(p) => {
                 out.preamble.extend(p);
                 out.starts[lane as usize] = cut.consumed();
@@ -90,6 +91,9 @@ pub(super) fn plan(plan: &Plan, cache: &mut [Option<PassLayout>], board: &Board)
             }
         }
     }
+    for (lane, order) in orders {
+        board.set_slot_order(lane, order);
+    }
     Some(out)
 }
 
@@ -97,6 +101,7 @@ fn lane_preamble(
     look: &mut Lookup<'_>,
     lane: LaneId,
     cut: &LaneCut,
+    orders: &mut Vec<(LaneId, Vec<u32>)>,
 ) -> Result<Vec<SamplePtr>, String> {
     let consumed = cut.consumed();
     let last = cut
@@ -142,7 +147,15 @@ fn lane_preamble(
                 };
                 let (pend, buf) = shuffle_contents(look, lane, kind, consumed, &s)?;
                 preamble.extend(pend);
-                preamble.extend(buf);
+                // The buffer in shard and sample order, so fetch reads runs;
+                // the shuffle puts each element back into its slot.
+                let mut order: Vec<u32> = (0..buf.len() as u32).collect();
+                order.sort_by_key(|&i| {
+                    let p = &buf[i as usize];
+                    (p.dataset, p.shard, p.sample)
+                });
+                preamble.extend(order.iter().map(|&i| buf[i as usize]));
+                orders.push((lane, order));
             }
         }
     }

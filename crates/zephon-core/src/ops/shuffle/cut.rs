@@ -27,6 +27,9 @@ pub(super) struct LaneBuf<T> {
     /// During a restore: the cut being put back (the lane's state until it
     /// is), and how many of its elements arrived.
     pub(super) restoring: Option<(OpLaneCut, u64)>,
+    /// During a restore: the buffer being put back, slot by slot.
+    pub(super) staging: Vec<Option<T>>,
+    pub(super) slot_order: Option<Vec<u32>>,
 }
 
 impl<T> Default for LaneBuf<T> {
@@ -37,6 +40,8 @@ impl<T> Default for LaneBuf<T> {
             last: None,
             id_sum: 0,
             restoring: None,
+            staging: Vec::new(),
+            slot_order: None,
         }
     }
 }
@@ -120,6 +125,7 @@ impl<T: Identity> Core<T> {
         lane: LaneId,
         cut: &OpLaneCut,
         x: T,
+        board: Option<&crate::checkpoint::cut::Board>,
     ) -> Result<(Restored<T>, bool)> {
         let OpCut::Shuffle {
             mode,
@@ -154,14 +160,36 @@ impl<T: Identity> Core<T> {
             seen.1 += 1;
             Restored::Emit(x)
         } else {
+            // The work source sends the buffer in shard order (for reading
+            // runs) and says which slot each element goes back to.
+            let k = (seen.1 - pending) as usize;
             seen.1 += 1;
+            if k == 0 {
+                lb.staging = (0..held).map(|_| None).collect();
+                lb.slot_order = board.and_then(|b| b.take_slot_order(lane));
+            }
+            let slot = lb.slot_order.as_ref().map_or(k, |o| o[k] as usize);
             lb.id_sum = lb.id_sum.wrapping_add(x.identity());
-            lb.buf.push(x);
+            if let Some(s) = lb.staging.get_mut(slot) {
+                *s = Some(x);
+            }
             Restored::Absorbed
         };
         let finished = section == 0 || seen.1 == section;
         if finished {
             lb.restoring = None;
+            lb.slot_order = None;
+            if !lb.staging.is_empty() {
+                match std::mem::take(&mut lb.staging)
+                    .into_iter()
+                    .collect::<Option<Vec<T>>>()
+                {
+                    Some(buf) => lb.buf = buf,
+                    None => {
+                        return Err(restore_error(lane, "a buffer slot was not put back".into()));
+                    }
+                }
+            }
             if lb.id_sum != id_sum {
                 return Err(restore_error(
                     lane,

@@ -179,10 +179,12 @@ where
                         }
                         Some((Arrival::Own(cut), ())) => {
                             let cut = cut.clone();
-                            let (restored, finished) = match core.restore_one(lane, &cut, x) {
-                                Ok(r) => r,
-                                Err(e) => return Poll::Ready(Some(Err(e))),
-                            };
+                            let board = this.restoring.as_ref().and_then(|r| r.board().cloned());
+                            let (restored, finished) =
+                                match core.restore_one(lane, &cut, x, board.as_deref()) {
+                                    Ok(r) => r,
+                                    Err(e) => return Poll::Ready(Some(Err(e))),
+                                };
                             if finished && let Some(r) = this.restoring.as_mut() {
                                 r.done(lane);
                             }
