@@ -120,6 +120,11 @@ pub struct BlockingIter<T> {
     source: Source<T>,
     observer: Option<Observer>,
     last_return: Option<Instant>,
+    /// Deliveries since the consumer's clock was last read.
+    untimed: u64,
+    /// Whether the consumer takes items so fast that the clock is read only
+    /// when it has to wait for a chunk (threads runner).
+    fast_consumer: bool,
     // Consumer timing counted here and published every CONSUMER_PUBLISH
     // deliveries (and at the end): shared counters per batch would cost more
     // than a cheap pipeline's batch.
@@ -147,6 +152,14 @@ enum Source<T> {
     /// Between states.
     Taken,
 }
+
+/// A consumer taking items at shorter intervals than this is timed per
+/// chunk rather than per item: one clock read would cost a noticeable part
+/// of its interval.
+const FAST_CONSUMER: std::time::Duration = std::time::Duration::from_micros(20);
+
+/// A fast inline consumer is timed on one delivery in this many.
+const FAST_SAMPLE_EVERY: u64 = 8;
 
 /// Deliveries counted locally before the consumer totals are published.
 const CONSUMER_PUBLISH: u64 = 16;
@@ -212,6 +225,8 @@ impl<T> BlockingIter<T> {
             source: Source::Idle(starter),
             observer: None,
             last_return: None,
+            untimed: 0,
+            fast_consumer: false,
             local: ConsumerTally::default(),
             runtime: runner.runtime()?,
         })
@@ -295,12 +310,21 @@ impl<T> Iterator for BlockingIter<T> {
         let timed = self.observer.is_some();
         // The consumer's clock: when it asked (it stops working and may
         // wait) and when it got the item. An item already handed over in a
-        // chunk is there at once, so asking costs no clock read: one read per
-        // delivery instead of two on a fast pipeline.
+        // chunk is there at once, so asking costs no clock read, and a fast
+        // consumer's clock is read only at chunk boundaries.
         let mut asked = None;
+        // Whether the untimed deliveries before this one waited like it
+        // (inline: each ran the pipeline) or not at all (threads: they were
+        // already handed over).
+        let mut untimed_waited = false;
         let item = match &mut self.source {
             Source::Polled(stream) => {
-                asked = timed.then(Instant::now);
+                // A fast consumer is timed on one delivery in
+                // FAST_SAMPLE_EVERY.
+                let sample =
+                    !self.fast_consumer || (self.untimed + 1).is_multiple_of(FAST_SAMPLE_EVERY);
+                asked = (timed && sample).then(Instant::now);
+                untimed_waited = true;
                 self.runtime.block_on(stream.next())
             }
             Source::Driven { rx, local, .. } => {
@@ -316,14 +340,43 @@ impl<T> Iterator for BlockingIter<T> {
         };
         if let Some(o) = &self.observer {
             if item.is_some() {
-                let now = Instant::now();
-                let a = asked.unwrap_or(now);
-                let busy = self.last_return.map_or(0, |r| (a - r).as_nanos() as u64);
-                o.delivered_at(now, self.last_return.map(|r| now - r));
-                self.local.wait_ns += (now - a).as_nanos() as u64;
-                self.local.busy_ns += busy;
                 self.local.n += 1;
-                self.last_return = Some(now);
+                if asked.is_none() && self.fast_consumer {
+                    // A consumer that takes items faster than a clock read
+                    // is worth: its time is accounted at the next read.
+                    self.untimed += 1;
+                } else {
+                    let now = Instant::now();
+                    let a = asked.unwrap_or(now);
+                    let waited = (now - a).as_nanos() as u64;
+                    match self.last_return {
+                        Some(r) => {
+                            // The span since the last read is exact; how it
+                            // splits into waiting and working is this
+                            // delivery's, for the untimed ones in it.
+                            let spans = self.untimed + 1;
+                            let span = (now - r).as_nanos() as u64;
+                            let wait = if untimed_waited {
+                                waited.saturating_mul(spans).min(span)
+                            } else {
+                                waited.min(span)
+                            };
+                            self.local.wait_ns += wait;
+                            self.local.busy_ns += span - wait;
+                            let per = (now - r) / spans as u32;
+                            for _ in 0..spans {
+                                o.delivered_at(now, Some(per));
+                            }
+                            self.fast_consumer = per < FAST_CONSUMER;
+                        }
+                        None => {
+                            o.delivered_at(now, None);
+                            self.local.wait_ns += waited;
+                        }
+                    }
+                    self.untimed = 0;
+                    self.last_return = Some(now);
+                }
                 if self.local.n >= CONSUMER_PUBLISH {
                     self.local.publish(o);
                 }

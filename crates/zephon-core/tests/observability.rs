@@ -218,3 +218,30 @@ fn off_means_no_observer_and_the_same_output() {
     assert_eq!(run(Some(Tracking::Off)), plain);
     assert_eq!(run(Some(Tracking::Operator)), plain);
 }
+
+/// A consumer that takes batches faster than a clock read is worth is timed
+/// in bunches: every delivery still counts, and its waiting and working
+/// time still add up to the time it spent iterating.
+#[test]
+fn a_fast_consumer_is_accounted_in_full() {
+    for runner in [Runner::Inline, Runner::Threads { workers: 2 }] {
+        let mut it = source(4, 5_000)
+            .stream()
+            .fetch(2)
+            .batch(4)
+            .into_blocking_iter(runner)
+            .unwrap();
+        let obs = it.enable_observability(Tracking::Operator);
+        let started = Instant::now();
+        assert_eq!(drain(&mut it), 5_000);
+        let elapsed = started.elapsed().as_secs_f64();
+        let s = obs.metrics_snapshot().startup;
+        assert_eq!(s.batches, 5_000, "{runner:?}");
+        let accounted = s.consumer_wait_s + s.consumer_busy_s;
+        assert!(
+            accounted <= elapsed && accounted > 0.5 * elapsed,
+            "{runner:?}: {accounted} s accounted of {elapsed} s"
+        );
+        assert!(s.time_to_first_batch_s.unwrap() < elapsed, "{runner:?}");
+    }
+}

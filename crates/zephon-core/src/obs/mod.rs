@@ -17,10 +17,14 @@
 //!   taken mid-run may lag by up to one bunch. Totals are exact at the end.
 //! - Per-element processing time is sampled: one element in
 //!   [`SAMPLE_EVERY`] is timed and stands for the others; fetch times whole
-//!   read groups.
-//! - The consumer's clock is read once per delivery when an item is already
-//!   handed over (twice when it had to wait), and its totals are published
-//!   every 16 deliveries.
+//!   read groups, batch one batch in [`SAMPLE_EVERY`].
+//! - The consumer's clock is read when it asks and when it receives. A
+//!   consumer faster than 20 µs per item is timed in bunches instead: under
+//!   the threads runner only when it has to wait for the next chunk of
+//!   items (the others were already there), under the inline runner on one
+//!   delivery in 8; the time between two reads is exact, and its split into
+//!   waiting and working is the timed delivery's. Totals are published every
+//!   16 deliveries.
 //! - The observer is entered once per poll of the task that drives the
 //!   pipeline (threads runner), not once per element.
 //!

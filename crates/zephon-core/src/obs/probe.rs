@@ -264,6 +264,19 @@ impl Probe {
     }
 
     /// Records a sampled element's own work, scaled to stand for the elements not timed.
+    /// Ends a sample taken over one unit of work that handles `elements`
+    /// elements (a whole batch): the time is spread over them.
+    #[inline]
+    pub fn sampled_as(&self, start: Option<Instant>, elements: u64) {
+        if let (Some(s), Some(t)) = (&self.stats, start) {
+            let n = t.elapsed().as_nanos() as u64;
+            s.busy.record_many(
+                n * SAMPLE_EVERY as u64,
+                SAMPLE_EVERY as u64 * elements.max(1),
+            );
+        }
+    }
+
     #[inline]
     pub fn sampled(&self, start: Option<Instant>) {
         if let (Some(s), Some(t)) = (&self.stats, start) {

@@ -187,7 +187,6 @@ where
                 Poll::Ready(Some(Ok(x))) => {
                     // Input is counted per finished batch: nothing per element.
                     this.probe.arrived();
-                    let t = this.probe.sample();
                     let lane = x.lane();
                     if let Some(ck) = this.checkpoint.as_mut()
                         && let Arrival::Own(cut) = ck.restoring.arrive(lane)
@@ -217,6 +216,11 @@ where
                     let (index, items) = this.open.entry(lane).or_default();
                     items.push(x);
                     if items.len() == *this.size {
+                        // A push is a few instructions; building the batch
+                        // (a new buffer, the lane cut) is batch's real work,
+                        // so that is what a sample times, one batch in
+                        // SAMPLE_EVERY standing for the others' elements.
+                        let t = this.probe.sample();
                         let mut b = Batch {
                             lane,
                             index: *index,
@@ -233,12 +237,11 @@ where
                             b.cut = ck.board.cut(lane).map(Arc::new);
                         }
                         *index += 1;
-                        this.probe.sampled(t);
+                        this.probe.sampled_as(t, b.items.len() as u64);
                         this.probe.input_n(b.items.len());
                         this.probe.output();
                         return Poll::Ready(Some(Ok(b)));
                     }
-                    this.probe.sampled(t);
                 }
                 Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
                 Poll::Ready(None) => {
