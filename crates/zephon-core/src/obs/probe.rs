@@ -263,7 +263,6 @@ impl Probe {
         self.tick.is_multiple_of(SAMPLE_EVERY).then(Instant::now)
     }
 
-    /// Records a sampled element's own work, scaled to stand for the elements not timed.
     /// Ends a sample taken over one unit of work that handles `elements`
     /// elements (a whole batch): the time is spread over them.
     #[inline]
@@ -277,6 +276,7 @@ impl Probe {
         }
     }
 
+    /// Records a sampled element's own work, scaled to stand for the elements not timed.
     #[inline]
     pub fn sampled(&self, start: Option<Instant>) {
         if let (Some(s), Some(t)) = (&self.stats, start) {
