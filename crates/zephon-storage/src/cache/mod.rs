@@ -149,6 +149,11 @@ impl ShardCache {
             .with_policy(HybridCachePolicy::WriteOnInsertion)
             .with_event_listener(Arc::new(EvictionCounter(metrics.clone())))
             .memory(opts.memory_bytes as usize)
+            // One shard: entries are whole dataset shards, few and large. With
+            // foyer's default of 8, each holds an eighth of the capacity and
+            // evicts only its own entries, so up to 8 shards could stay in a
+            // memory tier meant for one.
+            .with_shards(1)
             .with_weighter(|k: &String, v: &Bytes| k.len() + v.len())
             .storage()
             .with_engine_config(
