@@ -46,6 +46,9 @@ fn timing_snapshot(
 
 /// A warm-up running on the storage runtime; aborted when dropped, so a
 /// dropped pipeline stops its downloads.
+/// Most pointers `prefetch` pulls from upstream per element it passes on.
+const LOOKAHEAD_STEP: usize = 1024;
+
 struct Warming {
     shard: (u32, u32),
     handle: tokio::task::JoinHandle<Result<()>>,
@@ -175,8 +178,12 @@ where
                 obs.register_prefetch(move || timing_snapshot(&metrics, &catalog));
             }
         }
-        // Look ahead: fill the buffer, noting shards not seen yet.
-        while !*this.done && this.buffer.len() < *this.buffer_size {
+        // Look ahead: fill the buffer, noting shards not seen yet. At most
+        // LOOKAHEAD_STEP pointers a call, so the first element leaves at once
+        // and the buffer fills over the following calls.
+        let mut budget = LOOKAHEAD_STEP;
+        while !*this.done && this.buffer.len() < *this.buffer_size && budget > 0 {
+            budget -= 1;
             match this.inner.as_mut().poll_next(cx) {
                 Poll::Ready(Some(item)) => {
                     if let Ok(p) = &item
@@ -199,7 +206,12 @@ where
                 this.seen.remove(&shard);
             }
         }
-        while this.in_flight.len() < *this.parallelism
+        // Slow start: the first shard downloads alone (the first batch waits
+        // for it, and concurrent downloads would share its bandwidth), then
+        // one more at a time up to `parallelism`.
+        let finished = this.metrics.successes.get() + this.metrics.failures.get();
+        let limit = (*this.parallelism).min(1 + finished as usize);
+        while this.in_flight.len() < limit
             && let Some(key) = this.queued.pop_front()
         {
             let Some(shard) = shard_of(this.catalog, key) else {
