@@ -490,7 +490,7 @@ impl PointerStream {
         if board.restoring().is_empty() || board.replaying_all() {
             return;
         }
-        if let Some(r) = restore::plan(&self.plan, &mut self.cache, &board) {
+        if let Some(r) = restore::plan(&self.plan, &board) {
             let lanes = self.plan.config.lanes;
             let l = lanes.canonical_lanes as u64;
             let first = lanes

@@ -63,27 +63,59 @@ impl Lookup<'_> {
 
 /// The restore plan for the lanes this rank owns, or `None` (after telling
 /// the board to replay every lane) when a cut does not fit this work source.
-pub(super) fn plan(plan: &Plan, cache: &mut [Option<PassLayout>], board: &Board) -> Option<Resume> {
+pub(super) fn plan(plan: &Plan, board: &Board) -> Option<Resume> {
     let lanes = plan.config.lanes;
     let l = lanes.canonical_lanes as u64;
     let mut out = Resume {
         preamble: VecDeque::new(),
         starts: vec![0; l as usize],
     };
-    let mut look = Lookup {
-        plan,
-        cache,
-        lanes: l,
-    };
-    let mut orders = Vec::new();
-    for (&lane, cut) in board.restoring() {
-        if !lanes.owns(lane) {
-            continue;
-        }
-        match lane_preamble(&mut look, lane, cut, &mut orders) {
-            Ok(p) => {
-                out.preamble.extend(p);
-                out.starts[lane as usize] = cut.consumed();
+    let cuts: Vec<(LaneId, &LaneCut)> = board
+        .restoring()
+        .iter()
+        .filter(|(lane, _)| lanes.owns(**lane))
+        .map(|(&lane, cut)| (lane, &**cut))
+        .collect();
+    // Recomputing shuffle buffers takes up to n ln n pointer lookups per
+    // lane: lanes are independent, so they share out over the cores.
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(cuts.len())
+        .max(1);
+    let per_thread = cuts.len().div_ceil(threads).max(1);
+    let results: Vec<LaneResult> = std::thread::scope(|scope| {
+        let handles: Vec<_> = cuts
+            .chunks(per_thread)
+            .map(|chunk| {
+                scope.spawn(move || {
+                    let mut cache = vec![None; plan.orders.len()];
+                    let mut look = Lookup {
+                        plan,
+                        cache: &mut cache,
+                        lanes: l,
+                    };
+                    chunk
+                        .iter()
+                        .map(|&(lane, cut)| {
+                            (lane, cut.consumed(), lane_preamble(&mut look, lane, cut))
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_default())
+            .collect()
+    });
+    for (lane, consumed, result) in results {
+        match result {
+            Ok((preamble, order)) => {
+                out.preamble.extend(preamble);
+                out.starts[lane as usize] = consumed;
+                if let Some(order) = order {
+                    board.set_slot_order(lane, order);
+                }
             }
             Err(why) => {
                 board.replay_all(&format!("lane {lane}: {why}"));
@@ -91,18 +123,21 @@ pub(super) fn plan(plan: &Plan, cache: &mut [Option<PassLayout>], board: &Board)
             }
         }
     }
-    for (lane, order) in orders {
-        board.set_slot_order(lane, order);
-    }
     Some(out)
 }
+
+/// A lane's restore: its preamble and the slot order of its shuffle buffer.
+type LaneResult = (
+    LaneId,
+    u64,
+    Result<(Vec<SamplePtr>, Option<Vec<u32>>), String>,
+);
 
 fn lane_preamble(
     look: &mut Lookup<'_>,
     lane: LaneId,
     cut: &LaneCut,
-    orders: &mut Vec<(LaneId, Vec<u32>)>,
-) -> Result<Vec<SamplePtr>, String> {
+) -> Result<(Vec<SamplePtr>, Option<Vec<u32>>), String> {
     let consumed = cut.consumed();
     let last = cut
         .last_identity()
@@ -118,6 +153,7 @@ fn lane_preamble(
              (an operator between the work source and the first stateful one is not one-to-one)",
         )?;
     let mut preamble = Vec::new();
+    let mut slot_order = None;
     let n_ops = cut.ops.len();
     for (i, op) in cut.ops.iter().enumerate() {
         match &op.cut {
@@ -155,11 +191,11 @@ fn lane_preamble(
                     (p.dataset, p.shard, p.sample)
                 });
                 preamble.extend(order.iter().map(|&i| buf[i as usize]));
-                orders.push((lane, order));
+                slot_order = Some(order);
             }
         }
     }
-    Ok(preamble)
+    Ok((preamble, slot_order))
 }
 
 struct ShuffleCut {
@@ -188,7 +224,7 @@ fn shuffle_contents(
         let from = items.len().saturating_sub(pending as usize);
         items[from..].iter().map(|b| b.1).collect::<Vec<_>>()
     };
-    let buffer = buffer_at(look, lane, kind, consumed, s)?;
+    let buffer = buffer_at(look, lane, consumed, s)?;
     if s.flushing {
         if s.held != 0 || s.pending > buffer.len() as u64 {
             return Err(format!(
@@ -236,7 +272,6 @@ fn past(pos: u64) -> String {
 fn buffer_at(
     look: &mut Lookup<'_>,
     lane: LaneId,
-    kind: IdKind,
     consumed: u64,
     s: &ShuffleCut,
 ) -> Result<Vec<SamplePtr>, String> {
@@ -248,38 +283,39 @@ fn buffer_at(
             .collect(),
         ShuffleMode::Reservoir => {
             let held = consumed.min(n);
-            let slot_of = |look: &mut Lookup<'_>, pos: u64| -> Result<(u64, SamplePtr), String> {
-                let p = ptr(look, pos)?;
-                let slot = if pos < n {
+            let slot_of = |pos: u64| {
+                if pos < n {
                     pos
                 } else {
-                    reservoir_slot(s.seed, kind.of(&p), n)
-                };
-                Ok((slot, p))
+                    reservoir_slot(s.seed, lane, pos, n)
+                }
             };
-            let mut slots: Vec<Option<SamplePtr>> = vec![None; held as usize];
-            // Forward from the start costs `consumed` lookups; backward from
-            // the end stops once every slot is found, about n ln n of them.
-            // Take the cheaper.
+            // Slots are a function of positions: find, by hashing alone, the
+            // last position that went into each slot (backward from the end,
+            // about n ln n hashes, or forward from the start where that is
+            // shorter), then look up only those pointers.
+            let mut slots: Vec<Option<u64>> = vec![None; held as usize];
             let backward_cost = (n as f64 * ((n as f64).ln() + 1.0)) as u64;
             if consumed <= backward_cost {
                 for pos in 0..consumed {
-                    let (slot, p) = slot_of(look, pos)?;
-                    slots[slot as usize] = Some(p);
+                    slots[slot_of(pos) as usize] = Some(pos);
                 }
             } else {
                 let mut missing = held;
                 let mut pos = consumed;
                 while missing > 0 && pos > 0 {
                     pos -= 1;
-                    let (slot, p) = slot_of(look, pos)?;
-                    let s = &mut slots[slot as usize];
+                    let s = &mut slots[slot_of(pos) as usize];
                     if s.is_none() {
-                        *s = Some(p);
+                        *s = Some(pos);
                         missing -= 1;
                     }
                 }
             }
+            let slots: Vec<Option<SamplePtr>> = slots
+                .into_iter()
+                .map(|pos| pos.map(|pos| ptr(look, pos)).transpose())
+                .collect::<Result<_, _>>()?;
             slots
                 .into_iter()
                 .map(|s| s.ok_or_else(|| "a reservoir slot was never filled".to_string()))

@@ -6,7 +6,7 @@ use crate::checkpoint::cut::{Arrival, Board, CutSource, Restoring};
 use crate::error::Result;
 use crate::hash::{combine, key};
 use crate::obs::{Explain, Probe, StageDescription};
-use crate::pointer::{Identity, Laned};
+use crate::pointer::{Identity, LaneId, Laned};
 use cut::{Core, Restored};
 use futures::Stream;
 use pin_project::pin_project;
@@ -33,8 +33,10 @@ pub enum ShuffleMode {
 }
 
 /// Buffer shuffle, per lane. Every random choice is seeded from the seed and
-/// the identity of the elements involved, never from a counter or the clock,
-/// so the output depends only on the input sequence of each lane.
+/// what the lane's input sequence fixes (a reservoir slot from the lane and
+/// the element's position in it, a block permutation from the identities of
+/// its elements), never from the clock or anything a performance knob
+/// changes, so the output depends only on the input sequence of each lane.
 ///
 /// Created by [`PipelineExt::shuffle`](crate::PipelineExt::shuffle).
 ///
@@ -114,9 +116,12 @@ pub(crate) fn permute_by_identity<T: Identity>(seed: u64, items: &mut [T]) {
     items.shuffle(&mut ChaCha8Rng::seed_from_u64(h));
 }
 
-/// The reservoir slot an element with identity `id` replaces.
-pub(crate) fn reservoir_slot(seed: u64, id: u64, buffer_size: u64) -> u64 {
-    combine(seed, id) % buffer_size
+/// The reservoir slot the element at position `pos` of `lane`'s input
+/// replaces (once the buffer is full). A function of the position, not of the
+/// element: a restore finds what a buffer holds from hashes alone, and looks
+/// up only the pointers it keeps.
+pub(crate) fn reservoir_slot(seed: u64, lane: LaneId, pos: u64, buffer_size: u64) -> u64 {
+    key(&[seed, lane as u64, pos]) % buffer_size
 }
 
 impl<S, T> Stream for Shuffle<S, T>
@@ -209,6 +214,7 @@ where
                     let lb = core.lanes.entry(lane).or_default();
                     // Left over only when the restore fell back to a replay.
                     lb.restoring = None;
+                    let pos = lb.consumed;
                     lb.consumed += 1;
                     lb.last = Some(id);
                     if let Some(s) = this.probe.stats() {
@@ -220,7 +226,7 @@ where
                                 lb.id_sum = lb.id_sum.wrapping_add(id);
                                 lb.buf.push(x);
                             } else {
-                                let j = reservoir_slot(seed, id, n as u64) as usize;
+                                let j = reservoir_slot(seed, lane, pos, n as u64) as usize;
                                 let old = std::mem::replace(&mut lb.buf[j], x);
                                 lb.id_sum = lb.id_sum.wrapping_add(id).wrapping_sub(old.identity());
                                 this.probe.sampled(t);
