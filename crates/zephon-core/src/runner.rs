@@ -281,14 +281,36 @@ fn drive<T: Send + 'static>(
             }
         }
     };
-    let task = match observer {
-        Some(obs) => runtime.spawn(obs.scope_future(driver)),
-        None => runtime.spawn(driver),
-    };
+    // One future type whether observed or not, so both run the same code.
+    let task = runtime.spawn(InScope {
+        observer,
+        inner: Box::pin(driver),
+    });
     Source::Driven {
         rx,
         local: Default::default(),
         task,
+    }
+}
+
+/// Polls `inner` with `observer`, if any, as the current observer.
+struct InScope<F> {
+    observer: Option<Observer>,
+    inner: Pin<Box<F>>,
+}
+
+impl<F: Future> Future for InScope<F> {
+    type Output = F::Output;
+
+    fn poll(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        let this = &mut *self;
+        match &this.observer {
+            Some(obs) => obs.enter(|| this.inner.as_mut().poll(cx)),
+            None => this.inner.as_mut().poll(cx),
+        }
     }
 }
 

@@ -16,7 +16,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-/// Fetch sizes the records of one read group in this many (bytes are an estimate).
+/// Fetch sizes one read group in this many, and one record in this many
+/// within it (bytes are an estimate).
 const BYTE_SAMPLE: u64 = 16;
 
 /// Most pointers one read request carries.
@@ -146,9 +147,15 @@ fn read_group(
                 op.busy.record_many(open_ns + read_ns, group.len() as u64);
                 // Sizing every record costs more than reading it from memory;
                 // one group in BYTE_SAMPLE stands for the others.
-                if op.tick().is_multiple_of(BYTE_SAMPLE) {
-                    let bytes: u64 = records.iter().map(|r| r.byte_len() as u64).sum();
-                    op.bytes_out.add(bytes * BYTE_SAMPLE);
+                // Within it, one record in BYTE_SAMPLE too.
+                if op.tick().is_multiple_of(BYTE_SAMPLE) && !records.is_empty() {
+                    let step = BYTE_SAMPLE as usize;
+                    let (sum, n) = records
+                        .iter()
+                        .step_by(step)
+                        .fold((0u64, 0u64), |(s, n), r| (s + r.byte_len() as u64, n + 1));
+                    op.bytes_out
+                        .add(sum * records.len() as u64 / n * BYTE_SAMPLE);
                 }
             }
         }
