@@ -5,7 +5,7 @@
 //! memory (`memory://`); the foyer hybrid cache of whole shards; compressed
 //! shards; the `index.json` manifest; shard prefetch and byte-range reads.
 //!
-//! Shard formats ([`format`]): JSONL, Parquet (feature `parquet`, on by
+//! Shard formats ([`format`](mod@format)): JSONL, Parquet (feature `parquet`, on by
 //! default), Megatron `.bin`/`.idx` and flat token files, MosaicML MDS and
 //! WebDataset tars, told apart by their file names or manifest.
 //!

@@ -126,7 +126,7 @@ impl Shard for LocalJsonlShard {
 /// Local datasets: `Dataset::from_path(name, dir)`.
 pub trait DatasetExt: Sized {
     /// The shards in `dir` (sorted by name), in the format their names show
-    /// (see [`format::detect`](crate::format::detect)): JSONL, Parquet,
+    /// (see [`format::detect`](crate::format::detect())): JSONL, Parquet,
     /// Megatron `.bin` + `.idx`, flat token `.bin`, WebDataset `.tar`, or MDS
     /// (a Streaming `index.json`). Shards are indexed on open so samples are
     /// addressable by position. A missing or unreadable folder, one with no

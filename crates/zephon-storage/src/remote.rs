@@ -386,7 +386,7 @@ impl Shard for RangeShard {
     }
 
     /// Samples close together in the file are fetched by one request
-    /// (gaps up to [`RANGE_GAP`] bytes are read and dropped), so a shuffled
+    /// (gaps up to `RANGE_GAP` bytes are read and dropped), so a shuffled
     /// group costs a few requests, not one per sample.
     fn read_indices<'a>(&'a self, indices: &'a [u64]) -> BoxFuture<'a, Result<Vec<Record>>> {
         async move {

@@ -45,7 +45,7 @@ pub async fn list_files(backend: &Backend, dataset: &str) -> Result<Vec<(String,
 }
 
 /// Lists the dataset's files and tells its format from their names (see
-/// [`detect`]); no shards, or several formats, is an error listing what
+/// [`detect()`]); no shards, or several formats, is an error listing what
 /// was found.
 pub async fn detect_remote(
     backend: &Backend,
