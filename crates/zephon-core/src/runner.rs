@@ -293,7 +293,8 @@ fn drive<T: Send + 'static>(
     }
 }
 
-/// Polls `inner` with `observer`, if any, as the current observer.
+/// Polls `inner`, the first time with `observer`, if any, as the current
+/// observer.
 struct InScope<F> {
     observer: Option<Observer>,
     inner: Pin<Box<F>>,
@@ -307,7 +308,11 @@ impl<F: Future> Future for InScope<F> {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<F::Output> {
         let this = &mut *self;
-        match &this.observer {
+        // Operators look for the observer on their first poll, and the
+        // first poll of a pipeline reaches every operator of its chain before
+        // it returns; entering it on every later poll measured as 2% of a
+        // cheap pipeline's throughput.
+        match this.observer.take() {
             Some(obs) => obs.enter(|| this.inner.as_mut().poll(cx)),
             None => this.inner.as_mut().poll(cx),
         }

@@ -25,8 +25,10 @@
 //!   delivery in 8; the time between two reads is exact, and its split into
 //!   waiting and working is the timed delivery's. Totals are published every
 //!   16 deliveries.
-//! - The observer is entered once per poll of the task that drives the
-//!   pipeline (threads runner), not once per element.
+//! - Under the threads runner the observer is entered on the first poll of
+//!   the task that drives the pipeline, which reaches every operator of the
+//!   chain; an operator first polled later (one a `flat_map` creates as it
+//!   goes) is not observed there.
 //!
 //! `zephon bench engine` measures the cost on the cheapest pipeline there is
 //! (in-memory records, fetch and batch), and `zephon bench tokenize-pack
