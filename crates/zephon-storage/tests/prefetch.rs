@@ -52,6 +52,9 @@ fn a_failed_prefetch_is_counted_and_the_reads_still_deliver_everything() {
         })
         .collect();
     let ds = Dataset::new("flaky", "memory://flaky", shards).unwrap();
+    let fields = |it: zephon_core::BlockingIter<Record>| -> Vec<String> {
+        it.map(|r| format!("{:?}", r.unwrap().fields)).collect()
+    };
     let run = |prefetch: bool| -> (Vec<String>, Option<u64>) {
         let ws = WorkSource::builder()
             .dataset(ds.clone(), 1.0)
@@ -62,23 +65,15 @@ fn a_failed_prefetch_is_counted_and_the_reads_still_deliver_everything() {
         if prefetch {
             let p = ptrs.prefetch(64, 2);
             let metrics = p.metrics();
-            let out = p
-                .fetch(2)
-                .into_blocking_iter(Runner::Inline)
-                .unwrap()
-                .map(|r| format!("{:?}", r.unwrap().fields))
-                .collect();
+            let out = fields(p.fetch(2).into_blocking_iter(Runner::Inline).unwrap());
             let s = metrics.snapshot();
             assert_eq!(s.successes, 0, "{s:?}");
             (out, Some(s.failures))
         } else {
-            let out = ptrs
-                .fetch(2)
-                .into_blocking_iter(Runner::Inline)
-                .unwrap()
-                .map(|r| format!("{:?}", r.unwrap().fields))
-                .collect();
-            (out, None)
+            (
+                fields(ptrs.fetch(2).into_blocking_iter(Runner::Inline).unwrap()),
+                None,
+            )
         }
     };
     let (plain, _) = run(false);

@@ -336,11 +336,6 @@ impl Restoring {
         }
     }
 
-    /// Whether any lane is still restoring.
-    pub fn active(&self) -> bool {
-        !self.lanes.is_empty()
-    }
-
     /// Classifies an element arriving on `lane`. Call [`Restoring::done`]
     /// once the operator has taken its whole section back.
     pub fn arrive(&mut self, lane: LaneId) -> Arrival<'_> {
@@ -372,11 +367,6 @@ impl Restoring {
     /// `lane`'s restore is over.
     pub fn done(&mut self, lane: LaneId) {
         self.lanes.remove(&lane);
-    }
-
-    /// The lanes still restoring.
-    pub fn lanes(&self) -> impl Iterator<Item = LaneId> + '_ {
-        self.lanes.keys().copied()
     }
 }
 

@@ -96,11 +96,6 @@ impl<S> ResumeFrom<S> {
         }
     }
 
-    /// The checkpoint board of this pipeline.
-    pub fn board(&self) -> &Arc<Board> {
-        &self.board
-    }
-
     /// Elements still to drop, over all lanes (0 once the replay is over).
     pub fn replay_left(&self) -> u64 {
         self.skip.values().sum()

@@ -106,6 +106,18 @@ struct Checkpointing {
 #[derive(Debug, Default)]
 struct BatchLanes(Mutex<BTreeMap<LaneId, u64>>);
 
+impl BatchLanes {
+    /// Adds `n` to the elements `lane` consumed.
+    fn add(&self, lane: LaneId, n: u64) {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(lane)
+            .or_default() += n;
+    }
+}
+
 impl CutSource for BatchLanes {
     fn cut(&self, lane: LaneId) -> Option<OpLaneCut> {
         let lanes = self.0.lock().unwrap_or_else(|e| e.into_inner());
@@ -207,11 +219,7 @@ where
                         }
                         this.open
                             .insert(lane, (consumed / *this.size as u64, Vec::new()));
-                        ck.lanes
-                            .0
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .insert(lane, consumed);
+                        ck.lanes.add(lane, consumed);
                     }
                     let (index, items) = this.open.entry(lane).or_default();
                     items.push(x);
@@ -228,12 +236,7 @@ where
                             cut: None,
                         };
                         if let Some(ck) = this.checkpoint.as_ref() {
-                            *ck.lanes
-                                .0
-                                .lock()
-                                .unwrap_or_else(|e| e.into_inner())
-                                .entry(lane)
-                                .or_default() += b.items.len() as u64;
+                            ck.lanes.add(lane, b.items.len() as u64);
                             b.cut = ck.board.cut(lane).map(Arc::new);
                         }
                         *index += 1;
@@ -255,12 +258,7 @@ where
                                 // of an exhausted lane, which a restore
                                 // continues with nothing.
                                 let cut = this.checkpoint.as_ref().and_then(|ck| {
-                                    *ck.lanes
-                                        .0
-                                        .lock()
-                                        .unwrap_or_else(|e| e.into_inner())
-                                        .entry(lane)
-                                        .or_default() += items.len() as u64;
+                                    ck.lanes.add(lane, items.len() as u64);
                                     ck.board.cut(lane).map(Arc::new)
                                 });
                                 this.tail.push_back(Batch {

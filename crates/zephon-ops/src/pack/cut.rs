@@ -40,6 +40,11 @@ fn restore_error(lane: LaneId, message: impl Into<String>) -> Error {
 }
 
 impl Packer {
+    /// Keeps what lane cuts need: the documents each lane consumed.
+    pub(crate) fn track_cuts(&mut self) {
+        self.cutting = true;
+    }
+
     /// What this packer holds for `lane`, as pieces of documents.
     pub(crate) fn lane_cut(&self, lane: LaneId) -> Option<OpLaneCut> {
         let (consumed, last) = self.consumed.get(&lane).copied().unwrap_or((0, 0));

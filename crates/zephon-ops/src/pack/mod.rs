@@ -233,8 +233,10 @@ pub struct Packer {
     lanes: BTreeMap<LaneId, LaneState>,
     /// Finished rows, with where their segments came from (for checkpoints).
     out: VecDeque<(Record, Vec<RowPiece>)>,
-    /// Per lane: documents pushed, and the identity of the last.
+    /// Per lane: documents pushed, and the identity of the last; kept only
+    /// in a checkpointed pipeline (`cutting`).
     consumed: BTreeMap<LaneId, (u64, u64)>,
+    cutting: bool,
     stats: Arc<TextStats>,
 }
 
@@ -246,6 +248,7 @@ impl Packer {
             lanes: BTreeMap::new(),
             out: VecDeque::new(),
             consumed: BTreeMap::new(),
+            cutting: false,
             stats: Arc::new(TextStats::default()),
         }
     }
@@ -278,9 +281,11 @@ impl Packer {
 
     /// Adds a record carrying [`fields::INPUT_IDS`]; other fields are dropped.
     pub fn push(&mut self, mut r: Record) -> crate::Result<()> {
-        let id = zephon_core::Identity::identity(&r);
-        let n = self.consumed.entry(r.lane).or_default();
-        *n = (n.0 + 1, id);
+        if self.cutting {
+            let id = zephon_core::Identity::identity(&r);
+            let n = self.consumed.entry(r.lane).or_default();
+            *n = (n.0 + 1, id);
+        }
         let ids = match r.take(fields::INPUT_IDS) {
             Some(Value::Tokens(t)) => t,
             other => {

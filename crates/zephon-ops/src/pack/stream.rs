@@ -113,7 +113,10 @@ where
         {
             let weak: Weak<dyn CutSource> = Arc::downgrade(this.packer) as _;
             match board.register("pack_sequences", Some(weak)) {
-                Ok(plan) => *this.restoring = Some(Restoring::new(plan, board)),
+                Ok(plan) => {
+                    lock(this.packer).track_cuts();
+                    *this.restoring = Some(Restoring::new(plan, board));
+                }
                 Err(e) => return Poll::Ready(Some(Err(e))),
             }
         }
@@ -133,20 +136,22 @@ where
                 Poll::Ready(Some(Ok(r))) => {
                     this.probe.input();
                     let lane = r.lane;
-                    if let Some(rs) = this.restoring.as_mut() {
-                        match rs.arrive(lane) {
+                    let r = match this.restoring.as_mut() {
+                        Some(rs) => match rs.arrive(lane) {
                             // Belongs to an operator further down.
                             Arrival::Pass => return Poll::Ready(Some(Ok(r))),
                             Arrival::Own(cut) => {
                                 let cut = cut.clone();
                                 let need = cut.cut.preamble_len() as usize;
-                                let mut normal = None;
                                 let docs = this.restored_docs.entry(lane).or_default();
-                                if need == 0 {
-                                    normal = Some(r);
+                                // An empty section: the cut applies before this
+                                // element, which is then packed as usual.
+                                let normal = if need == 0 {
+                                    Some(r)
                                 } else {
                                     docs.push(r);
-                                }
+                                    None
+                                };
                                 if docs.len() == need {
                                     let docs = this.restored_docs.remove(&lane).unwrap_or_default();
                                     rs.done(lane);
@@ -156,18 +161,14 @@ where
                                     }
                                 }
                                 match normal {
-                                    Some(r) => {
-                                        if let Err(e) = lock(this.packer).push(r) {
-                                            return Poll::Ready(Some(Err(e.into())));
-                                        }
-                                    }
+                                    Some(r) => r,
                                     None => continue,
                                 }
-                                continue;
                             }
-                            Arrival::Normal => {}
-                        }
-                    }
+                            Arrival::Normal => r,
+                        },
+                        None => r,
+                    };
                     let t = this.probe.sample();
                     let pushed = lock(this.packer).push(r);
                     this.probe.sampled(t);

@@ -176,13 +176,13 @@ where
                     let t = this.probe.sample();
                     let lane = x.lane();
                     let mut core = this.core.lock().unwrap_or_else(|e| e.into_inner());
-                    let x = match this.restoring.as_mut().map(|r| (r.arrive(lane), ())) {
-                        Some((Arrival::Pass, ())) => {
+                    let x = match this.restoring.as_mut().map(|r| r.arrive(lane)) {
+                        Some(Arrival::Pass) => {
                             this.probe.sampled(t);
                             this.probe.output();
                             return Poll::Ready(Some(Ok(x)));
                         }
-                        Some((Arrival::Own(cut), ())) => {
+                        Some(Arrival::Own(cut)) => {
                             let cut = cut.clone();
                             let board = this.restoring.as_ref().and_then(|r| r.board().cloned());
                             let (restored, finished) =
@@ -209,14 +209,17 @@ where
                         _ => x,
                     };
                     let (n, seed, mode) = (*this.buffer_size, *this.seed, *this.mode);
-                    let id = x.identity();
+                    // Identities feed only the lane cuts of a checkpointed
+                    // pipeline.
+                    let cutting = this.restoring.is_some();
+                    let id = if cutting { x.identity() } else { 0 };
                     let core = &mut *core;
                     let lb = core.lanes.entry(lane).or_default();
                     // Left over only when the restore fell back to a replay.
                     lb.restoring = None;
                     let pos = lb.consumed;
                     lb.consumed += 1;
-                    lb.last = Some(id);
+                    lb.last = cutting.then_some(id);
                     if let Some(s) = this.probe.stats() {
                         s.max_queue.observe(lb.buf.len() as u64 + 1);
                     }
@@ -228,7 +231,10 @@ where
                             } else {
                                 let j = reservoir_slot(seed, lane, pos, n as u64) as usize;
                                 let old = std::mem::replace(&mut lb.buf[j], x);
-                                lb.id_sum = lb.id_sum.wrapping_add(id).wrapping_sub(old.identity());
+                                if cutting {
+                                    lb.id_sum =
+                                        lb.id_sum.wrapping_add(id).wrapping_sub(old.identity());
+                                }
                                 this.probe.sampled(t);
                                 this.probe.output();
                                 return Poll::Ready(Some(Ok(old)));
