@@ -31,9 +31,10 @@
 //!   goes) is not observed there.
 //!
 //! `zephon bench engine` measures the cost on the cheapest pipeline there is
-//! (in-memory records, fetch and batch), and `zephon bench tokenize-pack
-//! --observe` on a tokenizing one; both report it as a ratio to the same
-//! pipeline with tracking off, measured in the same run.
+//! (in-memory records, fetch and batch, each configuration in a process of
+//! its own), and `zephon bench tokenize-pack --observe` on a tokenizing one;
+//! both report it as a ratio to the same pipeline with tracking off,
+//! measured in the same run.
 
 mod explain;
 mod fetch_stats;
