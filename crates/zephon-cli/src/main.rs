@@ -45,6 +45,17 @@ enum Command {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    // Warnings (storage retries, a restore that falls back to replaying)
+    // go to stderr; RUST_LOG chooses more or less.
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::builder()
+                .with_default_directive(tracing_subscriber::filter::LevelFilter::WARN.into())
+                .from_env_lossy(),
+        )
+        .init();
     let result = match cli.command {
         Command::Demo(args) => cmd::demo::run(args),
         Command::Bench(b) => cmd::bench::run(b),

@@ -380,21 +380,43 @@ impl Observer {
     }
 
     /// Emits the snapshots as `tracing` events (target `zephon::observability`,
-    /// JSON fields) every `every`, on a background thread that stops when the
-    /// returned guard is dropped.
+    /// fields `metrics`, `fetch` and `prefetch` holding JSON) every `every`,
+    /// and once more when the returned guard is dropped, on a background
+    /// thread. The events go to the subscriber that is the default where this
+    /// is called (a scoped one included).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use zephon_core::obs::{Observer, Tracking};
+    /// let obs = Observer::new(Tracking::Stage);
+    /// let guard = obs.report_periodically(Duration::from_secs(10), tracing::Level::INFO);
+    /// drop(guard); // emits the last snapshot and stops
+    /// ```
     pub fn report_periodically(&self, every: Duration, level: tracing::Level) -> ReporterGuard {
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (obs, flag) = (self.clone(), stop.clone());
+        // A thread starts with the global default subscriber; the caller's
+        // may be a scoped one (a test's, a library user's).
+        let dispatch = tracing::dispatcher::get_default(|d| d.clone());
         let handle = std::thread::Builder::new()
             .name("zephon-observability".into())
             .spawn(move || {
-                while !flag.load(Ordering::Relaxed) {
-                    std::thread::park_timeout(every);
-                    if flag.load(Ordering::Relaxed) {
-                        break;
+                tracing::dispatcher::with_default(&dispatch, || {
+                    let mut next = Instant::now() + every;
+                    while !flag.load(Ordering::Relaxed) {
+                        // Parking may end early (the guard's unpark, or
+                        // spuriously): emit only when the period is over.
+                        let now = Instant::now();
+                        if now < next {
+                            std::thread::park_timeout(next - now);
+                            continue;
+                        }
+                        obs.emit(level);
+                        next = now + every;
                     }
+                    // The final state, which the last period may not show.
                     obs.emit(level);
-                }
+                })
             })
             .ok();
         ReporterGuard { stop, handle }
