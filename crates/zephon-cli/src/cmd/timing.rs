@@ -14,7 +14,7 @@ pub struct Args {
     /// Epochs to run.
     #[arg(long, default_value_t = 2)]
     pub epochs: usize,
-    /// Where to write the results (default: results/benchmark/<timestamp>).
+    /// Where to write the results (default: results/benchmark/TIMESTAMP).
     #[arg(long)]
     pub save_dir: Option<PathBuf>,
     /// Precision: 32, 16, bf16 or 16-mixed.

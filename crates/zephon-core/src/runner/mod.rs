@@ -1,0 +1,108 @@
+//! Runners (inline and threads) and the blocking iterator for synchronous
+//! training loops.
+
+use crate::error::{Error, Result};
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+
+mod blocking;
+pub use blocking::BlockingIter;
+
+/// How a pipeline is executed. A performance knob only: every runner gives
+/// the same output in the same order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Runner {
+    /// Everything on the calling thread: CPU work runs in place. For debugging.
+    Inline,
+    /// A thread pool: CPU-heavy closures and reads run on worker threads.
+    Threads {
+        /// Worker threads (0 means one per core).
+        workers: usize,
+    },
+}
+
+impl Default for Runner {
+    fn default() -> Self {
+        Runner::Threads { workers: 0 }
+    }
+}
+
+impl Runner {
+    /// The threads runner with one worker per core.
+    pub fn threads() -> Self {
+        Runner::default()
+    }
+
+    /// Builds the tokio runtime this runner drives pipelines with.
+    pub fn runtime(&self) -> Result<tokio::runtime::Runtime> {
+        let rt = match *self {
+            Runner::Inline => tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build(),
+            Runner::Threads { workers } => {
+                let n = if workers == 0 { num_cpus() } else { workers };
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(n)
+                    .thread_name("zephon-worker")
+                    .enable_all()
+                    .build()
+            }
+        };
+        rt.map_err(|source| Error::Io {
+            path: "tokio runtime".into(),
+            source,
+        })
+    }
+}
+
+impl std::fmt::Display for Runner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Runner::Inline => write!(f, "inline (one thread)"),
+            Runner::Threads { workers: 0 } => {
+                write!(f, "threads ({} workers, one per core)", num_cpus())
+            }
+            Runner::Threads { workers } => write!(f, "threads ({workers} workers)"),
+        }
+    }
+}
+
+/// Number of cores available to this process.
+pub fn num_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Runs CPU-heavy `f` off the async reactor when the current runtime has
+/// worker threads (the threads runner), in place otherwise (the inline runner,
+/// or no runtime at all). Operators call this once per micro-batch.
+pub fn offload<F, R>(op: &'static str, f: F) -> BoxFuture<'static, Result<R>>
+where
+    F: FnOnce() -> R + Send + 'static,
+    R: Send + 'static,
+{
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => h
+            .spawn_blocking(f)
+            .map(move |r| {
+                r.map_err(|e| Error::Operator {
+                    op,
+                    message: if e.is_panic() {
+                        format!("closure panicked: {}", panic_message(e.into_panic()))
+                    } else {
+                        "task cancelled".into()
+                    },
+                })
+            })
+            .boxed(),
+        _ => futures::future::ready(Ok(f())).boxed(),
+    }
+}
+
+fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(non-string panic)".into())
+}

@@ -1,0 +1,212 @@
+//! The work source's builder and options.
+
+use super::shuffle::DatasetOrder;
+use super::{BlockShuffle, LaneConfig, Mixture, Ownership, Plan, WorkSource};
+use crate::dataset::{Catalog, Dataset};
+use crate::error::{Error, Result};
+use crate::hash;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+/// What happens when a dataset has been read completely.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Exhaustion {
+    /// Stop the stream as soon as any dataset completes this many passes
+    /// (so the mixture holds up to the last pointer).
+    Stop {
+        /// Passes over each dataset.
+        passes: u64,
+    },
+    /// Never stop; every pass is reshuffled (the pass number keys the shuffles).
+    Repeat,
+}
+
+/// The data-shaping settings of a work source.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WorkConfig {
+    /// Seed of every shuffle.
+    pub seed: u64,
+    /// Mixture chunk size: each chunk holds exact largest-remainder quotas.
+    pub chunk_size: u64,
+    /// Shuffle the order of shards in each pass (default on).
+    pub shuffle_shards: bool,
+    /// Shuffle samples within each shard (default on).
+    pub shuffle_within_shard: bool,
+    /// Block shuffle over the pass (default off).
+    pub shuffle_block_size: BlockShuffle,
+    /// Passes and exhaustion policy (default: stop after one pass).
+    pub exhaustion: Exhaustion,
+    /// Lane layout and this rank's place in it.
+    pub lanes: LaneConfig,
+}
+
+impl Default for WorkConfig {
+    fn default() -> Self {
+        WorkConfig {
+            seed: 0,
+            chunk_size: 1024,
+            shuffle_shards: true,
+            shuffle_within_shard: true,
+            shuffle_block_size: BlockShuffle::Off,
+            exhaustion: Exhaustion::Stop { passes: 1 },
+            lanes: LaneConfig::default(),
+        }
+    }
+}
+
+/// Builds a [`WorkSource`].
+#[derive(Clone, Debug, Default)]
+#[must_use]
+pub struct WorkSourceBuilder {
+    datasets: Vec<(Dataset, f64)>,
+    config: WorkConfig,
+}
+
+impl WorkSourceBuilder {
+    /// Adds a dataset with its mixture weight (weights need not sum to 1).
+    pub fn dataset(mut self, dataset: Dataset, weight: f64) -> Self {
+        self.datasets.push((dataset, weight));
+        self
+    }
+    /// Sets the seed.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.config.seed = seed;
+        self
+    }
+    /// Sets the mixture chunk size.
+    pub fn chunk_size(mut self, n: u64) -> Self {
+        self.config.chunk_size = n;
+        self
+    }
+    /// Shard shuffle on or off.
+    pub fn shuffle_shards(mut self, on: bool) -> Self {
+        self.config.shuffle_shards = on;
+        self
+    }
+    /// Within-shard shuffle on or off.
+    pub fn shuffle_within_shard(mut self, on: bool) -> Self {
+        self.config.shuffle_within_shard = on;
+        self
+    }
+    /// Block shuffle size.
+    pub fn shuffle_block_size(mut self, b: BlockShuffle) -> Self {
+        self.config.shuffle_block_size = b;
+        self
+    }
+    /// Stop after `n` passes.
+    pub fn passes(mut self, n: u64) -> Self {
+        self.config.exhaustion = Exhaustion::Stop { passes: n };
+        self
+    }
+    /// Repeat forever, reshuffling every pass.
+    pub fn repeat(mut self) -> Self {
+        self.config.exhaustion = Exhaustion::Repeat;
+        self
+    }
+    /// Number of canonical lanes (fixed for a run).
+    pub fn canonical_lanes(mut self, n: u32) -> Self {
+        self.config.lanes.canonical_lanes = n;
+        self
+    }
+    /// This process's rank.
+    pub fn rank(mut self, r: u32) -> Self {
+        self.config.lanes.rank = r;
+        self
+    }
+    /// Number of data-parallel ranks.
+    pub fn world_size(mut self, w: u32) -> Self {
+        self.config.lanes.world_size = w;
+        self
+    }
+    /// How lanes are dealt to ranks.
+    pub fn ownership(mut self, o: Ownership) -> Self {
+        self.config.lanes.ownership = o;
+        self
+    }
+    /// Replaces the whole configuration.
+    pub fn config(mut self, config: WorkConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Validates everything and builds the work source.
+    pub fn build(self) -> Result<WorkSource> {
+        let c = &self.config;
+        if self.datasets.is_empty() {
+            return Err(Error::config(
+                "datasets",
+                "a work source needs at least one dataset",
+            ));
+        }
+        c.lanes.validate()?;
+        if let Exhaustion::Stop { passes: 0 } = c.exhaustion {
+            return Err(Error::config("passes", "must be at least 1"));
+        }
+        for (ds, _) in &self.datasets {
+            if ds.num_samples() == 0 {
+                return Err(Error::Dataset {
+                    dataset: ds.name().into(),
+                    location: ds.location().into(),
+                    message: "has no samples".into(),
+                });
+            }
+        }
+        let names: Vec<&str> = self.datasets.iter().map(|(d, _)| d.name()).collect();
+        let weights: Vec<f64> = self.datasets.iter().map(|(_, w)| *w).collect();
+        let mixture = Mixture::new(&weights, &names, c.chunk_size)?;
+        let orders: Vec<DatasetOrder> = self
+            .datasets
+            .iter()
+            .enumerate()
+            .map(|(i, (ds, _))| {
+                DatasetOrder::new(
+                    c.seed,
+                    i as u32,
+                    ds.shards().iter().map(|s| s.len()).collect(),
+                    c.shuffle_shards,
+                    c.shuffle_within_shard,
+                    c.shuffle_block_size,
+                )
+            })
+            .collect();
+        let end = match c.exhaustion {
+            Exhaustion::Repeat => None,
+            Exhaustion::Stop { passes } => orders
+                .iter()
+                .enumerate()
+                .map(|(d, o)| mixture.global_index(d, passes * o.total))
+                .min(),
+        };
+        let mut fp = hash::key(&[
+            c.seed,
+            c.chunk_size,
+            c.shuffle_shards as u64,
+            c.shuffle_within_shard as u64,
+            c.lanes.canonical_lanes as u64,
+        ]);
+        fp = hash::combine(
+            fp,
+            hash::bytes(format!("{:?}{:?}", c.shuffle_block_size, c.exhaustion).as_bytes()),
+        );
+        for ((ds, w), o) in self.datasets.iter().zip(&orders) {
+            fp = hash::combine(fp, hash::bytes(ds.name().as_bytes()));
+            fp = hash::combine(fp, w.to_bits());
+            for l in &o.shard_lens {
+                fp = hash::combine(fp, *l);
+            }
+        }
+        let catalog: Catalog = self.datasets.into_iter().map(|(d, _)| d).collect();
+        Ok(WorkSource {
+            plan: Arc::new(Plan {
+                catalog,
+                config: self.config,
+                mixture,
+                orders,
+                end,
+                fingerprint: fp,
+            }),
+            next_global: 0,
+        })
+    }
+}

@@ -1,0 +1,259 @@
+//! The tokenizer and its options.
+
+use super::prepared::Prepared;
+use crate::error::Error;
+use crate::fields;
+use std::fmt;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+/// Documents per micro-batch: a document is tens of microseconds of BPE
+/// work, so 64 of them make the hand-off to a worker thread negligible.
+pub const DEFAULT_MICRO_BATCH: usize = 64;
+
+/// Special tokens added around each document.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SpecialTokens {
+    /// None: the ids of the text only.
+    #[default]
+    None,
+    /// A beginning-of-sequence id first.
+    Bos,
+    /// An end-of-sequence id last.
+    Eos,
+    /// Both.
+    BosEos,
+}
+
+/// What to do with a document longer than `max_length`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Overflow {
+    /// Keep the first `max_length` ids (special tokens kept).
+    #[default]
+    Truncate,
+    /// Cut the document into several records of at most `max_length` ids.
+    Split,
+}
+
+/// What to do with a record that lacks the source text field.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OnMissing {
+    /// An error naming the field and the record's source pointer.
+    #[default]
+    Error,
+    /// Drop the record (counted in [`TextStats`](crate::stats::TextStats)).
+    Skip,
+}
+
+const BOS_NAMES: &[&str] = &[
+    "<s>",
+    "<bos>",
+    "<|begin_of_text|>",
+    "[CLS]",
+    "<|endoftext|>",
+];
+const EOS_NAMES: &[&str] = &["</s>", "<eos>", "<|endoftext|>", "<|end_of_text|>", "[SEP]"];
+
+/// What [`Tokenize`](super::Tokenize) does: the tokenizer, the source field, length handling,
+/// special tokens. Cheap to clone (the tokenizer is shared).
+#[derive(Clone)]
+pub struct TokenizeConfig {
+    pub(super) tokenizer: Arc<tokenizers::Tokenizer>,
+    pub(super) field: String,
+    pub(super) max_length: Option<usize>,
+    pub(super) overflow: Overflow,
+    pub(super) special: SpecialTokens,
+    pub(super) bos_id: Option<u32>,
+    pub(super) eos_id: Option<u32>,
+    pub(super) attention_mask: bool,
+    pub(super) on_missing: OnMissing,
+    pub(super) keep_text: bool,
+    pub(super) micro_batch: usize,
+    pub(super) per_worker: bool,
+}
+
+impl fmt::Debug for TokenizeConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TokenizeConfig")
+            .field("vocab_size", &self.tokenizer.get_vocab_size(true))
+            .field("field", &self.field)
+            .field("max_length", &self.max_length)
+            .field("overflow", &self.overflow)
+            .field("special", &self.special)
+            .field("bos_id", &self.bos_id)
+            .field("eos_id", &self.eos_id)
+            .field("on_missing", &self.on_missing)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TokenizeConfig {
+    /// Loads a `tokenizer.json` file.
+    pub fn from_file(path: impl AsRef<Path>) -> crate::Result<Self> {
+        let path = path.as_ref();
+        tokenizers::Tokenizer::from_file(path)
+            .map(Self::from_tokenizer)
+            .map_err(|e| Error::Tokenizer {
+                source_name: path.display().to_string(),
+                message: e.to_string(),
+            })
+    }
+
+    /// Parses the bytes of a `tokenizer.json`.
+    pub fn from_bytes(bytes: impl AsRef<[u8]>) -> crate::Result<Self> {
+        tokenizers::Tokenizer::from_bytes(bytes)
+            .map(Self::from_tokenizer)
+            .map_err(|e| Error::Tokenizer {
+                source_name: "<bytes>".into(),
+                message: e.to_string(),
+            })
+    }
+
+    /// Wraps a tokenizer built in code. Defaults: field `text`, no length
+    /// limit, no special tokens, no attention mask, missing field is an error.
+    pub fn from_tokenizer(tokenizer: tokenizers::Tokenizer) -> Self {
+        TokenizeConfig {
+            tokenizer: Arc::new(tokenizer),
+            field: fields::TEXT.into(),
+            max_length: None,
+            overflow: Overflow::Truncate,
+            special: SpecialTokens::None,
+            bos_id: None,
+            eos_id: None,
+            attention_mask: false,
+            on_missing: OnMissing::Error,
+            keep_text: false,
+            micro_batch: DEFAULT_MICRO_BATCH,
+            per_worker: false,
+        }
+    }
+
+    /// The tokenizer.
+    pub fn tokenizer(&self) -> &tokenizers::Tokenizer {
+        &self.tokenizer
+    }
+
+    /// The source text field (default `text`).
+    pub fn field(mut self, name: impl Into<String>) -> Self {
+        self.field = name.into();
+        self
+    }
+
+    /// At most `n` ids per output record, handled by `overflow`.
+    pub fn max_length(mut self, n: usize, overflow: Overflow) -> Self {
+        self.max_length = Some(n);
+        self.overflow = overflow;
+        self
+    }
+
+    /// Special tokens to add. Their ids come from [`bos_id`](Self::bos_id) /
+    /// [`eos_id`](Self::eos_id), or else are looked up in the tokenizer's
+    /// vocabulary under the usual names (`<s>`, `</s>`, `<|endoftext|>`, ...).
+    pub fn special_tokens(mut self, s: SpecialTokens) -> Self {
+        self.special = s;
+        self
+    }
+
+    /// The beginning-of-sequence id.
+    pub fn bos_id(mut self, id: u32) -> Self {
+        self.bos_id = Some(id);
+        self
+    }
+
+    /// The end-of-sequence id.
+    pub fn eos_id(mut self, id: u32) -> Self {
+        self.eos_id = Some(id);
+        self
+    }
+
+    /// Also writes an all-ones [`fields::ATTENTION_MASK`] field.
+    pub fn attention_mask(mut self, on: bool) -> Self {
+        self.attention_mask = on;
+        self
+    }
+
+    /// What to do when the source field is missing or not text.
+    pub fn on_missing(mut self, m: OnMissing) -> Self {
+        self.on_missing = m;
+        self
+    }
+
+    /// Keeps the source text in the output record (dropped by default, to
+    /// free its memory early).
+    pub fn keep_text(mut self, keep: bool) -> Self {
+        self.keep_text = keep;
+        self
+    }
+
+    /// Documents per micro-batch handed to a worker.
+    pub fn micro_batch(mut self, n: usize) -> Self {
+        self.micro_batch = n.max(1);
+        self
+    }
+
+    /// Gives each worker its own copy of the tokenizer instead of sharing
+    /// one. Off by default: the copies start with cold word caches and
+    /// multiply the vocabulary's memory, and on the W1 benchmark sharing was
+    /// about 30% faster (the tokenizer is safe to share, and its word cache
+    /// never blocks: lookups and inserts are try-locks).
+    pub fn per_worker_tokenizers(mut self, on: bool) -> Self {
+        self.per_worker = on;
+        self
+    }
+
+    /// The id of a token of the vocabulary, by its text.
+    pub fn token_id(&self, token: &str) -> Option<u32> {
+        self.tokenizer.token_to_id(token)
+    }
+
+    fn lookup(
+        &self,
+        given: Option<u32>,
+        names: &[&str],
+        which: &'static str,
+    ) -> crate::Result<u32> {
+        given
+            .or_else(|| names.iter().find_map(|n| self.tokenizer.token_to_id(n)))
+            .ok_or_else(|| Error::Config {
+                key: which,
+                message: format!("no id given and the vocabulary has none of {names:?}"),
+            })
+    }
+
+    /// Checks the configuration: special token ids resolve, lengths are sane.
+    pub fn check(&self) -> crate::Result<()> {
+        self.prepare().map(|_| ())
+    }
+
+    pub(super) fn prepare(&self) -> crate::Result<Prepared> {
+        let (bos, eos) = match self.special {
+            SpecialTokens::None => (None, None),
+            SpecialTokens::Bos => (Some(self.lookup(self.bos_id, BOS_NAMES, "bos_id")?), None),
+            SpecialTokens::Eos => (None, Some(self.lookup(self.eos_id, EOS_NAMES, "eos_id")?)),
+            SpecialTokens::BosEos => (
+                Some(self.lookup(self.bos_id, BOS_NAMES, "bos_id")?),
+                Some(self.lookup(self.eos_id, EOS_NAMES, "eos_id")?),
+            ),
+        };
+        let n_special = bos.is_some() as usize + eos.is_some() as usize;
+        if let Some(m) = self.max_length {
+            let min = if self.overflow == Overflow::Truncate {
+                n_special + 1
+            } else {
+                1
+            };
+            if m < min {
+                return Err(Error::Config {
+                    key: "max_length",
+                    message: format!("{m} leaves no room for text (at least {min})"),
+                });
+            }
+        }
+        Ok(Prepared {
+            config: self.clone(),
+            bos,
+            eos,
+            pool: Mutex::new(Vec::new()),
+        })
+    }
+}

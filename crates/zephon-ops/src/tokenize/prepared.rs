@@ -1,0 +1,127 @@
+//! A configuration resolved for encoding, and the encoding itself.
+
+use super::config::{OnMissing, Overflow, TokenizeConfig};
+use crate::error::{Error, PtrDisplay};
+use crate::fields;
+use crate::stats::TextStats;
+use std::sync::Mutex;
+use zephon_core::{Record, Result, Value};
+
+/// A resolved configuration plus the per-worker tokenizers.
+pub(super) struct Prepared {
+    pub(super) config: TokenizeConfig,
+    pub(super) bos: Option<u32>,
+    pub(super) eos: Option<u32>,
+    // With per-worker tokenizers, one is checked out per micro-batch.
+    pub(super) pool: Mutex<Vec<tokenizers::Tokenizer>>,
+}
+
+impl Prepared {
+    fn checkout(&self) -> tokenizers::Tokenizer {
+        let pooled = self.pool.lock().ok().and_then(|mut p| p.pop());
+        pooled.unwrap_or_else(|| (*self.config.tokenizer).clone())
+    }
+
+    fn give_back(&self, t: tokenizers::Tokenizer) {
+        if let Ok(mut p) = self.pool.lock() {
+            p.push(t);
+        }
+    }
+
+    pub(super) fn encode_chunk(
+        &self,
+        items: Vec<Result<Record>>,
+        stats: &TextStats,
+    ) -> Vec<Result<Record>> {
+        let tok = self.config.per_worker.then(|| self.checkout());
+        let t: &tokenizers::Tokenizer = tok.as_ref().unwrap_or(&self.config.tokenizer);
+        let mut out = Vec::with_capacity(items.len());
+        for item in items {
+            match item {
+                Ok(r) => self.encode_one(t, r, stats, &mut out),
+                Err(e) => out.push(Err(e)),
+            }
+        }
+        if let Some(tok) = tok {
+            self.give_back(tok);
+        }
+        out
+    }
+
+    fn encode_one(
+        &self,
+        tok: &tokenizers::Tokenizer,
+        mut r: Record,
+        stats: &TextStats,
+        out: &mut Vec<Result<Record>>,
+    ) {
+        let c = &self.config;
+        let text = match r.take(&c.field) {
+            Some(Value::Text(t)) => t,
+            other => {
+                if let Some(v) = other {
+                    r.set(c.field.clone(), v);
+                }
+                match c.on_missing {
+                    OnMissing::Skip => stats.skipped_missing.inc(),
+                    OnMissing::Error => {
+                        out.push(Err(Error::missing("tokenize", &c.field, "text", &r).into()))
+                    }
+                }
+                return;
+            }
+        };
+        let enc = match tok.encode_fast(text.as_str(), false) {
+            Ok(e) => e,
+            Err(e) => {
+                out.push(Err(Error::Encode {
+                    field: c.field.clone(),
+                    ptr: PtrDisplay(r.source().copied()),
+                    message: e.to_string(),
+                }
+                .into()));
+                return;
+            }
+        };
+        if c.keep_text {
+            r.set(c.field.clone(), Value::Text(text));
+        } else {
+            drop(text);
+        }
+        let body = enc.get_ids();
+        let n_special = self.bos.is_some() as usize + self.eos.is_some() as usize;
+        let body = match (c.max_length, c.overflow) {
+            (Some(m), Overflow::Truncate) if body.len() + n_special > m => {
+                stats.truncated_docs.inc();
+                stats
+                    .truncated_tokens
+                    .add((body.len() + n_special - m) as u64);
+                &body[..m - n_special]
+            }
+            _ => body,
+        };
+        let mut ids = Vec::with_capacity(body.len() + n_special);
+        ids.extend(self.bos);
+        ids.extend_from_slice(body);
+        ids.extend(self.eos);
+        stats.docs_tokenized.inc();
+        stats.tokens_tokenized.add(ids.len() as u64);
+        match c.max_length {
+            Some(m) if c.overflow == Overflow::Split && ids.len() > m => {
+                stats.split_docs.inc();
+                for piece in ids.chunks(m) {
+                    out.push(Ok(self.finish(r.clone(), piece.to_vec())));
+                }
+            }
+            _ => out.push(Ok(self.finish(r, ids))),
+        }
+    }
+
+    fn finish(&self, mut r: Record, ids: Vec<u32>) -> Record {
+        if self.config.attention_mask {
+            r.set(fields::ATTENTION_MASK, Value::Tokens(vec![1; ids.len()]));
+        }
+        r.set(fields::INPUT_IDS, Value::Tokens(ids));
+        r
+    }
+}
