@@ -2,6 +2,7 @@
 
 use crate::error::Result;
 use crate::obs::{Explain, Probe, StageDescription};
+use crate::ops::micro_batch::take_ready;
 use crate::runner::offload;
 use futures::future::BoxFuture;
 use futures::stream::{FuturesOrdered, FuturesUnordered};
@@ -143,23 +144,14 @@ where
             while this.in_flight.len() < *this.k && !*this.done {
                 // Take what is ready now, up to one micro-batch; never wait
                 // to fill it.
-                let mut upstream_pending = false;
-                while this.pending.len() < *this.micro {
-                    match this.inner.as_mut().poll_next(cx) {
-                        Poll::Ready(Some(item)) => {
-                            this.probe.input();
-                            this.pending.push(item);
-                        }
-                        Poll::Ready(None) => {
-                            *this.done = true;
-                            break;
-                        }
-                        Poll::Pending => {
-                            upstream_pending = true;
-                            break;
-                        }
-                    }
-                }
+                let upstream_pending = take_ready(
+                    this.inner.as_mut(),
+                    cx,
+                    this.pending,
+                    *this.micro,
+                    this.probe,
+                    this.done,
+                );
                 if this.pending.is_empty() {
                     if upstream_pending && this.in_flight.len() == 0 {
                         this.probe.input_pending();

@@ -5,5 +5,6 @@ pub mod fetch;
 pub mod filter;
 pub mod lane_mux;
 pub mod map_par;
+pub mod micro_batch;
 pub mod prefetch_batches;
 pub mod shuffle;

@@ -14,6 +14,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll};
 use zephon_core::obs::{Explain, Probe, StageDescription};
+use zephon_core::ops::micro_batch::take_ready;
 use zephon_core::runner::offload;
 use zephon_core::{Record, Result};
 
@@ -193,23 +194,14 @@ where
             {
                 // Take what is ready now, up to one micro-batch; never wait
                 // to fill it.
-                let mut upstream_pending = false;
-                while this.pending.len() < micro {
-                    match this.inner.as_mut().poll_next(cx) {
-                        Poll::Ready(Some(item)) => {
-                            this.probe.input();
-                            this.pending.push(item);
-                        }
-                        Poll::Ready(None) => {
-                            *this.done = true;
-                            break;
-                        }
-                        Poll::Pending => {
-                            upstream_pending = true;
-                            break;
-                        }
-                    }
-                }
+                let upstream_pending = take_ready(
+                    this.inner.as_mut(),
+                    cx,
+                    this.pending,
+                    micro,
+                    this.probe,
+                    this.done,
+                );
                 if this.pending.is_empty() {
                     if upstream_pending && this.in_flight.is_empty() {
                         this.probe.input_pending();
