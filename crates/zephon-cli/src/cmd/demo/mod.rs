@@ -1,6 +1,10 @@
 //! `zephon demo`: the main job. Makes a JSONL corpus, runs the same pipeline
 //! with parallelism 1 (inline runner) and with all cores (threads runner), and
-//! shows that only the speed differs.
+//! shows that only the speed differs; says where the time went; then stops a
+//! run on two ranks, resumes it on one from their checkpoints, and shows that
+//! the global batches are the uninterrupted run's.
+
+mod elastic;
 
 use anyhow::{Context, Result};
 use rand::{Rng, SeedableRng};
@@ -10,7 +14,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use zephon_core::hash::combine;
 use zephon_core::runner::num_cpus;
-use zephon_core::{Dataset, PipelineExt, Record, Runner, ShuffleMode, Value, WorkSource};
+use zephon_core::{Dataset, PipelineExt, Record, Runner, ShuffleMode, Tracking, Value, WorkSource};
+use zephon_metrics::BottleneckReport;
 use zephon_storage::DatasetExt;
 
 /// Options of `zephon demo`.
@@ -128,6 +133,8 @@ pub struct RunStats {
     pub total: Duration,
     /// Digest of the batch sequence.
     pub checksum: u64,
+    /// Where the time went (per-operator tracking is on in every run).
+    pub report: Option<BottleneckReport>,
 }
 
 /// Builds and drains the demo pipeline.
@@ -153,14 +160,18 @@ pub fn run_pipeline(
         .batch(args.batch_size)
         .lane_mux(lanes)
         .prefetch_batches(8);
+    let mut it = pipeline.into_blocking_iter(runner)?;
+    // Cheap enough to leave on: `zephon bench engine` measures it.
+    let obs = it.enable_observability(Tracking::Operator);
     let mut stats = RunStats {
         batches: 0,
         records: 0,
         first_batch: Duration::ZERO,
         total: Duration::ZERO,
         checksum: 0,
+        report: None,
     };
-    for batch in pipeline.into_blocking_iter(runner)? {
+    for batch in it.by_ref() {
         let batch = batch?;
         if stats.batches == 0 {
             stats.first_batch = start.elapsed();
@@ -170,6 +181,7 @@ pub fn run_pipeline(
         stats.checksum = combine(stats.checksum, batch.digest());
     }
     stats.total = start.elapsed();
+    stats.report = Some(obs.bottleneck_report());
     Ok(stats)
 }
 
@@ -209,6 +221,7 @@ pub fn run(args: Args) -> Result<()> {
         "run", "batches", "batches/s", "records/s", "first batch", "checksum"
     );
     let mut sums = Vec::new();
+    let mut last_report = None;
     for (label, p, runner) in runs {
         let s = run_pipeline(&dir, &args, p, runner)?;
         let secs = s.total.as_secs_f64();
@@ -222,6 +235,7 @@ pub fn run(args: Args) -> Result<()> {
             format!("{:016x}", s.checksum)
         );
         sums.push((s.checksum, s.records, secs));
+        last_report = s.report;
     }
     let same = sums.windows(2).all(|w| w[0].0 == w[1].0);
     println!(
@@ -237,5 +251,10 @@ pub fn run(args: Args) -> Result<()> {
     if !same {
         anyhow::bail!("the two runs delivered different batches");
     }
-    Ok(())
+    if let Some(report) = last_report {
+        println!(
+            "\nwhere the time went in the {cores}-core run (per-operator tracking on):\n{report}"
+        );
+    }
+    elastic::run(&dir, &args, cores)
 }
