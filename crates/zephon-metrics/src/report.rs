@@ -168,9 +168,9 @@ fn fetch_report(
     if let Some(f) = fetch {
         let t = &f.totals;
         evidence.push(format!(
-            "fetch: {} groups, cache hit ratio {}, {:.3} s opening/downloading, {:.3} s reading",
+            "fetch: {} groups, {}, {:.3} s opening/downloading, {:.3} s reading",
             t.groups,
-            pct(f.hit_ratio),
+            f.cache_summary(),
             t.open_s,
             t.read_s
         ));

@@ -138,6 +138,28 @@ pub struct FetchTimingSnapshot {
     pub storage: Vec<(String, IoStats)>,
 }
 
+impl FetchTimingSnapshot {
+    /// The cache hit ratio in words, or that no dataset read has a shard
+    /// cache (local files read in place, records in memory): their groups
+    /// count as hits, and a ratio of 100% would suggest a cache that is
+    /// not there.
+    ///
+    /// ```
+    /// use zephon_metrics::{FetchTimingSnapshot, IoStats};
+    /// let mut f = FetchTimingSnapshot { hit_ratio: 1.0, ..Default::default() };
+    /// assert_eq!(f.cache_summary(), "no shard cache");
+    /// f.storage.push(("web".into(), IoStats::default()));
+    /// assert_eq!(f.cache_summary(), "cache hit ratio 100.0%");
+    /// ```
+    pub fn cache_summary(&self) -> String {
+        if self.storage.is_empty() {
+            "no shard cache".into()
+        } else {
+            format!("cache hit ratio {:.1}%", self.hit_ratio * 100.0)
+        }
+    }
+}
+
 /// What shard prefetch did.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PrefetchTimingSnapshot {

@@ -86,11 +86,7 @@ impl fmt::Display for MetricsSnapshot {
 
 impl fmt::Display for FetchTimingSnapshot {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(
-            f,
-            "fetch timing (cache hit ratio {:.1}%)",
-            self.hit_ratio * 100.0
-        )?;
+        writeln!(f, "fetch timing ({})", self.cache_summary())?;
         let mut t = table(&[
             "dataset",
             "shard",
