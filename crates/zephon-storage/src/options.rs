@@ -23,7 +23,9 @@ use std::time::Duration;
 /// ```
 #[derive(Clone, Debug)]
 pub struct StorageOptions {
-    /// S3 endpoint (for S3-compatible servers); `None` means AWS or the environment.
+    /// Endpoint of the S3 service (an S3-compatible server) or of Hugging
+    /// Face (a mirror); `None` means the default or the environment
+    /// (`AWS_ENDPOINT_URL`, `HF_ENDPOINT`).
     pub endpoint: Option<String>,
     /// S3 region.
     pub region: Option<String>,
@@ -94,7 +96,7 @@ macro_rules! setters {
 }
 
 setters! {
-    /// Sets the S3 endpoint.
+    /// Sets the S3 (or Hugging Face mirror) endpoint.
     endpoint: &str => endpoint (Some);
     /// Sets the S3 region.
     region: &str => region (Some);

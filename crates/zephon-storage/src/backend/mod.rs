@@ -7,7 +7,7 @@
 //! | `s3://bucket/prefix` | S3 and S3-compatible servers (path-style when an endpoint is set) |
 //! | `http://host/path/`, `https://...` | plain HTTP(S); cannot list, so needs `index.json` |
 //! | `memory://name` | process memory, one store per URI (tests) |
-//! | `hf://datasets/org/name` | Hugging Face (feature `hf`; untested here) |
+//! | `hf://datasets/org/name` | Hugging Face (feature `hf`; `HF_TOKEN`, `HF_ENDPOINT` for a mirror; built in CI, not tested against a hub) |
 
 pub mod runtime;
 
@@ -165,6 +165,14 @@ impl Backend {
                     .root(&format!("/{root}"));
                 if let Ok(t) = std::env::var("HF_TOKEN") {
                     b = b.token(&t);
+                }
+                // A mirror, as the Hugging Face tools take it.
+                let endpoint = opts
+                    .endpoint
+                    .clone()
+                    .or_else(|| std::env::var("HF_ENDPOINT").ok().filter(|v| !v.is_empty()));
+                if let Some(e) = &endpoint {
+                    b = b.endpoint(e);
                 }
                 (Operator::new(b).map_err(ext)?, true)
             }
