@@ -67,7 +67,7 @@ fn snapshots_reach_a_subscriber_layer_periodically_and_at_the_end() {
         .fetch(2)
         .map_par(
             |r| {
-                std::thread::sleep(Duration::from_millis(2));
+                std::thread::sleep(Duration::from_millis(3));
                 Ok(r)
             },
             2,
@@ -86,7 +86,7 @@ fn snapshots_reach_a_subscriber_layer_periodically_and_at_the_end() {
     drop(guard);
 
     let events = collect.0.lock().unwrap().clone();
-    // 60 elements at 2 ms on 2 workers take about 60 ms: several periods of
+    // 60 elements at 3 ms on 2 workers take at least 90 ms: several periods of
     // 10 ms, and the final event.
     assert!(events.len() >= 3, "{} events", events.len());
     assert!(events.iter().all(|(l, _)| *l == tracing::Level::INFO));
