@@ -35,6 +35,10 @@ struct Shape {
     passes: u64,
     buffer: usize,
     mode: ShuffleMode,
+    /// Drop the records whose text hashes to a multiple of this, right
+    /// after fetch: a lane's elements no longer sit at the work source's
+    /// positions.
+    filter: Option<u64>,
 }
 
 impl Shape {
@@ -53,7 +57,25 @@ impl Shape {
     }
 
     fn recipe(&self, ws: &WorkSource) -> Recipe {
-        Recipe::new(ws).setting("shuffle", (self.buffer, self.mode, self.seed))
+        Recipe::new(ws)
+            .setting("shuffle", (self.buffer, self.mode, self.seed))
+            .setting("filter", self.filter)
+    }
+
+    /// Fetch, then the shape's filter if it has one.
+    fn fetched(
+        &self,
+        ws: &WorkSource,
+        parallelism: usize,
+    ) -> impl futures::Stream<Item = Result<Record, Error>> + Send + 'static + use<> {
+        let fetched = ws.stream().fetch(parallelism);
+        match self.filter {
+            Some(m) => futures::future::Either::Left(fetched.filter(move |r: &Record| {
+                !zephon_core::hash::bytes(r.text("text").unwrap_or_default().as_bytes())
+                    .is_multiple_of(m)
+            })),
+            None => futures::future::Either::Right(fetched),
+        }
     }
 }
 
@@ -107,9 +129,8 @@ fn run(
         Some(c) => recipe.resume(&ws, c)?,
         None => recipe.start(&ws),
     };
-    let batches = ws
-        .stream()
-        .fetch(exec.parallelism)
+    let batches = shape
+        .fetched(&ws, exec.parallelism)
         .map_par(Ok, exec.parallelism)
         .shuffle(shape.buffer, shape.mode, shape.seed)
         .batch(exec.batch)
@@ -178,15 +199,19 @@ fn shapes() -> impl Strategy<Value = Shape> {
         1u64..3,
         1usize..30,
         prop_oneof![Just(ShuffleMode::Reservoir), Just(ShuffleMode::Block)],
+        prop_oneof![Just(None), (2u64..5).prop_map(Some)],
     )
-        .prop_map(|(shards, seed, lanes, passes, buffer, mode)| Shape {
-            shards,
-            seed,
-            lanes,
-            passes,
-            buffer,
-            mode,
-        })
+        .prop_map(
+            |(shards, seed, lanes, passes, buffer, mode, filter)| Shape {
+                shards,
+                seed,
+                lanes,
+                passes,
+                buffer,
+                mode,
+                filter,
+            },
+        )
 }
 
 proptest! {
@@ -255,6 +280,7 @@ fn epochs_shape() -> Shape {
         passes: 2,
         buffer: 7,
         mode: ShuffleMode::Reservoir,
+        filter: None,
     }
 }
 
@@ -450,12 +476,89 @@ fn observability_shows_the_replay() {
     }
 }
 
+/// A filter right after fetch, and batch the only stateful operator: the cut
+/// says how many elements each lane's filter read, so the restore replays
+/// nothing, and the continuation is the uninterrupted run's, on another
+/// rank count too. With a shuffle below the filter, lanes are replayed.
+#[test]
+fn a_filtered_pipeline_restores_from_cuts() {
+    let shape = Shape {
+        filter: Some(3),
+        ..epochs_shape()
+    };
+    // Every rank of `world` for `steps` steps; global batches, the merged
+    // checkpoint and the lane-batches resume_from replayed.
+    let ranks = |world: u32, ckpt: Option<&Checkpoint>, steps: usize| {
+        let (mut out, mut parts, mut replayed) = (Vec::new(), Vec::new(), 0);
+        for rank in 0..world {
+            let ws = shape.work(rank, world, Ownership::Contiguous);
+            let recipe = shape.recipe(&ws);
+            let mut progress = match ckpt {
+                Some(c) => recipe.resume(&ws, c).unwrap(),
+                None => recipe.start(&ws),
+            };
+            let until = progress.steps() + steps as u64;
+            let mut it = shape
+                .fetched(&ws, 2)
+                .map_par(Ok, 2)
+                .batch(3)
+                .resume_from(&progress)
+                .lane_mux_from(&progress)
+                .into_blocking_iter(Runner::Threads { workers: 2 })
+                .unwrap();
+            let obs = it.enable_observability(zephon_core::Tracking::Operator);
+            for b in it.by_ref() {
+                let b = b.unwrap();
+                // Lanes run dry at different steps: stop at a step, and
+                // count only what was taken.
+                if b.index >= until {
+                    break;
+                }
+                progress.record_delivered(&b);
+                out.push((
+                    b.lane,
+                    b.index,
+                    b.items.iter().map(Record::digest).collect(),
+                ));
+            }
+            drop(it);
+            parts.push(progress.checkpoint());
+            let m = obs.metrics_snapshot();
+            let r = m
+                .operators
+                .iter()
+                .find(|o| o.name == "resume_from")
+                .unwrap();
+            replayed += r.elements_in - r.elements_out;
+        }
+        (global(&out), Checkpoint::merge(parts).unwrap(), replayed)
+    };
+    let (full, _, _) = ranks(2, None, 1000);
+    let (mut head, ckpt, _) = ranks(2, None, 4);
+    assert_eq!(ckpt.cuts.len(), 8, "every lane was cut");
+    assert!(
+        ckpt.cuts
+            .values()
+            .all(|c| c.ops.last().is_some_and(|o| o.op == "filter")),
+        "the filter is the most upstream operator of every cut"
+    );
+    let (rest, _, replayed) = ranks(1, Some(&ckpt), 1000);
+    assert_eq!(replayed, 0, "restored from cuts, nothing replayed");
+    head.extend(rest);
+    assert_eq!(head, full);
+
+    // A shuffle below the filter finds its buffer from positions the filter
+    // shifts: no cut, the lanes are replayed (exactly).
+    let (_, ckpt) = run_ranks(&shape, Exec::single(4), 2, None, 3);
+    assert!(ckpt.cuts.is_empty());
+    observe_restore(&shape, &ckpt, 3 * 8);
+}
+
 fn observe_restore(shape: &Shape, ckpt: &Checkpoint, replayed: u64) {
     let ws = shape.work(0, 1, Ownership::Contiguous);
     let progress = shape.recipe(&ws).resume(&ws, ckpt).unwrap();
-    let mut it = ws
-        .stream()
-        .fetch(2)
+    let mut it = shape
+        .fetched(&ws, 2)
         .shuffle(shape.buffer, shape.mode, shape.seed)
         .batch(4)
         .resume_from(&progress)

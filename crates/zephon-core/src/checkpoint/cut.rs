@@ -13,12 +13,15 @@
 //! input stopped; each operator takes its part of the preamble back.
 //!
 //! A cut needs the stretch from the work source to the most upstream stateful
-//! operator to be one-to-one (fetch, map, tokenize): the cut records the
-//! identity of the last element that operator consumed, and the restore
-//! checks it against the work source's pointer at that position. Where it
-//! differs (a filter upstream), or where an operator that cannot be cut
-//! (mixture, flat packing) sits in the pipeline, the restore replays the lane
-//! instead: slower, equally exact.
+//! operator to be one-to-one (fetch, map, tokenize), or made of filters that
+//! say how many elements they read to pass what went downstream: the cut
+//! records the identity of the last element the most upstream operator
+//! consumed, and the restore checks it against the work source's pointer at
+//! that position. Where the check fails (a map that changes lineage), or
+//! where an operator that cannot be cut (mixture, flat packing, a filter
+//! between two stateful operators, a shuffle below a filter: its buffer is
+//! found from positions that a filter shifts) sits in the pipeline, the
+//! restore replays the lane instead: slower, equally exact.
 
 use crate::error::{Error, Result};
 use crate::ops::shuffle::ShuffleMode;
@@ -75,6 +78,12 @@ pub enum OpCut {
     },
     /// Batch: nothing held at a batch boundary.
     Batch,
+    /// A filter (or filter_map): nothing held. Its `consumed` is how many
+    /// elements it read to pass the `passed` the next operator took.
+    Filter {
+        /// Elements passed downstream up to the cut.
+        passed: u64,
+    },
 }
 
 impl OpCut {
@@ -83,7 +92,7 @@ impl OpCut {
         match self {
             OpCut::Shuffle { held, pending, .. } => held + pending,
             OpCut::Pieces { docs, .. } => docs.len() as u64,
-            OpCut::Batch => 0,
+            OpCut::Batch | OpCut::Filter { .. } => 0,
         }
     }
 }
@@ -121,11 +130,65 @@ impl LaneCut {
     }
 }
 
+/// What the board tells an operator when it asks for the operator's cut.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CutContext {
+    /// Elements of the lane the next stateful operator downstream consumed
+    /// (`None` for the most downstream one).
+    pub downstream_consumed: Option<u64>,
+    /// A filter sits upstream: positions in this operator's input are not
+    /// the work source's. An operator that holds elements it would find by
+    /// position (a shuffle) cannot be cut then; one that holds pointers
+    /// (packing) can.
+    pub list: bool,
+}
+
 /// An operator's view of its own lane state, read when a batch leaves.
 pub trait CutSource: Send + Sync {
     /// The cut of `lane` now; `None` where it cannot be cut (then the
     /// checkpoint replays the lane).
-    fn cut(&self, lane: LaneId) -> Option<OpLaneCut>;
+    fn cut(&self, lane: LaneId, ctx: CutContext) -> Option<OpLaneCut>;
+}
+
+/// Names under which filters register: a cut may have them upstream of
+/// every other stateful operator, nowhere else.
+pub const FILTER_OPS: [&str; 2] = ["filter", "filter_map"];
+
+fn is_filter(name: &str) -> bool {
+    FILTER_OPS.contains(&name)
+}
+
+/// The lane, identity and pointer of a pipeline element, for the element
+/// types a cut can describe: records whose lineage is one sample, and bare
+/// pointers. `None` for any other type or lineage.
+///
+/// ```
+/// use zephon_core::checkpoint::cut::element_key;
+/// use zephon_core::{Record, SamplePtr};
+/// let p = SamplePtr { dataset: 0, shard: 1, sample: 2, lane: 3 };
+/// let mut r = Record::new();
+/// r.lane = 3;
+/// r.lineage.push(p);
+/// assert_eq!(element_key(&r).map(|k| (k.0, k.2)), Some((3, p)));
+/// assert_eq!(element_key(&7u32), None);
+/// ```
+pub fn element_key<T: 'static>(x: &T) -> Option<(LaneId, u64, SamplePtr)> {
+    let any = x as &dyn std::any::Any;
+    if let Some(r) = any.downcast_ref::<crate::Record>() {
+        match r.lineage.as_slice() {
+            [p] => Some((r.lane, crate::pointer::Identity::identity(r), *p)),
+            _ => None,
+        }
+    } else {
+        any.downcast_ref::<SamplePtr>()
+            .map(|p| (p.lane, p.identity(), *p))
+    }
+}
+
+/// Whether [`element_key`] can describe elements of type `T` at all.
+pub fn keyed_type<T: 'static>() -> bool {
+    let t = std::any::TypeId::of::<T>();
+    t == std::any::TypeId::of::<crate::Record>() || t == std::any::TypeId::of::<SamplePtr>()
 }
 
 /// What a registered operator restores, per lane: how many preamble elements
@@ -266,10 +329,21 @@ impl Board {
     /// consumed last.
     pub fn cut(&self, lane: LaneId) -> Option<LaneCut> {
         let ops = self.ops.lock().unwrap_or_else(|e| e.into_inner());
-        let mut out = Vec::with_capacity(ops.len());
-        for r in ops.iter() {
+        let mut out: Vec<OpLaneCut> = Vec::with_capacity(ops.len());
+        for (i, r) in ops.iter().enumerate() {
+            let upstream_filters = ops[i + 1..].iter().filter(|o| is_filter(o.name)).count();
+            // A filter's count maps the next operator's input to its own;
+            // with a stateful operator upstream of it, that operator's
+            // state would be ahead of the mapping.
+            if is_filter(r.name) && upstream_filters != ops.len() - i - 1 {
+                return None;
+            }
             let source = r.source.as_ref()?.upgrade()?;
-            out.push(source.cut(lane)?);
+            let ctx = CutContext {
+                downstream_consumed: out.last().map(|o| o.consumed),
+                list: upstream_filters > 0,
+            };
+            out.push(source.cut(lane, ctx)?);
         }
         let cut = LaneCut { ops: out };
         cut.last_identity()?;

@@ -88,7 +88,7 @@ mod recipe;
 mod resume;
 mod state;
 
-pub use cut::{LaneCut, OpCut, OpLaneCut, Piece};
+pub use cut::{CutContext, LaneCut, OpCut, OpLaneCut, Piece};
 pub use progress::{Checkpointed, CheckpointedExt, Delivered, Progress};
 pub use recipe::Recipe;
 pub use resume::{ResumeExt, ResumeFrom};

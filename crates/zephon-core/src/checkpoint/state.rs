@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// Version of the [`Checkpoint`] layout this build writes and reads.
-pub const CHECKPOINT_VERSION: u32 = 2;
+pub const CHECKPOINT_VERSION: u32 = 3;
 
 /// First bytes of the binary form, so a file is recognised (and a file of
 /// something else refused) before decoding.

@@ -1,6 +1,8 @@
 //! `batch`: group elements of one lane into batches.
 
-use crate::checkpoint::cut::{Arrival, Board, CutSource, LaneCut, OpCut, OpLaneCut, Restoring};
+use crate::checkpoint::cut::{
+    Arrival, Board, CutContext, CutSource, LaneCut, OpCut, OpLaneCut, Restoring,
+};
 use crate::error::{Error, Result};
 use crate::obs::{Explain, Probe, StageDescription};
 use crate::pointer::{Identity, LaneId, Laned};
@@ -119,7 +121,7 @@ impl BatchLanes {
 }
 
 impl CutSource for BatchLanes {
-    fn cut(&self, lane: LaneId) -> Option<OpLaneCut> {
+    fn cut(&self, lane: LaneId, _: CutContext) -> Option<OpLaneCut> {
         let lanes = self.0.lock().unwrap_or_else(|e| e.into_inner());
         Some(OpLaneCut {
             op: "batch".into(),

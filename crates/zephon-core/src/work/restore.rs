@@ -157,7 +157,7 @@ fn lane_preamble(
     let n_ops = cut.ops.len();
     for (i, op) in cut.ops.iter().enumerate() {
         match &op.cut {
-            OpCut::Batch => {}
+            OpCut::Batch | OpCut::Filter { .. } => {}
             OpCut::Pieces { docs, .. } => {
                 preamble.extend(docs.iter().map(|d| SamplePtr { lane, ..*d }));
             }

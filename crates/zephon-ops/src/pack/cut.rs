@@ -7,7 +7,7 @@ use super::wrap::{BestFitWrapPacker, WrapPacker};
 use super::{LaneState, PackAlgorithm, Packer, Row, RowPiece, Seq};
 use crate::fields;
 use std::sync::Mutex;
-use zephon_core::checkpoint::cut::{CutSource, OpCut, OpLaneCut, Piece};
+use zephon_core::checkpoint::cut::{CutContext, CutSource, OpCut, OpLaneCut, Piece};
 use zephon_core::{Error, LaneId, Lineage, Record, Result, SamplePtr, Value};
 
 fn seq_piece(s: &Seq) -> RowPiece {
@@ -191,7 +191,8 @@ impl Packer {
 pub(crate) struct SharedPacker(pub(crate) Mutex<Packer>);
 
 impl CutSource for SharedPacker {
-    fn cut(&self, lane: LaneId) -> Option<OpLaneCut> {
+    // The packer's documents are pointers already: below a filter too.
+    fn cut(&self, lane: LaneId, _: CutContext) -> Option<OpLaneCut> {
         self.0
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -2,7 +2,7 @@
 //! and what the lane consumed; its cut, and putting a cut back.
 
 use super::ShuffleMode;
-use crate::checkpoint::cut::{CutSource, OpCut, OpLaneCut};
+use crate::checkpoint::cut::{CutContext, CutSource, OpCut, OpLaneCut};
 use crate::error::{Error, Result};
 use crate::pointer::{Identity, LaneId, Laned};
 use std::collections::{BTreeMap, VecDeque};
@@ -47,7 +47,14 @@ impl<T> Default for LaneBuf<T> {
 }
 
 impl<T: Laned + Identity + Send> CutSource for Mutex<Core<T>> {
-    fn cut(&self, lane: LaneId) -> Option<OpLaneCut> {
+    fn cut(&self, lane: LaneId, ctx: CutContext) -> Option<OpLaneCut> {
+        // Below a filter, positions in the shuffle's input are not the work
+        // source's, so the buffer cannot be recomputed from them; listing
+        // it at every cut cost a third of a pipeline's throughput with a
+        // buffer of 8,192. Such lanes are replayed.
+        if ctx.list {
+            return None;
+        }
         let c = self.lock().unwrap_or_else(|e| e.into_inner());
         let Some(lb) = c.lanes.get(&lane) else {
             return Some(shuffle_cut(&c, 0, None, 0, 0, 0, c.done));

@@ -1,8 +1,10 @@
 //! `filter` and `filter_map`: drop or transform elements with a cheap closure.
 
-use crate::checkpoint::cut::Uncuttable;
+mod cut;
+
 use crate::error::Result;
 use crate::obs::{Explain, Probe, StageDescription};
+use cut::{FilterCut, Gate};
 use futures::Stream;
 use pin_project::pin_project;
 use std::fmt;
@@ -27,7 +29,7 @@ pub struct Filter<S, F> {
     inner: S,
     pred: F,
     probe: Probe,
-    uncuttable: Uncuttable,
+    cut: FilterCut,
 }
 
 impl<S, F> Filter<S, F> {
@@ -37,7 +39,7 @@ impl<S, F> Filter<S, F> {
             inner,
             pred,
             probe: Probe::default(),
-            uncuttable: Uncuttable::default(),
+            cut: FilterCut::default(),
         }
     }
 }
@@ -52,22 +54,32 @@ impl<S, T, F> Stream for Filter<S, F>
 where
     S: Stream<Item = Result<T>>,
     F: FnMut(&T) -> bool,
+    T: 'static,
 {
     type Item = Result<T>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut this = self.project();
         this.probe.attach("filter", 1, None);
-        if let Err(e) = this.uncuttable.check("filter") {
+        if let Err(e) = this.cut.attach::<T>("filter") {
             return Poll::Ready(Some(Err(e)));
         }
         loop {
             match this.inner.as_mut().poll_next(cx) {
                 Poll::Ready(Some(Ok(x))) => {
                     this.probe.input();
+                    let key = match this.cut.gate(&x) {
+                        Ok(Gate::Pass) => {
+                            this.probe.output();
+                            return Poll::Ready(Some(Ok(x)));
+                        }
+                        Ok(Gate::Judge(key)) => key,
+                        Err(e) => return Poll::Ready(Some(Err(e))),
+                    };
                     let t = this.probe.sample();
                     let keep = (this.pred)(&x);
                     this.probe.sampled(t);
+                    this.cut.judged(key, keep);
                     if keep {
                         this.probe.output();
                         return Poll::Ready(Some(Ok(x)));
@@ -109,7 +121,7 @@ pub struct FilterMap<S, F> {
     inner: S,
     f: F,
     probe: Probe,
-    uncuttable: Uncuttable,
+    cut: FilterCut,
 }
 
 impl<S, F> FilterMap<S, F> {
@@ -119,7 +131,7 @@ impl<S, F> FilterMap<S, F> {
             inner,
             f,
             probe: Probe::default(),
-            uncuttable: Uncuttable::default(),
+            cut: FilterCut::default(),
         }
     }
 }
@@ -134,22 +146,33 @@ impl<S, T, U, F> Stream for FilterMap<S, F>
 where
     S: Stream<Item = Result<T>>,
     F: FnMut(T) -> Result<Option<U>>,
+    T: 'static,
 {
     type Item = Result<U>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut this = self.project();
         this.probe.attach("filter_map", 1, None);
-        if let Err(e) = this.uncuttable.check("filter_map") {
+        if let Err(e) = this.cut.attach::<T>("filter_map") {
             return Poll::Ready(Some(Err(e)));
         }
         loop {
             match this.inner.as_mut().poll_next(cx) {
                 Poll::Ready(Some(Ok(x))) => {
                     this.probe.input();
+                    // A preamble element passed before: it is mapped again
+                    // (downstream needs the mapped element) but not counted.
+                    let key = match this.cut.gate(&x) {
+                        Ok(Gate::Pass) => None,
+                        Ok(Gate::Judge(key)) => key,
+                        Err(e) => return Poll::Ready(Some(Err(e))),
+                    };
                     let t = this.probe.sample();
                     let r = (this.f)(x);
                     this.probe.sampled(t);
+                    if let Ok(kept) = &r {
+                        this.cut.judged(key, kept.is_some());
+                    }
                     match r {
                         Ok(Some(y)) => {
                             this.probe.output();
