@@ -472,7 +472,7 @@ fn observability_shows_the_replay() {
     let mut uncut = cut.clone();
     uncut.cuts.clear();
     for (ckpt, replayed) in [(cut, 0), (uncut, 3 * 8)] {
-        observe_restore(&shape, &ckpt, replayed);
+        observe_restore(&shape, &ckpt, 4, replayed);
     }
 }
 
@@ -547,20 +547,55 @@ fn a_filtered_pipeline_restores_from_cuts() {
     head.extend(rest);
     assert_eq!(head, full);
 
-    // A shuffle below the filter finds its buffer from positions the filter
-    // shifts: no cut, the lanes are replayed (exactly).
-    let (_, ckpt) = run_ranks(&shape, Exec::single(4), 2, None, 3);
-    assert!(ckpt.cuts.is_empty());
-    observe_restore(&shape, &ckpt, 3 * 8);
+    // A shuffle below the filter lists its buffer (and a block's pending
+    // elements) in the cut: restored on 4 ranks and on 1, nothing replayed,
+    // every later global batch the same.
+    for mode in [ShuffleMode::Reservoir, ShuffleMode::Block] {
+        let shape = Shape {
+            mode,
+            ..shape.clone()
+        };
+        let exec = Exec::single(3);
+        let (full, _) = run_ranks(&shape, exec, 2, None, usize::MAX / 8);
+        let full = global(&full);
+        for k in [1, 3, 6] {
+            let (head, ckpt) = run_ranks(&shape, exec, 2, None, k);
+            assert_eq!(ckpt.cuts.len(), 8, "{mode:?}: every lane was cut");
+            let shuffle = &ckpt.cuts[&0].ops[1];
+            assert!(
+                matches!(
+                    &shuffle.cut,
+                    zephon_core::checkpoint::OpCut::Shuffle {
+                        listed: Some(_),
+                        ..
+                    }
+                ),
+                "{mode:?}: the shuffle listed its buffer"
+            );
+            let json = Checkpoint::from_json(&ckpt.to_json()).unwrap();
+            let ckpt = Checkpoint::from_bytes(&ckpt.to_bytes()).unwrap();
+            assert_eq!(json, ckpt, "both forms carry the listed buffers");
+            for world in [4, 1] {
+                let (rest, _) = run_ranks(&shape, exec, world, Some(&ckpt), usize::MAX / 8);
+                let mut joined = global(&head);
+                joined.extend(global(&rest));
+                assert_eq!(
+                    joined, full,
+                    "{mode:?}, checkpoint at step {k}, {world} ranks"
+                );
+            }
+            observe_restore(&shape, &ckpt, 3, 0);
+        }
+    }
 }
 
-fn observe_restore(shape: &Shape, ckpt: &Checkpoint, replayed: u64) {
+fn observe_restore(shape: &Shape, ckpt: &Checkpoint, batch: usize, replayed: u64) {
     let ws = shape.work(0, 1, Ownership::Contiguous);
     let progress = shape.recipe(&ws).resume(&ws, ckpt).unwrap();
     let mut it = shape
         .fetched(&ws, 2)
         .shuffle(shape.buffer, shape.mode, shape.seed)
-        .batch(4)
+        .batch(batch)
         .resume_from(&progress)
         .lane_mux_from(&progress)
         .into_blocking_iter(Runner::Inline)

@@ -17,11 +17,13 @@
 //! say how many elements they read to pass what went downstream: the cut
 //! records the identity of the last element the most upstream operator
 //! consumed, and the restore checks it against the work source's pointer at
-//! that position. Where the check fails (a map that changes lineage), or
-//! where an operator that cannot be cut (mixture, flat packing, a filter
-//! between two stateful operators, a shuffle below a filter: its buffer is
-//! found from positions that a filter shifts) sits in the pipeline, the
-//! restore replays the lane instead: slower, equally exact.
+//! that position. Below a filter, positions are no longer the work
+//! source's, so a shuffle lists the pointers it holds (kept as a journal,
+//! see [`PtrJournal`](super::PtrJournal)) instead of leaving them to be
+//! recomputed. Where the check fails (a map that changes lineage), or where
+//! an operator that cannot be cut (mixture, flat packing, a filter between
+//! two stateful operators) sits in the pipeline, the restore replays the
+//! lane instead: slower, equally exact.
 
 use crate::error::{Error, Result};
 use crate::ops::shuffle::ShuffleMode;
@@ -65,6 +67,9 @@ pub enum OpCut {
         /// Wrapping sum of the held elements' identities, to check the
         /// recomputed buffer.
         id_sum: u64,
+        /// The pending elements and the buffer as pointers, where they
+        /// cannot be recomputed from positions (a filter upstream).
+        listed: Option<Box<Listed>>,
     },
     /// Documents held as pieces (packing): rows ready to leave, then the
     /// open bins or pool, in the operator's own layout.
@@ -84,6 +89,15 @@ pub enum OpCut {
         /// Elements passed downstream up to the cut.
         passed: u64,
     },
+}
+
+/// What a shuffle holds, as pointers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Listed {
+    /// Elements still to leave, next first.
+    pub pending: super::PtrList,
+    /// The buffer, in slot order.
+    pub buffer: super::PtrList,
 }
 
 impl OpCut {
@@ -137,9 +151,8 @@ pub struct CutContext {
     /// (`None` for the most downstream one).
     pub downstream_consumed: Option<u64>,
     /// A filter sits upstream: positions in this operator's input are not
-    /// the work source's. An operator that holds elements it would find by
-    /// position (a shuffle) cannot be cut then; one that holds pointers
-    /// (packing) can.
+    /// the work source's, so what it holds must be listed as pointers (a
+    /// shuffle lists its buffer; packing holds pointers anyway).
     pub list: bool,
 }
 
@@ -182,6 +195,21 @@ pub fn element_key<T: 'static>(x: &T) -> Option<(LaneId, u64, SamplePtr)> {
     } else {
         any.downcast_ref::<SamplePtr>()
             .map(|p| (p.lane, p.identity(), *p))
+    }
+}
+
+/// The pointer of a pipeline element, as [`element_key`] finds it, without
+/// computing its identity: for listing a shuffle buffer.
+#[inline]
+pub fn element_pointer<T: 'static>(x: &T) -> Option<SamplePtr> {
+    let any = x as &dyn std::any::Any;
+    if let Some(r) = any.downcast_ref::<crate::Record>() {
+        match r.lineage.as_slice() {
+            [p] => Some(*p),
+            _ => None,
+        }
+    } else {
+        any.downcast_ref::<SamplePtr>().copied()
     }
 }
 

@@ -31,9 +31,11 @@
 //! A lane without a cut is replayed instead: [`ResumeFrom`] rebuilds it
 //! from the lane's start and drops what was already delivered. That happens
 //! when the pipeline holds state a cut cannot describe (`ensure_mixture`'s
-//! deficits, `pack_flat`), has an operator that is not one-to-one (a filter),
-//! or when the checkpoint's cut does not match the work source (checked before
-//! anything is emitted). A replay is equally exact, but its cost grows with
+//! deficits, `pack_flat`, a filter between two stateful operators), or when
+//! the checkpoint's cut does not match the work source (checked before
+//! anything is emitted). Filters upstream of every stateful operator are cut:
+//! they say how many elements they read per lane, and a shuffle below them
+//! lists its buffer ([`PtrJournal`]). A replay is equally exact, but its cost grows with
 //! the run's progress. `bench_checkpoint_and_restore` in zephon-ops'
 //! `tests/checkpoint.rs` measures both (64 lanes, shuffle buffer 8192,
 //! best-fit packing).
@@ -83,12 +85,14 @@
 //! ```
 
 pub mod cut;
+mod listed;
 mod progress;
 mod recipe;
 mod resume;
 mod state;
 
-pub use cut::{CutContext, LaneCut, OpCut, OpLaneCut, Piece};
+pub use cut::{CutContext, LaneCut, Listed, OpCut, OpLaneCut, Piece};
+pub use listed::{PtrJournal, PtrList};
 pub use progress::{Checkpointed, CheckpointedExt, Delivered, Progress};
 pub use recipe::Recipe;
 pub use resume::{ResumeExt, ResumeFrom};

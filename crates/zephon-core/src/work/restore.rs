@@ -168,20 +168,50 @@ fn lane_preamble(
                 held,
                 pending,
                 flushing,
+                listed,
                 ..
             } => {
-                if i + 1 != n_ops {
+                let only_filters_upstream = cut.ops[i + 1..]
+                    .iter()
+                    .all(|o| matches!(o.cut, OpCut::Filter { .. }));
+                if !only_filters_upstream {
                     return Err("a shuffle downstream of another stateful operator".into());
                 }
-                let s = ShuffleCut {
-                    mode: *mode,
-                    n: *buffer_size,
-                    seed: *seed,
-                    held: *held,
-                    pending: *pending,
-                    flushing: *flushing,
+                let (pend, buf) = match listed {
+                    // Below a filter the buffer is listed: positions in the
+                    // shuffle's input are not the work source's.
+                    Some(l) => {
+                        let (pend, buf) = (l.pending.to_vec(), l.buffer.to_vec());
+                        let held_now = if *flushing { 0 } else { *held };
+                        if pend.len() as u64 != *pending || buf.len() as u64 != held_now {
+                            return Err(format!(
+                                "a listed shuffle of {} pending and {} held, counted {pending} and {held_now}",
+                                pend.len(),
+                                buf.len()
+                            ));
+                        }
+                        let relane = |v: Vec<SamplePtr>| {
+                            v.into_iter()
+                                .map(|p| SamplePtr { lane, ..p })
+                                .collect::<Vec<_>>()
+                        };
+                        (relane(pend), relane(buf))
+                    }
+                    None if i + 1 != n_ops => {
+                        return Err("a shuffle below a filter without its buffer listed".into());
+                    }
+                    None => {
+                        let s = ShuffleCut {
+                            mode: *mode,
+                            n: *buffer_size,
+                            seed: *seed,
+                            held: *held,
+                            pending: *pending,
+                            flushing: *flushing,
+                        };
+                        shuffle_contents(look, lane, kind, consumed, &s)?
+                    }
                 };
-                let (pend, buf) = shuffle_contents(look, lane, kind, consumed, &s)?;
                 preamble.extend(pend);
                 // The buffer in shard and sample order, so fetch reads runs;
                 // the shuffle puts each element back into its slot.

@@ -13,6 +13,12 @@ use std::task::{Context, Poll};
 
 /// Keeps the elements for which the predicate holds; errors pass through.
 ///
+/// In a checkpointed pipeline, a filter of records (or pointers) upstream of
+/// every stateful operator counts per lane what it read and passed, so a
+/// restore continues each lane from its cut rather than replaying it. The
+/// predicate must be a function of the element, as every knob-independent
+/// pipeline needs.
+///
 /// Created by [`PipelineExt::filter`](crate::PipelineExt::filter).
 ///
 /// ```

@@ -2,10 +2,13 @@
 //! and what the lane consumed; its cut, and putting a cut back.
 
 use super::ShuffleMode;
-use crate::checkpoint::cut::{CutContext, CutSource, OpCut, OpLaneCut};
+use crate::checkpoint::cut::{CutContext, CutSource, Listed, OpCut, OpLaneCut, element_pointer};
+use crate::checkpoint::{PtrJournal, PtrList};
 use crate::error::{Error, Result};
+use crate::pointer::SamplePtr;
 use crate::pointer::{Identity, LaneId, Laned};
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 use std::sync::Mutex;
 
 pub(super) struct Core<T> {
@@ -16,6 +19,9 @@ pub(super) struct Core<T> {
     pub(super) out: VecDeque<T>,
     /// The lane whose permuted block `out` holds (block mode).
     pub(super) out_lane: Option<LaneId>,
+    /// That block's pointers, while a cut lists them; `out` holds its last
+    /// `out.len()`.
+    pub(super) out_ptrs: Option<Arc<Vec<SamplePtr>>>,
     pub(super) done: bool,
 }
 
@@ -30,6 +36,12 @@ pub(super) struct LaneBuf<T> {
     /// During a restore: the buffer being put back, slot by slot.
     pub(super) staging: Vec<Option<T>>,
     pub(super) slot_order: Option<Vec<u32>>,
+    /// The buffer's pointers, kept once a cut has to list them (a filter
+    /// upstream).
+    pub(super) ptrs: Option<PtrJournal>,
+    /// An element without a single source pointer went in: the buffer
+    /// cannot be listed.
+    pub(super) unlistable: bool,
 }
 
 impl<T> Default for LaneBuf<T> {
@@ -42,48 +54,107 @@ impl<T> Default for LaneBuf<T> {
             restoring: None,
             staging: Vec::new(),
             slot_order: None,
+            ptrs: None,
+            unlistable: false,
         }
     }
 }
 
-impl<T: Laned + Identity + Send> CutSource for Mutex<Core<T>> {
-    fn cut(&self, lane: LaneId, ctx: CutContext) -> Option<OpLaneCut> {
-        // Below a filter, positions in the shuffle's input are not the work
-        // source's, so the buffer cannot be recomputed from them; listing
-        // it at every cut cost a third of a pipeline's throughput with a
-        // buffer of 8,192. Such lanes are replayed.
-        if ctx.list {
+impl<T: 'static> LaneBuf<T> {
+    /// Records that `x` went into `slot`, if the buffer is being listed.
+    #[inline]
+    pub(super) fn listed_set(&mut self, slot: usize, x: &T) {
+        if let Some(j) = &mut self.ptrs {
+            match element_pointer(x) {
+                Some(p) => j.set(slot, p),
+                None => {
+                    self.ptrs = None;
+                    self.unlistable = true;
+                }
+            }
+        }
+    }
+
+    /// The buffer as listed pointers, starting the journal if need be.
+    fn listed_buffer(&mut self, n: usize) -> Option<PtrList> {
+        if self.unlistable {
             return None;
         }
-        let c = self.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(lb) = c.lanes.get(&lane) else {
-            return Some(shuffle_cut(&c, 0, None, 0, 0, 0, c.done));
+        if self.ptrs.is_none() {
+            let ptrs = pointers(self.buf.iter());
+            let Some(ptrs) = ptrs else {
+                self.unlistable = true;
+                return None;
+            };
+            self.ptrs = Some(PtrJournal::new(ptrs, n));
+        }
+        self.ptrs.as_ref().map(PtrJournal::snapshot)
+    }
+}
+
+/// The pointers of `items`, or `None` when one is not a single sample.
+pub(super) fn pointers<'a, T: 'static>(
+    items: impl Iterator<Item = &'a T>,
+) -> Option<Vec<SamplePtr>> {
+    items.map(element_pointer).collect()
+}
+
+impl<T: Laned + Identity + Send + 'static> CutSource for Mutex<Core<T>> {
+    fn cut(&self, lane: LaneId, ctx: CutContext) -> Option<OpLaneCut> {
+        let mut guard = self.lock().unwrap_or_else(|e| e.into_inner());
+        let c = &mut *guard;
+        let empty = || Listed {
+            pending: PtrList::new(Vec::new()),
+            buffer: PtrList::new(Vec::new()),
+        };
+        let Some(lb) = c.lanes.get_mut(&lane) else {
+            let listed = ctx.list.then(empty);
+            return Some(shuffle_cut(c, 0, None, 0, 0, 0, c.done, listed));
         };
         if let Some((cut, _)) = &lb.restoring {
             return Some(cut.clone());
         }
+        let (consumed, last) = (lb.consumed, lb.last);
         if c.done {
             // The final flush: what is left of this lane's permuted buffer.
-            let pending = c.out.iter().filter(|x| x.lane() == lane).count() as u64;
-            return Some(shuffle_cut(&c, lb.consumed, lb.last, 0, pending, 0, true));
+            let left = || c.out.iter().filter(|x| x.lane() == lane);
+            let listed = if ctx.list {
+                Some(Listed {
+                    pending: PtrList::new(pointers(left())?),
+                    buffer: PtrList::new(Vec::new()),
+                })
+            } else {
+                None
+            };
+            let pending = left().count() as u64;
+            return Some(shuffle_cut(c, consumed, last, 0, pending, 0, true, listed));
         }
-        let pending = if c.out_lane == Some(lane) {
-            c.out.len() as u64
+        let (held, id_sum) = (lb.buf.len() as u64, lb.id_sum);
+        let own_block = c.out_lane == Some(lane);
+        let pending = if own_block { c.out.len() as u64 } else { 0 };
+        let listed = if ctx.list {
+            let buffer = lb.listed_buffer(c.buffer_size)?;
+            let pending = if own_block {
+                if c.out_ptrs.is_none() {
+                    c.out_ptrs = Some(Arc::new(pointers(c.out.iter())?));
+                }
+                let all = c.out_ptrs.clone()?;
+                let from = all.len() - c.out.len();
+                PtrList::suffix(all, from)
+            } else {
+                PtrList::new(Vec::new())
+            };
+            Some(Listed { pending, buffer })
         } else {
-            0
+            None
         };
         Some(shuffle_cut(
-            &c,
-            lb.consumed,
-            lb.last,
-            lb.buf.len() as u64,
-            pending,
-            lb.id_sum,
-            false,
+            c, consumed, last, held, pending, id_sum, false, listed,
         ))
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn shuffle_cut<T>(
     c: &Core<T>,
     consumed: u64,
@@ -92,6 +163,7 @@ fn shuffle_cut<T>(
     pending: u64,
     id_sum: u64,
     flushing: bool,
+    listed: Option<Listed>,
 ) -> OpLaneCut {
     OpLaneCut {
         op: "shuffle".into(),
@@ -105,6 +177,7 @@ fn shuffle_cut<T>(
             pending,
             id_sum,
             flushing,
+            listed: listed.map(Box::new),
         },
     }
 }
@@ -186,6 +259,8 @@ impl<T: Identity> Core<T> {
         if finished {
             lb.restoring = None;
             lb.slot_order = None;
+            // Rebuilt from the restored buffer when a cut next lists it.
+            lb.ptrs = None;
             if !lb.staging.is_empty() {
                 match std::mem::take(&mut lb.staging)
                     .into_iter()

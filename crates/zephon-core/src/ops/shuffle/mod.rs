@@ -2,6 +2,7 @@
 
 mod cut;
 
+use crate::checkpoint::PtrJournal;
 use crate::checkpoint::cut::{Arrival, Board, CutSource, Restoring};
 use crate::error::Result;
 use crate::hash::{combine, key};
@@ -83,6 +84,7 @@ impl<S, T> Shuffle<S, T> {
                 lanes: BTreeMap::new(),
                 out: VecDeque::new(),
                 out_lane: None,
+                out_ptrs: None,
                 done: false,
             })),
             board_looked: false,
@@ -161,6 +163,7 @@ where
                 if let Some(x) = core.out.pop_front() {
                     if core.out.is_empty() {
                         core.out_lane = None;
+                        core.out_ptrs = None;
                     }
                     this.probe.output();
                     return Poll::Ready(Some(Ok(x)));
@@ -227,9 +230,11 @@ where
                         ShuffleMode::Reservoir => {
                             if lb.buf.len() < n {
                                 lb.id_sum = lb.id_sum.wrapping_add(id);
+                                lb.listed_set(lb.buf.len(), &x);
                                 lb.buf.push(x);
                             } else {
                                 let j = reservoir_slot(seed, lane, pos, n as u64) as usize;
+                                lb.listed_set(j, &x);
                                 let old = std::mem::replace(&mut lb.buf[j], x);
                                 if cutting {
                                     lb.id_sum =
@@ -242,9 +247,24 @@ where
                         }
                         ShuffleMode::Block => {
                             lb.id_sum = lb.id_sum.wrapping_add(id);
+                            lb.listed_set(lb.buf.len(), &x);
                             lb.buf.push(x);
                             if lb.buf.len() == n {
                                 permute_by_identity(seed, &mut lb.buf);
+                                // A listed buffer becomes a listed block.
+                                core.out_ptrs = None;
+                                if lb.ptrs.is_some() {
+                                    match cut::pointers(lb.buf.iter()) {
+                                        Some(p) => {
+                                            core.out_ptrs = Some(Arc::new(p));
+                                            lb.ptrs = Some(PtrJournal::new(Vec::new(), n));
+                                        }
+                                        None => {
+                                            lb.ptrs = None;
+                                            lb.unlistable = true;
+                                        }
+                                    }
+                                }
                                 core.out.extend(lb.buf.drain(..));
                                 core.out_lane = Some(lane);
                                 lb.id_sum = 0;
