@@ -1,7 +1,8 @@
 //! Checkpoint and restore through the text operators: tokenize, shuffle,
 //! ensure_mixture, pack_sequences (every algorithm), batch, to_training.
 //! Without ensure_mixture, shuffle buffers and packing bins come back from
-//! the lane cuts; with it (its deficits are not cut), lanes are replayed.
+//! the lane cuts, with a filter after fetch too; with it (its deficits are
+//! not cut), lanes are replayed.
 
 use proptest::prelude::*;
 
@@ -50,6 +51,8 @@ struct Run {
     passes: u64,
     /// With ensure_mixture (restored by replay) or without (from cuts).
     mixture: bool,
+    /// With a filter after fetch (still restored from cuts).
+    filter: bool,
 }
 
 impl Run {
@@ -79,7 +82,8 @@ impl Run {
         let r = Recipe::new(ws)
             .setting("tokenize", "fixture tokenizer, bos+eos")
             .setting("shuffle", (24, ShuffleMode::Reservoir, 5))
-            .setting("pack", self.pack());
+            .setting("pack", self.pack())
+            .setting("filter", self.filter);
         if self.mixture {
             r.setting("mixture", self.mixture())
         } else {
@@ -121,9 +125,18 @@ fn run(
     } else {
         Runner::Inline
     };
-    let shuffled = ws
-        .stream()
-        .fetch(parallelism)
+    let fetched = ws.stream().fetch(parallelism);
+    // Drops the documents of a length divisible by 3: a lane's documents no
+    // longer sit at the work source's positions.
+    let fetched: futures::stream::BoxStream<'static, zephon_core::Result<Record>> = if r.filter {
+        Box::pin(
+            fetched
+                .filter(|d: &Record| !d.text("text").unwrap_or_default().len().is_multiple_of(3)),
+        )
+    } else {
+        Box::pin(fetched)
+    };
+    let shuffled = fetched
         .tokenize(tok, parallelism)
         .shuffle(24, ShuffleMode::Reservoir, 5);
     let mixed: futures::stream::BoxStream<'static, zephon_core::Result<Record>> = if r.mixture {
@@ -203,8 +216,9 @@ proptest! {
         cut in 0usize..60,
         parallelism in 1usize..4,
         mixture in any::<bool>(),
+        filter in any::<bool>(),
     ) {
-        let r = Run { algorithm, lanes: 2, passes: 1, mixture };
+        let r = Run { algorithm, lanes: 2, passes: 1, mixture, filter };
         let (full, _, _) = run(r, (0, 1), 3, 1, None, usize::MAX, None);
         let cut = cut.min(full.len());
         let (head, _, ckpt) = run(r, (0, 1), 3, 1, None, cut, None);
@@ -253,17 +267,19 @@ fn ranks(
 
 #[test]
 fn elastic_resume_on_4_and_1_ranks_across_epochs() {
-    for (algorithm, mixture) in [
-        (PackAlgorithm::BestFit, true),
-        (PackAlgorithm::Wrap, false),
-        (PackAlgorithm::BestFitWrap, false),
-        (PackAlgorithm::FirstFit, false),
+    for (algorithm, mixture, filter) in [
+        (PackAlgorithm::BestFit, true, false),
+        (PackAlgorithm::Wrap, false, false),
+        (PackAlgorithm::BestFitWrap, false, true),
+        (PackAlgorithm::FirstFit, false, false),
+        (PackAlgorithm::BestFit, false, true),
     ] {
         let r = Run {
             algorithm,
             lanes: 8,
             passes: 2,
             mixture,
+            filter,
         };
         let (full, _, _) = ranks(r, 2, 2, None, usize::MAX);
         let steps = full.keys().map(|(t, _)| *t).max().unwrap() + 1;
@@ -285,7 +301,7 @@ fn elastic_resume_on_4_and_1_ranks_across_epochs() {
                     .collect();
                 assert_eq!(
                     rest, expected,
-                    "{algorithm:?}, mixture {mixture}, step {k}, {world} ranks"
+                    "{algorithm:?}, mixture {mixture}, filter {filter}, step {k}, {world} ranks"
                 );
             }
         }
@@ -299,6 +315,7 @@ fn micro_batch_size_changed_on_restore_keeps_the_rows() {
         lanes: 4,
         passes: 1,
         mixture: false,
+        filter: false,
     };
     // Per step, 4 rows per lane: micro-batches of 4, restored as 2 x 2.
     let (_, full_rows, _) = ranks(r, 2, 4, None, usize::MAX);
