@@ -1,8 +1,7 @@
 //! Checkpoint and restore through the text operators: tokenize, shuffle,
 //! ensure_mixture, pack_sequences (every algorithm), batch, to_training.
-//! Without ensure_mixture, shuffle buffers and packing bins come back from
-//! the lane cuts, with a filter after fetch too; with it (its deficits are
-//! not cut), lanes are replayed.
+//! Shuffle buffers, mixture queues and deficits, and packing bins come back
+//! from the lane cuts, with a filter after fetch too: nothing is replayed.
 
 use proptest::prelude::*;
 
@@ -49,7 +48,7 @@ struct Run {
     algorithm: PackAlgorithm,
     lanes: u32,
     passes: u64,
-    /// With ensure_mixture (restored by replay) or without (from cuts).
+    /// With ensure_mixture or without.
     mixture: bool,
     /// With a filter after fetch (still restored from cuts).
     filter: bool,
@@ -226,9 +225,7 @@ proptest! {
         let ckpt = Checkpoint::from_json(&ckpt.to_json()).unwrap();
         let (rest, _, _) = run(r, (0, 1), 3, parallelism, Some(&ckpt), usize::MAX, None);
         prop_assert_eq!(&rest[..], &full[cut..]);
-        if !mixture {
-            prop_assert_eq!(REPLAYED.with(|r| r.get()), 0, "restored from cuts, nothing replayed");
-        }
+        prop_assert_eq!(REPLAYED.with(|r| r.get()), 0, "restored from cuts, nothing replayed");
     }
 }
 
@@ -285,11 +282,7 @@ fn elastic_resume_on_4_and_1_ranks_across_epochs() {
         let steps = full.keys().map(|(t, _)| *t).max().unwrap() + 1;
         assert!(steps >= 4, "{algorithm:?}: {steps} steps");
         let (_, _, ckpt) = ranks(r, 2, 2, None, 1);
-        assert_eq!(
-            ckpt.cuts.len(),
-            if mixture { 0 } else { 8 },
-            "{algorithm:?}: lanes cut unless ensure_mixture is in the pipeline"
-        );
+        assert_eq!(ckpt.cuts.len(), 8, "{algorithm:?}: every lane cut");
         for k in [1, steps / 2, steps - 1] {
             let (_, _, ckpt) = ranks(r, 2, 2, None, k as usize);
             for world in [4, 1] {

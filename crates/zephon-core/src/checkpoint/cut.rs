@@ -2,14 +2,15 @@
 //! batches left, in pointer form, so a restore refills them instead of
 //! replaying the lane from its start.
 //!
-//! Every stateful operator of a checkpointed pipeline (shuffle, packing,
-//! batch) registers a [`CutSource`] on the pipeline's [`Board`] when it is
+//! Every stateful operator of a checkpointed pipeline (shuffle, mixture,
+//! packing, batch, and filters) registers a [`CutSource`] on the pipeline's [`Board`] when it is
 //! first polled. When `batch` finishes a lane-batch it asks the board for the
 //! lane's [`LaneCut`] and the batch carries it to the consumer, where
 //! [`Progress`](super::Progress) keeps the latest one per lane. A restore puts
 //! the cuts back on the board: the work source emits, per lane, a short
-//! preamble of the pointers the operators held (pack's documents, shuffle's
-//! buffer, recomputed from the work source) and continues where the lane's
+//! preamble of the pointers the operators held (pack's documents, the
+//! mixture's queues, shuffle's buffer, recomputed from the work source) and
+//! continues where the lane's
 //! input stopped; each operator takes its part of the preamble back.
 //!
 //! A cut needs the stretch from the work source to the most upstream stateful
@@ -21,8 +22,8 @@
 //! source's, so a shuffle lists the pointers it holds (kept as a journal,
 //! see [`PtrJournal`](super::PtrJournal)) instead of leaving them to be
 //! recomputed. Where the check fails (a map that changes lineage), or where
-//! an operator that cannot be cut (mixture, flat packing, a filter between
-//! two stateful operators) sits in the pipeline, the restore replays the
+//! an operator that cannot be cut (flat packing, a filter between two
+//! stateful operators) sits in the pipeline, the restore replays the
 //! lane instead: slower, equally exact.
 
 use crate::error::{Error, Result};
@@ -83,6 +84,19 @@ pub enum OpCut {
     },
     /// Batch: nothing held at a batch boundary.
     Batch,
+    /// A mixture (`ensure_mixture`): records ready to leave, the queues per
+    /// dataset, and how much of each dataset it emitted (f64 bits, so the
+    /// restored deficits are exactly the same).
+    Mixture {
+        /// Records ready to leave, next first.
+        pending: Vec<SamplePtr>,
+        /// Per dataset (ascending), its queue, oldest first.
+        queues: Vec<(u32, Vec<SamplePtr>)>,
+        /// Per dataset, the weight emitted so far (`f64::to_bits`).
+        emitted: Vec<(u32, u64)>,
+        /// The total weight emitted (`f64::to_bits`).
+        total: u64,
+    },
     /// A filter (or filter_map): nothing held. Its `consumed` is how many
     /// elements it read to pass the `passed` the next operator took.
     Filter {
@@ -107,6 +121,9 @@ impl OpCut {
             OpCut::Shuffle { held, pending, .. } => held + pending,
             OpCut::Pieces { docs, .. } => docs.len() as u64,
             OpCut::Batch | OpCut::Filter { .. } => 0,
+            OpCut::Mixture {
+                pending, queues, ..
+            } => (pending.len() + queues.iter().map(|(_, q)| q.len()).sum::<usize>()) as u64,
         }
     }
 }

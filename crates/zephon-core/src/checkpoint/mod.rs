@@ -30,8 +30,8 @@
 //!
 //! A lane without a cut is replayed instead: [`ResumeFrom`] rebuilds it
 //! from the lane's start and drops what was already delivered. That happens
-//! when the pipeline holds state a cut cannot describe (`ensure_mixture`'s
-//! deficits, `pack_flat`, a filter between two stateful operators), or when
+//! when the pipeline holds state a cut cannot describe (`pack_flat`, a filter
+//! between two stateful operators), or when
 //! the checkpoint's cut does not match the work source (checked before
 //! anything is emitted). Filters upstream of every stateful operator are cut:
 //! they say how many elements they read per lane, and a shuffle below them

@@ -31,11 +31,12 @@ pub struct LaneProgress {
 /// was delivered, plus what identifies the run (format version, seed, lane
 /// count, work-source and recipe fingerprints).
 ///
-/// It holds no buffered samples: every operator's output on a lane is a pure
-/// function of that lane's input, so a restore rebuilds shuffle buffers,
-/// packing bins, mixture deficits and partial batches by replaying the lane
-/// and dropping what was delivered (see [`ResumeFrom`](super::ResumeFrom)).
-/// A checkpoint is therefore a few bytes per lane.
+/// It holds no samples, only pointers: per lane, the lane's cut (what its
+/// stateful operators held, see [`cut`](super::cut)), from which a restore
+/// refills shuffle buffers, mixture queues, packing bins and partial
+/// batches. A lane without a cut is replayed and what was delivered dropped
+/// (see [`ResumeFrom`](super::ResumeFrom)): every operator's output on a
+/// lane is a pure function of that lane's input.
 ///
 /// A rank's checkpoint holds the lanes it owns; [`Checkpoint::merge`] joins
 /// the checkpoints of all ranks into one that any world size can restore from.

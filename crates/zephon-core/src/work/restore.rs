@@ -161,6 +161,17 @@ fn lane_preamble(
             OpCut::Pieces { docs, .. } => {
                 preamble.extend(docs.iter().map(|d| SamplePtr { lane, ..*d }));
             }
+            OpCut::Mixture {
+                pending, queues, ..
+            } => {
+                let queued = queues.iter().flat_map(|(_, q)| q);
+                preamble.extend(
+                    pending
+                        .iter()
+                        .chain(queued)
+                        .map(|d| SamplePtr { lane, ..*d }),
+                );
+            }
             OpCut::Shuffle {
                 mode,
                 buffer_size,

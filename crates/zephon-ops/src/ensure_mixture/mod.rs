@@ -7,18 +7,21 @@
 //! lineage) and emits, with smooth weighted round robin over what has been
 //! emitted so far, the dataset furthest behind its target share.
 
+mod cut;
+
 use crate::fields;
 use crate::stats::TextStats;
+use cut::{Restored, Shared};
 use futures::Stream;
 use pin_project::pin_project;
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
-use zephon_core::checkpoint::cut::Uncuttable;
+use zephon_core::checkpoint::cut::{Arrival, Board, CutSource, Restoring};
 use zephon_core::obs::{Explain, Probe, StageDescription};
-use zephon_core::{LaneId, Record, Result};
+use zephon_core::{Identity, Record, Result};
 
 /// What a record weighs in the mixture.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -86,6 +89,23 @@ struct LaneMix {
     buffered: usize,
     emitted: BTreeMap<u32, f64>,
     total: f64,
+    /// Records of the lane consumed, and the identity of the last (for the
+    /// lane cuts of a checkpointed pipeline).
+    consumed: u64,
+    last: Option<u64>,
+}
+
+/// What `r` weighs in the mixture.
+fn weight(c: &MixtureConfig, r: &Record) -> Result<f64> {
+    match c.weight_by {
+        WeightBy::Samples => Ok(1.0),
+        WeightBy::Tokens => match r.tokens(fields::INPUT_IDS) {
+            Some(t) => Ok(t.len() as f64),
+            None => {
+                Err(crate::Error::missing("ensure_mixture", fields::INPUT_IDS, "tokens", r).into())
+            }
+        },
+    }
 }
 
 impl LaneMix {
@@ -175,7 +195,9 @@ impl LaneMix {
 
 /// Reorders records per lane so that each source dataset's share of tokens
 /// (or samples) tracks the target weights; see the [module](self) docs.
-/// Deterministic: the output depends only on the lane's input order.
+/// Deterministic: the output depends only on the lane's input order. In a
+/// checkpointed pipeline its lane cut lists the queued records' pointers and
+/// the emitted weights, so a restore puts the deficits back exactly.
 ///
 /// Created by [`TextPipelineExt::ensure_mixture`](crate::TextPipelineExt::ensure_mixture).
 ///
@@ -205,12 +227,13 @@ pub struct EnsureMixture<S> {
     #[pin]
     inner: S,
     config: MixtureConfig,
-    lanes: BTreeMap<LaneId, LaneMix>,
-    out: VecDeque<Record>,
+    // Shared with the checkpoint board, which reads a lane's cut when one
+    // of its batches leaves.
+    state: Arc<Shared>,
     stats: Arc<TextStats>,
-    done: bool,
     probe: Probe,
-    uncuttable: Uncuttable,
+    board_looked: bool,
+    restoring: Option<Restoring>,
 }
 
 impl<S> EnsureMixture<S> {
@@ -219,12 +242,11 @@ impl<S> EnsureMixture<S> {
         EnsureMixture {
             inner,
             config,
-            lanes: BTreeMap::new(),
-            out: VecDeque::new(),
+            state: Arc::default(),
             stats: Arc::new(TextStats::default()),
-            done: false,
             probe: Probe::default(),
-            uncuttable: Uncuttable::default(),
+            board_looked: false,
+            restoring: None,
         }
     }
 
@@ -242,13 +264,14 @@ impl<S> EnsureMixture<S> {
 
 impl<S> fmt::Debug for EnsureMixture<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let st = self.state.lock();
         f.debug_struct("EnsureMixture")
             .field("config", &self.config)
             .field(
                 "buffered",
-                &self.lanes.values().map(|l| l.buffered).sum::<usize>(),
+                &st.lanes.values().map(|l| l.buffered).sum::<usize>(),
             )
-            .field("done", &self.done)
+            .field("done", &st.done)
             .finish_non_exhaustive()
     }
 }
@@ -266,60 +289,99 @@ where
             1,
             Some(this.config.max_buffer_size as u64),
         );
-        // Its deficits are not part of a lane cut: checkpoints replay.
-        if let Err(e) = this.uncuttable.check("ensure_mixture") {
-            return Poll::Ready(Some(Err(e)));
+        if !*this.board_looked
+            && let Some(board) = {
+                *this.board_looked = true;
+                Board::current()
+            }
+        {
+            let weak: Weak<dyn CutSource> = Arc::downgrade(this.state) as _;
+            match board.register("ensure_mixture", Some(weak)) {
+                Ok(plan) => {
+                    // Until a restoring lane is back, its state is the cut
+                    // itself (a batch may leave before that).
+                    let mut st = this.state.lock();
+                    for (&lane, (_, cut)) in &plan {
+                        st.restoring.insert(lane, (cut.clone(), 0));
+                    }
+                    *this.restoring = Some(Restoring::new(plan, board));
+                }
+                Err(e) => return Poll::Ready(Some(Err(e))),
+            }
         }
         loop {
-            if let Some(r) = this.out.pop_front() {
-                this.probe.output();
-                return Poll::Ready(Some(Ok(r)));
-            }
-            if *this.done {
-                this.probe.finish();
-                return Poll::Ready(None);
+            {
+                let mut st = this.state.lock();
+                if let Some(r) = st.out.pop_front() {
+                    this.probe.output();
+                    return Poll::Ready(Some(Ok(r)));
+                }
+                if st.done {
+                    this.probe.finish();
+                    return Poll::Ready(None);
+                }
             }
             match this.inner.as_mut().poll_next(cx) {
                 Poll::Ready(Some(Ok(r))) => {
                     this.probe.input();
+                    let lane_id = r.lane;
+                    let mut st = this.state.lock();
+                    let r = match this.restoring.as_mut().map(|x| x.arrive(lane_id)) {
+                        Some(Arrival::Pass) => {
+                            this.probe.output();
+                            return Poll::Ready(Some(Ok(r)));
+                        }
+                        Some(Arrival::Own(cut)) => {
+                            let cut = cut.clone();
+                            let (restored, finished) =
+                                match st.restore_one(this.config, lane_id, &cut, r) {
+                                    Ok(x) => x,
+                                    Err(e) => return Poll::Ready(Some(Err(e))),
+                                };
+                            if finished && let Some(x) = this.restoring.as_mut() {
+                                x.done(lane_id);
+                            }
+                            match restored {
+                                Restored::Absorbed => continue,
+                                Restored::Normal(r) => r,
+                            }
+                        }
+                        _ => r,
+                    };
+                    let st = &mut *st;
+                    // Left over only when the restore fell back to a replay.
+                    st.restoring.remove(&lane_id);
+                    let lane = st.lanes.entry(lane_id).or_default();
+                    lane.consumed += 1;
+                    lane.last = this.restoring.is_some().then(|| r.identity());
                     let Some(d) = r
                         .source()
                         .map(|p| p.dataset)
                         .filter(|d| this.config.weights.contains_key(d))
                     else {
-                        this.out.push_back(r);
+                        st.out.push_back(r);
                         continue;
                     };
-                    let w = match this.config.weight_by {
-                        WeightBy::Samples => 1.0,
-                        WeightBy::Tokens => match r.tokens(fields::INPUT_IDS) {
-                            Some(t) => t.len() as f64,
-                            None => {
-                                let e = crate::Error::missing(
-                                    "ensure_mixture",
-                                    fields::INPUT_IDS,
-                                    "tokens",
-                                    &r,
-                                );
-                                return Poll::Ready(Some(Err(e.into())));
-                            }
-                        },
+                    let w = match weight(this.config, &r) {
+                        Ok(w) => w,
+                        Err(e) => return Poll::Ready(Some(Err(e))),
                     };
                     let t = this.probe.sample();
-                    let lane = this.lanes.entry(r.lane).or_default();
                     lane.queues.entry(d).or_default().push_back((r, w));
                     lane.buffered += 1;
                     if let Some(s) = this.probe.stats() {
                         s.max_queue.observe(lane.buffered as u64);
                     }
-                    lane.drain(this.config, false, this.stats, this.out);
+                    lane.drain(this.config, false, this.stats, &mut st.out);
                     this.probe.sampled(t);
                 }
                 Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
                 Poll::Ready(None) => {
-                    *this.done = true;
-                    for lane in this.lanes.values_mut() {
-                        lane.drain(this.config, true, this.stats, this.out);
+                    let mut st = this.state.lock();
+                    let st = &mut *st;
+                    st.done = true;
+                    for lane in st.lanes.values_mut() {
+                        lane.drain(this.config, true, this.stats, &mut st.out);
                     }
                 }
                 Poll::Pending => return Poll::Pending,
@@ -329,8 +391,9 @@ where
 
     fn size_hint(&self) -> (usize, Option<usize>) {
         let (_, hi) = self.inner.size_hint();
-        let held = self.out.len() + self.lanes.values().map(|l| l.buffered).sum::<usize>();
-        (self.out.len(), hi.map(|h| h + held))
+        let st = self.state.lock();
+        let held = st.out.len() + st.lanes.values().map(|l| l.buffered).sum::<usize>();
+        (st.out.len(), hi.map(|h| h + held))
     }
 }
 
