@@ -52,6 +52,8 @@ struct Run {
     mixture: bool,
     /// With a filter after fetch (still restored from cuts).
     filter: bool,
+    /// Rows padded by pack_flat.
+    flat: bool,
 }
 
 impl Run {
@@ -82,7 +84,8 @@ impl Run {
             .setting("tokenize", "fixture tokenizer, bos+eos")
             .setting("shuffle", (24, ShuffleMode::Reservoir, 5))
             .setting("pack", self.pack())
-            .setting("filter", self.filter);
+            .setting("filter", self.filter)
+            .setting("flat", self.flat);
         if self.mixture {
             r.setting("mixture", self.mixture())
         } else {
@@ -143,8 +146,13 @@ fn run(
     } else {
         Box::pin(shuffled)
     };
-    let batches = mixed
-        .pack_sequences(r.pack())
+    let packed = mixed.pack_sequences(r.pack());
+    let rows: futures::stream::BoxStream<'static, zephon_core::Result<Record>> = if r.flat {
+        Box::pin(packed.pack_flat(SEQ, 0))
+    } else {
+        Box::pin(packed)
+    };
+    let batches = rows
         .batch(micro)
         .resume_from(&progress)
         .lane_mux_from(&progress)
@@ -216,8 +224,9 @@ proptest! {
         parallelism in 1usize..4,
         mixture in any::<bool>(),
         filter in any::<bool>(),
+        flat in any::<bool>(),
     ) {
-        let r = Run { algorithm, lanes: 2, passes: 1, mixture, filter };
+        let r = Run { algorithm, lanes: 2, passes: 1, mixture, filter, flat };
         let (full, _, _) = run(r, (0, 1), 3, 1, None, usize::MAX, None);
         let cut = cut.min(full.len());
         let (head, _, ckpt) = run(r, (0, 1), 3, 1, None, cut, None);
@@ -264,12 +273,12 @@ fn ranks(
 
 #[test]
 fn elastic_resume_on_4_and_1_ranks_across_epochs() {
-    for (algorithm, mixture, filter) in [
-        (PackAlgorithm::BestFit, true, false),
-        (PackAlgorithm::Wrap, false, false),
-        (PackAlgorithm::BestFitWrap, false, true),
-        (PackAlgorithm::FirstFit, false, false),
-        (PackAlgorithm::BestFit, false, true),
+    for (algorithm, mixture, filter, flat) in [
+        (PackAlgorithm::BestFit, true, false, false),
+        (PackAlgorithm::Wrap, false, false, true),
+        (PackAlgorithm::BestFitWrap, false, true, false),
+        (PackAlgorithm::FirstFit, false, false, false),
+        (PackAlgorithm::BestFit, true, true, true),
     ] {
         let r = Run {
             algorithm,
@@ -277,6 +286,7 @@ fn elastic_resume_on_4_and_1_ranks_across_epochs() {
             passes: 2,
             mixture,
             filter,
+            flat,
         };
         let (full, _, _) = ranks(r, 2, 2, None, usize::MAX);
         let steps = full.keys().map(|(t, _)| *t).max().unwrap() + 1;
@@ -294,7 +304,7 @@ fn elastic_resume_on_4_and_1_ranks_across_epochs() {
                     .collect();
                 assert_eq!(
                     rest, expected,
-                    "{algorithm:?}, mixture {mixture}, filter {filter}, step {k}, {world} ranks"
+                    "{algorithm:?}, mixture {mixture}, filter {filter}, flat {flat}, step {k}, {world} ranks"
                 );
             }
         }
@@ -309,6 +319,7 @@ fn micro_batch_size_changed_on_restore_keeps_the_rows() {
         passes: 1,
         mixture: false,
         filter: false,
+        flat: false,
     };
     // Per step, 4 rows per lane: micro-batches of 4, restored as 2 x 2.
     let (_, full_rows, _) = ranks(r, 2, 4, None, usize::MAX);

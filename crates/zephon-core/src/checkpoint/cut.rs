@@ -22,9 +22,10 @@
 //! source's, so a shuffle lists the pointers it holds (kept as a journal,
 //! see [`PtrJournal`](super::PtrJournal)) instead of leaving them to be
 //! recomputed. Where the check fails (a map that changes lineage), or where
-//! an operator that cannot be cut (flat packing, a filter between two
-//! stateful operators) sits in the pipeline, the restore replays the
-//! lane instead: slower, equally exact.
+//! an operator that cannot be cut sits in the pipeline (a filter between two
+//! stateful operators, or an operator of another crate registered as
+//! [`Uncuttable`]), the restore replays the lane instead: slower, equally
+//! exact.
 
 use crate::error::{Error, Result};
 use crate::ops::shuffle::ShuffleMode;

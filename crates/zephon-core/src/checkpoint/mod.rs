@@ -30,12 +30,13 @@
 //!
 //! A lane without a cut is replayed instead: [`ResumeFrom`] rebuilds it
 //! from the lane's start and drops what was already delivered. That happens
-//! when the pipeline holds state a cut cannot describe (`pack_flat`, a filter
-//! between two stateful operators), or when
-//! the checkpoint's cut does not match the work source (checked before
-//! anything is emitted). Filters upstream of every stateful operator are cut:
-//! they say how many elements they read per lane, and a shuffle below them
-//! lists its buffer ([`PtrJournal`]). A replay is equally exact, but its cost grows with
+//! when the pipeline holds state a cut cannot describe (a filter between two
+//! stateful operators, an operator registered as
+//! [`Uncuttable`](cut::Uncuttable)), or when the checkpoint's cut does not
+//! match the work source (checked before anything is emitted). Filters
+//! upstream of every stateful operator are cut: they say how many elements
+//! they read per lane, and a shuffle below them lists its buffer
+//! ([`PtrJournal`]). A replay is equally exact, but its cost grows with
 //! the run's progress. `bench_checkpoint_and_restore` in zephon-ops'
 //! `tests/checkpoint.rs` measures both (64 lanes, shuffle buffer 8192,
 //! best-fit packing).

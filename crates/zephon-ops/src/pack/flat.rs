@@ -5,7 +5,6 @@ use futures::Stream;
 use pin_project::pin_project;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use zephon_core::checkpoint::cut::Uncuttable;
 use zephon_core::obs::{Explain, Probe, StageDescription};
 use zephon_core::{Record, Result, Value};
 
@@ -14,6 +13,8 @@ use zephon_core::{Record, Result, Value};
 /// [`fields::ATTENTION_MASK`] (1 for real tokens, 0 for padding). A row
 /// without segment ids is one document. A row longer than `max_length` is an
 /// error naming its source.
+///
+/// One row in, one row out, nothing held: a lane cut passes through it.
 ///
 /// Created by [`TextPipelineExt::pack_flat`](crate::TextPipelineExt::pack_flat).
 ///
@@ -39,7 +40,6 @@ pub struct PackFlat<S> {
     max_length: usize,
     pad_token_id: u32,
     probe: Probe,
-    uncuttable: Uncuttable,
 }
 
 impl<S> PackFlat<S> {
@@ -50,7 +50,6 @@ impl<S> PackFlat<S> {
             max_length,
             pad_token_id,
             probe: Probe::default(),
-            uncuttable: Uncuttable::default(),
         }
     }
 }
@@ -107,9 +106,6 @@ where
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.project();
         this.probe.attach("pack_flat", 1, None);
-        if let Err(e) = this.uncuttable.check("pack_flat") {
-            return Poll::Ready(Some(Err(e)));
-        }
         let (max, pad) = (*this.max_length, *this.pad_token_id);
         let out = this.inner.poll_next(cx).map(|o| {
             o.map(|r| {
