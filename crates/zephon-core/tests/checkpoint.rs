@@ -672,3 +672,83 @@ fn a_cut_that_does_not_fit_the_work_source_falls_back_to_a_replay() {
     assert_eq!(replayed, 20, "every delivered lane-batch replayed");
     assert_eq!([head, rest].concat(), full);
 }
+
+/// An operator of another crate whose state a cut cannot describe registers
+/// as uncuttable: its pipeline's checkpoints carry no cuts, and a restore
+/// replays the lanes, with the same output.
+#[test]
+fn an_uncuttable_operator_makes_the_lanes_replay() {
+    use futures::{Stream, StreamExt};
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+    use zephon_core::checkpoint::cut::Uncuttable;
+
+    struct Opaque<S> {
+        inner: S,
+        gate: Uncuttable,
+    }
+    impl<S: Stream<Item = Result<Record, Error>> + Unpin> Stream for Opaque<S> {
+        type Item = Result<Record, Error>;
+        fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+            if let Err(e) = self.gate.check("opaque") {
+                return Poll::Ready(Some(Err(e)));
+            }
+            self.inner.poll_next_unpin(cx)
+        }
+    }
+
+    let shape = epochs_shape();
+    let run = |ckpt: Option<&Checkpoint>, steps: u64| {
+        let ws = shape.work(0, 1, Ownership::Contiguous);
+        let recipe = shape.recipe(&ws);
+        let mut progress = match ckpt {
+            Some(c) => recipe.resume(&ws, c).unwrap(),
+            None => recipe.start(&ws),
+        };
+        let until = progress.steps() + steps;
+        let opaque = Opaque {
+            inner: ws.stream().fetch(2).boxed(),
+            gate: Uncuttable::default(),
+        };
+        let mut it = opaque
+            .shuffle(shape.buffer, shape.mode, shape.seed)
+            .batch(4)
+            .resume_from(&progress)
+            .lane_mux_from(&progress)
+            .into_blocking_iter(Runner::Inline)
+            .unwrap();
+        let obs = it.enable_observability(zephon_core::Tracking::Operator);
+        let mut out = Vec::new();
+        for b in it.by_ref() {
+            let b = b.unwrap();
+            if b.index >= until {
+                break;
+            }
+            progress.record_delivered(&b);
+            out.push((
+                b.lane,
+                b.index,
+                b.items.iter().map(Record::digest).collect(),
+            ));
+        }
+        drop(it);
+        let m = obs.metrics_snapshot();
+        let r = m
+            .operators
+            .iter()
+            .find(|o| o.name == "resume_from")
+            .unwrap();
+        (
+            global(&out),
+            progress.checkpoint(),
+            r.elements_in - r.elements_out,
+        )
+    };
+    let (full, _, _) = run(None, 1000);
+    let (mut head, ckpt, _) = run(None, 3);
+    assert!(ckpt.cuts.is_empty(), "no lane was cut");
+    let (rest, _, replayed) = run(Some(&ckpt), 1000);
+    assert_eq!(replayed, 3 * 8, "every delivered lane-batch replayed");
+    head.extend(rest);
+    assert_eq!(head, full);
+}
