@@ -54,6 +54,10 @@ struct Run {
     filter: bool,
     /// Rows padded by pack_flat.
     flat: bool,
+    /// Shuffle the documents before tokenizing them: tokenize's
+    /// micro-batches are in flight between shuffle and the next stateful
+    /// operator when a cut is taken.
+    late_tokenize: bool,
 }
 
 impl Run {
@@ -85,7 +89,8 @@ impl Run {
             .setting("shuffle", (24, ShuffleMode::Reservoir, 5))
             .setting("pack", self.pack())
             .setting("filter", self.filter)
-            .setting("flat", self.flat);
+            .setting("flat", self.flat)
+            .setting("late_tokenize", self.late_tokenize);
         if self.mixture {
             r.setting("mixture", self.mixture())
         } else {
@@ -138,9 +143,20 @@ fn run(
     } else {
         Box::pin(fetched)
     };
-    let shuffled = fetched
-        .tokenize(tok, parallelism)
-        .shuffle(24, ShuffleMode::Reservoir, 5);
+    let shuffled: futures::stream::BoxStream<'static, zephon_core::Result<Record>> =
+        if r.late_tokenize {
+            Box::pin(
+                fetched
+                    .shuffle(24, ShuffleMode::Reservoir, 5)
+                    .tokenize(tok, parallelism),
+            )
+        } else {
+            Box::pin(
+                fetched
+                    .tokenize(tok, parallelism)
+                    .shuffle(24, ShuffleMode::Reservoir, 5),
+            )
+        };
     let mixed: futures::stream::BoxStream<'static, zephon_core::Result<Record>> = if r.mixture {
         Box::pin(shuffled.ensure_mixture(r.mixture()))
     } else {
@@ -225,8 +241,9 @@ proptest! {
         mixture in any::<bool>(),
         filter in any::<bool>(),
         flat in any::<bool>(),
+        late_tokenize in any::<bool>(),
     ) {
-        let r = Run { algorithm, lanes: 2, passes: 1, mixture, filter, flat };
+        let r = Run { algorithm, lanes: 2, passes: 1, mixture, filter, flat, late_tokenize };
         let (full, _, _) = run(r, (0, 1), 3, 1, None, usize::MAX, None);
         let cut = cut.min(full.len());
         let (head, _, ckpt) = run(r, (0, 1), 3, 1, None, cut, None);
@@ -273,12 +290,12 @@ fn ranks(
 
 #[test]
 fn elastic_resume_on_4_and_1_ranks_across_epochs() {
-    for (algorithm, mixture, filter, flat) in [
-        (PackAlgorithm::BestFit, true, false, false),
-        (PackAlgorithm::Wrap, false, false, true),
-        (PackAlgorithm::BestFitWrap, false, true, false),
-        (PackAlgorithm::FirstFit, false, false, false),
-        (PackAlgorithm::BestFit, true, true, true),
+    for (algorithm, mixture, filter, flat, late_tokenize) in [
+        (PackAlgorithm::BestFit, true, false, false, false),
+        (PackAlgorithm::Wrap, false, false, true, true),
+        (PackAlgorithm::BestFitWrap, false, true, false, false),
+        (PackAlgorithm::FirstFit, false, false, false, true),
+        (PackAlgorithm::BestFit, true, true, true, true),
     ] {
         let r = Run {
             algorithm,
@@ -287,6 +304,7 @@ fn elastic_resume_on_4_and_1_ranks_across_epochs() {
             mixture,
             filter,
             flat,
+            late_tokenize,
         };
         let (full, _, _) = ranks(r, 2, 2, None, usize::MAX);
         let steps = full.keys().map(|(t, _)| *t).max().unwrap() + 1;
@@ -304,7 +322,7 @@ fn elastic_resume_on_4_and_1_ranks_across_epochs() {
                     .collect();
                 assert_eq!(
                     rest, expected,
-                    "{algorithm:?}, mixture {mixture}, filter {filter}, flat {flat}, step {k}, {world} ranks"
+                    "{algorithm:?}, mixture {mixture}, filter {filter}, flat {flat}, late tokenize {late_tokenize}, step {k}, {world} ranks"
                 );
             }
         }
@@ -320,6 +338,7 @@ fn micro_batch_size_changed_on_restore_keeps_the_rows() {
         mixture: false,
         filter: false,
         flat: false,
+        late_tokenize: false,
     };
     // Per step, 4 rows per lane: micro-batches of 4, restored as 2 x 2.
     let (_, full_rows, _) = ranks(r, 2, 4, None, usize::MAX);

@@ -72,6 +72,10 @@ pub enum OpCut {
         /// The pending elements and the buffer as pointers, where they
         /// cannot be recomputed from positions (a filter upstream).
         listed: Option<Box<Listed>>,
+        /// Elements it emitted that the next stateful operator had not
+        /// consumed yet (in flight in a map between them), oldest first:
+        /// a restore emits them again, before the pending ones.
+        in_flight: Vec<SamplePtr>,
     },
     /// Documents held as pieces (packing): rows ready to leave, then the
     /// open bins or pool, in the operator's own layout.
@@ -119,7 +123,12 @@ impl OpCut {
     /// Elements of the restore preamble this operator takes (or emits).
     pub fn preamble_len(&self) -> u64 {
         match self {
-            OpCut::Shuffle { held, pending, .. } => held + pending,
+            OpCut::Shuffle {
+                held,
+                pending,
+                in_flight,
+                ..
+            } => held + pending + in_flight.len() as u64,
             OpCut::Pieces { docs, .. } => docs.len() as u64,
             OpCut::Batch | OpCut::Filter { .. } => 0,
             OpCut::Mixture {
@@ -136,6 +145,11 @@ pub struct OpLaneCut {
     pub op: String,
     /// Elements of this lane the operator consumed since the run started.
     pub consumed: u64,
+    /// Elements of this lane it emitted since the run started, where it
+    /// counts them: more than the next stateful operator consumed means
+    /// elements were in flight between the two (in a map's micro-batches),
+    /// which the cut must list or the lane cannot be cut.
+    pub emitted: Option<u64>,
     /// Identity of the last of them (`None` where the operator cannot tell).
     pub last_identity: Option<u64>,
     /// What it holds.
@@ -390,6 +404,21 @@ impl Board {
                 list: upstream_filters > 0,
             };
             out.push(source.cut(lane, ctx)?);
+        }
+        // What an operator emitted beyond what the next one consumed was in
+        // flight between them; unless its cut lists it, a restore would
+        // lose it.
+        for pair in out.windows(2) {
+            let (down, up) = (&pair[0], &pair[1]);
+            if let Some(emitted) = up.emitted {
+                let listed = match &up.cut {
+                    OpCut::Shuffle { in_flight, .. } => in_flight.len() as u64,
+                    _ => 0,
+                };
+                if emitted != down.consumed + listed {
+                    return None;
+                }
+            }
         }
         let cut = LaneCut { ops: out };
         cut.last_identity()?;

@@ -225,7 +225,10 @@ pub trait ResumeExt: Stream + Sized {
         Self: Stream<Item = Result<T>>,
         T: Laned,
     {
-        let mux = LaneMux::new(self, progress.lanes().keys().copied().collect());
+        let mut mux = LaneMux::new(self, progress.lanes().keys().copied().collect());
+        for (&lane, p) in progress.lanes() {
+            mux = mux.delivered_before(lane, p.batches);
+        }
         match progress.next_lane() {
             Some(lane) => mux.starting_at(lane),
             None => mux,

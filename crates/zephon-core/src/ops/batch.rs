@@ -126,6 +126,7 @@ impl CutSource for BatchLanes {
         Some(OpLaneCut {
             op: "batch".into(),
             consumed: lanes.get(&lane).copied().unwrap_or(0),
+            emitted: None,
             last_identity: None,
             cut: OpCut::Batch,
         })

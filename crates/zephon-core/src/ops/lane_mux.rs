@@ -13,7 +13,10 @@ use std::task::{Context, Poll};
 /// Emits elements of the owned lanes in strict round robin (lane order),
 /// whatever order they arrive in: the element after one of lane `a` is always
 /// one of the next owned lane. When the input ends, lanes that ran dry are
-/// skipped. Elements of a lane not in the list are an error.
+/// skipped: what is left leaves by how many each lane delivered, then lane
+/// order, which is the rotation's own order and does not depend on where a
+/// restored rotation started. Elements of a lane not in the list are an
+/// error.
 ///
 /// Created by [`PipelineExt::lane_mux`](crate::PipelineExt::lane_mux).
 ///
@@ -31,6 +34,8 @@ pub struct LaneMux<S, T> {
     inner: S,
     lanes: Vec<LaneId>,
     queues: Vec<VecDeque<T>>,
+    /// Elements delivered per lane (from a checkpoint's progress too).
+    sent: Vec<u64>,
     next: usize,
     done: bool,
     probe: Probe,
@@ -42,10 +47,12 @@ impl<S, T> LaneMux<S, T> {
         lanes.sort_unstable();
         lanes.dedup();
         let queues = lanes.iter().map(|_| VecDeque::new()).collect();
+        let sent = vec![0; lanes.len()];
         LaneMux {
             inner,
             lanes,
             queues,
+            sent,
             next: 0,
             done: false,
             probe: Probe::default(),
@@ -63,6 +70,16 @@ impl<S, T> LaneMux<S, T> {
     pub fn starting_at(mut self, lane: LaneId) -> Self {
         if let Ok(i) = self.lanes.binary_search(&lane) {
             self.next = i;
+        }
+        self
+    }
+
+    /// Counts `n` elements of `lane` as delivered before this stream
+    /// started (a restored pipeline), for the order of what is left when
+    /// the input ends.
+    pub fn delivered_before(mut self, lane: LaneId, n: u64) -> Self {
+        if let Ok(i) = self.lanes.binary_search(&lane) {
+            self.sent[i] = n;
         }
         self
     }
@@ -97,15 +114,19 @@ where
         this.probe.attach("lane_mux", 1, None);
         loop {
             if let Some(x) = this.queues[*this.next].pop_front() {
+                this.sent[*this.next] += 1;
                 *this.next = (*this.next + 1) % n;
                 this.probe.output();
                 return Poll::Ready(Some(Ok(x)));
             }
             if *this.done {
-                // Skip lanes that ran dry; stop when all did.
-                let Some(k) = (1..n)
-                    .map(|k| (*this.next + k) % n)
-                    .find(|&i| !this.queues[i].is_empty())
+                // Skip lanes that ran dry; stop when all did. The lane that
+                // delivered least (then the first) goes next: the rotation
+                // from any start, as a restored one may be stuck at a lane
+                // that had run dry in the run it continues.
+                let Some(k) = (0..n)
+                    .filter(|&i| !this.queues[i].is_empty())
+                    .min_by_key(|&i| (this.sent[i], i))
                 else {
                     this.probe.finish();
                     return Poll::Ready(None);

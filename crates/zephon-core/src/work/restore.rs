@@ -180,6 +180,7 @@ fn lane_preamble(
                 pending,
                 flushing,
                 listed,
+                in_flight,
                 ..
             } => {
                 let only_filters_upstream = cut.ops[i + 1..]
@@ -223,6 +224,9 @@ fn lane_preamble(
                         shuffle_contents(look, lane, kind, consumed, &s)?
                     }
                 };
+                // What was in flight to the next operator leaves first, as
+                // it did; then what was pending.
+                preamble.extend(in_flight.iter().map(|p| SamplePtr { lane, ..*p }));
                 preamble.extend(pend);
                 // The buffer in shard and sample order, so fetch reads runs;
                 // the shuffle puts each element back into its slot.

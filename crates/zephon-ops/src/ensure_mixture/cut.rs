@@ -69,6 +69,7 @@ impl CutSource for Shared {
         Some(OpLaneCut {
             op: "ensure_mixture".into(),
             consumed: l.consumed,
+            emitted: Some(l.sent),
             last_identity: l.last,
             cut: OpCut::Mixture {
                 pending,
@@ -123,6 +124,10 @@ impl State {
             .1;
         let k = *seen;
         *seen += 1;
+        if k == 0 {
+            // The pending records are counted as they leave again.
+            self.lanes.entry(lane).or_default().sent = cut.emitted.unwrap_or(0);
+        }
         let expected = pending
             .iter()
             .chain(queues.iter().flat_map(|(_, q)| q))
@@ -173,5 +178,8 @@ impl State {
         l.total = f64::from_bits(total);
         l.consumed = cut.consumed;
         l.last = cut.last_identity;
+        if cut.cut.preamble_len() == 0 {
+            l.sent = cut.emitted.unwrap_or(0);
+        }
     }
 }

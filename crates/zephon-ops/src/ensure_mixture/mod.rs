@@ -93,6 +93,8 @@ struct LaneMix {
     /// lane cuts of a checkpointed pipeline).
     consumed: u64,
     last: Option<u64>,
+    /// Records of the lane emitted.
+    sent: u64,
 }
 
 /// What `r` weighs in the mixture.
@@ -313,6 +315,7 @@ where
             {
                 let mut st = this.state.lock();
                 if let Some(r) = st.out.pop_front() {
+                    st.lanes.entry(r.lane).or_default().sent += 1;
                     this.probe.output();
                     return Poll::Ready(Some(Ok(r)));
                 }

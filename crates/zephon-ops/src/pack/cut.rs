@@ -68,6 +68,7 @@ impl Packer {
         Some(OpLaneCut {
             op: "pack_sequences".into(),
             consumed,
+            emitted: Some(self.emitted.get(&lane).copied().unwrap_or(0)),
             last_identity: (consumed > 0).then_some(last),
             cut: OpCut::Pieces { docs, ready, open },
         })
@@ -182,6 +183,8 @@ impl Packer {
         self.lanes.insert(lane, state);
         self.consumed
             .insert(lane, (cut.consumed, cut.last_identity.unwrap_or(0)));
+        // The restored ready rows are counted as they are taken again.
+        self.emitted.insert(lane, cut.emitted.unwrap_or(0));
         Ok(())
     }
 }

@@ -236,6 +236,8 @@ pub struct Packer {
     /// Per lane: documents pushed, and the identity of the last; kept only
     /// in a checkpointed pipeline (`cutting`).
     consumed: BTreeMap<LaneId, (u64, u64)>,
+    /// Per lane: rows taken (only in a checkpointed pipeline).
+    emitted: BTreeMap<LaneId, u64>,
     cutting: bool,
     stats: Arc<TextStats>,
 }
@@ -248,6 +250,7 @@ impl Packer {
             lanes: BTreeMap::new(),
             out: VecDeque::new(),
             consumed: BTreeMap::new(),
+            emitted: BTreeMap::new(),
             cutting: false,
             stats: Arc::new(TextStats::default()),
         }
@@ -276,7 +279,11 @@ impl Packer {
 
     /// Takes the next finished row.
     pub fn pop(&mut self) -> Option<Record> {
-        self.out.pop_front().map(|(r, _)| r)
+        let (r, _) = self.out.pop_front()?;
+        if self.cutting {
+            *self.emitted.entry(r.lane).or_default() += 1;
+        }
+        Some(r)
     }
 
     /// Adds a record carrying [`fields::INPUT_IDS`]; other fields are dropped.

@@ -73,6 +73,8 @@ impl CutSource for Lanes {
         let cut = |consumed, last_identity| OpLaneCut {
             op: self.name.into(),
             consumed,
+            // The log maps what the next operator took; nothing is lost.
+            emitted: None,
             last_identity,
             cut: OpCut::Filter { passed: taken },
         };

@@ -42,6 +42,14 @@ pub(super) struct LaneBuf<T> {
     /// An element without a single source pointer went in: the buffer
     /// cannot be listed.
     pub(super) unlistable: bool,
+    /// Elements of the lane emitted, and the pointers of those the next
+    /// stateful operator may not have consumed yet (emission number,
+    /// pointer), for a checkpointed pipeline.
+    pub(super) emitted: u64,
+    pub(super) sent: VecDeque<(u64, SamplePtr)>,
+    /// An element without a single source pointer was emitted: what is in
+    /// flight cannot be listed.
+    pub(super) sent_unlisted: bool,
 }
 
 impl<T> Default for LaneBuf<T> {
@@ -56,11 +64,46 @@ impl<T> Default for LaneBuf<T> {
             slot_order: None,
             ptrs: None,
             unlistable: false,
+            emitted: 0,
+            sent: VecDeque::new(),
+            sent_unlisted: false,
         }
     }
 }
 
 impl<T: 'static> LaneBuf<T> {
+    /// Counts `x` as emitted; in a checkpointed pipeline, remembers its
+    /// pointer until a cut shows the next operator consumed it.
+    #[inline]
+    pub(super) fn note_sent(&mut self, x: &T, cutting: bool) {
+        if cutting {
+            match element_pointer(x) {
+                Some(p) => self.sent.push_back((self.emitted, p)),
+                None => self.sent_unlisted = true,
+            }
+        }
+        self.emitted += 1;
+    }
+
+    /// The pointers emitted but not consumed by the next operator, which
+    /// consumed `down`; forgets those it consumed.
+    fn in_flight(&mut self, down: Option<u64>) -> Option<Vec<SamplePtr>> {
+        let Some(down) = down else {
+            return Some(Vec::new());
+        };
+        while self.sent.front().is_some_and(|e| e.0 < down) {
+            self.sent.pop_front();
+        }
+        let n = self.emitted.checked_sub(down)?;
+        if n == 0 {
+            return Some(Vec::new());
+        }
+        if self.sent_unlisted || self.sent.len() as u64 != n {
+            return None;
+        }
+        Some(self.sent.iter().map(|e| e.1).collect())
+    }
+
     /// Records that `x` went into `slot`, if the buffer is being listed.
     #[inline]
     pub(super) fn listed_set(&mut self, slot: usize, x: &T) {
@@ -109,12 +152,14 @@ impl<T: Laned + Identity + Send + 'static> CutSource for Mutex<Core<T>> {
         };
         let Some(lb) = c.lanes.get_mut(&lane) else {
             let listed = ctx.list.then(empty);
-            return Some(shuffle_cut(c, 0, None, 0, 0, 0, c.done, listed));
+            let sent = (0, Vec::new());
+            return Some(shuffle_cut(c, 0, None, 0, 0, 0, c.done, listed, sent));
         };
         if let Some((cut, _)) = &lb.restoring {
             return Some(cut.clone());
         }
         let (consumed, last) = (lb.consumed, lb.last);
+        let sent = (lb.emitted, lb.in_flight(ctx.downstream_consumed)?);
         if c.done {
             // The final flush: what is left of this lane's permuted buffer.
             let left = || c.out.iter().filter(|x| x.lane() == lane);
@@ -127,7 +172,9 @@ impl<T: Laned + Identity + Send + 'static> CutSource for Mutex<Core<T>> {
                 None
             };
             let pending = left().count() as u64;
-            return Some(shuffle_cut(c, consumed, last, 0, pending, 0, true, listed));
+            return Some(shuffle_cut(
+                c, consumed, last, 0, pending, 0, true, listed, sent,
+            ));
         }
         let (held, id_sum) = (lb.buf.len() as u64, lb.id_sum);
         let own_block = c.out_lane == Some(lane);
@@ -149,7 +196,7 @@ impl<T: Laned + Identity + Send + 'static> CutSource for Mutex<Core<T>> {
             None
         };
         Some(shuffle_cut(
-            c, consumed, last, held, pending, id_sum, false, listed,
+            c, consumed, last, held, pending, id_sum, false, listed, sent,
         ))
     }
 }
@@ -164,10 +211,12 @@ fn shuffle_cut<T>(
     id_sum: u64,
     flushing: bool,
     listed: Option<Listed>,
+    (emitted, in_flight): (u64, Vec<SamplePtr>),
 ) -> OpLaneCut {
     OpLaneCut {
         op: "shuffle".into(),
         consumed,
+        emitted: Some(emitted),
         last_identity: last,
         cut: OpCut::Shuffle {
             mode: c.mode,
@@ -178,6 +227,7 @@ fn shuffle_cut<T>(
             id_sum,
             flushing,
             listed: listed.map(Box::new),
+            in_flight,
         },
     }
 }
@@ -214,6 +264,7 @@ impl<T: Identity> Core<T> {
             held,
             pending,
             id_sum,
+            ref in_flight,
             ..
         } = cut.cut
         else {
@@ -232,17 +283,26 @@ impl<T: Identity> Core<T> {
             ));
         }
         let lb = self.lanes.entry(lane).or_default();
+        // Emitted again (in flight at the cut, then pending): counted as
+        // they leave.
+        let emit = pending + in_flight.len() as u64;
+        if lb.restoring.as_ref().is_none_or(|r| r.1 == 0) {
+            lb.emitted = cut
+                .emitted
+                .unwrap_or(0)
+                .saturating_sub(in_flight.len() as u64);
+        }
         let seen = lb.restoring.get_or_insert_with(|| (cut.clone(), 0));
-        let section = held + pending;
+        let section = held + emit;
         let out = if section == 0 {
             Restored::Normal(x)
-        } else if seen.1 < pending {
+        } else if seen.1 < emit {
             seen.1 += 1;
             Restored::Emit(x)
         } else {
             // The work source sends the buffer in shard order (for reading
             // runs) and says which slot each element goes back to.
-            let k = (seen.1 - pending) as usize;
+            let k = (seen.1 - emit) as usize;
             seen.1 += 1;
             if k == 0 {
                 lb.staging = (0..held).map(|_| None).collect();

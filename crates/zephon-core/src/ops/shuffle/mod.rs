@@ -165,6 +165,11 @@ where
                         core.out_lane = None;
                         core.out_ptrs = None;
                     }
+                    let cutting = this.restoring.is_some();
+                    core.lanes
+                        .entry(x.lane())
+                        .or_default()
+                        .note_sent(&x, cutting);
                     this.probe.output();
                     return Poll::Ready(Some(Ok(x)));
                 }
@@ -198,6 +203,7 @@ where
                             }
                             match restored {
                                 Restored::Emit(x) => {
+                                    core.lanes.entry(lane).or_default().note_sent(&x, true);
                                     this.probe.sampled(t);
                                     this.probe.output();
                                     return Poll::Ready(Some(Ok(x)));
@@ -240,6 +246,7 @@ where
                                     lb.id_sum =
                                         lb.id_sum.wrapping_add(id).wrapping_sub(old.identity());
                                 }
+                                lb.note_sent(&old, cutting);
                                 this.probe.sampled(t);
                                 this.probe.output();
                                 return Poll::Ready(Some(Ok(old)));
