@@ -21,7 +21,11 @@
 //! that position. Below a filter, positions are no longer the work
 //! source's, so a shuffle lists the pointers it holds (kept as a journal,
 //! see [`PtrJournal`](super::PtrJournal)) instead of leaving them to be
-//! recomputed. Where the check fails (a map that changes lineage), or where
+//! recomputed. Each operator also says how many elements it emitted: more
+//! than the next stateful operator consumed were in flight between them
+//! (in a map's micro-batches); a shuffle lists them and a restore emits
+//! them again first, any other operator's lane is replayed. Where the check
+//! fails (a map that changes lineage), or where
 //! an operator that cannot be cut sits in the pipeline (a filter between two
 //! stateful operators, or an operator of another crate registered as
 //! [`Uncuttable`]), the restore replays the lane instead: slower, equally
