@@ -826,5 +826,7 @@ fn a_map_between_shuffle_and_batch_keeps_its_elements_in_flight() {
         assert_eq!(lanes_cut, 8, "checkpoint at step {k}: every lane cut");
         assert_eq!(replayed, 0, "checkpoint at step {k}: nothing replayed");
     }
-    eprintln!("elements in flight listed over the checkpoints: {listed}");
+    // map_par takes what the shuffle has ready, up to a micro-batch of 64,
+    // so a cut at a batch of 4 always finds elements in flight.
+    assert!(listed > 0, "the shuffle listed elements in flight");
 }
