@@ -172,6 +172,47 @@ fn run_ranks(
     (all, Checkpoint::merge(parts).unwrap())
 }
 
+/// A rank's progress: fresh, or resumed from `ckpt`.
+fn progress_of(shape: &Shape, ws: &WorkSource, ckpt: Option<&Checkpoint>) -> Progress {
+    let recipe = shape.recipe(ws);
+    match ckpt {
+        Some(c) => recipe.resume(ws, c).unwrap(),
+        None => recipe.start(ws),
+    }
+}
+
+/// Drains `it` up to step `until`, recording what it takes into `progress`
+/// (lanes run dry at different steps: it stops at a step, and counts only
+/// what was taken); the batches and the lane-batches resume_from replayed.
+fn drain_until(
+    mut it: zephon_core::BlockingIter<zephon_core::Batch<Record>>,
+    progress: &mut Progress,
+    until: u64,
+) -> (Vec<Out>, u64) {
+    let obs = it.enable_observability(zephon_core::Tracking::Operator);
+    let mut out = Vec::new();
+    for b in it.by_ref() {
+        let b = b.unwrap();
+        if b.index >= until {
+            break;
+        }
+        progress.record_delivered(&b);
+        out.push((
+            b.lane,
+            b.index,
+            b.items.iter().map(Record::digest).collect(),
+        ));
+    }
+    drop(it);
+    let m = obs.metrics_snapshot();
+    let r = m
+        .operators
+        .iter()
+        .find(|o| o.name == "resume_from")
+        .unwrap();
+    (out, r.elements_in - r.elements_out)
+}
+
 /// Per lane, the flat sequence of delivered elements.
 fn per_lane(out: &[Out]) -> BTreeMap<LaneId, Vec<u64>> {
     let mut m: BTreeMap<LaneId, Vec<u64>> = BTreeMap::new();
@@ -496,13 +537,9 @@ fn a_filtered_pipeline_restores_from_cuts() {
         let (mut out, mut parts, mut replayed) = (Vec::new(), Vec::new(), 0);
         for rank in 0..world {
             let ws = shape.work(rank, world, Ownership::Contiguous);
-            let recipe = shape.recipe(&ws);
-            let mut progress = match ckpt {
-                Some(c) => recipe.resume(&ws, c).unwrap(),
-                None => recipe.start(&ws),
-            };
+            let mut progress = progress_of(&shape, &ws, ckpt);
             let until = progress.steps() + steps as u64;
-            let mut it = shape
+            let it = shape
                 .fetched(&ws, 2)
                 .map_par(Ok, 2)
                 .batch(3)
@@ -510,30 +547,10 @@ fn a_filtered_pipeline_restores_from_cuts() {
                 .lane_mux_from(&progress)
                 .into_blocking_iter(Runner::Threads { workers: 2 })
                 .unwrap();
-            let obs = it.enable_observability(zephon_core::Tracking::Operator);
-            for b in it.by_ref() {
-                let b = b.unwrap();
-                // Lanes run dry at different steps: stop at a step, and
-                // count only what was taken.
-                if b.index >= until {
-                    break;
-                }
-                progress.record_delivered(&b);
-                out.push((
-                    b.lane,
-                    b.index,
-                    b.items.iter().map(Record::digest).collect(),
-                ));
-            }
-            drop(it);
+            let (o, r) = drain_until(it, &mut progress, until);
+            out.extend(o);
+            replayed += r;
             parts.push(progress.checkpoint());
-            let m = obs.metrics_snapshot();
-            let r = m
-                .operators
-                .iter()
-                .find(|o| o.name == "resume_from")
-                .unwrap();
-            replayed += r.elements_in - r.elements_out;
         }
         (global(&out), Checkpoint::merge(parts).unwrap(), replayed)
     };
@@ -704,49 +721,21 @@ fn an_uncuttable_operator_makes_the_lanes_replay() {
     let shape = epochs_shape();
     let run = |ckpt: Option<&Checkpoint>, steps: u64| {
         let ws = shape.work(0, 1, Ownership::Contiguous);
-        let recipe = shape.recipe(&ws);
-        let mut progress = match ckpt {
-            Some(c) => recipe.resume(&ws, c).unwrap(),
-            None => recipe.start(&ws),
-        };
+        let mut progress = progress_of(&shape, &ws, ckpt);
         let until = progress.steps() + steps;
         let opaque = Opaque {
             inner: ws.stream().fetch(2).boxed(),
             gate: Uncuttable::default(),
         };
-        let mut it = opaque
+        let it = opaque
             .shuffle(shape.buffer, shape.mode, shape.seed)
             .batch(4)
             .resume_from(&progress)
             .lane_mux_from(&progress)
             .into_blocking_iter(Runner::Inline)
             .unwrap();
-        let obs = it.enable_observability(zephon_core::Tracking::Operator);
-        let mut out = Vec::new();
-        for b in it.by_ref() {
-            let b = b.unwrap();
-            if b.index >= until {
-                break;
-            }
-            progress.record_delivered(&b);
-            out.push((
-                b.lane,
-                b.index,
-                b.items.iter().map(Record::digest).collect(),
-            ));
-        }
-        drop(it);
-        let m = obs.metrics_snapshot();
-        let r = m
-            .operators
-            .iter()
-            .find(|o| o.name == "resume_from")
-            .unwrap();
-        (
-            global(&out),
-            progress.checkpoint(),
-            r.elements_in - r.elements_out,
-        )
+        let (out, replayed) = drain_until(it, &mut progress, until);
+        (global(&out), progress.checkpoint(), replayed)
     };
     let (full, _, _) = run(None, 1000);
     let (mut head, ckpt, _) = run(None, 3);
@@ -764,13 +753,9 @@ fn a_map_between_shuffle_and_batch_keeps_its_elements_in_flight() {
     let shape = epochs_shape();
     let run = |ckpt: Option<&Checkpoint>, steps: u64| {
         let ws = shape.work(0, 1, Ownership::Contiguous);
-        let recipe = shape.recipe(&ws);
-        let mut progress = match ckpt {
-            Some(c) => recipe.resume(&ws, c).unwrap(),
-            None => recipe.start(&ws),
-        };
+        let mut progress = progress_of(&shape, &ws, ckpt);
         let until = progress.steps() + steps;
-        let mut it = ws
+        let it = ws
             .stream()
             .fetch(2)
             .shuffle(shape.buffer, shape.mode, shape.seed)
@@ -780,32 +765,8 @@ fn a_map_between_shuffle_and_batch_keeps_its_elements_in_flight() {
             .lane_mux_from(&progress)
             .into_blocking_iter(Runner::Threads { workers: 2 })
             .unwrap();
-        let obs = it.enable_observability(zephon_core::Tracking::Operator);
-        let mut out = Vec::new();
-        for b in it.by_ref() {
-            let b = b.unwrap();
-            if b.index >= until {
-                break;
-            }
-            progress.record_delivered(&b);
-            out.push((
-                b.lane,
-                b.index,
-                b.items.iter().map(Record::digest).collect(),
-            ));
-        }
-        drop(it);
-        let m = obs.metrics_snapshot();
-        let r = m
-            .operators
-            .iter()
-            .find(|o| o.name == "resume_from")
-            .unwrap();
-        (
-            global(&out),
-            progress.checkpoint(),
-            r.elements_in - r.elements_out,
-        )
+        let (out, replayed) = drain_until(it, &mut progress, until);
+        (global(&out), progress.checkpoint(), replayed)
     };
     let (full, _, _) = run(None, 1000);
     let mut listed = 0;

@@ -24,6 +24,8 @@ enum Repr {
         base: Arc<Vec<SamplePtr>>,
         changes: Arc<Mutex<Vec<(u32, SamplePtr)>>>,
         len: usize,
+        /// Pointers in the list.
+        size: usize,
     },
     /// The elements of `all` from `from` on.
     Suffix {
@@ -59,7 +61,9 @@ impl PtrList {
     pub fn to_vec(&self) -> Vec<SamplePtr> {
         match &self.0 {
             Repr::Suffix { all, from } => all.get(*from..).unwrap_or_default().to_vec(),
-            Repr::Journal { base, changes, len } => {
+            Repr::Journal {
+                base, changes, len, ..
+            } => {
                 let mut out = (**base).clone();
                 let changes = changes.lock().unwrap_or_else(|e| e.into_inner());
                 apply(&mut out, &changes[..*len]);
@@ -72,7 +76,7 @@ impl PtrList {
     pub fn len(&self) -> usize {
         match &self.0 {
             Repr::Suffix { all, from } => all.len().saturating_sub(*from),
-            Repr::Journal { .. } => self.to_vec().len(),
+            Repr::Journal { size, .. } => *size,
         }
     }
 
@@ -166,6 +170,7 @@ pub struct PtrJournal {
     base: Arc<Vec<SamplePtr>>,
     changes: Arc<Mutex<Vec<(u32, SamplePtr)>>>,
     len: usize,
+    size: usize,
     /// Changes kept before they are folded into a new base: the copy that
     /// costs is spread over at least this many changes.
     fold_after: usize,
@@ -189,6 +194,7 @@ impl PtrJournal {
     pub fn new(ptrs: Vec<SamplePtr>, fold_after: usize) -> Self {
         let fold_after = fold_after.max(ptrs.len()).max(1);
         PtrJournal {
+            size: ptrs.len(),
             base: Arc::new(ptrs),
             changes: Arc::new(Mutex::new(Vec::new())),
             len: 0,
@@ -209,6 +215,9 @@ impl PtrJournal {
             .unwrap_or_else(|e| e.into_inner())
             .push((slot as u32, p));
         self.len += 1;
+        if slot == self.size {
+            self.size += 1;
+        }
     }
 
     /// The list as of now.
@@ -217,6 +226,7 @@ impl PtrJournal {
             base: self.base.clone(),
             changes: self.changes.clone(),
             len: self.len,
+            size: self.size,
         })
     }
 }

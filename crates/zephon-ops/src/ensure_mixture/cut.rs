@@ -5,8 +5,8 @@
 use super::{LaneMix, MixtureConfig, weight};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
-use zephon_core::checkpoint::cut::{CutContext, CutSource, OpCut, OpLaneCut};
-use zephon_core::{Error, LaneId, Record, Result, SamplePtr};
+use zephon_core::checkpoint::cut::{CutContext, CutSource, OpCut, OpLaneCut, element_pointer};
+use zephon_core::{Error, LaneId, Record, Result};
 
 /// The operator's state: per lane, and the records ready to leave.
 #[derive(Debug, Default)]
@@ -17,14 +17,6 @@ pub(super) struct State {
     /// Per lane during a restore: the cut being put back (the lane's state
     /// until it is) and how many of its records arrived.
     pub(super) restoring: BTreeMap<LaneId, (OpLaneCut, usize)>,
-}
-
-/// The single source pointer of a record, which a cut can list.
-fn pointer(r: &Record) -> Option<SamplePtr> {
-    match r.lineage.as_slice() {
-        [p] => Some(*p),
-        _ => None,
-    }
 }
 
 fn restore_error(lane: LaneId, message: impl Into<String>) -> Error {
@@ -56,7 +48,7 @@ impl CutSource for Shared {
             .out
             .iter()
             .filter(|r| r.lane == lane)
-            .map(pointer)
+            .map(element_pointer)
             .collect::<Option<Vec<_>>>()?;
         let empty = LaneMix::default();
         let l = st.lanes.get(&lane).unwrap_or(&empty);
@@ -64,7 +56,14 @@ impl CutSource for Shared {
             .queues
             .iter()
             .filter(|(_, q)| !q.is_empty())
-            .map(|(&d, q)| Some((d, q.iter().map(|(r, _)| pointer(r)).collect::<Option<_>>()?)))
+            .map(|(&d, q)| {
+                Some((
+                    d,
+                    q.iter()
+                        .map(|(r, _)| element_pointer(r))
+                        .collect::<Option<_>>()?,
+                ))
+            })
             .collect::<Option<Vec<_>>>()?;
         Some(OpLaneCut {
             op: "ensure_mixture".into(),
@@ -133,7 +132,7 @@ impl State {
             .chain(queues.iter().flat_map(|(_, q)| q))
             .nth(k)
             .copied();
-        if pointer(&r).map(|p| (p.dataset, p.shard, p.sample))
+        if element_pointer(&r).map(|p| (p.dataset, p.shard, p.sample))
             != expected.map(|p| (p.dataset, p.shard, p.sample))
         {
             return Err(restore_error(

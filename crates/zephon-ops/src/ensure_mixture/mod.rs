@@ -352,8 +352,11 @@ where
                         _ => r,
                     };
                     let st = &mut *st;
-                    // Left over only when the restore fell back to a replay.
-                    st.restoring.remove(&lane_id);
+                    // Left over only when the restore fell back to a replay;
+                    // empty otherwise, so the common path pays one check.
+                    if !st.restoring.is_empty() {
+                        st.restoring.remove(&lane_id);
+                    }
                     let lane = st.lanes.entry(lane_id).or_default();
                     lane.consumed += 1;
                     lane.last = this.restoring.is_some().then(|| r.identity());
