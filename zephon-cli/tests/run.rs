@@ -9,7 +9,7 @@ fn zephon() -> Command {
 
 fn recipe(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../examples/recipes")
+        .join("../examples/recipes")
         .join(name)
 }
 
