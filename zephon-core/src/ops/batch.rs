@@ -286,7 +286,10 @@ where
     fn size_hint(&self) -> (usize, Option<usize>) {
         let (lo, hi) = self.inner.size_hint();
         let t = self.tail.len();
-        (lo / self.size + t, hi.map(|h| h + t + self.open.len()))
+        (
+            (lo / self.size).saturating_add(t),
+            hi.and_then(|h| h.checked_add(t)?.checked_add(self.open.len())),
+        )
     }
 }
 

@@ -287,9 +287,10 @@ where
     fn size_hint(&self) -> (usize, Option<usize>) {
         let (lo, hi) = self.inner.size_hint();
         let extra = self.ready.len() + self.group.len() + self.carry.is_some() as usize;
+        let flying = self.in_flight.len().saturating_mul(self.max_group);
         (
-            lo + extra,
-            hi.map(|h| h + extra + self.in_flight.len() * self.max_group),
+            lo.saturating_add(extra),
+            hi.and_then(|h| h.checked_add(extra)?.checked_add(flying)),
         )
     }
 }

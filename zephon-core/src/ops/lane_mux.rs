@@ -169,7 +169,7 @@ where
     fn size_hint(&self) -> (usize, Option<usize>) {
         let q: usize = self.queues.iter().map(VecDeque::len).sum();
         let (lo, hi) = self.inner.size_hint();
-        (lo + q, hi.map(|h| h + q))
+        (lo.saturating_add(q), hi.and_then(|h| h.checked_add(q)))
     }
 }
 

@@ -195,9 +195,10 @@ where
     fn size_hint(&self) -> (usize, Option<usize>) {
         let (lo, hi) = self.inner.size_hint();
         let extra = self.ready.len() + self.pending.len();
+        let flying = self.in_flight.len().saturating_mul(self.micro);
         (
-            lo + extra,
-            hi.map(|h| h + extra + self.in_flight.len() * self.micro),
+            lo.saturating_add(extra),
+            hi.and_then(|h| h.checked_add(extra)?.checked_add(flying)),
         )
     }
 }

@@ -399,7 +399,7 @@ where
         let (_, hi) = self.inner.size_hint();
         let st = self.state.lock();
         let held = st.out.len() + st.lanes.values().map(|l| l.buffered).sum::<usize>();
-        (st.out.len(), hi.map(|h| h + held))
+        (st.out.len(), hi.and_then(|h| h.checked_add(held)))
     }
 }
 

@@ -305,7 +305,10 @@ where
             let c = self.core.lock().unwrap_or_else(|e| e.into_inner());
             c.out.len() + c.lanes.values().map(|l| l.buf.len()).sum::<usize>()
         };
-        (lo + extra, hi.map(|h| h + extra))
+        (
+            lo.saturating_add(extra),
+            hi.and_then(|h| h.checked_add(extra)),
+        )
     }
 }
 
