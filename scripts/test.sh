@@ -19,7 +19,7 @@ fi
 export PATH="$PATH:/usr/sbin"
 
 # The guide examples, one per tuning topic, each a small runnable program.
-for example in fetch_and_batch enable_observability prefetch_shards operator_parallelism prefetch_batches; do
+for example in fetch_and_batch enable_observability prefetch_shards operator_parallelism prefetch_batches async_loop; do
     echo "== example $example"
     cargo run --quiet -p zephon-examples --example "$example" > /dev/null
 done

@@ -91,6 +91,7 @@ mod progress;
 mod recipe;
 mod resume;
 mod state;
+mod stream;
 
 pub use cut::{CutContext, LaneCut, Listed, OpCut, OpLaneCut, Piece};
 pub use listed::{PtrJournal, PtrList};
@@ -98,3 +99,4 @@ pub use progress::{Checkpointed, CheckpointedExt, Delivered, Progress};
 pub use recipe::Recipe;
 pub use resume::{ResumeExt, ResumeFrom};
 pub use state::{CHECKPOINT_VERSION, Checkpoint, LaneProgress};
+pub use stream::{CheckpointedStream, CheckpointedStreamExt};
