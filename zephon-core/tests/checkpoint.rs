@@ -383,6 +383,60 @@ fn elastic_at_every_step_including_epoch_boundaries() {
     }
 }
 
+/// The promise as the README words it: checkpointed on 8 ranks, resumed on
+/// 4, checkpointed again, resumed on 1, with parallelism 8 on the restores;
+/// the global batches are the uninterrupted run's, at every step and lane.
+#[test]
+fn eight_ranks_resume_on_four_then_on_one() {
+    let restore = Exec {
+        parallelism: 8,
+        runner: Runner::Threads { workers: 4 },
+        prefetch: 3,
+        ..Exec::single(4)
+    };
+    for shape in [
+        epochs_shape(),
+        Shape {
+            mode: ShuffleMode::Block,
+            filter: Some(3),
+            ..epochs_shape()
+        },
+    ] {
+        let exec = Exec::single(4);
+        let (full, _) = run_ranks(&shape, exec, 8, None, usize::MAX / 8);
+        let full = global(&full);
+        let (one, _) = run_ranks(&shape, exec, 1, None, usize::MAX / 8);
+        assert_eq!(global(&one), full, "{shape:?}: 8 ranks and 1 agree");
+        let steps = full.len();
+        // Unfiltered, epoch 1 ends after step 5: cuts inside it, on it,
+        // across it.
+        for (on_8, on_4) in [(1, 2), (3, 3), (5, 1), (6, 3), (2, 7)] {
+            assert!(on_8 + on_4 < steps, "{shape:?}: {steps} steps");
+            let (head, at_8) = run_ranks(&shape, exec, 8, None, on_8);
+            let at_8 = Checkpoint::from_bytes(&at_8.to_bytes()).unwrap();
+            let (middle, at_4) = run_ranks(&shape, restore, 4, Some(&at_8), on_4);
+            let at_4 = Checkpoint::from_bytes(&at_4.to_bytes()).unwrap();
+            let (tail, _) = run_ranks(&shape, restore, 1, Some(&at_4), usize::MAX / 8);
+            let context = format!("{shape:?}: {on_8} steps on 8 ranks, {on_4} on 4, the rest on 1");
+            assert!(
+                !middle.is_empty() && !tail.is_empty(),
+                "{context}: a restore delivered nothing"
+            );
+            let mut joined = global(&head);
+            for (t, g) in global(&middle).into_iter().chain(global(&tail)) {
+                let slot = joined.entry(t).or_default();
+                for (lane, items) in g {
+                    assert!(
+                        slot.insert(lane, items).is_none(),
+                        "{context}: step {t} lane {lane} delivered twice"
+                    );
+                }
+            }
+            assert_eq!(joined, full, "{context}");
+        }
+    }
+}
+
 #[test]
 fn micro_batch_size_may_change_on_restore() {
     let shape = epochs_shape();
