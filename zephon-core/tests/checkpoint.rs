@@ -255,8 +255,15 @@ fn shapes() -> impl Strategy<Value = Shape> {
         )
 }
 
+/// Where to cut a run of `len` batches: `frac` of the way through, so the
+/// remainder a restore must deliver is never empty (a cut at the end would
+/// make "nothing repeated, nothing lost" hold trivially).
+fn cut_at(frac: f64, len: usize) -> usize {
+    ((frac * len as f64) as usize).min(len.saturating_sub(1))
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(24))]
+    #![proptest_config(ProptestConfig::with_cases(512))]
 
     /// A checkpoint after any number of batches, restored in a fresh pipeline
     /// with other execution settings, continues batch for batch.
@@ -264,14 +271,16 @@ proptest! {
     fn exact_resume(
         shape in shapes(),
         batch in 1usize..7,
-        cut in 0usize..80,
+        frac in 0.0f64..1.0,
         parallelism in 1usize..5,
         threads in any::<bool>(),
         prefetch in 0usize..4,
     ) {
         let exec = Exec::single(batch);
         let (full, _) = run(&shape, exec, None, usize::MAX).unwrap();
-        let cut = cut.min(full.len());
+        // A filter may drop every record of a tiny corpus: nothing to cut.
+        prop_assume!(!full.is_empty());
+        let cut = cut_at(frac, full.len());
         let (head, ckpt) = run(&shape, exec, None, cut).unwrap();
         prop_assert_eq!(&head[..], &full[..cut]);
         // Through the binary form, as a restarted process would read it.
@@ -283,16 +292,27 @@ proptest! {
             ..exec
         };
         let (rest, _) = run(&shape, resumed, Some(&ckpt), usize::MAX).unwrap();
+        prop_assert!(!rest.is_empty(), "cut {} of {}: the restore delivered nothing", cut, full.len());
         prop_assert_eq!(&rest[..], &full[cut..]);
     }
 
     /// Checkpointed on 2 ranks at any step, restored on 4 ranks, on 1, or on
     /// 2 with the other ownership: every later global batch is the same.
     #[test]
-    fn elastic_resume(shape in shapes(), batch in 1usize..5, k in 0usize..12) {
+    fn elastic_resume(shape in shapes(), batch in 1usize..5, frac in 0.0f64..1.0) {
         let shape = Shape { lanes: 4, ..shape };
         let exec = Exec::single(batch);
         let (full, _) = run_ranks(&shape, exec, 2, None, usize::MAX / 8);
+        prop_assume!(!full.is_empty());
+        // A rank takes `k` batches per lane it owns, whichever lanes they
+        // come from once one runs dry; something is left after the cut
+        // when one rank delivered more than that in the whole run.
+        let per_rank = 2;
+        let most = (0..2)
+            .map(|r| full.iter().filter(|(lane, _, _)| lane / per_rank == r).count())
+            .max()
+            .unwrap();
+        let k = cut_at(frac, most.div_ceil(per_rank as usize));
         let full = global(&full);
         let (head, ckpt) = run_ranks(&shape, exec, 2, None, k);
         let head = global(&head);
@@ -304,6 +324,7 @@ proptest! {
         for (world, ownership) in [(4, Ownership::Contiguous), (1, Ownership::Contiguous), (2, Ownership::Interleaved)] {
             let e = Exec { ownership, ..exec };
             let (rest, _) = run_ranks(&shape, e, world, Some(&ckpt), usize::MAX / 8);
+            prop_assert!(!rest.is_empty(), "step {} of {}, {} ranks: the restore delivered nothing", k, full.len(), world);
             let mut joined = head.clone();
             for (t, g) in global(&rest) {
                 let slot = joined.entry(t).or_default();
@@ -358,6 +379,60 @@ fn elastic_at_every_step_including_epoch_boundaries() {
                 rest, expected,
                 "checkpoint at step {k}, restored on {world} ranks"
             );
+        }
+    }
+}
+
+/// The promise as the README words it: checkpointed on 8 ranks, resumed on
+/// 4, checkpointed again, resumed on 1, with parallelism 8 on the restores;
+/// the global batches are the uninterrupted run's, at every step and lane.
+#[test]
+fn eight_ranks_resume_on_four_then_on_one() {
+    let restore = Exec {
+        parallelism: 8,
+        runner: Runner::Threads { workers: 4 },
+        prefetch: 3,
+        ..Exec::single(4)
+    };
+    for shape in [
+        epochs_shape(),
+        Shape {
+            mode: ShuffleMode::Block,
+            filter: Some(3),
+            ..epochs_shape()
+        },
+    ] {
+        let exec = Exec::single(4);
+        let (full, _) = run_ranks(&shape, exec, 8, None, usize::MAX / 8);
+        let full = global(&full);
+        let (one, _) = run_ranks(&shape, exec, 1, None, usize::MAX / 8);
+        assert_eq!(global(&one), full, "{shape:?}: 8 ranks and 1 agree");
+        let steps = full.len();
+        // Unfiltered, epoch 1 ends after step 5: cuts inside it, on it,
+        // across it.
+        for (on_8, on_4) in [(1, 2), (3, 3), (5, 1), (6, 3), (2, 7)] {
+            assert!(on_8 + on_4 < steps, "{shape:?}: {steps} steps");
+            let (head, at_8) = run_ranks(&shape, exec, 8, None, on_8);
+            let at_8 = Checkpoint::from_bytes(&at_8.to_bytes()).unwrap();
+            let (middle, at_4) = run_ranks(&shape, restore, 4, Some(&at_8), on_4);
+            let at_4 = Checkpoint::from_bytes(&at_4.to_bytes()).unwrap();
+            let (tail, _) = run_ranks(&shape, restore, 1, Some(&at_4), usize::MAX / 8);
+            let context = format!("{shape:?}: {on_8} steps on 8 ranks, {on_4} on 4, the rest on 1");
+            assert!(
+                !middle.is_empty() && !tail.is_empty(),
+                "{context}: a restore delivered nothing"
+            );
+            let mut joined = global(&head);
+            for (t, g) in global(&middle).into_iter().chain(global(&tail)) {
+                let slot = joined.entry(t).or_default();
+                for (lane, items) in g {
+                    assert!(
+                        slot.insert(lane, items).is_none(),
+                        "{context}: step {t} lane {lane} delivered twice"
+                    );
+                }
+            }
+            assert_eq!(joined, full, "{context}");
         }
     }
 }

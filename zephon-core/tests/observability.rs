@@ -184,20 +184,59 @@ fn snapshots_from_another_thread_during_iteration() {
     let obs = it.enable_observability(Tracking::Operator);
     let stop = Arc::new(AtomicBool::new(false));
     let (o, s) = (obs.clone(), stop.clone());
+    // 8 shards of 500 records: 4000 records, 500 batches of 8.
+    let names = ["fetch", "map_par", "batch", "prefetch_batches"];
+    let most = [4000, 4000, 500, 500];
     let watcher = std::thread::spawn(move || {
         let mut taken = 0;
+        let mut last_out = [0u64; 4];
+        let mut last_samples = 0;
         while !s.load(Ordering::Relaxed) {
-            let _ = o.metrics_snapshot().to_string();
-            let _ = o.fetch_timing_snapshot().to_string();
-            let _ = o.prefetch_timing_snapshot();
-            let _ = o.bottleneck_report();
+            // Every snapshot is whole and readable, and counters only grow,
+            // whenever it is taken.
+            let m = o.metrics_snapshot();
+            let seen: Vec<&str> = m.operators.iter().map(|op| op.name.as_str()).collect();
+            assert_eq!(seen, names, "snapshot {taken}");
+            let table = m.to_string();
+            for (i, op) in m.operators.iter().enumerate() {
+                assert!(table.contains(&op.name), "snapshot {taken}: {table}");
+                assert!(
+                    op.elements_out >= last_out[i] && op.elements_out <= most[i],
+                    "snapshot {taken}: {} out {}, before {}, at most {}",
+                    op.name,
+                    op.elements_out,
+                    last_out[i],
+                    most[i]
+                );
+                last_out[i] = op.elements_out;
+            }
+            let f = o.fetch_timing_snapshot();
+            assert!(
+                f.totals.samples >= last_samples && f.totals.samples <= 4000,
+                "snapshot {taken}: {} samples fetched, before {last_samples}",
+                f.totals.samples
+            );
+            assert!(f.per_shard.len() <= 8, "snapshot {taken}: {f}");
+            assert!(f.per_shard.iter().all(|sh| sh.samples <= 500), "{f}");
+            last_samples = f.totals.samples;
+            let p = o.prefetch_timing_snapshot();
+            assert_eq!(p.requests, 0, "no prefetch stage, no prefetch requests");
+            let r = o.bottleneck_report();
+            assert!(!r.summary.is_empty(), "snapshot {taken}: {r}");
             taken += 1;
         }
-        taken
+        (taken, last_out)
     });
     assert_eq!(drain(&mut it), 500);
     stop.store(true, Ordering::Relaxed);
-    assert!(watcher.join().unwrap() > 0);
+    let (taken, last_out) = watcher.join().unwrap();
+    assert!(taken > 0);
+    // After the run, every counter is at its total.
+    let m = obs.metrics_snapshot();
+    let outs: Vec<u64> = m.operators.iter().map(|op| op.elements_out).collect();
+    assert_eq!(outs, most);
+    assert!(last_out.iter().zip(&most).all(|(l, m)| l <= m));
+    assert_eq!(obs.fetch_timing_snapshot().totals.samples, 4000);
 }
 
 #[test]

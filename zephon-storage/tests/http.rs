@@ -3,6 +3,9 @@
 mod common;
 
 use common::{Nginx, cache_opts, fields, read_all, write_dataset};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
 use zephon_core::Dataset;
 use zephon_storage::backend::{Backend, runtime};
 use zephon_storage::scan::build_index;
@@ -110,10 +113,12 @@ fn a_cache_too_small_for_the_working_set_is_reported_as_thrashing() {
     let rd = RemoteDataset::open("d", &nginx.uri(), &opts).unwrap();
     // Shard after shard, one read at a time: a cyclic scan larger than the
     // cache. The memory tier cannot evict a shard while its disk-tier write
-    // is in flight (foyer pins it), so each read waits for the last write.
+    // is in flight (foyer pins it), so after a download each read waits
+    // until the disk tier's files show the write.
+    let disk = t.path().join("small-cache");
     for pass in 0..3 {
-        for (remote, local) in rd.dataset().shards().iter().zip(local.shards()) {
-            std::thread::sleep(std::time::Duration::from_millis(50));
+        for (s, (remote, local)) in rd.dataset().shards().iter().zip(local.shards()).enumerate() {
+            let (before, hits) = (disk_tier(&disk), rd.cache_stats().hits);
             let n = local.len();
             let got = runtime::block_on(remote.read_run(0, n)).unwrap();
             let want = runtime::block_on(local.read_run(0, n)).unwrap();
@@ -122,6 +127,16 @@ fn a_cache_too_small_for_the_working_set_is_reported_as_thrashing() {
                 fields(&want),
                 "pass {pass}: every record despite the evictions"
             );
+            let downloaded = rd.cache_stats().hits == hits;
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while downloaded && disk_tier(&disk) == before {
+                assert!(
+                    Instant::now() < deadline,
+                    "pass {pass}, shard {s}: downloaded, but not written to the disk tier at `{}` within 10 s",
+                    disk.display()
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
         }
     }
     let s = rd.cache_stats();
@@ -134,4 +149,25 @@ fn a_cache_too_small_for_the_working_set_is_reported_as_thrashing() {
         s.thrashing,
         "a shard downloaded 3 times flags thrashing: {s:?}"
     );
+}
+
+/// Every file under `dir` (the disk tier's block files) with its size and
+/// modification time: a write to the disk tier changes one of them.
+fn disk_tier(dir: &Path) -> BTreeMap<PathBuf, (u64, SystemTime)> {
+    let mut files = BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let m = e.metadata().unwrap();
+            if m.is_dir() {
+                todo.push(e.path());
+            } else {
+                files.insert(e.path(), (m.len(), m.modified().unwrap()));
+            }
+        }
+    }
+    files
 }

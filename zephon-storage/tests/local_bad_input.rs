@@ -1,24 +1,25 @@
 //! Bad local input gives errors that name the file, the line or the path.
 
-use zephon_core::{Dataset, PipelineExt, Runner, WorkSource};
+use zephon_core::{Dataset, PipelineExt, Record, Runner, WorkSource};
 use zephon_storage::DatasetExt;
 
-fn drain(ds: Dataset) -> zephon_core::Result<usize> {
+/// Every record of `ds`, shards in order and each read front to back.
+fn drain(ds: Dataset) -> zephon_core::Result<Vec<Record>> {
     let ws = WorkSource::builder()
         .dataset(ds, 1.0)
         .shuffle_shards(false)
         .shuffle_within_shard(false)
         .build()?;
-    let mut n = 0;
+    let mut records = Vec::new();
     for b in ws
         .stream()
         .fetch(2)
         .batch(4)
         .into_blocking_iter(Runner::threads())?
     {
-        n += b?.len();
+        records.extend(b?.items);
     }
-    Ok(n)
+    Ok(records)
 }
 
 #[test]
@@ -73,8 +74,13 @@ fn a_local_read_gives_every_record_once() {
             .collect();
         std::fs::write(dir.path().join(format!("{s}.jsonl")), lines).unwrap();
     }
-    assert_eq!(
-        drain(Dataset::from_path("ok", dir.path()).unwrap()).unwrap(),
-        75
-    );
+    let ids: Vec<i64> = drain(Dataset::from_path("ok", dir.path()).unwrap())
+        .unwrap()
+        .iter()
+        .map(|r| r.get("id").and_then(|v| v.as_int()).unwrap())
+        .collect();
+    let want: Vec<i64> = (0..3)
+        .flat_map(|s| (0..25).map(move |i| s * 100 + i))
+        .collect();
+    assert_eq!(ids, want);
 }
