@@ -86,3 +86,72 @@ fn a_misplaced_operator_is_named() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("ops[0]") && err.contains("batch"), "{err}");
 }
+
+/// A recipe whose `to_training` panics on its first batch (a row length so
+/// large that sizing the batch overflows), under both runners: the run fails
+/// with the panic on stderr, and delivers no summary as if the data had run
+/// out.
+#[test]
+fn a_panicking_operator_fails_the_run() {
+    let data = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/data");
+    let dir = tempfile::tempdir().unwrap();
+    for runner in ["inline", "threads"] {
+        let path = dir.path().join(format!("{runner}.toml"));
+        std::fs::write(
+            &path,
+            format!(
+                r#"[run]
+runner = "{runner}"
+
+[[datasets]]
+name = "web"
+uri = "{web}"
+
+[[ops]]
+op = "fetch"
+parallelism = 2
+
+[[ops]]
+op = "tokenize"
+tokenizer = "{tokenizer}"
+field = "text"
+parallelism = 2
+
+[[ops]]
+op = "batch"
+size = 4
+
+[[ops]]
+op = "lane_mux"
+
+[[ops]]
+op = "to_training"
+seq_len = 4611686018427387904
+
+[[ops]]
+op = "prefetch_batches"
+depth = 2
+"#,
+                web = data.join("web").display(),
+                tokenizer = data.join("tokenizer.json").display(),
+            ),
+        )
+        .unwrap();
+        let out = zephon()
+            .args(["run", "--json"])
+            .arg(&path)
+            .env("RUST_BACKTRACE", "0")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(!out.status.success(), "{runner}: exit 0\n{err}\n{stdout}");
+        assert_eq!(out.status.code(), Some(1), "{runner}: {err}");
+        assert!(
+            err.contains("error: operator `prefetch_batches`: panic in pipeline")
+                && err.contains("overflow"),
+            "{runner}: {err}"
+        );
+        assert!(!stdout.contains("\"summary\""), "{runner}: {stdout}");
+    }
+}

@@ -78,6 +78,17 @@ pub enum Error {
         /// What happened.
         message: String,
     },
+    /// A panic inside the pipeline: in an operator's closure or task (`op`
+    /// names it), or elsewhere in the task driving the pipeline. The pipeline
+    /// cannot go on after it: whatever the panicking code held is lost, so
+    /// continuing would drop samples silently. It ends after this error.
+    #[error("{}", panic_text(.op, .payload))]
+    Panic {
+        /// The operator whose closure or task panicked, where known.
+        op: Option<&'static str>,
+        /// The panic's message.
+        payload: String,
+    },
     /// A checkpoint could not be read or written, or does not fit this run.
     #[error("checkpoint `{origin}`: {message}")]
     Checkpoint {
@@ -97,7 +108,28 @@ pub enum Error {
     },
 }
 
+fn panic_text(op: &Option<&'static str>, payload: &str) -> String {
+    match op {
+        Some(op) => format!("operator `{op}`: panic in pipeline: {payload}"),
+        None => format!("panic in pipeline: {payload}"),
+    }
+}
+
 impl Error {
+    /// The error for a caught panic: `op` is the operator whose closure or
+    /// task panicked, where known.
+    pub fn panic(op: Option<&'static str>, payload: Box<dyn std::any::Any + Send>) -> Self {
+        Error::Panic {
+            op,
+            payload: panic_message(payload.as_ref()),
+        }
+    }
+
+    /// Whether this is a caught panic, after which the pipeline ends.
+    pub fn is_panic(&self) -> bool {
+        matches!(self, Error::Panic { .. })
+    }
+
     /// A configuration error for `key`.
     pub fn config(key: impl Into<String>, message: impl Into<String>) -> Self {
         Error::Config {
@@ -113,4 +145,12 @@ impl Error {
             source: source.into(),
         }
     }
+}
+
+/// The text of a panic payload (`panic!` with a literal or a formatted message).
+pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(a panic payload that is not a string)".into())
 }

@@ -50,6 +50,8 @@ impl<U> InFlight<U> {
 /// worker threads (in place under the inline runner). Output order equals
 /// input order unless [`MapPar::unordered`] opts out. Errors in the input pass
 /// through in place; an error returned by `f` becomes that element's item.
+/// A panic in `f` is an [`Error::Panic`](crate::Error::Panic) naming
+/// `map_par`, under every runner, and the stream ends after it.
 ///
 /// Created by [`PipelineExt::map_par`](crate::PipelineExt::map_par).
 ///
@@ -72,6 +74,9 @@ pub struct MapPar<S, T, U> {
     in_flight: InFlight<U>,
     ready: VecDeque<Result<U>>,
     done: bool,
+    /// A micro-batch was lost (its closure panicked): the stream ends after
+    /// the error rather than go on without those elements.
+    failed: bool,
     probe: Probe,
 }
 
@@ -90,6 +95,7 @@ impl<S, T, U> MapPar<S, T, U> {
             in_flight: InFlight::Ordered(FuturesOrdered::new()),
             ready: VecDeque::new(),
             done: false,
+            failed: false,
             probe: Probe::default(),
         }
     }
@@ -134,6 +140,9 @@ where
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut this = self.project();
+        if *this.failed {
+            return Poll::Ready(None);
+        }
         this.probe
             .attach("map_par", *this.k, Some((*this.k * *this.micro) as u64));
         loop {
@@ -179,7 +188,11 @@ where
             }
             match this.in_flight.poll_next(cx) {
                 Poll::Ready(Some(Ok(out))) => this.ready.extend(out),
-                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
+                Poll::Ready(Some(Err(e))) => {
+                    // A whole micro-batch is gone with the panic.
+                    *this.failed = true;
+                    return Poll::Ready(Some(Err(e)));
+                }
                 Poll::Ready(None) => {
                     if *this.done {
                         this.probe.finish();

@@ -1,12 +1,15 @@
 //! `prefetch_batches`: finished elements buffered ahead of the consumer.
 
+use crate::error::{Error, Result};
 use crate::obs::{Explain, Observer, Probe, StageDescription};
-use futures::Stream;
-use futures::StreamExt;
+use futures::{FutureExt, Stream, StreamExt};
 use std::fmt;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use tokio::sync::mpsc;
+
+/// The deepest queue `prefetch_batches` keeps (tokio's channels refuse more).
+pub const MAX_DEPTH: usize = usize::MAX >> 4;
 
 enum State<S: Stream> {
     Idle(Pin<Box<S>>),
@@ -21,7 +24,13 @@ enum State<S: Stream> {
 /// Drives the upstream on its own task, keeping up to `n` finished elements
 /// (usually batches) ready for the consumer, so short hiccups upstream do not
 /// stall the training loop. The data and its order are unchanged. With `n = 0`,
-/// or outside a tokio runtime, it passes elements straight through.
+/// or outside a tokio runtime, it passes elements straight through. A depth
+/// beyond [`MAX_DEPTH`] is taken as `MAX_DEPTH` (the queue grows only as
+/// elements arrive, so that is no bound in practice).
+///
+/// A panic upstream, on the task it drives, is an
+/// [`Error::Panic`](crate::Error::Panic) naming `prefetch_batches`, and the
+/// stream ends after it.
 ///
 /// Created by [`PipelineExt::prefetch_batches`](crate::PipelineExt::prefetch_batches).
 ///
@@ -83,14 +92,14 @@ impl<S: Stream> Drop for PrefetchBatches<S> {
     }
 }
 
-impl<S> Stream for PrefetchBatches<S>
+impl<S, T> Stream for PrefetchBatches<S>
 where
-    S: Stream + Send + 'static,
-    S::Item: Send + 'static,
+    S: Stream<Item = Result<T>> + Send + 'static,
+    T: Send + 'static,
 {
-    type Item = S::Item;
+    type Item = Result<T>;
 
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<T>>> {
         // `State` holds only boxed streams and handles, so it is `Unpin`.
         let this = &mut *self;
         this.probe
@@ -101,10 +110,28 @@ where
             };
             this.state = match tokio::runtime::Handle::try_current() {
                 Ok(handle) => {
-                    let (tx, rx) = mpsc::channel(this.depth);
+                    let (tx, rx) = mpsc::channel(this.depth.min(MAX_DEPTH));
                     let stats = this.probe.shared();
                     let drive = async move {
-                        while let Some(x) = s.next().await {
+                        loop {
+                            // The upstream is dropped after a panic, never
+                            // polled again: its state is unknown.
+                            let x =
+                                match std::panic::AssertUnwindSafe(s.next()).catch_unwind().await {
+                                    Ok(Some(x)) => x,
+                                    Ok(None) => break,
+                                    Err(payload) => {
+                                        let e = Error::Panic {
+                                            op: Some("prefetch_batches"),
+                                            payload: format!(
+                                                "{} (upstream, on the task it drives)",
+                                                crate::error::panic_message(payload.as_ref())
+                                            ),
+                                        };
+                                        let _ = tx.send(Err(e)).await;
+                                        break;
+                                    }
+                                };
                             let t = stats.as_ref().map(|_| std::time::Instant::now());
                             if tx.send(x).await.is_err() {
                                 break;

@@ -2,7 +2,7 @@
 //! hand-off from the threads runner, and the consumer's clock.
 
 use super::Runner;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::obs::{Observer, Tracking};
 use futures::{FutureExt, Stream, StreamExt};
 use std::pin::Pin;
@@ -10,6 +10,10 @@ use std::time::Instant;
 
 /// A pipeline driven to completion from synchronous code, one item per
 /// `next()`. Owns its runtime.
+///
+/// A panic anywhere in the pipeline, under either runner, is an
+/// [`Error::Panic`] (naming the operator where known), after which the
+/// iterator ends: a failed pipeline never looks like one that ran out of data.
 ///
 /// ```
 /// use zephon_core::{PipelineExt, Runner};
@@ -167,17 +171,31 @@ fn drive<T: Send + 'static>(
 ) -> Source<T> {
     let (tx, rx) = tokio::sync::mpsc::channel(HANDOFF_DEPTH);
     let driver = async move {
-        while let Some(first) = stream.next().await {
+        loop {
+            let first = match next_or_panic(&mut stream).await {
+                Some(x) => x,
+                None => break,
+            };
             let mut chunk = Vec::with_capacity(HANDOFF_CHUNK);
+            let mut stop = ends_pipeline(&first);
             chunk.push(first);
-            while chunk.len() < HANDOFF_CHUNK {
-                match stream.next().now_or_never() {
-                    Some(Some(x)) => chunk.push(x),
-                    _ => break,
+            while chunk.len() < HANDOFF_CHUNK && !stop {
+                match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    stream.next().now_or_never()
+                })) {
+                    Ok(Some(Some(x))) => {
+                        stop = ends_pipeline(&x);
+                        chunk.push(x);
+                    }
+                    Ok(_) => break,
+                    Err(payload) => {
+                        chunk.push(Err(Error::panic(None, payload)));
+                        stop = true;
+                    }
                 }
             }
             let last = chunk.last().is_some_and(|r| r.is_err());
-            if tx.send(chunk).await.is_err() || last {
+            if tx.send(chunk).await.is_err() || last || stop {
                 break;
             }
         }
@@ -192,6 +210,23 @@ fn drive<T: Send + 'static>(
         local: Default::default(),
         task,
     }
+}
+
+/// The next item of `stream`, a panic while computing it turned into an
+/// error (the stream is not polled again after one).
+async fn next_or_panic<T>(stream: &mut BoxedPipeline<T>) -> Option<Result<T>> {
+    match std::panic::AssertUnwindSafe(stream.next())
+        .catch_unwind()
+        .await
+    {
+        Ok(x) => x,
+        Err(payload) => Some(Err(Error::panic(None, payload))),
+    }
+}
+
+/// Whether the pipeline cannot go on after `item` (a caught panic).
+fn ends_pipeline<T>(item: &Result<T>) -> bool {
+    matches!(item, Err(e) if e.is_panic())
 }
 
 /// Polls `inner`, the first time with `observer`, if any, as the current
@@ -253,7 +288,11 @@ impl<T> Iterator for BlockingIter<T> {
                     !self.fast_consumer || (self.untimed + 1).is_multiple_of(FAST_SAMPLE_EVERY);
                 asked = (timed && sample).then(Instant::now);
                 untimed_waited = true;
-                self.runtime.block_on(stream.next())
+                let runtime = &self.runtime;
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    runtime.block_on(stream.next())
+                }))
+                .unwrap_or_else(|payload| Some(Err(Error::panic(None, payload))))
             }
             Source::Driven { rx, local, .. } => {
                 if local.is_empty() {
@@ -266,6 +305,14 @@ impl<T> Iterator for BlockingIter<T> {
             }
             Source::Idle(_) | Source::Taken => None,
         };
+        if item.as_ref().is_some_and(ends_pipeline) {
+            // Nothing after a panic can be trusted: stop the pipeline (its
+            // task, if any) and end here.
+            if let Source::Driven { task, .. } = &self.source {
+                task.abort();
+            }
+            self.source = Source::Taken;
+        }
         if let Some(o) = &self.observer {
             if item.is_some() {
                 self.local.n += 1;

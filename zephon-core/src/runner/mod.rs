@@ -77,6 +77,16 @@ pub fn num_cpus() -> usize {
 /// Runs CPU-heavy `f` off the async reactor when the current runtime has
 /// worker threads (the threads runner), in place otherwise (the inline runner,
 /// or no runtime at all). Operators call this once per micro-batch.
+///
+/// A panic in `f` is caught under every runner and comes back as
+/// [`Error::Panic`] naming `op`, never as an unwinding caller or a silently
+/// ended stream.
+///
+/// ```
+/// use zephon_core::runner::offload;
+/// let r = futures::executor::block_on(offload("my_op", || -> u32 { panic!("boom") }));
+/// assert_eq!(r.unwrap_err().to_string(), "operator `my_op`: panic in pipeline: boom");
+/// ```
 pub fn offload<F, R>(op: &'static str, f: F) -> BoxFuture<'static, Result<R>>
 where
     F: FnOnce() -> R + Send + 'static,
@@ -86,23 +96,21 @@ where
         Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => h
             .spawn_blocking(f)
             .map(move |r| {
-                r.map_err(|e| Error::Operator {
-                    op,
-                    message: if e.is_panic() {
-                        format!("closure panicked: {}", panic_message(e.into_panic()))
-                    } else {
-                        "task cancelled".into()
+                r.map_err(|e| match e.try_into_panic() {
+                    Ok(payload) => Error::panic(Some(op), payload),
+                    Err(_) => Error::Operator {
+                        op,
+                        message: "task cancelled".into(),
                     },
                 })
             })
             .boxed(),
-        _ => futures::future::ready(Ok(f())).boxed(),
+        // The closure owns its input and its result is dropped on a panic,
+        // so nothing half-updated is observed afterwards.
+        _ => futures::future::ready(
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+                .map_err(|payload| Error::panic(Some(op), payload)),
+        )
+        .boxed(),
     }
-}
-
-fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
-    p.downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| p.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "(non-string panic)".into())
 }
