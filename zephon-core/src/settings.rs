@@ -50,15 +50,22 @@ impl Range {
         self.check(key, value as u64).map(|v| v as usize)
     }
 
+    /// Whether `value` lies in the range.
+    pub fn contains(&self, value: u64) -> bool {
+        (self.min..=self.max).contains(&value)
+    }
+
+    /// What is wrong with `value`, for an error message.
+    pub fn message(&self, value: impl std::fmt::Display) -> String {
+        format!(
+            "{value} is out of range {}..={} ({})",
+            self.min, self.max, self.why
+        )
+    }
+
     /// The error for `value` out of this range.
     pub fn error(&self, key: &str, value: impl std::fmt::Display) -> Error {
-        Error::config(
-            key,
-            format!(
-                "{value} is out of range {}..={} ({})",
-                self.min, self.max, self.why
-            ),
-        )
+        Error::config(key, self.message(value))
     }
 }
 
