@@ -50,6 +50,7 @@ pub mod ops;
 pub mod pointer;
 pub mod record;
 pub mod runner;
+pub mod settings;
 pub mod work;
 
 pub use dataset::{Catalog, Dataset, InMemoryShard, Shard};

@@ -110,6 +110,22 @@ impl std::fmt::Display for FoundKind {
 }
 
 impl Error {
+    /// `n` if `range` holds it, else a [`Error::Config`] naming `key`.
+    pub(crate) fn in_range(
+        range: zephon_core::settings::Range,
+        key: &'static str,
+        n: usize,
+    ) -> Result<usize> {
+        if range.contains(n as u64) {
+            Ok(n)
+        } else {
+            Err(Error::Config {
+                key,
+                message: range.message(n),
+            })
+        }
+    }
+
     pub(crate) fn missing(
         op: &'static str,
         field: &str,

@@ -72,3 +72,83 @@ pub trait TextPipelineExt: Stream + Sized {
 }
 
 impl<S: Stream> TextPipelineExt for S {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{PackAlgorithm, TrainingConfig};
+    use zephon_core::{PipelineExt, Runner, Value};
+
+    /// The first item is the error naming `key`, and the stream ends there.
+    fn refused<T: Send + 'static>(s: impl Stream<Item = Result<T>> + Send + 'static, key: &str) {
+        let mut it = s.into_blocking_iter(Runner::Inline).unwrap();
+        match it.next() {
+            Some(Err(e)) => assert!(e.to_string().contains(&format!("`{key}`")), "{key}: {e}"),
+            Some(Ok(_)) => panic!("{key}: an element instead of an error"),
+            None => panic!("{key}: an empty stream instead of an error"),
+        }
+        assert!(it.next().is_none(), "{key}: the stream goes on");
+    }
+
+    fn docs() -> impl Stream<Item = Result<Record>> + Send + 'static {
+        futures::stream::iter(
+            (1..=4u32)
+                .map(|n| Ok(Record::new().with("input_ids", Value::Tokens(vec![n; n as usize])))),
+        )
+    }
+
+    fn tokenizer() -> TokenizeConfig {
+        TokenizeConfig::from_bytes(include_bytes!("../tests/fixtures/tokenizer.json")).unwrap()
+    }
+
+    #[test]
+    fn out_of_range_options_are_errors_at_the_first_poll() {
+        let pack = |n| PackConfig::new(n, PackAlgorithm::FirstFit);
+        refused(docs().pack_sequences(pack(0)), "pack.max_length");
+        refused(docs().pack_sequences(pack(usize::MAX)), "pack.max_length");
+        refused(docs().pack_sequences(pack(8).num_bins(0)), "pack.num_bins");
+        refused(
+            docs().pack_sequences(pack(8).max_sequences_per_bin(0)),
+            "pack.max_sequences_per_bin",
+        );
+        refused(docs().pack_flat(0, 0), "pack_flat.max_length");
+        refused(
+            docs().batch(2).to_training(TrainingConfig::new(0)),
+            "to_training.seq_len",
+        );
+        refused(
+            docs()
+                .batch(2)
+                .to_training(TrainingConfig::new(i64::MAX as usize)),
+            "to_training.seq_len",
+        );
+        refused(
+            docs().ensure_mixture(MixtureConfig::new([(0, f64::NAN)])),
+            "ensure_mixture.weights",
+        );
+        refused(
+            docs().ensure_mixture(MixtureConfig::new([(0, f64::INFINITY), (1, 1.0)])),
+            "ensure_mixture.weights",
+        );
+        refused(
+            docs().ensure_mixture(MixtureConfig::new([(0, 1.0)]).max_buffer_size(0)),
+            "ensure_mixture.max_buffer_size",
+        );
+        refused(docs().tokenize(tokenizer(), 0), "tokenize.parallelism");
+        refused(
+            docs().tokenize(tokenizer(), 100_000),
+            "tokenize.parallelism",
+        );
+        refused(
+            docs().tokenize(tokenizer().micro_batch(0), 2),
+            "tokenize.micro_batch",
+        );
+        refused(
+            docs().tokenize(
+                tokenizer().max_length(usize::MAX, crate::Overflow::Split),
+                2,
+            ),
+            "tokenize.max_length",
+        );
+    }
+}

@@ -4,6 +4,7 @@ use crate::error::{Error, Result};
 use crate::fields;
 use crate::training::{IGNORE_INDEX, IdType, TokenIds, TrainingBatch};
 use zephon_core::obs::{Explain, Probe, StageDescription};
+use zephon_core::settings::SEQ_LEN;
 use zephon_core::{Batch, LaneId, Record};
 
 /// Collates `(ids, segment_ids)` rows; see [`TrainingBatch::from_rows`].
@@ -108,7 +109,21 @@ pub struct TrainingConfig {
 }
 
 impl TrainingConfig {
-    /// Rows of `seq_len`, padded with id 0, `u32` ids.
+    /// Checks `seq_len` against [`SEQ_LEN`] (1 to 16 Mi tokens): a row is
+    /// allocated whole, so a larger one is a typo, not a plan.
+    ///
+    /// ```
+    /// use zephon_ops::TrainingConfig;
+    /// assert!(TrainingConfig::new(2048).validate().is_ok());
+    /// let e = TrainingConfig::new(usize::MAX).validate().unwrap_err();
+    /// assert!(e.to_string().contains("to_training.seq_len"), "{e}");
+    /// ```
+    pub fn validate(&self) -> Result<()> {
+        Error::in_range(SEQ_LEN, "to_training.seq_len", self.seq_len).map(|_| ())
+    }
+
+    /// Rows of `seq_len`, padded with id 0, `u32` ids; `seq_len` must lie
+    /// in [`SEQ_LEN`] (see [`validate`](Self::validate)).
     pub fn new(seq_len: usize) -> Self {
         TrainingConfig {
             seq_len,
@@ -192,12 +207,19 @@ pub struct ToTraining<S> {
     inner: S,
     config: TrainingConfig,
     probe: Probe,
+    // An out-of-range option, reported by the first poll (a chain method
+    // cannot return it); then the stream ends.
+    invalid: Option<Error>,
+    failed: bool,
 }
 
 impl<S> ToTraining<S> {
-    /// Wraps `inner`.
+    /// Wraps `inner`. A `config` that [`TrainingConfig::validate`] refuses
+    /// makes the first poll return that error, and the stream end.
     pub fn new(inner: S, config: TrainingConfig) -> Self {
         ToTraining {
+            invalid: config.validate().err(),
+            failed: false,
             inner,
             config,
             probe: Probe::default(),
@@ -216,6 +238,13 @@ where
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Self::Item>> {
         let this = self.project();
+        if let Some(e) = this.invalid.take() {
+            *this.failed = true;
+            return std::task::Poll::Ready(Some(Err(e.into())));
+        }
+        if *this.failed {
+            return std::task::Poll::Ready(None);
+        }
         this.probe.attach("to_training", 1, None);
         let out = this.inner.poll_next(cx).map(|o| {
             o.map(|r| {

@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod build_index;
 pub mod demo;
+pub mod flags;
 pub mod inspect;
 pub mod ranks;
 pub mod run;

@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 use crate::obs::{Explain, Probe, StageDescription};
 use crate::pointer::{Identity, LaneId, Laned};
 use crate::record::Record;
+use crate::settings::BATCH_SIZE;
 use futures::Stream;
 use pin_project::pin_project;
 use std::collections::{BTreeMap, VecDeque};
@@ -93,6 +94,9 @@ pub struct Batcher<S, T> {
     probe: Probe,
     board_looked: bool,
     checkpoint: Option<Checkpointing>,
+    // An out-of-range size, reported by the first poll (a chain method
+    // cannot return it).
+    invalid: Option<Error>,
 }
 
 /// Batch's part in a checkpointed pipeline: it asks the board for a lane's
@@ -134,11 +138,23 @@ impl CutSource for BatchLanes {
 }
 
 impl<S, T> Batcher<S, T> {
-    /// Batches of `size` (at least 1).
+    /// Batches of `size`, in [`BATCH_SIZE`] (1 to 1,048,576): any other
+    /// size makes the first poll return an [`Error::Config`] naming
+    /// `batch.size`, and the stream end.
+    ///
+    /// ```
+    /// use zephon_core::{PipelineExt, Record, Runner};
+    /// let recs = futures::stream::iter(vec![Ok(Record::new())]);
+    /// let mut it = recs.batch(0).into_blocking_iter(Runner::Inline).unwrap();
+    /// assert!(it.next().unwrap().unwrap_err().to_string().contains("batch.size"));
+    /// assert!(it.next().is_none());
+    /// ```
     pub fn new(inner: S, size: usize, drop_last: bool) -> Self {
+        let invalid = BATCH_SIZE.check_usize("batch.size", size).err();
         Batcher {
+            invalid,
             inner,
-            size: size.max(1),
+            size: size.clamp(1, BATCH_SIZE.max as usize),
             drop_last,
             open: BTreeMap::new(),
             tail: VecDeque::new(),
@@ -169,6 +185,10 @@ where
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut this = self.project();
+        if let Some(e) = this.invalid.take() {
+            *this.done = true;
+            return Poll::Ready(Some(Err(e)));
+        }
         this.probe.attach("batch", 1, None);
         if !*this.board_looked
             && let Some(board) = {

@@ -5,6 +5,7 @@ use crate::error::{Error, Result};
 use crate::obs::{Explain, FetchStats, GroupRecord, Observer, OpStats, Probe, StageDescription};
 use crate::pointer::SamplePtr;
 use crate::record::Record;
+use crate::settings::{MICRO_BATCH, PARALLELISM};
 use futures::future::BoxFuture;
 use futures::stream::FuturesOrdered;
 use futures::{FutureExt, Stream, StreamExt};
@@ -55,15 +56,23 @@ pub struct Fetch<S> {
     probe: Probe,
     inst: Instruments,
     looked: bool,
+    // Out-of-range settings, reported by the first poll (a chain method
+    // cannot return them).
+    invalid: Option<Error>,
 }
 
 impl<S> Fetch<S> {
-    /// Fetches from `catalog` with up to `parallelism` reads in flight.
+    /// Fetches from `catalog` with up to `parallelism` reads in flight, in
+    /// [`PARALLELISM`] (1 to 4096): any other value makes the first poll
+    /// return an [`Error::Config`] naming `fetch.parallelism`.
     pub fn new(inner: S, catalog: Catalog, parallelism: usize) -> Self {
         Fetch {
+            invalid: PARALLELISM
+                .check_usize("fetch.parallelism", parallelism)
+                .err(),
             inner,
             catalog,
-            parallelism: parallelism.max(1),
+            parallelism: parallelism.clamp(1, PARALLELISM.max as usize),
             max_group: DEFAULT_MAX_GROUP,
             group: Vec::new(),
             carry: None,
@@ -76,9 +85,14 @@ impl<S> Fetch<S> {
         }
     }
 
-    /// Sets the most pointers one read request carries.
+    /// Sets the most pointers one read request carries, in
+    /// [`MICRO_BATCH`] (1 to 65,536): any other value makes the first poll
+    /// return an [`Error::Config`] naming `fetch.max_group`.
     pub fn max_group(mut self, n: usize) -> Self {
-        self.max_group = n.max(1);
+        if let Err(e) = MICRO_BATCH.check_usize("fetch.max_group", n) {
+            self.invalid.get_or_insert(e);
+        }
+        self.max_group = n.clamp(1, MICRO_BATCH.max as usize);
         self
     }
 
@@ -188,6 +202,10 @@ where
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut this = self.project();
+        if let Some(e) = this.invalid.take() {
+            *this.done = true;
+            return Poll::Ready(Some(Err(e)));
+        }
         let window = (*this.parallelism * *this.max_group) as u64;
         if !*this.looked {
             *this.looked = true;

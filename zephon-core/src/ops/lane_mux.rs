@@ -3,6 +3,7 @@
 use crate::error::{Error, Result};
 use crate::obs::{Explain, Probe, StageDescription};
 use crate::pointer::{LaneId, Laned};
+use crate::settings::CANONICAL_LANES;
 use futures::Stream;
 use pin_project::pin_project;
 use std::collections::VecDeque;
@@ -39,16 +40,37 @@ pub struct LaneMux<S, T> {
     next: usize,
     done: bool,
     probe: Probe,
+    // An empty or impossible lane list, reported by the first poll (a
+    // chain method cannot return it).
+    invalid: Option<Error>,
 }
 
 impl<S, T> LaneMux<S, T> {
-    /// Multiplexes `lanes` (sorted and deduplicated here).
+    /// Multiplexes `lanes` (sorted and deduplicated here). An empty list,
+    /// or a lane at or above [`CANONICAL_LANES`]`.max`, makes the first poll
+    /// return an [`Error::Config`] naming `lane_mux.lanes` (an empty list
+    /// would drop every element).
     pub fn new(inner: S, mut lanes: Vec<LaneId>) -> Self {
         lanes.sort_unstable();
         lanes.dedup();
+        let invalid = match lanes.last() {
+            None => Some(Error::config(
+                "lane_mux.lanes",
+                "no lanes: every element would be dropped",
+            )),
+            Some(&l) if l as u64 >= CANONICAL_LANES.max => Some(Error::config(
+                "lane_mux.lanes",
+                format!(
+                    "lane {l} is not below {}, the most canonical lanes a run has",
+                    CANONICAL_LANES.max
+                ),
+            )),
+            Some(_) => None,
+        };
         let queues = lanes.iter().map(|_| VecDeque::new()).collect();
         let sent = vec![0; lanes.len()];
         LaneMux {
+            invalid,
             inner,
             lanes,
             queues,
@@ -107,6 +129,11 @@ where
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut this = self.project();
+        if let Some(e) = this.invalid.take() {
+            *this.done = true;
+            this.lanes.clear();
+            return Poll::Ready(Some(Err(e)));
+        }
         let n = this.lanes.len();
         if n == 0 {
             return Poll::Ready(None);

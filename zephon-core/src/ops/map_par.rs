@@ -1,9 +1,10 @@
 //! `map_par`: a CPU-heavy closure over each element, `k` micro-batches in flight.
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::obs::{Explain, Probe, StageDescription};
 use crate::ops::micro_batch::take_ready;
 use crate::runner::offload;
+use crate::settings::{MICRO_BATCH, PARALLELISM};
 use futures::future::BoxFuture;
 use futures::stream::{FuturesOrdered, FuturesUnordered};
 use futures::{Stream, StreamExt};
@@ -78,18 +79,31 @@ pub struct MapPar<S, T, U> {
     /// the error rather than go on without those elements.
     failed: bool,
     probe: Probe,
+    // Out-of-range settings, reported by the first poll (a chain method
+    // cannot return them).
+    invalid: Option<Error>,
 }
 
 impl<S, T, U> MapPar<S, T, U> {
-    /// Wraps `inner` with closure `f` and parallelism `k`.
+    /// Wraps `inner` with closure `f` and parallelism `k`, in
+    /// [`PARALLELISM`] (1 to 4096): any other `k` makes the first poll
+    /// return an [`Error::Config`] naming `map_par.parallelism`.
+    ///
+    /// ```
+    /// use zephon_core::{PipelineExt, Runner};
+    /// let s = futures::stream::iter((0..4).map(Ok::<u64, zephon_core::Error>));
+    /// let mut it = s.map_par(Ok, 0).into_blocking_iter(Runner::Inline).unwrap();
+    /// assert!(it.next().unwrap().unwrap_err().to_string().contains("map_par.parallelism"));
+    /// ```
     pub fn new<F>(inner: S, f: F, k: usize) -> Self
     where
         F: Fn(T) -> Result<U> + Send + Sync + 'static,
     {
         MapPar {
+            invalid: PARALLELISM.check_usize("map_par.parallelism", k).err(),
             inner,
             f: Arc::new(f),
-            k: k.max(1),
+            k: k.clamp(1, PARALLELISM.max as usize),
             micro: DEFAULT_MICRO_BATCH,
             pending: Vec::new(),
             in_flight: InFlight::Ordered(FuturesOrdered::new()),
@@ -107,9 +121,14 @@ impl<S, T, U> MapPar<S, T, U> {
         self
     }
 
-    /// Sets the micro-batch size (elements handed to a worker at once).
+    /// Sets the micro-batch size (elements handed to a worker at once), in
+    /// [`MICRO_BATCH`] (1 to 65,536): any other size makes the first poll
+    /// return an [`Error::Config`] naming `map_par.micro_batch`.
     pub fn micro_batch(mut self, n: usize) -> Self {
-        self.micro = n.max(1);
+        if let Err(e) = MICRO_BATCH.check_usize("map_par.micro_batch", n) {
+            self.invalid.get_or_insert(e);
+        }
+        self.micro = n.clamp(1, MICRO_BATCH.max as usize);
         self
     }
 
@@ -142,6 +161,10 @@ where
         let mut this = self.project();
         if *this.failed {
             return Poll::Ready(None);
+        }
+        if let Some(e) = this.invalid.take() {
+            *this.done = true;
+            return Poll::Ready(Some(Err(e)));
         }
         this.probe
             .attach("map_par", *this.k, Some((*this.k * *this.micro) as u64));

@@ -5,6 +5,7 @@ use super::{BlockShuffle, LaneConfig, Mixture, Ownership, Plan, WorkSource};
 use crate::dataset::{Catalog, Dataset};
 use crate::error::{Error, Result};
 use crate::hash;
+use crate::settings;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -74,7 +75,8 @@ impl WorkSourceBuilder {
         self.config.seed = seed;
         self
     }
-    /// Sets the mixture chunk size.
+    /// Sets the mixture chunk size, in
+    /// [`settings::CHUNK_SIZE`] (1 to 16 Mi; checked by [`build`](Self::build)).
     pub fn chunk_size(mut self, n: u64) -> Self {
         self.config.chunk_size = n;
         self
@@ -89,12 +91,13 @@ impl WorkSourceBuilder {
         self.config.shuffle_within_shard = on;
         self
     }
-    /// Block shuffle size.
+    /// Block shuffle size; a [`BlockShuffle::Size`] of 0 is refused by
+    /// [`build`](Self::build).
     pub fn shuffle_block_size(mut self, b: BlockShuffle) -> Self {
         self.config.shuffle_block_size = b;
         self
     }
-    /// Stop after `n` passes.
+    /// Stop after `n` passes (at least 1, checked by [`build`](Self::build)).
     pub fn passes(mut self, n: u64) -> Self {
         self.config.exhaustion = Exhaustion::Stop { passes: n };
         self
@@ -104,17 +107,19 @@ impl WorkSourceBuilder {
         self.config.exhaustion = Exhaustion::Repeat;
         self
     }
-    /// Number of canonical lanes (fixed for a run).
+    /// Number of canonical lanes (fixed for a run), in
+    /// [`settings::CANONICAL_LANES`] (1 to 65,536; checked by [`build`](Self::build)).
     pub fn canonical_lanes(mut self, n: u32) -> Self {
         self.config.lanes.canonical_lanes = n;
         self
     }
-    /// This process's rank.
+    /// This process's rank, below `world_size` (checked by [`build`](Self::build)).
     pub fn rank(mut self, r: u32) -> Self {
         self.config.lanes.rank = r;
         self
     }
-    /// Number of data-parallel ranks.
+    /// Number of data-parallel ranks, in [`settings::WORLD_SIZE`] (1 to
+    /// 65,536) and dividing `canonical_lanes` (checked by [`build`](Self::build)).
     pub fn world_size(mut self, w: u32) -> Self {
         self.config.lanes.world_size = w;
         self
@@ -130,7 +135,15 @@ impl WorkSourceBuilder {
         self
     }
 
-    /// Validates everything and builds the work source.
+    /// Validates everything and builds the work source: an out-of-range
+    /// setting is an [`Error::Config`] naming it.
+    ///
+    /// ```
+    /// use zephon_core::{Dataset, Record, WorkSource};
+    /// let ds = Dataset::in_memory("toy", vec![vec![Record::new(); 4]]).unwrap();
+    /// let e = WorkSource::builder().dataset(ds, 1.0).canonical_lanes(u32::MAX).build().unwrap_err();
+    /// assert!(e.to_string().contains("canonical_lanes"), "{e}");
+    /// ```
     pub fn build(self) -> Result<WorkSource> {
         let c = &self.config;
         if self.datasets.is_empty() {
@@ -139,9 +152,18 @@ impl WorkSourceBuilder {
                 "a work source needs at least one dataset",
             ));
         }
+        settings::CANONICAL_LANES.check("canonical_lanes", c.lanes.canonical_lanes)?;
+        settings::WORLD_SIZE.check("world_size", c.lanes.world_size)?;
         c.lanes.validate()?;
+        settings::CHUNK_SIZE.check("chunk_size", c.chunk_size)?;
         if let Exhaustion::Stop { passes: 0 } = c.exhaustion {
             return Err(Error::config("passes", "must be at least 1"));
+        }
+        if c.shuffle_block_size == BlockShuffle::Size(0) {
+            return Err(Error::config(
+                "shuffle_block_size",
+                "a block of 0 samples; use at least 1, or off",
+            ));
         }
         for (ds, _) in &self.datasets {
             if ds.num_samples() == 0 {
@@ -172,11 +194,29 @@ impl WorkSourceBuilder {
             .collect();
         let end = match c.exhaustion {
             Exhaustion::Repeat => None,
-            Exhaustion::Stop { passes } => orders
-                .iter()
-                .enumerate()
-                .map(|(d, o)| mixture.global_index(d, passes * o.total))
-                .min(),
+            Exhaustion::Stop { passes } => {
+                let mut end = u64::MAX;
+                for (d, o) in orders.iter().enumerate() {
+                    // The stream's length must be countable: a pass count
+                    // whose samples overflow 64 bits is a typo, not a plan.
+                    let too_many = || {
+                        Error::config(
+                            "passes",
+                            format!(
+                                "{passes} passes over dataset `{}` ({} samples) overflow the sample count; use `repeat` for an endless stream",
+                                names[d], o.total
+                            ),
+                        )
+                    };
+                    let samples = passes.checked_mul(o.total).ok_or_else(too_many)?;
+                    end = end.min(
+                        mixture
+                            .checked_global_index(d, samples)
+                            .ok_or_else(too_many)?,
+                    );
+                }
+                Some(end)
+            }
         };
         let mut fp = hash::key(&[
             c.seed,
@@ -208,5 +248,51 @@ impl WorkSourceBuilder {
             }),
             next_global: 0,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::Record;
+
+    fn builder() -> WorkSourceBuilder {
+        let ds = Dataset::in_memory("toy", vec![vec![Record::new(); 8]; 2]).unwrap();
+        WorkSource::builder().dataset(ds, 1.0)
+    }
+
+    fn refused(b: WorkSourceBuilder, key: &str) -> String {
+        let e = b.build().unwrap_err().to_string();
+        assert!(e.contains(&format!("`{key}`")), "{key}: {e}");
+        e
+    }
+
+    #[test]
+    fn out_of_range_settings_are_errors_naming_them() {
+        let e = refused(builder().canonical_lanes(u32::MAX), "canonical_lanes");
+        assert!(e.contains("1..=65536"), "{e}");
+        refused(builder().canonical_lanes(0), "canonical_lanes");
+        refused(builder().chunk_size(u64::MAX), "chunk_size");
+        refused(builder().passes(u64::MAX), "passes");
+        refused(builder().passes(0), "passes");
+        refused(
+            builder().shuffle_block_size(BlockShuffle::Size(0)),
+            "shuffle_block_size",
+        );
+        refused(builder().canonical_lanes(4).world_size(0), "world_size");
+        refused(builder().canonical_lanes(4).world_size(4).rank(4), "rank");
+    }
+
+    #[test]
+    fn the_bounds_themselves_are_accepted() {
+        let ws = builder()
+            .canonical_lanes(65_536)
+            .world_size(65_536)
+            .rank(65_535)
+            .chunk_size(1 << 24)
+            .build()
+            .unwrap();
+        assert_eq!(ws.owned_lanes(), vec![65_535]);
+        assert!(builder().passes(1 << 40).build().is_ok());
     }
 }

@@ -113,6 +113,15 @@ impl Mixture {
         let q = self.quotas[d];
         (pos / q) * self.chunk_size() + self.slots_of[d][(pos % q) as usize] as u64
     }
+
+    /// [`global_index`](Mixture::global_index), or `None` where it does not
+    /// fit in 64 bits.
+    pub fn checked_global_index(&self, d: usize, pos: u64) -> Option<u64> {
+        let q = self.quotas[d];
+        (pos / q)
+            .checked_mul(self.chunk_size())?
+            .checked_add(self.slots_of[d][(pos % q) as usize] as u64)
+    }
 }
 
 #[cfg(test)]

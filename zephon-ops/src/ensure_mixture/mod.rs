@@ -21,6 +21,7 @@ use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
 use zephon_core::checkpoint::cut::{Arrival, Board, CutSource, Restoring};
 use zephon_core::obs::{Explain, Probe, StageDescription};
+use zephon_core::settings::BUFFER_SIZE;
 use zephon_core::{Identity, Record, Result};
 
 /// What a record weighs in the mixture.
@@ -45,11 +46,10 @@ pub struct MixtureConfig {
 impl MixtureConfig {
     /// Target weights by dataset index (as in the lineage's pointers);
     /// normalised to sum to one. Records of other datasets pass through.
+    /// Every weight must be finite and positive (see
+    /// [`validate`](Self::validate)).
     pub fn new(weights: impl IntoIterator<Item = (u32, f64)>) -> Self {
-        let weights: BTreeMap<u32, f64> = weights
-            .into_iter()
-            .filter(|&(_, w)| w.is_finite() && w > 0.0)
-            .collect();
+        let weights: BTreeMap<u32, f64> = weights.into_iter().collect();
         let sum: f64 = weights.values().sum();
         MixtureConfig {
             weights: weights.into_iter().map(|(d, w)| (d, w / sum)).collect(),
@@ -65,12 +65,49 @@ impl MixtureConfig {
         self
     }
 
-    /// Records held per lane at most (default 1024). When full and the
-    /// dataset furthest behind has nothing buffered, the next most behind is
-    /// emitted instead, and the mixture drifts.
+    /// Records held per lane at most (default 1024), in [`BUFFER_SIZE`]
+    /// (1 to 16 Mi). When full and the dataset furthest behind has nothing
+    /// buffered, the next most behind is emitted instead, and the mixture
+    /// drifts.
     pub fn max_buffer_size(mut self, n: usize) -> Self {
-        self.max_buffer_size = n.max(1);
+        self.max_buffer_size = n;
         self
+    }
+
+    /// Checks the weights (at least one; each finite and positive) and the
+    /// buffer size; [`EnsureMixture`] reports the error at its first poll.
+    ///
+    /// ```
+    /// use zephon_ops::MixtureConfig;
+    /// assert!(MixtureConfig::new([(0, 0.7), (1, 0.3)]).validate().is_ok());
+    /// let e = MixtureConfig::new([(0, f64::NAN)]).validate().unwrap_err();
+    /// assert!(e.to_string().contains("ensure_mixture.weights"), "{e}");
+    /// ```
+    pub fn validate(&self) -> std::result::Result<(), crate::Error> {
+        let bad = |message: String| crate::Error::Config {
+            key: "ensure_mixture.weights",
+            message,
+        };
+        if self.weights.is_empty() {
+            return Err(bad("no dataset weights".into()));
+        }
+        // Normalised weights are finite and positive exactly when the
+        // given ones were (and their sum was).
+        if let Some((d, w)) = self
+            .weights
+            .iter()
+            .find(|(_, w)| !(w.is_finite() && **w > 0.0))
+        {
+            return Err(bad(format!(
+                "dataset {d}: weight {w} after normalising; every weight must be finite and positive"
+            )));
+        }
+        crate::Error::in_range(
+            BUFFER_SIZE,
+            "ensure_mixture.max_buffer_size",
+            self.max_buffer_size,
+        )?;
+        Ok(())
     }
 
     /// Holds the mixture exactly: when the buffer is full, the oldest record
@@ -236,12 +273,17 @@ pub struct EnsureMixture<S> {
     probe: Probe,
     board_looked: bool,
     restoring: Option<Restoring>,
+    // An invalid configuration, reported by the first poll (a chain method
+    // cannot return it).
+    invalid: Option<crate::Error>,
 }
 
 impl<S> EnsureMixture<S> {
-    /// Wraps `inner`.
+    /// Wraps `inner`. A `config` that [`MixtureConfig::validate`] refuses
+    /// makes the first poll return that error, and the stream end.
     pub fn new(inner: S, config: MixtureConfig) -> Self {
         EnsureMixture {
+            invalid: config.validate().err(),
             inner,
             config,
             state: Arc::default(),
@@ -286,6 +328,10 @@ where
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut this = self.project();
+        if let Some(e) = this.invalid.take() {
+            this.state.lock().done = true;
+            return Poll::Ready(Some(Err(e.into())));
+        }
         this.probe.attach(
             "ensure_mixture",
             1,

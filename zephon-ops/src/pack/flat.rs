@@ -6,6 +6,7 @@ use pin_project::pin_project;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use zephon_core::obs::{Explain, Probe, StageDescription};
+use zephon_core::settings::SEQ_LEN;
 use zephon_core::{Record, Result, Value};
 
 /// Pads every row to `max_length`: `input_ids` with `pad_token_id`,
@@ -40,12 +41,20 @@ pub struct PackFlat<S> {
     max_length: usize,
     pad_token_id: u32,
     probe: Probe,
+    // An out-of-range `max_length`, reported by the first poll (a chain
+    // method cannot return it); then the stream ends.
+    invalid: Option<crate::Error>,
+    failed: bool,
 }
 
 impl<S> PackFlat<S> {
-    /// Wraps `inner`.
+    /// Wraps `inner`. `max_length` must lie in [`SEQ_LEN`] (1 to 16 Mi
+    /// tokens): any other value makes the first poll return an error naming
+    /// `pack_flat.max_length`, and the stream end.
     pub fn new(inner: S, max_length: usize, pad_token_id: u32) -> Self {
         PackFlat {
+            invalid: crate::Error::in_range(SEQ_LEN, "pack_flat.max_length", max_length).err(),
+            failed: false,
             inner,
             max_length,
             pad_token_id,
@@ -105,6 +114,13 @@ where
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.project();
+        if let Some(e) = this.invalid.take() {
+            *this.failed = true;
+            return Poll::Ready(Some(Err(e.into())));
+        }
+        if *this.failed {
+            return Poll::Ready(None);
+        }
         this.probe.attach("pack_flat", 1, None);
         let (max, pad) = (*this.max_length, *this.pad_token_id);
         let out = this.inner.poll_next(cx).map(|o| {

@@ -17,6 +17,7 @@ use crate::stats::TextStats;
 use std::collections::BTreeMap;
 use std::collections::VecDeque;
 use std::sync::Arc;
+use zephon_core::settings::{Range, SEQ_LEN};
 use zephon_core::{LaneId, Lineage, Record, Value};
 
 /// How sequences are placed into rows.
@@ -68,11 +69,16 @@ pub struct PackConfig {
     pub drop_remainder: bool,
 }
 
+/// Bins per window or candidates per pool: each holds up to a row of tokens.
+pub const NUM_BINS: Range = Range::new(1, 65_536, "each bin holds up to a row per lane");
+
 impl PackConfig {
     /// `algorithm` into rows of `max_length`, 64 bins, no other limits.
+    /// `max_length` must lie in [`SEQ_LEN`] (1 to 16 Mi tokens); the
+    /// operators refuse it otherwise (see [`validate`](Self::validate)).
     pub fn new(max_length: usize, algorithm: PackAlgorithm) -> Self {
         PackConfig {
-            max_length: max_length.max(1),
+            max_length,
             algorithm,
             num_bins: 64,
             max_sequences_per_bin: None,
@@ -82,16 +88,37 @@ impl PackConfig {
         }
     }
 
-    /// Sets `num_bins` (at least 1).
+    /// Sets `num_bins`, in [`NUM_BINS`] (1 to 65,536).
     pub fn num_bins(mut self, n: usize) -> Self {
-        self.num_bins = n.max(1);
+        self.num_bins = n;
         self
     }
 
     /// Sets `max_sequences_per_bin` (at least 1).
     pub fn max_sequences_per_bin(mut self, n: usize) -> Self {
-        self.max_sequences_per_bin = Some(n.max(1));
+        self.max_sequences_per_bin = Some(n);
         self
+    }
+
+    /// Checks every option against its documented range; the pack
+    /// operators report the error at their first poll.
+    ///
+    /// ```
+    /// use zephon_ops::{PackAlgorithm, PackConfig};
+    /// assert!(PackConfig::new(128, PackAlgorithm::Wrap).validate().is_ok());
+    /// let e = PackConfig::new(0, PackAlgorithm::Wrap).validate().unwrap_err();
+    /// assert!(e.to_string().contains("pack.max_length"), "{e}");
+    /// ```
+    pub fn validate(&self) -> Result<(), Error> {
+        Error::in_range(SEQ_LEN, "pack.max_length", self.max_length)?;
+        Error::in_range(NUM_BINS, "pack.num_bins", self.num_bins)?;
+        if self.max_sequences_per_bin == Some(0) {
+            return Err(Error::Config {
+                key: "pack.max_sequences_per_bin",
+                message: "0 sequences per row leaves every row empty; use at least 1".into(),
+            });
+        }
+        Ok(())
     }
 
     /// Sets `min_sequence_length`.

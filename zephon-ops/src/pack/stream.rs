@@ -48,6 +48,9 @@ pub struct PackSequences<S> {
     restoring: Option<Restoring>,
     /// Documents of a restoring lane's cut that arrived so far.
     restored_docs: BTreeMap<LaneId, Vec<Record>>,
+    // An out-of-range option, reported by the first poll (a chain method
+    // cannot return it).
+    invalid: Option<crate::Error>,
 }
 
 fn lock(p: &SharedPacker) -> MutexGuard<'_, Packer> {
@@ -55,9 +58,11 @@ fn lock(p: &SharedPacker) -> MutexGuard<'_, Packer> {
 }
 
 impl<S> PackSequences<S> {
-    /// Wraps `inner`.
+    /// Wraps `inner`. A `config` that [`PackConfig::validate`] refuses
+    /// makes the first poll return that error, and the stream end.
     pub fn new(inner: S, config: PackConfig) -> Self {
         PackSequences {
+            invalid: config.validate().err(),
             inner,
             packer: Arc::new(SharedPacker(Mutex::new(Packer::new(config)))),
             done: false,
@@ -104,6 +109,10 @@ where
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut this = self.project();
+        if let Some(e) = this.invalid.take() {
+            *this.done = true;
+            return Poll::Ready(Some(Err(e.into())));
+        }
         this.probe.attach("pack_sequences", 1, None);
         if !*this.board_looked
             && let Some(board) = {

@@ -6,6 +6,7 @@ use crate::fields;
 use std::fmt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
+use zephon_core::settings::{MICRO_BATCH, SEQ_LEN};
 
 /// Documents per micro-batch: a document is tens of microseconds of BPE
 /// work, so 64 of them make the hand-off to a worker thread negligible.
@@ -139,7 +140,9 @@ impl TokenizeConfig {
         self
     }
 
-    /// At most `n` ids per output record, handled by `overflow`.
+    /// At most `n` ids per output record, handled by `overflow`; `n` must
+    /// lie in [`SEQ_LEN`] (1 to 16 Mi) and leave room for the special
+    /// tokens (checked when the operator starts).
     pub fn max_length(mut self, n: usize, overflow: Overflow) -> Self {
         self.max_length = Some(n);
         self.overflow = overflow;
@@ -185,9 +188,10 @@ impl TokenizeConfig {
         self
     }
 
-    /// Documents per micro-batch handed to a worker.
+    /// Documents per micro-batch handed to a worker, in [`MICRO_BATCH`]
+    /// (1 to 65,536; checked when the operator starts).
     pub fn micro_batch(mut self, n: usize) -> Self {
-        self.micro_batch = n.max(1);
+        self.micro_batch = n;
         self
     }
 
@@ -235,8 +239,10 @@ impl TokenizeConfig {
                 Some(self.lookup(self.eos_id, EOS_NAMES, "eos_id")?),
             ),
         };
+        Error::in_range(MICRO_BATCH, "tokenize.micro_batch", self.micro_batch)?;
         let n_special = bos.is_some() as usize + eos.is_some() as usize;
         if let Some(m) = self.max_length {
+            Error::in_range(SEQ_LEN, "tokenize.max_length", m)?;
             let min = if self.overflow == Overflow::Truncate {
                 n_special + 1
             } else {
@@ -244,7 +250,7 @@ impl TokenizeConfig {
             };
             if m < min {
                 return Err(Error::Config {
-                    key: "max_length",
+                    key: "tokenize.max_length",
                     message: format!("{m} leaves no room for text (at least {min})"),
                 });
             }

@@ -16,6 +16,7 @@ use std::task::{Context, Poll};
 use zephon_core::obs::{Explain, Probe, StageDescription};
 use zephon_core::ops::micro_batch::take_ready;
 use zephon_core::runner::offload;
+use zephon_core::settings::PARALLELISM;
 use zephon_core::{Record, Result};
 
 mod config;
@@ -113,14 +114,20 @@ pub struct Tokenize<S> {
 }
 
 impl<S> Tokenize<S> {
-    /// Wraps `inner` with `config`, `parallelism` micro-batches in flight.
+    /// Wraps `inner` with `config`, `parallelism` micro-batches in flight,
+    /// in [`PARALLELISM`] (1 to 4096). An out-of-range `parallelism` or
+    /// option of `config` makes the first poll return an error naming it,
+    /// and the stream end.
     pub fn new(inner: S, config: TokenizeConfig, parallelism: usize) -> Self {
+        let prepared = Error::in_range(PARALLELISM, "tokenize.parallelism", parallelism)
+            .and_then(|_| config.prepare());
+        let k = parallelism.clamp(1, PARALLELISM.max as usize);
         Tokenize {
             inner,
-            prepared: config.prepare().map(Arc::new).map_err(Some),
+            prepared: prepared.map(Arc::new).map_err(Some),
             stats: Arc::new(TextStats::default()),
-            k: parallelism.max(1),
-            gate: Arc::new(Gate::new(parallelism.max(1))),
+            k,
+            gate: Arc::new(Gate::new(k)),
             pending: Vec::new(),
             in_flight: FuturesUnordered::new(),
             finished: BTreeMap::new(),

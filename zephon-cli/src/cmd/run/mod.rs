@@ -2,6 +2,7 @@
 //! command line with a progress bar, periodic snapshots and a bottleneck report.
 
 pub mod build;
+pub mod check;
 pub mod recipe;
 
 use anyhow::{Context, Result};
@@ -17,15 +18,16 @@ use zephon_core::BlockingIter;
 pub struct Args {
     /// The recipe (TOML): datasets, work source, operators, runner.
     pub recipe: PathBuf,
-    /// Print observability snapshots every this many seconds, and the
-    /// bottleneck report at the end.
-    #[arg(long, value_name = "SECONDS")]
+    /// Print observability snapshots every this many seconds (0.1 to
+    /// 86400), and the bottleneck report at the end.
+    #[arg(long, value_name = "SECONDS", value_parser = super::flags::seconds)]
     pub observe: Option<f64>,
     /// Machine-readable output: JSON lines on stdout, no progress bar.
     #[arg(long)]
     pub json: bool,
-    /// Stop after this many batches (overrides the recipe's `run.max_batches`).
-    #[arg(long)]
+    /// Stop after this many batches, at least 1 (overrides the recipe's
+    /// `run.max_batches`).
+    #[arg(long, value_parser = super::flags::ranged::<u64>(super::flags::AT_LEAST_ONE))]
     pub max_batches: Option<u64>,
     /// Print the plan and exit without running.
     #[arg(long)]
@@ -85,7 +87,7 @@ pub fn run(args: Args) -> Result<()> {
     let reporter = match (&observer, args.observe) {
         (Some(obs), Some(every)) => {
             let (obs, done, json) = (obs.clone(), done.clone(), args.json);
-            let every = Duration::from_secs_f64(every.max(0.1));
+            let every = Duration::from_secs_f64(every);
             Some(std::thread::spawn(move || {
                 let mut next = Instant::now() + every;
                 while !done.load(Ordering::Relaxed) {

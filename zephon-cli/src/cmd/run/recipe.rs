@@ -342,6 +342,7 @@ impl Recipe {
         if recipe.ops.is_empty() {
             anyhow::bail!("`ops`: a recipe needs at least one [[ops]] entry");
         }
+        super::check::check(&recipe, &super::check::KeyLines::new(text))?;
         Ok(recipe)
     }
 }

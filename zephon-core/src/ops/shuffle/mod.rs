@@ -4,10 +4,11 @@ mod cut;
 
 use crate::checkpoint::PtrJournal;
 use crate::checkpoint::cut::{Arrival, Board, CutSource, Restoring};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::hash::{combine, key};
 use crate::obs::{Explain, Probe, StageDescription};
 use crate::pointer::{Identity, LaneId, Laned};
+use crate::settings::BUFFER_SIZE;
 use cut::{Core, Restored};
 use futures::Stream;
 use pin_project::pin_project;
@@ -66,13 +67,29 @@ pub struct Shuffle<S, T> {
     board_looked: bool,
     restoring: Option<Restoring>,
     probe: Probe,
+    // An out-of-range buffer size, reported by the first poll (a chain
+    // method cannot return it).
+    invalid: Option<Error>,
 }
 
 impl<S, T> Shuffle<S, T> {
-    /// Shuffles with a buffer of `buffer_size` per lane (at least 1).
+    /// Shuffles with a buffer of `buffer_size` per lane, in [`BUFFER_SIZE`]
+    /// (1 to 16 Mi): any other size makes the first poll return an
+    /// [`Error::Config`] naming `shuffle.buffer_size`.
+    ///
+    /// ```
+    /// use zephon_core::{PipelineExt, Record, Runner, ShuffleMode};
+    /// let recs = futures::stream::iter(vec![Ok(Record::new())]);
+    /// let mut it = recs.shuffle(0, ShuffleMode::Block, 1).into_blocking_iter(Runner::Inline).unwrap();
+    /// assert!(it.next().unwrap().unwrap_err().to_string().contains("shuffle.buffer_size"));
+    /// ```
     pub fn new(inner: S, buffer_size: usize, mode: ShuffleMode, seed: u64) -> Self {
-        let buffer_size = buffer_size.max(1);
+        let invalid = BUFFER_SIZE
+            .check_usize("shuffle.buffer_size", buffer_size)
+            .err();
+        let buffer_size = buffer_size.clamp(1, BUFFER_SIZE.max as usize);
         Shuffle {
+            invalid,
             inner,
             buffer_size,
             mode,
@@ -135,6 +152,10 @@ where
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut this = self.project();
+        if let Some(e) = this.invalid.take() {
+            this.core.lock().unwrap_or_else(|e| e.into_inner()).done = true;
+            return Poll::Ready(Some(Err(e)));
+        }
         this.probe
             .attach("shuffle", 1, Some(*this.buffer_size as u64));
         if !*this.board_looked

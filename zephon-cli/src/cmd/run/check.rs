@@ -1,0 +1,209 @@
+//! The ranges of a recipe's settings, checked before anything is built, with
+//! errors that name the key and the line it sits on.
+
+use super::recipe::{BlockSpec, OpSpec, Recipe};
+use anyhow::{Result, anyhow};
+use toml::de::{DeTable, DeValue};
+use zephon_core::settings::{
+    BATCH_SIZE, BUFFER_SIZE, CANONICAL_LANES, CHUNK_SIZE, PARALLELISM, PREFETCH_DEPTH, Range,
+    SEQ_LEN, WORKERS, WORLD_SIZE,
+};
+
+/// One step of a key's path: a table key or an array index.
+#[derive(Clone, Copy)]
+enum Step<'a> {
+    Key(&'a str),
+    Index(usize),
+}
+
+/// The recipe's text, parsed once more with spans, to find the line of a key.
+pub struct KeyLines<'a> {
+    text: &'a str,
+    root: Option<DeTable<'a>>,
+}
+
+impl<'a> KeyLines<'a> {
+    /// Parses `text` (already known to be valid TOML).
+    pub fn new(text: &'a str) -> Self {
+        KeyLines {
+            text,
+            root: DeTable::parse(text).ok().map(|t| t.into_inner()),
+        }
+    }
+
+    /// The 1-based line of the key at `path`, from the span the parser gave it.
+    fn line(&self, path: &[Step<'_>]) -> Option<usize> {
+        let (Step::Key(last), parents) = path.split_last()? else {
+            return None;
+        };
+        let mut table = self.root.as_ref()?;
+        let mut steps = parents.iter().peekable();
+        while let Some(step) = steps.next() {
+            let Step::Key(k) = step else { return None };
+            let mut value = table.get(*k)?.get_ref();
+            if let Some(Step::Index(i)) = steps.peek() {
+                steps.next();
+                let DeValue::Array(a) = value else {
+                    return None;
+                };
+                value = a.get(*i)?.get_ref();
+            }
+            let DeValue::Table(t) = value else {
+                return None;
+            };
+            table = t;
+        }
+        let (key, _) = table.get_key_value(*last)?;
+        let start = key.span().start;
+        Some(
+            self.text[..start.min(self.text.len())]
+                .matches('\n')
+                .count()
+                + 1,
+        )
+    }
+}
+
+/// Checks every setting of `recipe` against its documented range.
+pub fn check(recipe: &Recipe, lines: &KeyLines<'_>) -> Result<()> {
+    let r = &recipe.run;
+    in_range(
+        lines,
+        &[Step::Key("run"), Step::Key("workers")],
+        r.workers as u64,
+        WORKERS,
+    )?;
+    if r.max_batches == Some(0) {
+        return Err(at(
+            lines,
+            &[Step::Key("run"), Step::Key("max_batches")],
+            "0 batches; use at least 1, or leave it out to run to the end",
+        ));
+    }
+
+    let w = &recipe.work_source;
+    let ws = |k| [Step::Key("work_source"), Step::Key(k)];
+    in_range(lines, &ws("chunk_size"), w.chunk_size, CHUNK_SIZE)?;
+    in_range(
+        lines,
+        &ws("canonical_lanes"),
+        w.canonical_lanes as u64,
+        CANONICAL_LANES,
+    )?;
+    in_range(lines, &ws("world_size"), w.world_size as u64, WORLD_SIZE)?;
+    if w.rank >= w.world_size {
+        return Err(at(
+            lines,
+            &ws("rank"),
+            &format!("rank {} is not below world_size {}", w.rank, w.world_size),
+        ));
+    }
+    if !w.repeat && w.passes == 0 {
+        return Err(at(
+            lines,
+            &ws("passes"),
+            "0 passes; use at least 1, or `repeat = true`",
+        ));
+    }
+    if let BlockSpec::Size(0) = w.shuffle_block_size {
+        return Err(at(
+            lines,
+            &ws("shuffle_block_size"),
+            "a block of 0 samples; use at least 1, or \"off\"",
+        ));
+    }
+
+    for (i, d) in recipe.datasets.iter().enumerate() {
+        if !(d.weight.is_finite() && d.weight > 0.0) {
+            return Err(at(
+                lines,
+                &[Step::Key("datasets"), Step::Index(i), Step::Key("weight")],
+                &format!(
+                    "weight {} of `{}`: must be finite and positive",
+                    d.weight, d.name
+                ),
+            ));
+        }
+    }
+
+    for (i, op) in recipe.ops.iter().enumerate() {
+        let check = |key: &'static str, value: usize, range: Range| {
+            in_range(
+                lines,
+                &[Step::Key("ops"), Step::Index(i), Step::Key(key)],
+                value as u64,
+                range,
+            )
+        };
+        match op {
+            OpSpec::Prefetch(p) => {
+                check("buffer_size", p.buffer_size, BUFFER_SIZE)?;
+                check("parallelism", p.parallelism, PARALLELISM)?;
+            }
+            OpSpec::Fetch(f) => check("parallelism", f.parallelism, PARALLELISM)?,
+            OpSpec::Tokenize(t) => {
+                check("parallelism", t.parallelism, PARALLELISM)?;
+                if let Some(n) = t.max_length {
+                    check("max_length", n, SEQ_LEN)?;
+                }
+            }
+            OpSpec::Shuffle(s) => check("buffer_size", s.buffer_size, BUFFER_SIZE)?,
+            OpSpec::EnsureMixture(m) => check("max_buffer_size", m.max_buffer_size, BUFFER_SIZE)?,
+            OpSpec::Pack(p) => check("max_length", p.max_length, SEQ_LEN)?,
+            OpSpec::Batch(b) => check("size", b.size, BATCH_SIZE)?,
+            OpSpec::ToTraining(t) => check("seq_len", t.seq_len, SEQ_LEN)?,
+            OpSpec::PrefetchBatches(p) => check("depth", p.depth, PREFETCH_DEPTH)?,
+            OpSpec::LaneMux(_) => {}
+        }
+    }
+    Ok(())
+}
+
+fn in_range(lines: &KeyLines<'_>, path: &[Step<'_>], value: u64, range: Range) -> Result<()> {
+    if range.contains(value) {
+        return Ok(());
+    }
+    Err(at(lines, path, &range.message(value)))
+}
+
+/// An error naming the key at `path`, its line where the key is written
+/// (a default value has none), and what is wrong.
+fn at(lines: &KeyLines<'_>, path: &[Step<'_>], message: &str) -> anyhow::Error {
+    let mut key = String::new();
+    for step in path {
+        match step {
+            Step::Key(k) if key.is_empty() => key.push_str(k),
+            Step::Key(k) => {
+                key.push('.');
+                key.push_str(k);
+            }
+            Step::Index(i) => key.push_str(&format!("[{i}]")),
+        }
+    }
+    match lines.line(path) {
+        Some(line) => anyhow!("line {line}, `{key}`: {message}"),
+        None => anyhow!("`{key}`: {message}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_line_is_the_keys_not_the_headers() {
+        let text = "[[datasets]]\nname = \"a\"\nuri = \"x\"\n\n[[ops]]\nop = \"fetch\"\n\n[[ops]]\nop = \"batch\"\n\nsize = 0\n";
+        let e = Recipe::parse(text).unwrap_err().to_string();
+        assert!(e.contains("line 11") && e.contains("`ops[1].size`"), "{e}");
+        let e = Recipe::parse(&text.replace("size = 0", "size = 4").replace(
+            "[[datasets]]",
+            "[work_source]\nseed = 1\ncanonical_lanes = 4294967295\n[[datasets]]",
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("line 3") && e.contains("`work_source.canonical_lanes`"),
+            "{e}"
+        );
+    }
+}

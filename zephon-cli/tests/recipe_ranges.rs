@@ -1,0 +1,224 @@
+//! Every setting of a `zephon run` recipe, and the run flags, outside its
+//! documented range: a non-zero exit and an error naming the key and, for
+//! the recipe, the line the key is written on.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+const GOOD: &str = r#"[run]
+runner = "threads"
+workers = 2
+max_batches = 5
+
+[[datasets]]
+name = "web"
+uri = "DATA"
+weight = 1.0
+
+[work_source]
+seed = 1
+chunk_size = 64
+canonical_lanes = 2
+world_size = 1
+rank = 0
+passes = 1
+shuffle_block_size = 8
+
+[[ops]]
+op = "prefetch"
+buffer_size = 64
+parallelism = 3
+
+[[ops]]
+op = "fetch"
+parallelism = 4
+
+[[ops]]
+op = "tokenize"
+tokenizer = "TOKENIZER"
+parallelism = 5
+max_length = 64
+
+[[ops]]
+op = "shuffle"
+buffer_size = 16
+
+[[ops]]
+op = "ensure_mixture"
+max_buffer_size = 32
+
+[[ops]]
+op = "pack"
+max_length = 65
+algorithm = "wrap"
+
+[[ops]]
+op = "batch"
+size = 2
+
+[[ops]]
+op = "lane_mux"
+
+[[ops]]
+op = "to_training"
+seq_len = 66
+
+[[ops]]
+op = "prefetch_batches"
+depth = 4
+"#;
+
+/// (the line as written in `GOOD`, its bad replacement, the key the error names)
+const CASES: &[(&str, &str, &str)] = &[
+    ("workers = 2", "workers = 100000", "run.workers"),
+    ("max_batches = 5", "max_batches = 0", "run.max_batches"),
+    ("weight = 1.0", "weight = nan", "datasets[0].weight"),
+    ("weight = 1.0", "weight = inf", "datasets[0].weight"),
+    (
+        "chunk_size = 64",
+        "chunk_size = 0",
+        "work_source.chunk_size",
+    ),
+    (
+        "chunk_size = 64",
+        "chunk_size = 1099511627776",
+        "work_source.chunk_size",
+    ),
+    (
+        "canonical_lanes = 2",
+        "canonical_lanes = 4294967295",
+        "work_source.canonical_lanes",
+    ),
+    (
+        "canonical_lanes = 2",
+        "canonical_lanes = 0",
+        "work_source.canonical_lanes",
+    ),
+    ("world_size = 1", "world_size = 0", "work_source.world_size"),
+    ("rank = 0", "rank = 1", "work_source.rank"),
+    ("passes = 1", "passes = 0", "work_source.passes"),
+    (
+        "shuffle_block_size = 8",
+        "shuffle_block_size = 0",
+        "work_source.shuffle_block_size",
+    ),
+    ("buffer_size = 64", "buffer_size = 0", "ops[0].buffer_size"),
+    (
+        "parallelism = 3",
+        "parallelism = 100000",
+        "ops[0].parallelism",
+    ),
+    ("parallelism = 4", "parallelism = 0", "ops[1].parallelism"),
+    (
+        "parallelism = 5",
+        "parallelism = 100000",
+        "ops[2].parallelism",
+    ),
+    ("max_length = 64", "max_length = 0", "ops[2].max_length"),
+    ("buffer_size = 16", "buffer_size = 0", "ops[3].buffer_size"),
+    (
+        "buffer_size = 16",
+        "buffer_size = 9223372036854775807",
+        "ops[3].buffer_size",
+    ),
+    (
+        "max_buffer_size = 32",
+        "max_buffer_size = 0",
+        "ops[4].max_buffer_size",
+    ),
+    ("max_length = 65", "max_length = 0", "ops[5].max_length"),
+    (
+        "max_length = 65",
+        "max_length = 9223372036854775807",
+        "ops[5].max_length",
+    ),
+    ("size = 2", "size = 0", "ops[6].size"),
+    ("size = 2", "size = 100000000", "ops[6].size"),
+    ("seq_len = 66", "seq_len = 0", "ops[8].seq_len"),
+    (
+        "seq_len = 66",
+        "seq_len = 9223372036854775807",
+        "ops[8].seq_len",
+    ),
+    ("depth = 4", "depth = 100000000", "ops[9].depth"),
+];
+
+fn zephon() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_zephon"))
+}
+
+/// A recipe over a small JSONL dataset in `dir`, with `GOOD`'s line `old`
+/// replaced by `new`; returns its path and the line `new` sits on.
+fn write_recipe(dir: &Path, old: &str, new: &str) -> (std::path::PathBuf, usize) {
+    let data = dir.join("web");
+    std::fs::create_dir_all(&data).unwrap();
+    let docs: String = (0..40)
+        .map(|i| format!("{{\"text\":\"document number {i} with a few words in it\"}}\n"))
+        .collect();
+    std::fs::write(data.join("0.jsonl"), docs).unwrap();
+    let tokenizer = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/data/tokenizer.json");
+    let text = GOOD
+        .replace("DATA", &data.display().to_string())
+        .replace("TOKENIZER", &tokenizer.display().to_string());
+    let lines: Vec<&str> = text.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| *l == old)
+        .unwrap_or_else(|| panic!("`{old}` is not a line of the recipe"));
+    let mut lines: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+    lines[at] = new.to_owned();
+    let path = dir.join(format!("r{at}.toml"));
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    (path, at + 1)
+}
+
+fn run(args: &[&str], recipe: &Path) -> Output {
+    zephon().arg("run").args(args).arg(recipe).output().unwrap()
+}
+
+#[test]
+fn the_good_recipe_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = write_recipe(dir.path(), "workers = 2", "workers = 2");
+    let out = run(&["--json"], &path);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("\"batches\":5"));
+}
+
+#[test]
+fn each_bad_setting_is_named_with_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    for &(old, new, key) in CASES {
+        let (path, line) = write_recipe(dir.path(), old, new);
+        let out = run(&["--explain"], &path);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "`{new}` was accepted: {err}");
+        assert!(
+            err.contains(&format!("`{key}`")) && err.contains(&format!("line {line}")),
+            "`{new}` (line {line}): {err}"
+        );
+        assert!(!err.contains("panicked"), "`{new}`: {err}");
+    }
+}
+
+#[test]
+fn bad_run_flags_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = write_recipe(dir.path(), "workers = 2", "workers = 2");
+    for (flag, value) in [
+        ("--max-batches", "0"),
+        ("--observe", "nan"),
+        ("--observe", "inf"),
+        ("--observe", "-1"),
+        ("--observe", "0"),
+    ] {
+        let out = run(&[&format!("{flag}={value}")], &path);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flag} {value} was accepted: {err}");
+        assert!(err.contains(flag), "{flag} {value}: {err}");
+    }
+}
