@@ -39,13 +39,14 @@ pub mod open;
 pub mod options;
 pub mod prefetch;
 pub mod remote;
+pub mod root;
 pub mod scan;
 
 pub use backend::{Backend, BackendStats};
 pub use cache::ShardCache;
 pub use format::{FormatOptions, FormatSpec};
 pub use local::{DatasetExt, LocalJsonlShard};
-pub use manifest::{Manifest, ShardEntry};
+pub use manifest::{Manifest, ManifestError, ShardEntry};
 pub use metrics::{CacheStats, PrefetchStats};
 pub use open::{RemoteDataset, UriDatasetExt};
 pub use options::{CacheOptions, StorageOptions};

@@ -4,8 +4,8 @@ use crate::download::shard_error;
 use crate::format::compression::Compression;
 use crate::format::detect::DetectedShard;
 use crate::format::jsonl::{LineIndex, parse_run};
-use crate::format::{FormatOptions, FormatShard, FormatSpec, detect, mds};
-use crate::manifest::{MANIFEST, Manifest};
+use crate::format::{FormatOptions, FormatShard, FormatSpec, detect};
+use crate::manifest::{MANIFEST, Manifest, ManifestError};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use std::os::unix::fs::FileExt;
@@ -179,14 +179,23 @@ pub fn detect_local(
         location: dir.display().to_string(),
         message,
     };
-    let json = std::fs::read(dir.join(MANIFEST)).ok();
+    // A manifest that names anything outside the folder, or a shard twice,
+    // is refused here, whatever its format, before any shard is opened.
+    let manifest = match std::fs::read(dir.join(MANIFEST)).map(|j| Manifest::parse(&j)) {
+        Ok(Ok(m)) => Some(m),
+        Ok(Err(ManifestError::Invalid(m))) => {
+            return Err(Error::Dataset {
+                dataset: name.to_owned(),
+                location: dir.join(MANIFEST).display().to_string(),
+                message: format!("invalid manifest: {m}"),
+            });
+        }
+        _ => None,
+    };
     // A Zephon manifest of a non-JSONL format carries what names cannot
-    // tell (a flat token file's seq_len and dtype), so it is followed.
-    if let Some(m) = json
-        .as_deref()
-        .and_then(|j| serde_json::from_slice::<Manifest>(j).ok())
-        .filter(|m| !m.format.is_jsonl())
-    {
+    // tell (a flat token file's seq_len and dtype), so it is followed, as
+    // is Streaming's MDS index.
+    if let Some(m) = manifest.filter(|m| !m.format.is_jsonl()) {
         let mut format = m.format;
         if let (FormatSpec::Parquet { columns }, Some(c)) = (&mut format, &opts.columns) {
             *columns = Some(c.clone());
@@ -205,21 +214,13 @@ pub fn detect_local(
             .collect();
         return Ok((format, shards));
     }
-    if let Some(json) = &json
-        && let Some(m) = mds::manifest_from_index(json).map_err(err)?
-    {
-        let shards = m
-            .shards
-            .into_iter()
-            .map(|e| DetectedShard {
-                path: e.path,
-                bytes: e.bytes,
-                sidecar: None,
-            })
-            .collect();
-        return Ok((m.format, shards));
-    }
-    let entries = std::fs::read_dir(dir).map_err(|e| err(format!("cannot read folder: {e}")))?;
+    let entries = std::fs::read_dir(dir).map_err(|e| {
+        err(if e.kind() == std::io::ErrorKind::NotFound {
+            "the folder does not exist".into()
+        } else {
+            format!("cannot read folder: {e}")
+        })
+    })?;
     let files: Vec<(String, u64)> = entries
         .filter_map(|e| e.ok())
         .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))

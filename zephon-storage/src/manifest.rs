@@ -1,24 +1,35 @@
 //! The `index.json` manifest at a dataset's root: every shard's path, sample
 //! count, byte size and checksum, so a dataset opens without listing or
 //! downloading anything else. Written by `zephon build-index`.
+//!
+//! A manifest is input like any other: [`Manifest::parse`] (and serde, for
+//! code that deserializes one directly) refuses entries that leave the
+//! dataset root (see [`check_relative`]), the same shard listed twice, and
+//! sample counts that cannot be right.
 
 use crate::format::FormatSpec;
 use crate::format::jsonl::LineIndex;
+use crate::root::check_relative;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::fmt;
 
 /// The manifest's file name, at the dataset root.
 pub const MANIFEST: &str = "index.json";
 
-/// A dataset manifest.
+/// A dataset manifest. Deserializing one checks it (see [`Manifest::check`]).
 ///
 /// ```
 /// use zephon_storage::manifest::{Manifest, ShardEntry};
 /// let m = Manifest::new(vec![ShardEntry::new("0.jsonl", 2, 14)]);
 /// let back: Manifest = serde_json::from_str(&m.to_json()).unwrap();
 /// assert_eq!(back, m);
+/// let escape = m.to_json().replace("0.jsonl", "../0.jsonl");
+/// assert!(serde_json::from_str::<Manifest>(&escape).is_err());
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "RawManifest")]
 pub struct Manifest {
     /// Format version (1).
     pub version: u32,
@@ -28,6 +39,53 @@ pub struct Manifest {
     /// The shards, in dataset order.
     pub shards: Vec<ShardEntry>,
 }
+
+/// A manifest as it is spelled, before [`Manifest::check`].
+#[derive(Deserialize)]
+struct RawManifest {
+    version: u32,
+    #[serde(default)]
+    format: FormatSpec,
+    shards: Vec<ShardEntry>,
+}
+
+impl TryFrom<RawManifest> for Manifest {
+    type Error = String;
+
+    fn try_from(raw: RawManifest) -> Result<Self, String> {
+        let m = Manifest {
+            version: raw.version,
+            format: raw.format,
+            shards: raw.shards,
+        };
+        m.check()?;
+        Ok(m)
+    }
+}
+
+/// Why an `index.json` was not accepted (see [`Manifest::parse`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ManifestError {
+    /// It is neither Zephon's manifest nor a Streaming index; the reason
+    /// it is not Zephon's.
+    Unrecognized(String),
+    /// It is a manifest, but an entry is refused; names the entry.
+    Invalid(String),
+}
+
+impl fmt::Display for ManifestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ManifestError::Unrecognized(m) => write!(
+                f,
+                "not a Zephon manifest nor a MosaicML Streaming index: {m}"
+            ),
+            ManifestError::Invalid(m) => write!(f, "invalid manifest: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for ManifestError {}
 
 /// One shard of a [`Manifest`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -86,6 +144,78 @@ impl Manifest {
     /// Pretty JSON.
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("a manifest serializes")
+    }
+
+    /// Reads an `index.json`: Zephon's manifest, or MosaicML Streaming's
+    /// index (as a manifest of [`FormatSpec::Mds`]), checked either way.
+    ///
+    /// ```
+    /// use zephon_storage::manifest::{Manifest, ManifestError};
+    /// let ok = br#"{"version":1,"shards":[{"path":"a.jsonl","samples":2,"bytes":14}]}"#;
+    /// assert_eq!(Manifest::parse(ok).unwrap().shards[0].path, "a.jsonl");
+    /// let twice = br#"{"version":1,"shards":[{"path":"a.jsonl","samples":2,"bytes":14},
+    ///                                        {"path":"a.jsonl","samples":2,"bytes":14}]}"#;
+    /// assert!(matches!(Manifest::parse(twice), Err(ManifestError::Invalid(_))));
+    /// assert!(matches!(Manifest::parse(b"[1]"), Err(ManifestError::Unrecognized(_))));
+    /// ```
+    pub fn parse(data: &[u8]) -> Result<Manifest, ManifestError> {
+        match serde_json::from_slice::<RawManifest>(data) {
+            Ok(raw) => Manifest::try_from(raw).map_err(ManifestError::Invalid),
+            Err(e) => match crate::format::mds::manifest_from_index(data) {
+                Ok(Some(m)) => Ok(m),
+                Ok(None) => Err(ManifestError::Unrecognized(e.to_string())),
+                Err(m) => Err(ManifestError::Invalid(m)),
+            },
+        }
+    }
+
+    /// Checks what can be checked without reading the shards: every path
+    /// and sidecar is a plain relative path under the root, no shard is
+    /// listed twice, the sample counts add up without overflowing, and no
+    /// shard claims more samples than it has bytes (for formats whose every
+    /// sample takes at least one). The error names the entry.
+    pub fn check(&self) -> Result<(), String> {
+        let mut seen: HashMap<&str, usize> = HashMap::with_capacity(self.shards.len());
+        let mut total: u64 = 0;
+        for (i, e) in self.shards.iter().enumerate() {
+            let entry = format!("shards[{i}] {:?}", e.path);
+            check_relative(&e.path).map_err(|m| format!("{entry}: the path {m}"))?;
+            if let Some(side) = &e.index {
+                check_relative(side)
+                    .map_err(|m| format!("{entry}: the index sidecar {side:?} {m}"))?;
+            }
+            if let Some(first) = seen.insert(&e.path, i) {
+                return Err(format!(
+                    "shards[{first}] and shards[{i}] both name {:?}; a shard may be listed once",
+                    e.path
+                ));
+            }
+            total = total.checked_add(e.samples).ok_or_else(|| {
+                format!(
+                    "{entry}: the sample counts add up past {} (at {} samples)",
+                    u64::MAX,
+                    e.samples
+                )
+            })?;
+            let one_byte_each = matches!(
+                self.format,
+                FormatSpec::Jsonl
+                    | FormatSpec::Tokens { .. }
+                    | FormatSpec::Mds { .. }
+                    | FormatSpec::WebDataset
+            );
+            if let Some(bytes) = e.decoded_bytes()
+                && one_byte_each
+                && e.samples > bytes
+            {
+                return Err(format!(
+                    "{entry}: claims {} samples in {bytes} bytes; a {} sample takes at least one byte",
+                    e.samples,
+                    self.format.name()
+                ));
+            }
+        }
+        Ok(())
     }
 }
 

@@ -5,7 +5,7 @@ use crate::backend::{Backend, BackendStats, runtime};
 use crate::cache::ShardCache;
 use crate::download::shard_error;
 use crate::format::compression::Compression;
-use crate::format::{FormatOptions, FormatShard, FormatSpec, mds};
+use crate::format::{FormatOptions, FormatShard, FormatSpec};
 use crate::manifest::{MANIFEST, Manifest};
 use crate::metrics::{CacheMetrics, CacheStats};
 use crate::options::StorageOptions;
@@ -189,14 +189,8 @@ async fn discover(
     match backend.op.read(MANIFEST).await {
         Ok(data) => {
             let data = data.to_bytes();
-            let bad = |m: String| shard_error(name, &backend.uri_of(MANIFEST), m);
-            let m: Manifest = match serde_json::from_slice(&data) {
-                Ok(m) => m,
-                // Not Zephon's manifest: perhaps MosaicML Streaming's index.
-                Err(e) => mds::manifest_from_index(&data)
-                    .map_err(&bad)?
-                    .ok_or_else(|| bad(format!("invalid manifest: {e}")))?,
-            };
+            let m = Manifest::parse(&data)
+                .map_err(|e| shard_error(name, &backend.uri_of(MANIFEST), e.to_string()))?;
             if m.shards.is_empty() {
                 return Err(shard_error(
                     name,

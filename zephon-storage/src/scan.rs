@@ -6,11 +6,12 @@ use crate::backend::Backend;
 use crate::download::{download, shard_error};
 use crate::format::compression::Compression;
 use crate::format::detect::{Detected, DetectedShard};
-use crate::format::jsonl::LineIndex;
+use crate::format::jsonl::{LineIndex, parse_line};
 use crate::format::tokens::{FlatTokens, MegatronIndex};
 use crate::format::{FormatOptions, FormatSpec, ShardIndex, detect, open_index};
 use crate::manifest::{MANIFEST, Manifest, ShardEntry, encode_index, index_path, sha256_hex};
 use crate::metrics::CacheMetrics;
+use crate::root::check_relative;
 use futures::TryStreamExt;
 use zephon_core::{Error, Result};
 
@@ -46,7 +47,9 @@ pub async fn list_files(backend: &Backend, dataset: &str) -> Result<Vec<(String,
 
 /// Lists the dataset's files and tells its format from their names (see
 /// [`detect()`]); no shards, or several formats, is an error listing what
-/// was found.
+/// was found. A listed shard or sidecar whose
+/// key is not a plain relative path (see [`check_relative`]) is an error
+/// naming it: opening it could read another object than the one listed.
 pub async fn detect_remote(
     backend: &Backend,
     dataset: &str,
@@ -57,7 +60,20 @@ pub async fn detect_remote(
         .into_iter()
         .filter(|(p, _)| p != MANIFEST)
         .collect();
-    detect(&files, opts).map_err(|m| shard_error(dataset, &backend.uri, m))
+    let found = detect(&files, opts).map_err(|m| shard_error(dataset, &backend.uri, m))?;
+    for s in &found.shards {
+        let side = s.sidecar.iter().map(|(p, _)| p.as_str());
+        for path in std::iter::once(s.path.as_str()).chain(side) {
+            check_relative(path).map_err(|m| {
+                shard_error(
+                    dataset,
+                    &backend.uri,
+                    format!("listed object {path:?}: {m}"),
+                )
+            })?;
+        }
+    }
+    Ok(found)
 }
 
 /// Lists the JSONL shard files under the dataset root (recursively), sorted
@@ -124,6 +140,19 @@ pub async fn scan_shard(
     bytes: u64,
     metrics: &CacheMetrics,
 ) -> Result<(ShardEntry, LineIndex)> {
+    scan_jsonl(backend, dataset, path, bytes, metrics, false).await
+}
+
+/// [`scan_shard`], optionally checking every line is a JSON object (what
+/// `build_index` vouches for; opening a dataset leaves that to the reads).
+async fn scan_jsonl(
+    backend: &Backend,
+    dataset: &str,
+    path: &str,
+    bytes: u64,
+    metrics: &CacheMetrics,
+    parse: bool,
+) -> Result<(ShardEntry, LineIndex)> {
     let probe = ShardEntry::new(path, 0, bytes);
     let data = download(backend, dataset, &probe, metrics).await?;
     let raw_sha = if Compression::from_path(path) == Compression::None {
@@ -140,6 +169,9 @@ pub async fn scan_shard(
         sha256_hex(&raw.to_bytes())
     };
     let index = LineIndex::build(&data);
+    if parse {
+        check_json_lines(&data, dataset, &backend.uri_of(path))?;
+    }
     let compressed = Compression::from_path(path) != Compression::None;
     let entry = ShardEntry {
         path: path.to_owned(),
@@ -150,6 +182,21 @@ pub async fn scan_shard(
         index: (!compressed).then(|| index_path(path)),
     };
     Ok((entry, index))
+}
+
+/// Checks that every line of a JSONL shard is a JSON object, so a manifest
+/// never vouches for a file that is not JSON lines; the error names the
+/// shard and the line. Records are parsed one at a time and dropped.
+fn check_json_lines(data: &[u8], dataset: &str, uri: &str) -> Result<()> {
+    let mut start = 0;
+    for (line, end) in (1..).zip(memchr::memchr_iter(b'\n', data).chain([data.len()])) {
+        if end == data.len() && start == data.len() {
+            break;
+        }
+        parse_line(&data[start..end], dataset, uri, line)?;
+        start = end + 1;
+    }
+    Ok(())
 }
 
 /// Describes every listed shard (downloading what counting needs), in path order.
@@ -198,8 +245,13 @@ pub async fn build_index_with(
             "this backend cannot list its shards; build the index where the files are (local or S3)",
         ));
     }
+    // A Streaming index is left alone even when it is refused (a bad
+    // basename): overwriting it would lose the dataset's own description.
     if let Ok(existing) = backend.op.read(MANIFEST).await
-        && let Ok(Some(_)) = crate::format::mds::manifest_from_index(&existing.to_bytes())
+        && !matches!(
+            crate::format::mds::manifest_from_index(&existing.to_bytes()),
+            Ok(None)
+        )
     {
         return Err(shard_error(
             dataset,
@@ -212,7 +264,8 @@ pub async fn build_index_with(
     let mut shards = Vec::new();
     for s in &found.shards {
         if found.format.is_jsonl() {
-            let (entry, index) = scan_shard(backend, dataset, &s.path, s.bytes, &metrics).await?;
+            let (entry, index) =
+                scan_jsonl(backend, dataset, &s.path, s.bytes, &metrics, true).await?;
             if let Some(idx) = &entry.index {
                 write(backend, dataset, idx, encode_index(&index)).await?;
             }

@@ -73,6 +73,16 @@ impl Backend {
             "file" => {
                 let path = std::path::absolute(if rest.is_empty() { "/" } else { rest })
                     .map_err(|e| err(format!("bad path: {e}")))?;
+                // opendal would create a missing root, so a mistyped path
+                // would open as an empty dataset (and leave a folder behind).
+                match std::fs::metadata(&path) {
+                    Ok(m) if m.is_dir() => {}
+                    Ok(_) => return Err(err("not a folder".into())),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        return Err(err("the dataset folder does not exist".into()));
+                    }
+                    Err(e) => return Err(err(format!("cannot read the folder: {e}"))),
+                }
                 let b = services::Fs::default().root(&path.to_string_lossy());
                 (Operator::new(b).map_err(ext)?, true)
             }

@@ -60,8 +60,10 @@ struct FileInfo {
     bytes: u64,
 }
 
-/// Reads Streaming's `index.json`, as a manifest of [`FormatSpec::Mds`].
-/// Returns `Ok(None)` when `json` is not a Streaming index at all.
+/// Reads Streaming's `index.json`, as a manifest of [`FormatSpec::Mds`],
+/// checked like any manifest ([`Manifest::check`]: basenames stay under the
+/// root, no shard twice, counts that add up). Returns `Ok(None)` when `json`
+/// is not a Streaming index at all.
 pub fn manifest_from_index(json: &[u8]) -> FormatResult<Option<Manifest>> {
     let Ok(index) = serde_json::from_slice::<IndexFile>(json) else {
         return Ok(None);
@@ -71,7 +73,7 @@ pub fn manifest_from_index(json: &[u8]) -> FormatResult<Option<Manifest>> {
     for s in index.shards {
         if s.format != "mds" {
             return Err(format!(
-                "Streaming shard `{}` is in the `{}` format; only `mds` is supported",
+                "Streaming shard {:?} is in the {:?} format; only `mds` is supported",
                 s.raw_data.basename, s.format
             ));
         }
@@ -79,7 +81,7 @@ pub fn manifest_from_index(json: &[u8]) -> FormatResult<Option<Manifest>> {
             || s.column_names.len() != s.column_sizes.len()
         {
             return Err(format!(
-                "shard `{}`: column names, encodings and sizes differ in number",
+                "shard {:?}: column names, encodings and sizes differ in number",
                 s.raw_data.basename
             ));
         }
@@ -97,7 +99,7 @@ pub fn manifest_from_index(json: &[u8]) -> FormatResult<Option<Manifest>> {
         match &columns {
             Some(c) if *c != cols => {
                 return Err(format!(
-                    "shard `{}` has different columns from the first shard",
+                    "shard {:?} has different columns from the first shard",
                     s.raw_data.basename
                 ));
             }
@@ -110,7 +112,7 @@ pub fn manifest_from_index(json: &[u8]) -> FormatResult<Option<Manifest>> {
                 e.uncompressed_bytes = Some(s.raw_data.bytes);
                 if !c.starts_with("zstd") && !c.starts_with("gz") {
                     return Err(format!(
-                        "shard `{}`: compression `{c}` is not supported (zstd and gz are)",
+                        "shard {:?}: compression {c:?} is not supported (zstd and gz are)",
                         e.path
                     ));
                 }
@@ -125,6 +127,7 @@ pub fn manifest_from_index(json: &[u8]) -> FormatResult<Option<Manifest>> {
     };
     let mut m = Manifest::new(shards);
     m.format = FormatSpec::Mds { columns };
+    m.check()?;
     Ok(Some(m))
 }
 
@@ -186,10 +189,10 @@ impl MdsIndex {
                 .size
                 .map_or_else(|| sizes.next().unwrap_or(0), |s| s as usize);
             if at + size > to {
-                return Err(format!("column `{}` runs past the sample's end", c.name));
+                return Err(format!("column {:?} runs past the sample's end", c.name));
             }
             let v = decode_value(&c.encoding, data.slice(at..at + size))
-                .map_err(|e| format!("column `{}`: {e}", c.name))?;
+                .map_err(|e| format!("column {:?}: {e}", c.name))?;
             r.set(c.name.clone(), v);
             at += size;
         }

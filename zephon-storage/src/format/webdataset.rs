@@ -57,20 +57,25 @@ impl TarIndex {
         let mut archive = tar::Archive::new(Cursor::new(data));
         let entries = archive
             .entries()
-            .map_err(|e| format!("not a tar archive: {e}"))?;
+            .map_err(|e| format!("not a tar archive: {}", e.to_string().escape_debug()))?;
         let mut samples: Vec<Sample> = Vec::new();
         for entry in entries {
-            let entry = entry.map_err(|e| format!("corrupt or truncated tar: {e}"))?;
+            // The tar crate's messages quote raw header bytes (member
+            // names, numeric fields): escaped, so a hostile shard cannot
+            // write control sequences to a terminal or log.
+            let entry = entry.map_err(|e| {
+                format!("corrupt or truncated tar: {}", e.to_string().escape_debug())
+            })?;
             let path = entry
                 .path()
-                .map_err(|e| format!("bad member name: {e}"))?
+                .map_err(|e| format!("bad member name: {}", e.to_string().escape_debug()))?
                 .to_string_lossy()
                 .into_owned();
             let (offset, size) = (entry.raw_file_position(), entry.size());
             if offset.saturating_add(size) > data.len() as u64 {
                 return Err(format!(
-                    "member `{path}` needs bytes {offset}..{} but the tar ends at {}; truncated?",
-                    offset + size,
+                    "member {path:?} needs bytes {offset}..{} but the tar ends at {}; truncated?",
+                    offset as u128 + size as u128,
                     data.len()
                 ));
             }
@@ -103,13 +108,13 @@ fn value_of(field: &str, bytes: Bytes) -> FormatResult<Value> {
     let text = |b: &Bytes| {
         std::str::from_utf8(b)
             .map(str::to_owned)
-            .map_err(|e| format!("field `{field}` is not UTF-8: {e}"))
+            .map_err(|e| format!("field {field:?} is not UTF-8: {e}"))
     };
     Ok(match field {
         "txt" | "text" => Value::Text(text(&bytes)?),
         "json" => Value::from_json(
             serde_json::from_slice(&bytes)
-                .map_err(|e| format!("field `{field}` is not valid JSON: {e}"))?,
+                .map_err(|e| format!("field {field:?} is not valid JSON: {e}"))?,
         ),
         "cls" | "cls2" | "index" | "id" => {
             let t = text(&bytes)?;
@@ -135,10 +140,13 @@ impl ShardIndex for TarIndex {
                 let mut r = Record::from_fields([(KEY_FIELD, Value::Text(s.key.clone()))]);
                 for m in &s.members {
                     if m.offset + m.size > data.len() {
-                        return Err(format!("member `{}.{}` is truncated", s.key, m.field));
+                        return Err(format!(
+                            "member {:?} is truncated",
+                            format!("{}.{}", s.key, m.field)
+                        ));
                     }
                     let v = value_of(&m.field, data.slice(m.offset..m.offset + m.size))
-                        .map_err(|e| format!("sample `{}`: {e}", s.key))?;
+                        .map_err(|e| format!("sample {:?}: {e}", s.key))?;
                     r.set(m.field.clone(), v);
                 }
                 Ok(r)
