@@ -6,6 +6,7 @@ use crate::format::detect::DetectedShard;
 use crate::format::jsonl::{LineIndex, parse_run};
 use crate::format::{FormatOptions, FormatShard, FormatSpec, detect, mds};
 use crate::manifest::{MANIFEST, Manifest};
+use crate::scan::list_local;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use std::os::unix::fs::FileExt;
@@ -27,20 +28,22 @@ pub struct LocalJsonlShard {
 }
 
 impl LocalJsonlShard {
-    /// Opens and indexes `path`.
+    /// Opens and indexes `path`. The index is built by streaming the file
+    /// through a bounded buffer, so opening a shard of any size takes memory
+    /// for its line offsets only (8 bytes a line), not for its text.
     pub fn open(dataset: &str, path: &Path) -> Result<Self> {
         let io = |source| Error::Io {
             path: path.display().to_string(),
             source,
         };
-        let data = std::fs::read(path).map_err(io)?;
         let file = std::fs::File::open(path).map_err(io)?;
+        let index = LineIndex::from_reader(&file).map_err(io)?;
         Ok(LocalJsonlShard {
             dataset: dataset.to_owned(),
             name: path.display().to_string(),
             path: path.to_owned(),
             file: Arc::new(file),
-            index: Arc::new(LineIndex::build(&data)),
+            index: Arc::new(index),
         })
     }
 
@@ -125,13 +128,23 @@ impl Shard for LocalJsonlShard {
 
 /// Local datasets: `Dataset::from_path(name, dir)`.
 pub trait DatasetExt: Sized {
-    /// The shards in `dir` (sorted by name), in the format their names show
+    /// The shards in `dir` (sorted by path), in the format their names show
     /// (see [`format::detect`](crate::format::detect())): JSONL, Parquet,
     /// Megatron `.bin` + `.idx`, flat token `.bin`, WebDataset `.tar`, or MDS
-    /// (a Streaming `index.json`). Shards are indexed on open so samples are
+    /// (a Streaming `index.json`). Shards are found by
+    /// [`list_local`](crate::scan::list_local): subfolders included, symlinks
+    /// followed, loops an error. Shards are indexed on open so samples are
     /// addressable by position. A missing or unreadable folder, one with no
     /// shards, or one mixing formats is an error naming the path and listing
     /// what it holds.
+    ///
+    /// Shards are read in place, never copied into the shard cache: JSONL by
+    /// positioned reads of the lines asked for (the line index is built by
+    /// streaming the file), every other format from a memory map of the file
+    /// (pages the kernel can drop, not the process's own memory). Memory
+    /// therefore does not grow with a shard's size, except for compressed
+    /// shards (`.zst`, `.gz`): each is decoded whole when the dataset is
+    /// opened and held in memory for its lifetime (its decoded size).
     ///
     /// ```
     /// use zephon_core::Dataset;
@@ -219,14 +232,8 @@ pub fn detect_local(
             .collect();
         return Ok((m.format, shards));
     }
-    let entries = std::fs::read_dir(dir).map_err(|e| err(format!("cannot read folder: {e}")))?;
-    let files: Vec<(String, u64)> = entries
-        .filter_map(|e| e.ok())
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
-        .filter_map(|e| {
-            let len = e.metadata().ok()?.len();
-            Some((e.file_name().to_string_lossy().into_owned(), len))
-        })
+    let files: Vec<(String, u64)> = list_local(name, dir)?
+        .into_iter()
         .filter(|(p, _)| p != MANIFEST)
         .collect();
     let d = detect(&files, opts).map_err(err)?;
