@@ -5,11 +5,15 @@
 //! cargo run -p zephon-examples --example prefetch_shards
 //! ```
 //!
-//! The dataset is read through the storage layer (`file://` here; `s3://`
-//! and `http(s)://` work the same way) with a shard cache in a temporary folder.
+//! The dataset is read through the storage layer's backend (`file://` here;
+//! `s3://` and `http(s)://` work the same way) with a shard cache in a
+//! temporary folder. `RemoteDataset::open` takes even a local folder through
+//! the backend and the cache, so the example shows prefetch at work without
+//! a server; `Dataset::from_uri` would read a local folder in place, with
+//! nothing to prefetch.
 
-use zephon_core::{Dataset, PipelineExt, Runner, Tracking, WorkSource};
-use zephon_storage::{CacheOptions, PrefetchExt, StorageOptions, UriDatasetExt};
+use zephon_core::{PipelineExt, Runner, Tracking, WorkSource};
+use zephon_storage::{CacheOptions, PrefetchExt, RemoteDataset, StorageOptions};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cache = tempfile::tempdir()?;
@@ -24,7 +28,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .memory_bytes(16 << 20), // memory tier
     );
     let ws = WorkSource::builder()
-        .dataset(Dataset::from_uri_with("web", &uri, &opts)?, 1.0)
+        .dataset(
+            RemoteDataset::open("web", &uri, &opts)?.dataset().clone(),
+            1.0,
+        )
         .seed(3)
         .build()?;
     let mut it = ws

@@ -4,8 +4,9 @@ use crate::download::shard_error;
 use crate::format::compression::Compression;
 use crate::format::detect::DetectedShard;
 use crate::format::jsonl::{LineIndex, parse_run};
-use crate::format::{FormatOptions, FormatShard, FormatSpec, detect};
+use crate::format::{FormatOptions, FormatShard, FormatSpec, detect, mds};
 use crate::manifest::{MANIFEST, Manifest, ManifestError};
+use crate::scan::list_local;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use std::os::unix::fs::FileExt;
@@ -27,20 +28,22 @@ pub struct LocalJsonlShard {
 }
 
 impl LocalJsonlShard {
-    /// Opens and indexes `path`.
+    /// Opens and indexes `path`. The index is built by streaming the file
+    /// through a bounded buffer, so opening a shard of any size takes memory
+    /// for its line offsets only (8 bytes a line), not for its text.
     pub fn open(dataset: &str, path: &Path) -> Result<Self> {
         let io = |source| Error::Io {
             path: path.display().to_string(),
             source,
         };
-        let data = std::fs::read(path).map_err(io)?;
         let file = std::fs::File::open(path).map_err(io)?;
+        let index = LineIndex::from_reader(&file).map_err(io)?;
         Ok(LocalJsonlShard {
             dataset: dataset.to_owned(),
             name: path.display().to_string(),
             path: path.to_owned(),
             file: Arc::new(file),
-            index: Arc::new(LineIndex::build(&data)),
+            index: Arc::new(index),
         })
     }
 
@@ -125,13 +128,23 @@ impl Shard for LocalJsonlShard {
 
 /// Local datasets: `Dataset::from_path(name, dir)`.
 pub trait DatasetExt: Sized {
-    /// The shards in `dir` (sorted by name), in the format their names show
+    /// The shards in `dir` (sorted by path), in the format their names show
     /// (see [`format::detect`](crate::format::detect())): JSONL, Parquet,
     /// Megatron `.bin` + `.idx`, flat token `.bin`, WebDataset `.tar`, or MDS
-    /// (a Streaming `index.json`). Shards are indexed on open so samples are
+    /// (a Streaming `index.json`). Shards are found by
+    /// [`list_local`](crate::scan::list_local): subfolders included, symlinks
+    /// followed, loops an error. Shards are indexed on open so samples are
     /// addressable by position. A missing or unreadable folder, one with no
     /// shards, or one mixing formats is an error naming the path and listing
     /// what it holds.
+    ///
+    /// Shards are read in place, never copied into the shard cache: JSONL by
+    /// positioned reads of the lines asked for (the line index is built by
+    /// streaming the file), every other format from a memory map of the file
+    /// (pages the kernel can drop, not the process's own memory). Memory
+    /// therefore does not grow with a shard's size, except for compressed
+    /// shards (`.zst`, `.gz`): each is decoded whole when the dataset is
+    /// opened and held in memory for its lifetime (its decoded size).
     ///
     /// ```
     /// use zephon_core::Dataset;
@@ -181,9 +194,10 @@ pub fn detect_local(
     };
     // A manifest that names anything outside the folder, or a shard twice,
     // is refused here, whatever its format, before any shard is opened.
-    let manifest = match std::fs::read(dir.join(MANIFEST)).map(|j| Manifest::parse(&j)) {
-        Ok(Ok(m)) => Some(m),
-        Ok(Err(ManifestError::Invalid(m))) => {
+    let json = std::fs::read(dir.join(MANIFEST)).ok();
+    let manifest = match json.as_deref().map(Manifest::parse) {
+        Some(Ok(m)) => Some(m),
+        Some(Err(ManifestError::Invalid(m))) => {
             return Err(Error::Dataset {
                 dataset: name.to_owned(),
                 location: dir.join(MANIFEST).display().to_string(),
@@ -214,20 +228,25 @@ pub fn detect_local(
             .collect();
         return Ok((format, shards));
     }
-    let entries = std::fs::read_dir(dir).map_err(|e| {
-        err(if e.kind() == std::io::ErrorKind::NotFound {
-            "the folder does not exist".into()
-        } else {
-            format!("cannot read folder: {e}")
-        })
-    })?;
-    let files: Vec<(String, u64)> = entries
-        .filter_map(|e| e.ok())
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
-        .filter_map(|e| {
-            let len = e.metadata().ok()?.len();
-            Some((e.file_name().to_string_lossy().into_owned(), len))
-        })
+    if let Some(json) = &json
+        && let Some(m) = mds::manifest_from_index(json).map_err(err)?
+    {
+        let shards = m
+            .shards
+            .into_iter()
+            .map(|e| DetectedShard {
+                path: e.path,
+                bytes: e.bytes,
+                sidecar: None,
+            })
+            .collect();
+        return Ok((m.format, shards));
+    }
+    if !dir.exists() {
+        return Err(err("the folder does not exist".into()));
+    }
+    let files: Vec<(String, u64)> = list_local(name, dir)?
+        .into_iter()
         .filter(|(p, _)| p != MANIFEST)
         .collect();
     let d = detect(&files, opts).map_err(err)?;

@@ -5,15 +5,23 @@ use crate::backend::{Backend, BackendStats, runtime};
 use crate::cache::ShardCache;
 use crate::download::shard_error;
 use crate::format::compression::Compression;
-use crate::format::{FormatOptions, FormatShard, FormatSpec};
+use crate::format::{FormatOptions, FormatShard, FormatSpec, mds};
+use crate::local::DatasetExt;
 use crate::manifest::{MANIFEST, Manifest};
 use crate::metrics::{CacheMetrics, CacheStats};
 use crate::options::StorageOptions;
 use crate::remote::{CachedShard, RangeShard};
+use std::path::PathBuf;
 use std::sync::Arc;
 use zephon_core::{Dataset, Result, Shard};
 
-/// A dataset opened from a URI, with handles on its cache and counters.
+/// A dataset opened from a URI through its opendal backend, with handles on
+/// its cache and counters.
+///
+/// A local folder opened here goes through the backend and the shard cache
+/// like a remote one does (which is how the cache is exercised without a
+/// server); [`Dataset::from_uri`](UriDatasetExt::from_uri) reads local
+/// folders in place instead.
 ///
 /// ```
 /// use zephon_storage::{RemoteDataset, StorageOptions, CacheOptions};
@@ -222,6 +230,12 @@ pub trait UriDatasetExt: Sized {
     /// `http(s)://`, `memory://`) with default options: S3 settings from the
     /// AWS environment variables, the shard cache under `~/.cache/zephon`.
     ///
+    /// A local folder (a plain path or `file://`) is opened as
+    /// [`Dataset::from_path_with`](crate::DatasetExt::from_path_with) opens
+    /// it: shards read in place, never copied into the shard cache, found
+    /// by the same rule ([`list_local`](crate::scan::list_local)); only the
+    /// format options apply to it.
+    ///
     /// ```
     /// use zephon_core::Dataset;
     /// use zephon_storage::UriDatasetExt;
@@ -244,6 +258,33 @@ impl UriDatasetExt for Dataset {
     }
 
     fn from_uri_with(name: &str, uri: &str, opts: &StorageOptions) -> Result<Self> {
-        Ok(RemoteDataset::open(name, uri, opts)?.dataset)
+        match local_dir(uri) {
+            Some(dir) => Dataset::from_path_with(name, dir, &opts.format),
+            None => Ok(RemoteDataset::open(name, uri, opts)?.dataset),
+        }
+    }
+}
+
+/// The local folder a URI names: a plain path, or a `file://` URI (the
+/// scheme in any case); `None` for every other scheme.
+///
+/// ```
+/// use std::path::PathBuf;
+/// use zephon_storage::open::local_dir;
+/// assert_eq!(local_dir("file:///data/web/"), Some(PathBuf::from("/data/web")));
+/// assert_eq!(local_dir("data/web"), Some(PathBuf::from("data/web")));
+/// assert_eq!(local_dir("s3://bucket/web"), None);
+/// ```
+pub fn local_dir(uri: &str) -> Option<PathBuf> {
+    let trimmed = match uri.trim_end_matches('/') {
+        "" if !uri.is_empty() => "/",
+        t => t,
+    };
+    match trimmed.split_once("://") {
+        None => Some(PathBuf::from(trimmed)),
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("file") => {
+            Some(PathBuf::from(if rest.is_empty() { "/" } else { rest }))
+        }
+        Some(_) => None,
     }
 }

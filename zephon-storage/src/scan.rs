@@ -13,11 +13,21 @@ use crate::manifest::{MANIFEST, Manifest, ShardEntry, encode_index, index_path, 
 use crate::metrics::CacheMetrics;
 use crate::root::check_relative;
 use futures::TryStreamExt;
+use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use zephon_core::runner::offload;
 use zephon_core::{Error, Result};
 
 /// Lists every file under the dataset root (recursively), sorted by path,
-/// with their stored sizes.
+/// with their stored sizes. A local root is walked by [`list_local`], so
+/// every command finds the same shards in a folder.
 pub async fn list_files(backend: &Backend, dataset: &str) -> Result<Vec<(String, u64)>> {
+    let info = backend.op.info();
+    if info.scheme() == "fs" {
+        let (root, name) = (PathBuf::from(info.root()), dataset.to_owned());
+        return offload("list", move || list_local(&name, &root)).await?;
+    }
     let err =
         |e: opendal::Error| shard_error(dataset, &backend.uri, format!("cannot list shards: {e}"));
     let entries: Vec<opendal::Entry> = backend
@@ -43,6 +53,131 @@ pub async fn list_files(backend: &Backend, dataset: &str) -> Result<Vec<(String,
     }
     out.sort();
     Ok(out)
+}
+
+/// Lists every file under the local folder `dir`, recursively, sorted by
+/// path (relative, `/`-separated), with their sizes: the one discovery rule
+/// of local datasets, whatever command opens them.
+///
+/// Symbolic links are followed, to files and to folders. A link that leads
+/// back to a folder above it (a loop), a folder or file reached twice
+/// (its samples would be read twice), a broken link and a name that is not
+/// UTF-8 are errors naming the path. Entries that are neither files nor
+/// folders (sockets, FIFOs) are not shards and are passed over.
+///
+/// ```
+/// use zephon_storage::scan::list_local;
+/// let dir = std::env::temp_dir().join(format!("zephon-list-doc-{}", std::process::id()));
+/// std::fs::create_dir_all(dir.join("sub")).unwrap();
+/// std::fs::write(dir.join("a.jsonl"), "{}\n").unwrap();
+/// std::fs::write(dir.join("sub/b.jsonl"), "{}\n{}\n").unwrap();
+/// std::os::unix::fs::symlink(&dir, dir.join("sub/up")).unwrap();
+/// let err = list_local("doc", &dir).unwrap_err().to_string();
+/// assert!(err.contains("sub/up") && err.contains("loop"), "{err}");
+/// std::fs::remove_file(dir.join("sub/up")).unwrap();
+/// let files = list_local("doc", &dir).unwrap();
+/// assert_eq!(files, vec![("a.jsonl".to_string(), 3), ("sub/b.jsonl".to_string(), 6)]);
+/// # std::fs::remove_dir_all(&dir).unwrap();
+/// ```
+pub fn list_local(dataset: &str, dir: &Path) -> Result<Vec<(String, u64)>> {
+    let mut walk = LocalWalk {
+        dataset,
+        files: Vec::new(),
+        ancestors: Vec::new(),
+        seen: HashMap::new(),
+    };
+    walk.folder(dir, "")?;
+    walk.files.sort();
+    Ok(walk.files)
+}
+
+/// State of one [`list_local`] walk.
+struct LocalWalk<'a> {
+    /// Named in errors.
+    dataset: &'a str,
+    files: Vec<(String, u64)>,
+    /// Device and inode of the folders on the path being walked.
+    ancestors: Vec<(u64, u64)>,
+    /// Every folder and file met so far, by device and inode, with the
+    /// path it was first met at.
+    seen: HashMap<(u64, u64), PathBuf>,
+}
+
+impl LocalWalk<'_> {
+    fn error(&self, path: &Path, message: impl Into<String>) -> Error {
+        shard_error(self.dataset, &path.display().to_string(), message)
+    }
+
+    /// Records `path` (with metadata `m`) as met; meeting it again is an error.
+    fn first_visit(&mut self, path: &Path, m: &std::fs::Metadata) -> Result<()> {
+        let id = (m.dev(), m.ino());
+        if self.ancestors.contains(&id) {
+            return Err(self.error(
+                path,
+                "symlink loop: this link leads back to a folder above it",
+            ));
+        }
+        if let Some(first) = self.seen.insert(id, path.to_owned()) {
+            return Err(self.error(
+                path,
+                format!(
+                    "the same {} as `{}` (through a symlink): its samples would be read twice",
+                    if m.is_dir() { "folder" } else { "file" },
+                    first.display()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn folder(&mut self, dir: &Path, prefix: &str) -> Result<()> {
+        let dataset = self.dataset;
+        let cannot = |e: std::io::Error| {
+            shard_error(
+                dataset,
+                &dir.display().to_string(),
+                format!("cannot read folder: {e}"),
+            )
+        };
+        let m = std::fs::metadata(dir).map_err(cannot)?;
+        if prefix.is_empty() {
+            self.first_visit(dir, &m)?;
+        }
+        self.ancestors.push((m.dev(), m.ino()));
+        for entry in std::fs::read_dir(dir).map_err(cannot)? {
+            let entry = entry.map_err(cannot)?;
+            let path = entry.path();
+            let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+                return Err(self.error(&path, "the file name is not UTF-8"));
+            };
+            let rel = if prefix.is_empty() {
+                name
+            } else {
+                format!("{prefix}/{name}")
+            };
+            // `metadata` follows symlinks: a link is what it points at.
+            let m = std::fs::metadata(&path).map_err(|e| {
+                let link = entry.file_type().is_ok_and(|t| t.is_symlink());
+                self.error(
+                    &path,
+                    if link {
+                        format!("broken symlink: {e}")
+                    } else {
+                        format!("cannot read: {e}")
+                    },
+                )
+            })?;
+            if m.is_dir() {
+                self.first_visit(&path, &m)?;
+                self.folder(&path, &rel)?;
+            } else if m.is_file() {
+                self.first_visit(&path, &m)?;
+                self.files.push((rel, m.len()));
+            }
+        }
+        self.ancestors.pop();
+        Ok(())
+    }
 }
 
 /// Lists the dataset's files and tells its format from their names (see

@@ -4,8 +4,8 @@
 mod common;
 
 use common::{cache_opts, write_dataset};
-use zephon_core::{Dataset, PipelineExt, Runner, Tracking, WorkSource};
-use zephon_storage::{PrefetchExt, UriDatasetExt};
+use zephon_core::{PipelineExt, Runner, Tracking, WorkSource};
+use zephon_storage::{PrefetchExt, RemoteDataset};
 
 #[test]
 fn fetch_and_prefetch_timing_report_the_cache() {
@@ -13,7 +13,12 @@ fn fetch_and_prefetch_timing_report_the_cache() {
     let data = t.path().join("data");
     write_dataset(&data, 4, 50);
     let uri = format!("file://{}", data.display());
-    let ds = Dataset::from_uri_with("obs", &uri, &cache_opts(t.path())).unwrap();
+    // Through the backend and the cache: `Dataset::from_uri` would read this
+    // local folder in place, with no cache to report.
+    let ds = RemoteDataset::open("obs", &uri, &cache_opts(t.path()))
+        .unwrap()
+        .dataset()
+        .clone();
     let ws = WorkSource::builder()
         .dataset(ds, 1.0)
         .seed(1)

@@ -3,10 +3,10 @@
 use anyhow::Result;
 use clap::Parser;
 use serde::Serialize;
-use std::path::Path;
 use zephon_core::{Dataset, Record, Value};
 use zephon_storage::format::{FormatOptions, TokenDtype};
 use zephon_storage::local::detect_local;
+use zephon_storage::open::local_dir;
 use zephon_storage::{CacheOptions, DatasetExt, RemoteDataset, StorageOptions};
 
 /// Arguments of `zephon inspect`.
@@ -112,15 +112,14 @@ fn open(args: &Args) -> Result<(Dataset, String, u64)> {
         .ok_or_else(|| anyhow::anyhow!("unknown token dtype `{}`", args.dtype))?;
     let mut fopts = FormatOptions::default().seq_len(args.seq_len).dtype(dtype);
     fopts.columns = args.columns.clone();
-    let local = args.uri.strip_prefix("file://").unwrap_or(&args.uri);
-    if !args.uri.contains("://") || args.uri.starts_with("file://") {
-        let dir = Path::new(local);
-        let (format, shards) = detect_local("inspect", dir, &fopts)?;
+    // Local folders are read in place, found by the rule every command uses.
+    if let Some(dir) = local_dir(&args.uri) {
+        let (format, shards) = detect_local("inspect", &dir, &fopts)?;
         let bytes = shards
             .iter()
             .map(|s| s.bytes + s.sidecar.as_ref().map_or(0, |(_, b)| *b))
             .sum();
-        let ds = Dataset::from_path_with("inspect", dir, &fopts)?;
+        let ds = Dataset::from_path_with("inspect", &dir, &fopts)?;
         return Ok((ds, format.name().to_owned(), bytes));
     }
     let mut opts = StorageOptions::default()

@@ -1,6 +1,9 @@
 //! JSONL shards: one JSON object per line, addressed through a line-offset index.
 
 use memchr::memchr_iter;
+
+/// Bytes read at a time when a shard is indexed from a stream.
+const READ_BUFFER: usize = 1 << 20;
 use zephon_core::{Error, Record, Result, Value};
 
 /// Byte offsets of the lines of a JSONL shard: `starts[i]` is where sample `i`
@@ -24,6 +27,37 @@ impl LineIndex {
             starts.push(data.len() as u64);
         }
         LineIndex { starts }
+    }
+
+    /// Indexes a shard read from `reader` through a bounded buffer, for
+    /// files too large to hold in memory; the same index as [`build`](LineIndex::build).
+    ///
+    /// ```
+    /// use zephon_storage::format::jsonl::LineIndex;
+    /// let data = b"{\"a\":1}\n{\"a\":2}\n{\"a\":3}";
+    /// let streamed = LineIndex::from_reader(&data[..]).unwrap();
+    /// assert_eq!(streamed, LineIndex::build(data));
+    /// assert_eq!(streamed.len(), 3);
+    /// ```
+    pub fn from_reader(mut reader: impl std::io::Read) -> std::io::Result<Self> {
+        let mut buf = vec![0u8; READ_BUFFER];
+        let mut starts = vec![0];
+        let (mut at, mut last) = (0u64, b'\n');
+        loop {
+            let n = match reader.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            starts.extend(memchr_iter(b'\n', &buf[..n]).map(|nl| at + nl as u64 + 1));
+            at += n as u64;
+            last = buf[n - 1];
+        }
+        if last != b'\n' {
+            starts.push(at);
+        }
+        Ok(LineIndex { starts })
     }
 
     /// Number of samples (lines).
@@ -139,6 +173,39 @@ mod tests {
         assert_eq!(LineIndex::build(b"{}\n{}").len(), 2);
         let idx = LineIndex::build(b"{\"a\":1}\n{\"a\":2}\n");
         assert_eq!(idx.byte_range(1, 1), (8, 16));
+    }
+
+    /// A reader that hands out at most `step` bytes a call, so lines and
+    /// their newlines straddle the reads.
+    struct Trickle<'a> {
+        data: &'a [u8],
+        step: usize,
+    }
+
+    impl std::io::Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = self.step.min(buf.len()).min(self.data.len());
+            buf[..n].copy_from_slice(&self.data[..n]);
+            self.data = &self.data[n..];
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn streamed_index_equals_the_whole_file_index_whatever_the_reads() {
+        let cases: [&[u8]; 5] = [
+            b"",
+            b"\n",
+            b"{}\n{}\n",
+            b"{}\n{}",
+            b"{\"a\":1}\n\n{\"b\":22}\nxx",
+        ];
+        for data in cases {
+            for step in [1, 2, 3, 7, 1 << 20] {
+                let got = LineIndex::from_reader(Trickle { data, step }).unwrap();
+                assert_eq!(got, LineIndex::build(data), "{data:?} in reads of {step}");
+            }
+        }
     }
 
     #[test]

@@ -17,12 +17,17 @@ pub enum Bench {
     /// Workload W1: tokenize, wrap-pack and batch a JSONL corpus; one JSON
     /// line with the keys of the side-by-side peers.
     TokenizePack(tokenize_pack::Args),
+    /// Workload W2: pre-tokenized reads of a flat token file, globally
+    /// shuffled windows in batches; one JSON line like the peers, with peak
+    /// anonymous memory, and peers run side by side.
+    Tokens(tokens::Args),
 }
 
 pub mod engine;
 pub mod fetch;
 pub mod formats;
 pub mod tokenize_pack;
+pub mod tokens;
 
 /// Runs a benchmark.
 pub fn run(b: Bench) -> anyhow::Result<()> {
@@ -31,5 +36,6 @@ pub fn run(b: Bench) -> anyhow::Result<()> {
         Bench::Fetch(a) => fetch::run(a),
         Bench::Formats(a) => formats::run(a),
         Bench::TokenizePack(a) => tokenize_pack::run(a),
+        Bench::Tokens(a) => tokens::run(a),
     }
 }

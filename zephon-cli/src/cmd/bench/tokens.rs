@@ -1,0 +1,338 @@
+//! `zephon bench tokens`: workload W2 of the side-by-side benchmark,
+//! pre-tokenized reads.
+//!
+//! A flat token file (nanoGPT's `train.bin` layout) cut into non-overlapping
+//! windows of `--seq-len + 1` tokens (inputs and the shifted label), the
+//! remainder dropped; one pass in a seeded global random order (the work
+//! source's global block shuffle); batches of `--batch` windows, each handed
+//! to the consumer as one row-major array (`u32`, like the peers, or `u16`).
+//! The file is memory-mapped, never copied.
+//!
+//! Prints one JSON line with the keys of `peers_w2.py` and the peak
+//! anonymous memory of the process (`RssAnon`, sampled). Each `--peer`
+//! command (a peer of `peers_w2.py`, given the same file and options) runs
+//! in the same invocation, alternating with Zephon, its JSON line printed
+//! with its own peak anonymous memory; Zephon's line then carries its
+//! throughput and time to first batch as ratios to each peer.
+
+use anyhow::{Context, Result, bail, ensure};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+use zephon_core::{BlockShuffle, Dataset, PipelineExt, Runner, WorkSource};
+use zephon_storage::format::tokens::TOKENS_FIELD;
+use zephon_storage::format::{FormatShard, FormatSpec, TokenDtype};
+
+/// Options of `zephon bench tokens`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The flat token file.
+    #[arg(long)]
+    pub file: PathBuf,
+    /// Tokens per input row; windows are one longer (the shifted label).
+    #[arg(long, default_value_t = 2048)]
+    pub seq_len: u64,
+    /// Windows per batch.
+    #[arg(long, default_value_t = 8)]
+    pub batch: usize,
+    /// Seed of the global shuffle.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Token width stored in the file (u8, u16, u32, i32, i64).
+    #[arg(long, default_value = "u16")]
+    pub dtype: String,
+    /// Element type of the arrays handed to the consumer (u32 or u16).
+    #[arg(long, default_value = "u32")]
+    pub collate: String,
+    /// Parallel reads (0: one per core).
+    #[arg(long, default_value_t = 0)]
+    pub parallelism: usize,
+    /// Rounds; the fastest run of each system is reported, memory is the
+    /// largest peak of any round.
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
+    /// A peer command run on the same data in the same invocation, as a
+    /// shell command line (e.g. `python3 peers_w2.py plain FILE`); it must
+    /// print one JSON line with `system`, `tokens_per_s` and `first_batch_s`.
+    #[arg(long)]
+    pub peer: Vec<String>,
+}
+
+/// One run of one system, as the peers print it.
+#[derive(Clone, Debug)]
+struct Run {
+    line: serde_json::Value,
+    seconds: f64,
+    peak_anon: u64,
+}
+
+/// Runs the benchmark and prints one JSON line per system.
+pub fn run(a: Args) -> Result<()> {
+    let dtype = TokenDtype::parse(&a.dtype)
+        .ok_or_else(|| anyhow::anyhow!("--dtype: unknown token type `{}`", a.dtype))?;
+    let wide = match a.collate.as_str() {
+        "u32" => true,
+        "u16" => false,
+        other => bail!("--collate: `{other}` is neither u32 nor u16"),
+    };
+    ensure!(a.seq_len > 0, "--seq-len must be at least 1");
+    ensure!(a.batch > 0, "--batch must be at least 1");
+    let mut best: Option<Run> = None;
+    let mut peers: Vec<Option<Run>> = vec![None; a.peer.len()];
+    for round in 0..a.repeat.max(1) {
+        // Alternate who goes first, so neither always meets a warmer cache.
+        let zephon_first = round % 2 == 0;
+        if zephon_first {
+            keep(&mut best, measure_self(&a, dtype, wide)?);
+        }
+        for (p, slot) in a.peer.iter().zip(peers.iter_mut()) {
+            keep(slot, measure_peer(p)?);
+        }
+        if !zephon_first {
+            keep(&mut best, measure_self(&a, dtype, wide)?);
+        }
+    }
+    let mut line = best.expect("at least one round").line;
+    for peer in peers.into_iter().flatten() {
+        println!("{}", peer.line);
+        let name = peer.line["system"].as_str().unwrap_or("peer").to_owned();
+        for (key, label) in [
+            ("tokens_per_s", "tokens_per_s"),
+            ("first_batch_s", "first_batch"),
+            ("peak_rss_anon_mb", "peak_rss_anon"),
+        ] {
+            let ratio = match (line[key].as_f64(), peer.line[key].as_f64()) {
+                (Some(z), Some(p)) if p > 0.0 => round3(z / p).into(),
+                _ => serde_json::Value::Null,
+            };
+            line[format!("{label}_ratio_to_{name}")] = ratio;
+        }
+    }
+    println!("{line}");
+    Ok(())
+}
+
+/// Keeps the faster run, and the larger memory peak of the two.
+fn keep(slot: &mut Option<Run>, run: Run) {
+    let peak = slot.as_ref().map_or(0, |s| s.peak_anon).max(run.peak_anon);
+    let mut kept = match slot.take() {
+        Some(s) if s.seconds <= run.seconds => s,
+        _ => run,
+    };
+    kept.peak_anon = peak;
+    kept.line["peak_rss_anon_mb"] = mb(peak).into();
+    *slot = Some(kept);
+}
+
+/// One pass of the workload through a Zephon pipeline, in this process.
+fn measure_self(a: &Args, dtype: TokenDtype, wide: bool) -> Result<Run> {
+    let sampler = RssAnonPeak::start(PathBuf::from("/proc/self/status"));
+    let cores = zephon_core::runner::num_cpus();
+    let k = if a.parallelism == 0 {
+        cores
+    } else {
+        a.parallelism
+    };
+    let width = a.seq_len + 1;
+    let start = Instant::now();
+    let spec = FormatSpec::Tokens {
+        dtype,
+        seq_len: width,
+    };
+    let shard = FormatShard::open_local("w2", spec, &a.file, None)?;
+    let ds = Dataset::new("w2", a.file.display().to_string(), vec![Arc::new(shard)])?;
+    let ws = WorkSource::builder()
+        .dataset(ds, 1.0)
+        .seed(a.seed)
+        .shuffle_block_size(BlockShuffle::Global)
+        .canonical_lanes(1)
+        .build()?;
+    let batches = ws
+        .stream()
+        .fetch(k)
+        .batch_with(a.batch, true)
+        .prefetch_batches(4)
+        .into_blocking_iter(Runner::Threads { workers: k })?;
+    let rows = a.batch * width as usize;
+    let (mut first, mut n_batches, mut samples) = (None, 0u64, 0u64);
+    for b in batches {
+        let b = b?;
+        // The consumer's array, as `np.stack` makes it for the peers.
+        if wide {
+            let mut array: Vec<u32> = Vec::with_capacity(rows);
+            for r in &b.items {
+                array.extend_from_slice(window(r, width)?);
+            }
+            std::hint::black_box(&array);
+        } else {
+            let mut array: Vec<u16> = Vec::with_capacity(rows);
+            for r in &b.items {
+                for &t in window(r, width)? {
+                    array.push(u16::try_from(t).with_context(|| {
+                        format!("token id {t} does not fit the u16 array (--collate u32)")
+                    })?);
+                }
+            }
+            std::hint::black_box(&array);
+        }
+        first.get_or_insert_with(|| start.elapsed().as_secs_f64());
+        n_batches += 1;
+        samples += b.items.len() as u64;
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    let peak_anon = sampler.stop();
+    ensure!(
+        n_batches > 0,
+        "{}: fewer than {} windows of {width} tokens, not one batch",
+        a.file.display(),
+        a.batch
+    );
+    let tokens = samples * width;
+    let line = serde_json::json!({
+        "system": "zephon",
+        "batches": n_batches,
+        "samples": samples,
+        "tokens": tokens,
+        "seconds": round3(seconds),
+        "tokens_per_s": (tokens as f64 / seconds).round(),
+        "samples_per_s": (samples as f64 / seconds).round(),
+        "first_batch_s": round3(first.unwrap_or(0.0)),
+        "peak_rss_anon_mb": mb(peak_anon),
+        "parallelism": k,
+        "collate": if wide { "u32" } else { "u16" },
+    });
+    Ok(Run {
+        line,
+        seconds,
+        peak_anon,
+    })
+}
+
+fn window(r: &zephon_core::Record, width: u64) -> Result<&[u32]> {
+    let t = r
+        .tokens(TOKENS_FIELD)
+        .context("a token sample without its tokens")?;
+    ensure!(
+        t.len() as u64 == width,
+        "a window of {} tokens, not {width}",
+        t.len()
+    );
+    Ok(t)
+}
+
+/// Runs one peer command through `sh -c`, sampling its anonymous memory.
+fn measure_peer(cmd: &str) -> Result<Run> {
+    let child = std::process::Command::new("sh")
+        .args(["-c", &format!("exec {cmd}")])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .with_context(|| format!("starting peer `{cmd}`"))?;
+    let sampler = RssAnonPeak::start(PathBuf::from(format!("/proc/{}/status", child.id())));
+    let out = child
+        .wait_with_output()
+        .with_context(|| format!("running peer `{cmd}`"))?;
+    let peak_anon = sampler.stop();
+    ensure!(out.status.success(), "peer `{cmd}` failed: {}", out.status);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with('{'))
+        .with_context(|| format!("peer `{cmd}` printed no JSON line: {stdout}"))?;
+    let mut line: serde_json::Value =
+        serde_json::from_str(last).with_context(|| format!("peer `{cmd}` printed {last}"))?;
+    let seconds = line["seconds"]
+        .as_f64()
+        .with_context(|| format!("peer `{cmd}`: no `seconds` in {last}"))?;
+    line["peak_rss_anon_mb"] = mb(peak_anon).into();
+    Ok(Run {
+        line,
+        seconds,
+        peak_anon,
+    })
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+fn mb(bytes: u64) -> f64 {
+    round3(bytes as f64 / 1e6)
+}
+
+// ---------------------------------------------------------------------------
+// Peak anonymous memory (RssAnon), sampled by a background thread.
+//
+// Private to this benchmark: a shared sampler for every benchmark is meant
+// to replace it (same idea: poll `/proc/<pid>/status`, keep the maximum).
+// ---------------------------------------------------------------------------
+
+/// How often `RssAnon` is read: often enough to catch a peak that lasts a
+/// few milliseconds, rarely enough to cost nothing measurable.
+const SAMPLE_EVERY: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// A thread polling one process's `RssAnon` until stopped.
+struct RssAnonPeak {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<u64>,
+}
+
+impl RssAnonPeak {
+    /// Starts polling `status` (`/proc/self/status` or `/proc/<pid>/status`).
+    fn start(status: PathBuf) -> Self {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut peak = 0;
+            loop {
+                // A process that has exited has no status file: its last
+                // sample stands.
+                peak = peak.max(rss_anon(&status).unwrap_or(0));
+                if flag.load(std::sync::atomic::Ordering::Relaxed) {
+                    return peak;
+                }
+                std::thread::sleep(SAMPLE_EVERY);
+            }
+        });
+        RssAnonPeak { stop, thread }
+    }
+
+    /// Stops polling; the largest `RssAnon` seen, in bytes.
+    fn stop(self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().unwrap_or(0)
+    }
+}
+
+/// `RssAnon` of a `/proc/<pid>/status` file, in bytes.
+fn rss_anon(status: &Path) -> Option<u64> {
+    let text = std::fs::read_to_string(status).ok()?;
+    let kb = text
+        .lines()
+        .find_map(|l| l.strip_prefix("RssAnon:"))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse::<u64>()
+        .ok()?;
+    Some(kb * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rss_anon_reads_this_process() {
+        let own = rss_anon(Path::new("/proc/self/status")).expect("RssAnon on Linux");
+        // Touch 64 MB of fresh anonymous memory: the sampler must see it.
+        let sampler = RssAnonPeak::start(PathBuf::from("/proc/self/status"));
+        let block = vec![1u8; 64 << 20];
+        std::hint::black_box(&block);
+        std::thread::sleep(SAMPLE_EVERY * 4);
+        let peak = sampler.stop();
+        drop(block);
+        assert!(peak >= own + (60 << 20), "peak {peak}, before {own}");
+    }
+}

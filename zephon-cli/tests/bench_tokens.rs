@@ -1,0 +1,131 @@
+//! `zephon bench tokens` (workload W2) on small token files written here.
+
+use std::process::Command;
+
+fn bench(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_zephon"))
+        .args(["bench", "tokens"])
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+fn token_file(dir: &std::path::Path, tokens: u16) -> String {
+    let path = dir.join("train.bin");
+    let bytes: Vec<u8> = (0..tokens).flat_map(|t| t.to_le_bytes()).collect();
+    std::fs::write(&path, bytes).unwrap();
+    path.display().to_string()
+}
+
+#[test]
+fn bench_tokens_prints_the_peer_keys_and_counts_every_window_once() {
+    let t = tempfile::tempdir().unwrap();
+    // 1000 tokens: 62 windows of 16 (seq_len 15 + the label), 15 batches of 4.
+    let file = token_file(t.path(), 1000);
+    for collate in ["u32", "u16"] {
+        let (ok, out, err) = bench(&[
+            "--file",
+            &file,
+            "--seq-len",
+            "15",
+            "--batch",
+            "4",
+            "--seed",
+            "3",
+            "--collate",
+            collate,
+        ]);
+        assert!(ok, "{err}");
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 1, "{out}");
+        let r: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+        for key in [
+            "system",
+            "batches",
+            "samples",
+            "tokens",
+            "seconds",
+            "tokens_per_s",
+            "samples_per_s",
+            "first_batch_s",
+            "peak_rss_anon_mb",
+        ] {
+            assert!(r.get(key).is_some(), "no `{key}` in {r}");
+        }
+        assert_eq!(r["system"], "zephon");
+        assert_eq!(r["batches"], 15, "{r}");
+        assert_eq!(r["samples"], 60, "{r}");
+        // Tokens as the peers count them: every delivered window, label included.
+        assert_eq!(r["tokens"], 15 * 4 * 16, "{r}");
+        assert!(r["tokens_per_s"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["peak_rss_anon_mb"].as_f64().unwrap() > 0.0, "{r}");
+        let first = r["first_batch_s"].as_f64().unwrap();
+        assert!(
+            first > 0.0 && first <= r["seconds"].as_f64().unwrap(),
+            "{r}"
+        );
+    }
+}
+
+#[test]
+fn bench_tokens_runs_a_peer_and_reports_ratios_to_it() {
+    let t = tempfile::tempdir().unwrap();
+    let file = token_file(t.path(), 1000);
+    let peer = r#"printf '%s\n' 'warming up' '{"system": "fake", "seconds": 2.0, "tokens_per_s": 480, "first_batch_s": 0.5}'"#;
+    let (ok, out, err) = bench(&[
+        "--file",
+        &file,
+        "--seq-len",
+        "15",
+        "--batch",
+        "4",
+        "--peer",
+        peer,
+    ]);
+    assert!(ok, "{err}");
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    assert_eq!(lines[0]["system"], "fake");
+    assert!(lines[0].get("peak_rss_anon_mb").is_some(), "{}", lines[0]);
+    let z = &lines[1];
+    assert_eq!(z["system"], "zephon");
+    let want = z["tokens_per_s"].as_f64().unwrap() / 480.0;
+    let got = z["tokens_per_s_ratio_to_fake"].as_f64().unwrap();
+    assert!((got - want).abs() <= 0.001 * want.max(1.0), "{z}");
+    let want = z["first_batch_s"].as_f64().unwrap() / 0.5;
+    let got = z["first_batch_ratio_to_fake"].as_f64().unwrap();
+    assert!((got - want).abs() <= 0.001 + 0.001 * want, "{z}");
+}
+
+#[test]
+fn bench_tokens_refuses_bad_files_naming_them() {
+    let t = tempfile::tempdir().unwrap();
+    // Fewer windows than one batch: no batch, an error rather than a zero rate.
+    let file = token_file(t.path(), 40);
+    let (ok, _, err) = bench(&["--file", &file, "--seq-len", "15", "--batch", "4"]);
+    assert!(!ok);
+    assert!(
+        err.contains("train.bin") && err.contains("not one batch"),
+        "{err}"
+    );
+    // An odd number of bytes is not a u16 token file.
+    std::fs::write(&file, [1u8, 2, 3]).unwrap();
+    let (ok, _, err) = bench(&["--file", &file, "--seq-len", "1", "--batch", "1"]);
+    assert!(!ok);
+    assert!(
+        err.contains("train.bin") && err.to_lowercase().contains("u16"),
+        "{err}"
+    );
+    let missing = t.path().join("missing.bin").display().to_string();
+    let (ok, _, err) = bench(&["--file", &missing]);
+    assert!(!ok);
+    assert!(err.contains("missing.bin"), "{err}");
+}
