@@ -22,6 +22,8 @@ pub enum Bench {
 pub mod engine;
 pub mod fetch;
 pub mod formats;
+pub mod mem;
+pub mod stats;
 pub mod tokenize_pack;
 
 /// Runs a benchmark.
