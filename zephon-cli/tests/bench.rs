@@ -220,3 +220,47 @@ fn bench_formats_compares_one_thread_with_one_thread_and_reports_memory() {
         assert_eq!(f.len(), 10, "{line}");
     }
 }
+
+#[test]
+fn bench_engine_json_carries_ratios_and_peaks() {
+    let (ok, stdout, stderr) = zephon(&[
+        "bench",
+        "engine",
+        "--records",
+        "2000",
+        "--repeat",
+        "1",
+        "--passes",
+        "1",
+        "--runner",
+        "inline",
+        "--json",
+    ]);
+    assert!(ok, "{stdout}\n{stderr}");
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    let rows = v["rows"].as_array().expect("rows");
+    // The baseline and the two inline configurations.
+    assert_eq!(rows.len(), 3, "{v}");
+    for row in rows {
+        assert!(
+            row["records_per_s"].as_f64().is_some_and(|r| r > 0.0),
+            "{row}"
+        );
+        assert!(
+            row["peak_rss_anon_mib"].as_f64().is_some_and(|m| m > 0.0),
+            "{row}"
+        );
+    }
+    for row in &rows[1..] {
+        assert!(
+            row["ratio_to_baseline_median"]
+                .as_f64()
+                .is_some_and(|r| r > 0.0),
+            "{row}"
+        );
+    }
+    assert!(
+        rows[2]["ratio_to_tracking_off_median"].as_f64().is_some(),
+        "{v}"
+    );
+}

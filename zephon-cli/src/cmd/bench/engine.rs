@@ -46,6 +46,10 @@ pub struct Args {
     /// to profile one of them.
     #[arg(long)]
     pub runner: Option<RunnerKind>,
+    /// Print one JSON object (the same figures as the table) instead of
+    /// the table.
+    #[arg(long)]
+    pub json: bool,
     /// Internal: run configuration N in this process and print its time.
     #[arg(long, hide = true)]
     pub child: Option<usize>,
@@ -276,16 +280,25 @@ pub fn run(args: Args) -> Result<()> {
     let all: Vec<&Measured> = runs.iter().flatten().collect();
     let smallest_peak =
         |f: fn(&Measured) -> Option<u64>, ms: &[&Measured]| ms.iter().filter_map(|m| f(m)).min();
-    println!(
+    let mut lines = vec![format!(
         "{:<32} {:>14} {:>10}  (rates: best run; ratios: median over rounds of ratios paired within a round)",
         "configuration", "records/s", "peak MiB",
+    )];
+    let (plain_rate, plain_peak) = (
+        rate(stats::median(all.iter().map(|m| m.plain).collect())),
+        smallest_peak(|m| m.plain_peak, &all),
     );
-    println!(
+    lines.push(format!(
         "{:<32} {:>14.0} {:>10}  baseline, measured in every configuration's process beside it (median rate)",
         "plain loop over a Vec",
-        rate(stats::median(all.iter().map(|m| m.plain).collect())),
-        mem::mib(smallest_peak(|m| m.plain_peak, &all)),
-    );
+        plain_rate,
+        mem::mib(plain_peak),
+    ));
+    let mut rows = vec![serde_json::json!({
+        "configuration": "plain loop over a Vec",
+        "records_per_s": plain_rate.round(),
+        "peak_rss_anon_mib": mem::mib_json(plain_peak),
+    })];
     for (i, c) in CONFIGS.iter().enumerate() {
         if runs[i].is_empty() {
             continue;
@@ -295,6 +308,16 @@ pub fn run(args: Args) -> Result<()> {
             .map(|m| m.pipeline)
             .fold(f64::INFINITY, f64::min);
         let of_baseline = stats::median(runs[i].iter().map(|m| m.plain / m.pipeline).collect());
+        let mine: Vec<&Measured> = runs[i].iter().collect();
+        let peak = smallest_peak(|m| m.pipeline_peak, &mine);
+        let mut row = serde_json::json!({
+            "configuration": c.label.trim(),
+            "parallelism": c.parallelism,
+            "tracking": format!("{:?}", c.tracking).to_lowercase(),
+            "records_per_s": rate(best).round(),
+            "ratio_to_baseline_median": stats::round3(of_baseline),
+            "peak_rss_anon_mib": mem::mib_json(peak),
+        });
         let extra = if c.tracking == Tracking::Off || runs[i - 1].is_empty() {
             String::new()
         } else {
@@ -305,19 +328,34 @@ pub fn run(args: Args) -> Result<()> {
                     .map(|(off, on)| off.pipeline / on.pipeline)
                     .collect(),
             );
+            row["ratio_to_tracking_off_median"] = stats::round3(median).into();
             format!(
                 ", {:+.1}% vs tracking off (median of paired rounds)",
                 (median - 1.0) * 100.0
             )
         };
-        let mine: Vec<&Measured> = runs[i].iter().collect();
-        println!(
+        rows.push(row);
+        lines.push(format!(
             "{:<32} {:>14.0} {:>10}  {:.2}x of baseline{extra}",
             c.label,
             rate(best),
-            mem::mib(smallest_peak(|m| m.pipeline_peak, &mine)),
+            mem::mib(peak),
             of_baseline,
-        );
+        ));
+    }
+    if args.json {
+        let out = serde_json::json!({
+            "bench": "engine",
+            "records": args.records,
+            "batch": args.batch,
+            "rounds": args.repeat.max(1),
+            "rows": rows,
+        });
+        println!("{out}");
+    } else {
+        for l in lines {
+            println!("{l}");
+        }
     }
     Ok(())
 }

@@ -5,7 +5,7 @@
 //! from the disk where the page cache may be dropped (root, and permitted),
 //! else from the page cache; the row says which.
 
-use super::mem;
+use super::{mem, stats};
 use anyhow::{Context, Result, bail};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
@@ -40,6 +40,10 @@ pub struct Args {
     /// fresh cache every round).
     #[arg(long, default_value_t = 3)]
     pub repeat: usize,
+    /// Print one JSON object (the same figures as the table) instead of
+    /// the table.
+    #[arg(long)]
+    pub json: bool,
     /// S3 endpoint to use; without it a `moto_server` is started on 127.0.0.1.
     #[arg(long)]
     pub endpoint: Option<String>,
@@ -420,6 +424,34 @@ pub fn run(args: Args) -> Result<()> {
         base.records as f64 / base.total.as_secs_f64(),
         base.first_batch.as_secs_f64(),
     );
+    if args.json {
+        let rows: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|(label, r)| {
+                let rate = r.records as f64 / r.total.as_secs_f64();
+                let first = r.first_batch.as_secs_f64();
+                serde_json::json!({
+                    "configuration": label,
+                    "records_per_s": rate.round(),
+                    "ratio_to_local": stats::round3(rate / base_rate),
+                    "first_batch_ms": stats::round3(first * 1e3),
+                    "first_batch_ratio_to_local": stats::round3(first / base_first.max(1e-9)),
+                    "peak_rss_anon_mib": mem::mib_json(r.peak),
+                    "server_cpu_per_wall": r.server_cpu
+                        .map(|c| stats::round3(c.as_secs_f64() / r.total.as_secs_f64())),
+                })
+            })
+            .collect();
+        let out = serde_json::json!({
+            "bench": "fetch",
+            "shards": args.shards,
+            "records_per_shard": args.records,
+            "rounds": args.repeat.max(1),
+            "rows": rows,
+        });
+        println!("{out}");
+        return Ok(());
+    }
     println!(
         "{} shards x {} records, batch {}, fetch parallelism {}, prefetch {} pointers / {} downloads; \
          each row is its best round of {} (all its figures from that round); times include opening the dataset",

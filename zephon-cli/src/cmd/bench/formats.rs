@@ -39,6 +39,10 @@ pub struct Args {
     /// rounds of the ratio within a round.
     #[arg(long, default_value_t = 3)]
     pub repeat: usize,
+    /// Print one JSON object (the same figures as the table) instead of
+    /// the table.
+    #[arg(long)]
+    pub json: bool,
     /// Only these formats (comma-separated: jsonl, tokens, megatron, parquet, mds, webdataset).
     #[arg(long, value_delimiter = ',')]
     pub only: Option<Vec<String>>,
@@ -381,25 +385,28 @@ pub fn run(a: Args) -> Result<()> {
     ];
     let root = tempfile::tempdir()?;
     let p = a.parallelism.max(1);
-    println!(
-        "samples/s, best of {} rounds; ratios: median over rounds of zephon over the plain \
-         loop in the same round; peak RssAnon in MiB",
-        a.repeat.max(1)
-    );
     let wide = format!("zephon {p}t /s");
-    println!(
-        "{:<11} {:>9} {:>14} {:>14} {:>7} {:>14} {:>7} {:>8} {:>8} {:>8}",
-        "format",
-        "samples",
-        "plain 1t /s",
-        "zephon 1t /s",
-        "1t:1t",
-        wide,
-        format!("{p}t:1t"),
-        "MiB pl",
-        "MiB z1",
-        format!("MiB z{p}"),
-    );
+    let mut lines = vec![
+        format!(
+            "samples/s, best of {} rounds; ratios: median over rounds of zephon over the plain \
+             loop in the same round; peak RssAnon in MiB",
+            a.repeat.max(1)
+        ),
+        format!(
+            "{:<11} {:>9} {:>14} {:>14} {:>7} {:>14} {:>7} {:>8} {:>8} {:>8}",
+            "format",
+            "samples",
+            "plain 1t /s",
+            "zephon 1t /s",
+            "1t:1t",
+            wide,
+            format!("{p}t:1t"),
+            "MiB pl",
+            "MiB z1",
+            format!("MiB z{p}"),
+        ),
+    ];
+    let mut rows = Vec::new();
     for format in all {
         if a.only
             .as_ref()
@@ -433,7 +440,7 @@ pub fn run(a: Args) -> Result<()> {
                 );
             }
         }
-        println!(
+        lines.push(format!(
             "{format:<11} {:>9} {:>14.0} {:>14.0} {:>7.2} {:>14.0} {:>7.2} {:>8} {:>8} {:>8}",
             plain_side.samples[0],
             plain_side.best_rate(),
@@ -444,7 +451,32 @@ pub fn run(a: Args) -> Result<()> {
             mem::mib(plain_side.peak()),
             mem::mib(one.peak()),
             mem::mib(many.peak()),
-        );
+        ));
+        rows.push(serde_json::json!({
+            "format": format,
+            "samples": plain_side.samples[0],
+            "plain_1t_per_s": plain_side.best_rate().round(),
+            "zephon_1t_per_s": one.best_rate().round(),
+            "ratio_1t_median": stats::round3(plain_side.ratio_of(&one)),
+            "zephon_threads": p,
+            "zephon_nt_per_s": many.best_rate().round(),
+            "ratio_nt_to_plain_1t_median": stats::round3(plain_side.ratio_of(&many)),
+            "plain_peak_rss_anon_mib": mem::mib_json(plain_side.peak()),
+            "zephon_1t_peak_rss_anon_mib": mem::mib_json(one.peak()),
+            "zephon_nt_peak_rss_anon_mib": mem::mib_json(many.peak()),
+        }));
+    }
+    if a.json {
+        let out = serde_json::json!({
+            "bench": "formats",
+            "rounds": a.repeat.max(1),
+            "rows": rows,
+        });
+        println!("{out}");
+    } else {
+        for l in lines {
+            println!("{l}");
+        }
     }
     Ok(())
 }

@@ -15,6 +15,11 @@ pub fn median(mut values: Vec<f64>) -> f64 {
     }
 }
 
+/// Rounded to three decimals, for ratios and seconds in JSON output.
+pub fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
 #[cfg(test)]
 mod tests {
     use super::median;

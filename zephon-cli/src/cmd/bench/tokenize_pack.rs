@@ -149,7 +149,7 @@ pub fn run(a: Args) -> Result<()> {
         "system": "zephon",
         "batches": best.batches,
         "tokens": best.tokens,
-        "seconds": round3(best.secs),
+        "seconds": stats::round3(best.secs),
         "tokens_per_s": best.tps().round(),
         "peak_rss_anon_mib": mem::mib_json(plain.peak()),
         "parallelism": k,
@@ -159,19 +159,19 @@ pub fn run(a: Args) -> Result<()> {
     if let Some(obs) = observed.best() {
         line["observed_tokens_per_s"] = obs.tps().round().into();
         // Throughput with per-operator tracking over throughput without.
-        line["observed_ratio"] = round3(obs.tps() / best.tps()).into();
-        line["observed_ratio_median"] = round3(median_ratio(&observed, &plain)).into();
+        line["observed_ratio"] = stats::round3(obs.tps() / best.tps()).into();
+        line["observed_ratio_median"] = stats::round3(median_ratio(&observed, &plain)).into();
         line["observed_peak_rss_anon_mib"] = mem::mib_json(observed.peak());
     }
     if let Some(r) = raw_runs.best() {
         line["raw_tokens"] = r.tokens.into();
-        line["raw_seconds"] = round3(r.secs).into();
+        line["raw_seconds"] = stats::round3(r.secs).into();
         line["raw_tokens_per_s"] = r.tps().round().into();
         line["raw_peak_rss_anon_mib"] = mem::mib_json(raw_runs.peak());
         // Median over rounds of the pipeline's throughput over the raw
         // tokenizer's in the same round.
-        line["ratio_to_raw"] = round3(median_ratio(&plain, &raw_runs)).into();
-        line["ratio_to_raw_best"] = round3(best.tps() / r.tps()).into();
+        line["ratio_to_raw"] = stats::round3(median_ratio(&plain, &raw_runs)).into();
+        line["ratio_to_raw_best"] = stats::round3(best.tps() / r.tps()).into();
     }
     println!("{line}");
     Ok(())
@@ -294,8 +294,4 @@ fn raw(a: &Args) -> Result<Run> {
         secs,
         peak,
     })
-}
-
-fn round3(x: f64) -> f64 {
-    (x * 1000.0).round() / 1000.0
 }
