@@ -264,3 +264,30 @@ fn bench_engine_json_carries_ratios_and_peaks() {
         "{v}"
     );
 }
+
+#[test]
+fn benches_refuse_zero_sizes_with_an_error_naming_the_option() {
+    for (args, option) in [
+        (&["bench", "engine", "--batch", "0"][..], "--batch"),
+        (&["bench", "formats", "--shards", "0"][..], "--shards"),
+        (&["bench", "fetch", "--records", "0"][..], "--records"),
+        (
+            &[
+                "bench",
+                "tokenize-pack",
+                "--corpus",
+                ".",
+                "--tokenizer",
+                TOKENIZER,
+                "--seq-len",
+                "0",
+            ][..],
+            "--seq-len",
+        ),
+    ] {
+        let (ok, stdout, stderr) = zephon(args);
+        assert!(!ok, "{args:?}: {stdout}");
+        assert!(stderr.contains(option), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}

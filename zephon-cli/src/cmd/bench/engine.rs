@@ -235,6 +235,9 @@ fn measure_isolated(args: &Args, i: usize) -> Result<Measured> {
 
 /// Runs the benchmark and prints one line per configuration.
 pub fn run(args: Args) -> Result<()> {
+    if args.records == 0 || args.batch == 0 {
+        bail!("--records and --batch must be at least 1");
+    }
     if let Some(i) = args.child {
         if i >= CONFIGS.len() {
             bail!("--child {i}: there are {} configurations", CONFIGS.len());

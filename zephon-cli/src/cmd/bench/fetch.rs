@@ -278,6 +278,16 @@ fn s3_opts(endpoint: &str) -> StorageOptions {
 
 /// Runs the benchmark and prints one line per configuration.
 pub fn run(args: Args) -> Result<()> {
+    for (name, v) in [
+        ("--shards", args.shards),
+        ("--records", args.records),
+        ("--batch", args.batch),
+        ("--parallelism", args.parallelism),
+    ] {
+        if v == 0 {
+            bail!("{name} must be at least 1");
+        }
+    }
     let tmp = tempfile::tempdir()?;
     let data = tmp.path().join("data");
     write_dataset(&data, &args)?;

@@ -375,6 +375,14 @@ impl Side {
 
 /// Runs the benchmark and prints one line per format.
 pub fn run(a: Args) -> Result<()> {
+    for (name, v) in [
+        ("--samples", a.samples),
+        ("--shards", a.shards),
+        ("--seq-len", a.seq_len),
+        ("--batch", a.batch),
+    ] {
+        anyhow::ensure!(v > 0, "{name} must be at least 1");
+    }
     let all = [
         "jsonl",
         "tokens",

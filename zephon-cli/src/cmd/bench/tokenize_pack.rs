@@ -106,6 +106,8 @@ fn median_ratio(num: &Runs, den: &Runs) -> f64 {
 
 /// Runs the benchmark and prints one JSON line.
 pub fn run(a: Args) -> Result<()> {
+    anyhow::ensure!(a.seq_len > 0, "--seq-len must be at least 1");
+    anyhow::ensure!(a.batch > 0, "--batch must be at least 1");
     let cores = zephon_core::runner::num_cpus();
     let k = if a.parallelism == 0 {
         cores
@@ -135,7 +137,7 @@ pub fn run(a: Args) -> Result<()> {
     }
     // Both sides must have delivered the same tokens, or the ratio compares
     // different work.
-    for r in observed.0.iter().chain(&raw_runs.0) {
+    for r in plain.0.iter().chain(&observed.0).chain(&raw_runs.0) {
         anyhow::ensure!(
             r.tokens == plain.0[0].tokens,
             "token counts differ: the pipeline delivered {}, another run {} \
