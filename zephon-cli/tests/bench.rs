@@ -27,16 +27,34 @@ fn bench_engine_reports_every_configuration_from_separate_processes() {
         String::from_utf8_lossy(&out.stderr)
     );
     let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines.len(), 5, "{stdout}");
-    assert!(lines[0].starts_with("plain loop over a Vec"), "{stdout}");
+    assert_eq!(lines.len(), 6, "{stdout}");
+    assert!(lines[0].starts_with("configuration"), "{stdout}");
+    assert!(lines[1].starts_with("plain loop over a Vec"), "{stdout}");
     for line in &lines[1..] {
-        let rate: f64 = line
-            .split("records/s")
+        let fields: Vec<&str> = line
+            .split("  ")
+            .map(str::trim)
+            .filter(|f| !f.is_empty())
+            .collect();
+        // label, records/s, peak MiB, then what the figures are.
+        let rate: f64 = fields[1]
+            .parse()
+            .unwrap_or_else(|_| panic!("no rate in {line:?}"));
+        assert!(rate > 0.0, "{line}");
+        let peak: f64 = fields[2]
+            .parse()
+            .unwrap_or_else(|_| panic!("no peak memory in {line:?}"));
+        // At least the 3,000 records the process holds, and not absurd.
+        assert!(peak > 0.0 && peak < 4096.0, "{line}");
+    }
+    for line in &lines[2..] {
+        let ratio: f64 = line
+            .split("x of baseline")
             .next()
             .and_then(|s| s.split_whitespace().last())
             .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| panic!("no rate in {line:?}"));
-        assert!(rate > 0.0, "{line}");
+            .unwrap_or_else(|| panic!("no ratio in {line:?}"));
+        assert!(ratio > 0.0 && ratio.is_finite(), "{line}");
     }
     // Tracking rows compare with the row above, measured in the same run.
     assert_eq!(
@@ -61,4 +79,215 @@ fn bench_engine_refuses_an_unknown_child_configuration() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+fn zephon(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_zephon"))
+        .args(args)
+        .output()
+        .expect("zephon runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A small corpus of `docs` documents in two shards.
+fn corpus(docs: usize) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for shard in 0..2 {
+        let mut text = String::new();
+        for i in (shard..docs).step_by(2) {
+            let doc = format!(
+                "document {i}: {}",
+                "the quick brown fox jumps ".repeat(1 + i % 7)
+            );
+            text.push_str(&serde_json::json!({ "text": doc }).to_string());
+            text.push('\n');
+        }
+        std::fs::write(dir.path().join(format!("{shard}.jsonl")), text).unwrap();
+    }
+    dir
+}
+
+const TOKENIZER: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../examples/data/tokenizer.json"
+);
+
+#[test]
+fn tokenize_pack_raw_counts_the_same_tokens_as_the_pipeline_and_reports_memory() {
+    let dir = corpus(300);
+    let corpus = dir.path().to_str().unwrap();
+    let (ok, stdout, stderr) = zephon(&[
+        "bench",
+        "tokenize-pack",
+        "--corpus",
+        corpus,
+        "--tokenizer",
+        TOKENIZER,
+        "--seq-len",
+        "64",
+        "--batch",
+        "3",
+        "--raw",
+        "--observe",
+        "--repeat",
+        "2",
+    ]);
+    assert!(ok, "{stdout}\n{stderr}");
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
+    let tokens = v["tokens"].as_u64().unwrap();
+    // Whole batches of 3 rows of 64 tokens, and the raw tokenizer's count cut
+    // the same way.
+    assert!(tokens > 0 && tokens.is_multiple_of(64 * 3), "{v}");
+    assert_eq!(v["raw_tokens"].as_u64(), Some(tokens), "{v}");
+    assert_eq!(v["rounds"].as_u64(), Some(2), "{v}");
+    for key in ["ratio_to_raw", "ratio_to_raw_best", "observed_ratio_median"] {
+        let r = v[key].as_f64().unwrap_or_else(|| panic!("{key} in {v}"));
+        assert!(r > 0.0 && r.is_finite(), "{key}: {v}");
+    }
+    for key in [
+        "peak_rss_anon_mib",
+        "raw_peak_rss_anon_mib",
+        "observed_peak_rss_anon_mib",
+    ] {
+        let m = v[key].as_f64().unwrap_or_else(|| panic!("{key} in {v}"));
+        assert!(m > 0.0 && m < 4096.0, "{key}: {v}");
+    }
+}
+
+#[test]
+fn tokenize_pack_refuses_a_document_without_text_and_says_where() {
+    let dir = corpus(10);
+    std::fs::write(
+        dir.path().join("1.jsonl"),
+        "{\"text\": \"fine\"}\n{\"body\": 3}\n",
+    )
+    .unwrap();
+    let (ok, stdout, stderr) = zephon(&[
+        "bench",
+        "tokenize-pack",
+        "--corpus",
+        dir.path().to_str().unwrap(),
+        "--tokenizer",
+        TOKENIZER,
+        "--raw",
+    ]);
+    assert!(!ok, "{stdout}");
+    // The pipeline runs first and names the sample (shard 1, sample 1).
+    assert!(
+        stderr.contains("shard 1, sample 1") && stderr.contains("`text`"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn bench_formats_compares_one_thread_with_one_thread_and_reports_memory() {
+    let (ok, stdout, stderr) = zephon(&[
+        "bench",
+        "formats",
+        "--samples",
+        "400",
+        "--shards",
+        "2",
+        "--repeat",
+        "2",
+        "--parallelism",
+        "3",
+        "--only",
+        "jsonl,tokens",
+    ]);
+    assert!(ok, "{stdout}\n{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 4, "{stdout}");
+    assert!(
+        lines[1].contains("plain 1t /s") && lines[1].contains("zephon 1t /s"),
+        "{stdout}"
+    );
+    assert!(lines[1].contains("zephon 3t /s"), "{stdout}");
+    for (line, format) in lines[2..].iter().zip(["jsonl", "tokens"]) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(f[0], format, "{stdout}");
+        assert_eq!(f[1], "400", "{stdout}");
+        // Rates and ratios, then three peaks in MiB.
+        for x in &f[2..] {
+            let x: f64 = x.parse().unwrap_or_else(|_| panic!("{x} in {line}"));
+            assert!(x > 0.0 && x.is_finite(), "{line}");
+        }
+        assert_eq!(f.len(), 10, "{line}");
+    }
+}
+
+#[test]
+fn bench_engine_json_carries_ratios_and_peaks() {
+    let (ok, stdout, stderr) = zephon(&[
+        "bench",
+        "engine",
+        "--records",
+        "2000",
+        "--repeat",
+        "1",
+        "--passes",
+        "1",
+        "--runner",
+        "inline",
+        "--json",
+    ]);
+    assert!(ok, "{stdout}\n{stderr}");
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    let rows = v["rows"].as_array().expect("rows");
+    // The baseline and the two inline configurations.
+    assert_eq!(rows.len(), 3, "{v}");
+    for row in rows {
+        assert!(
+            row["records_per_s"].as_f64().is_some_and(|r| r > 0.0),
+            "{row}"
+        );
+        assert!(
+            row["peak_rss_anon_mib"].as_f64().is_some_and(|m| m > 0.0),
+            "{row}"
+        );
+    }
+    for row in &rows[1..] {
+        assert!(
+            row["ratio_to_baseline_median"]
+                .as_f64()
+                .is_some_and(|r| r > 0.0),
+            "{row}"
+        );
+    }
+    assert!(
+        rows[2]["ratio_to_tracking_off_median"].as_f64().is_some(),
+        "{v}"
+    );
+}
+
+#[test]
+fn benches_refuse_zero_sizes_with_an_error_naming_the_option() {
+    for (args, option) in [
+        (&["bench", "engine", "--batch", "0"][..], "--batch"),
+        (&["bench", "formats", "--shards", "0"][..], "--shards"),
+        (&["bench", "fetch", "--records", "0"][..], "--records"),
+        (
+            &[
+                "bench",
+                "tokenize-pack",
+                "--corpus",
+                ".",
+                "--tokenizer",
+                TOKENIZER,
+                "--seq-len",
+                "0",
+            ][..],
+            "--seq-len",
+        ),
+    ] {
+        let (ok, stdout, stderr) = zephon(args);
+        assert!(!ok, "{args:?}: {stdout}");
+        assert!(stderr.contains(option), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
 }

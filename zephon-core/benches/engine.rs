@@ -1,6 +1,8 @@
 //! The engine's own overhead: records through fetch -> batch(32) from an
 //! in-memory shard, beside a plain loop that builds the same batches from a
-//! `Vec`. Run with `cargo bench -p zephon-core --bench engine`.
+//! `Vec`. Run with `cargo bench -p zephon-core --bench engine`. Every sample
+//! checks that all records arrived. Divan times each function on its own;
+//! for ratios paired within a round (and memory), use `zephon bench engine`.
 
 use std::sync::LazyLock;
 use zephon_core::{Dataset, PipelineExt, Record, Runner, Tracking, Value, WorkSource};
@@ -28,6 +30,7 @@ fn plain_loop(b: divan::Bencher) {
             let batch: Vec<Record> = chunk.to_vec();
             n += divan::black_box(batch).len();
         }
+        assert_eq!(n, N, "plain loop: records built");
         n
     });
 }
@@ -52,8 +55,15 @@ fn pipeline_with(b: divan::Bencher, parallelism: usize, runner: Runner, tracking
             .into_blocking_iter(runner)
             .unwrap();
         it.enable_observability(tracking);
-        it.map(|b| divan::black_box(b.unwrap()).len())
-            .sum::<usize>()
+        let n = it
+            .map(|b| divan::black_box(b.unwrap()).len())
+            .sum::<usize>();
+        // A pipeline that lost or repeated records would look fast here.
+        assert_eq!(
+            n, N,
+            "fetch -> batch, p={parallelism}, {runner:?}, {tracking:?}: records delivered"
+        );
+        n
     });
 }
 

@@ -1,12 +1,19 @@
 //! `zephon bench engine`: the stream machinery's own overhead, and the cost
 //! of observability, each as a ratio to a baseline measured in the same run.
 //!
+//! Each pipeline time is paired with the plain loop measured in the same
+//! process (its baseline), and each tracking configuration with the same
+//! configuration without tracking in the same round; ratios are medians of
+//! those pairs over rounds. Peak anonymous memory (RssAnon) of each side is
+//! reported beside its rate.
+//!
 //! By default every configuration of every round runs in a process of its
 //! own (this binary, started again): a pipeline run leaves the allocator's
 //! heap and the thread pool's state behind, and measured in one process the
 //! configuration that follows another inherits it, which moved the figures
 //! by up to 4% either way, more than what is being measured.
 
+use super::{mem, stats};
 use anyhow::{Context, Result, bail};
 use std::time::Instant;
 use zephon_core::{Dataset, PipelineExt, Record, Runner, Tracking, Value, WorkSource};
@@ -39,6 +46,10 @@ pub struct Args {
     /// to profile one of them.
     #[arg(long)]
     pub runner: Option<RunnerKind>,
+    /// Print one JSON object (the same figures as the table) instead of
+    /// the table.
+    #[arg(long)]
+    pub json: bool,
     /// Internal: run configuration N in this process and print its time.
     #[arg(long, hide = true)]
     pub child: Option<usize>,
@@ -139,21 +150,54 @@ fn pass(c: &Config, ds: &Dataset, records: usize, batch: usize) -> Result<f64> {
     Ok(t.elapsed().as_secs_f64())
 }
 
-/// Best time of the plain loop and of configuration `i` over `passes`
-/// passes in this process.
-fn measure_here(args: &Args, i: usize) -> Result<(f64, f64)> {
+/// What one process measured for one configuration: the best time of the
+/// plain loop and of the pipeline over its passes, and each side's peak
+/// RssAnon (the smallest over passes: the allocator keeps what one side
+/// freed for the next, so the pass where a side ran first comes closest to
+/// its own need). Both sides hold the shared records; the pipeline also
+/// holds the in-memory dataset's copy of them.
+#[derive(Clone, Copy, Debug)]
+struct Measured {
+    plain: f64,
+    pipeline: f64,
+    plain_peak: Option<u64>,
+    pipeline_peak: Option<u64>,
+}
+
+/// The plain loop and configuration `i`, `passes` times each in this
+/// process, taking turns at going first.
+fn measure_here(args: &Args, i: usize) -> Result<Measured> {
     let records = make_records(args.records);
     let ds = Dataset::in_memory("bench", vec![records.clone()])?;
-    let (mut best_plain, mut best) = (f64::INFINITY, f64::INFINITY);
-    for _ in 0..args.passes.max(1) {
-        best_plain = best_plain.min(plain(&records, args.batch));
-        best = best.min(pass(&CONFIGS[i], &ds, args.records, args.batch)?);
+    let mut m = Measured {
+        plain: f64::INFINITY,
+        pipeline: f64::INFINITY,
+        plain_peak: None,
+        pipeline_peak: None,
+    };
+    let min_peak = |a: Option<u64>, b: Option<u64>| match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    for p in 0..args.passes.max(1) {
+        for side in [p % 2, 1 - p % 2] {
+            let sampler = mem::PeakRss::start();
+            if side == 0 {
+                m.plain = m.plain.min(plain(&records, args.batch));
+                m.plain_peak = min_peak(m.plain_peak, sampler.stop());
+            } else {
+                m.pipeline = m
+                    .pipeline
+                    .min(pass(&CONFIGS[i], &ds, args.records, args.batch)?);
+                m.pipeline_peak = min_peak(m.pipeline_peak, sampler.stop());
+            }
+        }
     }
-    Ok((best_plain, best))
+    Ok(m)
 }
 
 /// Runs configuration `i` in a fresh process of this binary.
-fn measure_isolated(args: &Args, i: usize) -> Result<(f64, f64)> {
+fn measure_isolated(args: &Args, i: usize) -> Result<Measured> {
     let exe = std::env::current_exe().context("the path of this binary")?;
     let out = std::process::Command::new(exe)
         .args(["bench", "engine", "--records"])
@@ -174,29 +218,47 @@ fn measure_isolated(args: &Args, i: usize) -> Result<(f64, f64)> {
         );
     }
     let text = String::from_utf8_lossy(&out.stdout);
-    let mut it = text.split_whitespace().map(str::parse::<f64>);
-    match (it.next(), it.next()) {
-        (Some(Ok(p)), Some(Ok(t))) => Ok((p, t)),
-        _ => bail!("unexpected output of a benchmark process: {text:?}"),
-    }
+    let f: Vec<&str> = text.split_whitespace().collect();
+    let peak =
+        |s: &str| -> Result<Option<u64>> { Ok(if s == "-" { None } else { Some(s.parse()?) }) };
+    let parsed = (|| -> Result<Measured> {
+        anyhow::ensure!(f.len() == 4, "four fields");
+        Ok(Measured {
+            plain: f[0].parse()?,
+            pipeline: f[1].parse()?,
+            plain_peak: peak(f[2])?,
+            pipeline_peak: peak(f[3])?,
+        })
+    })();
+    parsed.with_context(|| format!("unexpected output of a benchmark process: {text:?}"))
 }
 
 /// Runs the benchmark and prints one line per configuration.
 pub fn run(args: Args) -> Result<()> {
+    if args.records == 0 || args.batch == 0 {
+        bail!("--records and --batch must be at least 1");
+    }
     if let Some(i) = args.child {
         if i >= CONFIGS.len() {
             bail!("--child {i}: there are {} configurations", CONFIGS.len());
         }
-        let (p, t) = measure_here(&args, i)?;
-        println!("{p} {t}");
+        let m = measure_here(&args, i)?;
+        let peak = |p: Option<u64>| p.map_or("-".to_owned(), |b| b.to_string());
+        println!(
+            "{} {} {} {}",
+            m.plain,
+            m.pipeline,
+            peak(m.plain_peak),
+            peak(m.pipeline_peak)
+        );
         return Ok(());
     }
-    let mut best_plain = f64::INFINITY;
-    let mut best = [f64::INFINITY; CONFIGS.len()];
-    // Every round's time of every configuration: the cost of tracking is
-    // also reported as the median over rounds of the paired ratio, which a
-    // slow drift of the machine's speed does not skew.
-    let mut times: Vec<Vec<f64>> = vec![Vec::new(); CONFIGS.len()];
+    // Every round's measurement of every configuration: each pipeline time
+    // is paired with the plain loop measured in the same process, and the
+    // cost of tracking with the configuration without it in the same round;
+    // medians over rounds of those paired ratios are not skewed by a slow
+    // drift of the machine's speed, as a best-of-everything can be.
+    let mut runs: Vec<Vec<Measured>> = vec![Vec::new(); CONFIGS.len()];
     for round in 0..args.repeat.max(1) {
         // Alternate which configuration of a pair goes first, so neither
         // always runs on the machine the other left.
@@ -210,48 +272,93 @@ pub fn run(args: Args) -> Result<()> {
             if !CONFIGS[i].selected(&args) {
                 continue;
             }
-            let (p, t) = if args.in_process {
+            runs[i].push(if args.in_process {
                 measure_here(&args, i)?
             } else {
                 measure_isolated(&args, i)?
-            };
-            best_plain = best_plain.min(p);
-            best[i] = best[i].min(t);
-            times[i].push(t);
+            });
         }
     }
     let rate = |t: f64| args.records as f64 / t;
-    println!(
-        "{:<32} {:>14.0} records/s  (baseline)",
-        "plain loop over a Vec",
-        rate(best_plain)
+    let all: Vec<&Measured> = runs.iter().flatten().collect();
+    let smallest_peak =
+        |f: fn(&Measured) -> Option<u64>, ms: &[&Measured]| ms.iter().filter_map(|m| f(m)).min();
+    let mut lines = vec![format!(
+        "{:<32} {:>14} {:>10}  (rates: best run; ratios: median over rounds of ratios paired within a round)",
+        "configuration", "records/s", "peak MiB",
+    )];
+    let (plain_rate, plain_peak) = (
+        rate(stats::median(all.iter().map(|m| m.plain).collect())),
+        smallest_peak(|m| m.plain_peak, &all),
     );
-    for (i, (c, t)) in CONFIGS.iter().zip(&best).enumerate() {
-        if !t.is_finite() {
+    lines.push(format!(
+        "{:<32} {:>14.0} {:>10}  baseline, measured in every configuration's process beside it (median rate)",
+        "plain loop over a Vec",
+        plain_rate,
+        mem::mib(plain_peak),
+    ));
+    let mut rows = vec![serde_json::json!({
+        "configuration": "plain loop over a Vec",
+        "records_per_s": plain_rate.round(),
+        "peak_rss_anon_mib": mem::mib_json(plain_peak),
+    })];
+    for (i, c) in CONFIGS.iter().enumerate() {
+        if runs[i].is_empty() {
             continue;
         }
-        let extra = if c.tracking == Tracking::Off || !best[i - 1].is_finite() {
+        let best = runs[i]
+            .iter()
+            .map(|m| m.pipeline)
+            .fold(f64::INFINITY, f64::min);
+        let of_baseline = stats::median(runs[i].iter().map(|m| m.plain / m.pipeline).collect());
+        let mine: Vec<&Measured> = runs[i].iter().collect();
+        let peak = smallest_peak(|m| m.pipeline_peak, &mine);
+        let mut row = serde_json::json!({
+            "configuration": c.label.trim(),
+            "parallelism": c.parallelism,
+            "tracking": format!("{:?}", c.tracking).to_lowercase(),
+            "records_per_s": rate(best).round(),
+            "ratio_to_baseline_median": stats::round3(of_baseline),
+            "peak_rss_anon_mib": mem::mib_json(peak),
+        });
+        let extra = if c.tracking == Tracking::Off || runs[i - 1].is_empty() {
             String::new()
         } else {
-            let mut ratios: Vec<f64> = times[i - 1]
-                .iter()
-                .zip(&times[i])
-                .map(|(off, on)| off / on)
-                .collect();
-            ratios.sort_by(f64::total_cmp);
-            let median = ratios[ratios.len() / 2];
+            let median = stats::median(
+                runs[i - 1]
+                    .iter()
+                    .zip(&runs[i])
+                    .map(|(off, on)| off.pipeline / on.pipeline)
+                    .collect(),
+            );
+            row["ratio_to_tracking_off_median"] = stats::round3(median).into();
             format!(
-                ", {:+.1}% vs tracking off (best of each), {:+.1}% (median of paired rounds)",
-                (best[i - 1] / t - 1.0) * 100.0,
+                ", {:+.1}% vs tracking off (median of paired rounds)",
                 (median - 1.0) * 100.0
             )
         };
-        println!(
-            "{:<32} {:>14.0} records/s  {:.2}x of baseline{extra}",
+        rows.push(row);
+        lines.push(format!(
+            "{:<32} {:>14.0} {:>10}  {:.2}x of baseline{extra}",
             c.label,
-            rate(*t),
-            best_plain / t
-        );
+            rate(best),
+            mem::mib(peak),
+            of_baseline,
+        ));
+    }
+    if args.json {
+        let out = serde_json::json!({
+            "bench": "engine",
+            "records": args.records,
+            "batch": args.batch,
+            "rounds": args.repeat.max(1),
+            "rows": rows,
+        });
+        println!("{out}");
+    } else {
+        for l in lines {
+            println!("{l}");
+        }
     }
     Ok(())
 }

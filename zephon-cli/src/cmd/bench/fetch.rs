@@ -1,7 +1,11 @@
 //! `zephon bench fetch`: reading one dataset from local disk and from S3
 //! (cold cache with and without prefetch, warm cache, byte ranges), reported
-//! as ratios to local disk measured in the same run.
+//! as ratios to local disk measured in the same run. "Cold" is the client's
+//! cache only: the servers run through all rounds. The local files come
+//! from the disk where the page cache may be dropped (root, and permitted),
+//! else from the page cache; the row says which.
 
+use super::{mem, stats};
 use anyhow::{Context, Result, bail};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
@@ -36,6 +40,10 @@ pub struct Args {
     /// fresh cache every round).
     #[arg(long, default_value_t = 3)]
     pub repeat: usize,
+    /// Print one JSON object (the same figures as the table) instead of
+    /// the table.
+    #[arg(long)]
+    pub json: bool,
     /// S3 endpoint to use; without it a `moto_server` is started on 127.0.0.1.
     #[arg(long)]
     pub endpoint: Option<String>,
@@ -48,6 +56,9 @@ struct Run {
     /// CPU the server process used during the pass: on loopback it shares
     /// the machine's cores with the pipeline, unlike a real object store.
     server_cpu: Option<Duration>,
+    /// Peak RssAnon of this process during the pass (the cache's memory tier
+    /// is part of it).
+    peak: Option<u64>,
 }
 
 /// User plus system CPU time of process `pid` (all its threads), from
@@ -62,17 +73,26 @@ fn cpu_time(pid: u32) -> Option<Duration> {
     Some(Duration::from_millis(ticks * 10))
 }
 
-fn time_pass(
+/// Times one pass from opening the dataset (reading its manifest, for a
+/// remote one over the network) to the last batch; returns what `open`
+/// made, so a later pass can reuse its cache.
+fn time_pass<T>(
     label: &str,
-    ds: Dataset,
+    open: impl FnOnce() -> Result<T>,
+    dataset: impl Fn(&T) -> Dataset,
     args: &Args,
     prefetch: bool,
     server: Option<u32>,
-) -> Result<Run> {
+) -> Result<(Run, T)> {
     eprintln!("running: {label}");
     let cpu_before = server.and_then(cpu_time);
-    let ws = WorkSource::builder().dataset(ds, 1.0).seed(1).build()?;
+    let sampler = mem::PeakRss::start();
     let started = Instant::now();
+    let opened = open()?;
+    let ws = WorkSource::builder()
+        .dataset(dataset(&opened), 1.0)
+        .seed(1)
+        .build()?;
     let it = if prefetch {
         let s = ws
             .stream()
@@ -92,14 +112,29 @@ fn time_pass(
         first.get_or_insert_with(|| started.elapsed());
     }
     let total = started.elapsed();
-    Ok(Run {
+    let expected = args.shards * args.records;
+    if records != expected {
+        bail!("{label}: {records} records delivered of {expected}");
+    }
+    let run = Run {
         first_batch: first.unwrap_or_default(),
         total,
         records,
         server_cpu: cpu_before
             .zip(server.and_then(cpu_time))
             .map(|(a, b)| b.saturating_sub(a)),
-    })
+        peak: sampler.stop(),
+    };
+    Ok((run, opened))
+}
+
+/// Asks the kernel to drop clean page-cache pages, so the next read of the
+/// dataset's files comes from the disk; `false` where this process may not
+/// (not root, or a container that forbids it), and the files stay cached.
+fn drop_page_cache() -> bool {
+    // Written pages become clean only once on disk: flush them first.
+    Command::new("sync").status().is_ok_and(|s| s.success())
+        && std::fs::write("/proc/sys/vm/drop_caches", "1").is_ok()
 }
 
 fn write_dataset(dir: &Path, args: &Args) -> Result<()> {
@@ -243,6 +278,16 @@ fn s3_opts(endpoint: &str) -> StorageOptions {
 
 /// Runs the benchmark and prints one line per configuration.
 pub fn run(args: Args) -> Result<()> {
+    for (name, v) in [
+        ("--shards", args.shards),
+        ("--records", args.records),
+        ("--batch", args.batch),
+        ("--parallelism", args.parallelism),
+    ] {
+        if v == 0 {
+            bail!("{name} must be at least 1");
+        }
+    }
     let tmp = tempfile::tempdir()?;
     let data = tmp.path().join("data");
     write_dataset(&data, &args)?;
@@ -254,11 +299,19 @@ pub fn run(args: Args) -> Result<()> {
         }
     };
     let uri = upload(&endpoint, &data)?;
+    // The disk tier holds one file per block of its capacity, opened at
+    // start: sized to the dataset (with room to spare), not to a training
+    // run, so that a fresh cache per round does not run out of descriptors.
+    let data_bytes: u64 = std::fs::read_dir(&data)?
+        .filter_map(|e| e.ok()?.metadata().ok())
+        .map(|m| m.len())
+        .sum();
+    let disk_bytes = (4 * data_bytes).max(256 << 20);
     let cache_in = |base: StorageOptions, name: &str| {
         base.cache(
             CacheOptions::default()
                 .root(tmp.path().join(name))
-                .limit_bytes(8 << 30)
+                .limit_bytes(disk_bytes)
                 .memory_bytes(2 << 30),
         )
     };
@@ -266,55 +319,68 @@ pub fn run(args: Args) -> Result<()> {
     let moto_pid = moto.as_ref().map(Server::pid);
     let mut prefetch_stats = None;
     let nginx = start_nginx(&tmp.path().join("nginx"), &data)?;
-    let mut rows: Vec<(&str, Run)> = Vec::new();
-    // Keeps the best pass of each configuration over the rounds: passes
-    // of a fraction of a second on a shared machine are noisy.
-    let mut keep = |label: &'static str, run: Run| match rows.iter_mut().find(|(l, _)| *l == label)
-    {
+    let mut rows: Vec<(String, Run)> = Vec::new();
+    // Keeps, per configuration, the round with the best total: all its
+    // figures (first batch, server CPU, memory) come from that same pass.
+    let mut keep = |label: String, run: Run| match rows.iter_mut().find(|(l, _)| *l == label) {
         Some((_, best)) => {
             if run.total < best.total {
-                best.total = run.total;
-                best.server_cpu = run.server_cpu;
+                *best = run;
             }
-            best.first_batch = best.first_batch.min(run.first_batch);
         }
         None => rows.push((label, run)),
     };
+    let remote = |opts: StorageOptions, at: &str| {
+        let at = at.to_owned();
+        move || Ok(RemoteDataset::open("bench", &at, &opts)?)
+    };
+    let ds_of = |r: &RemoteDataset| r.dataset().clone();
+    // Whether every local pass read from the disk; one refusal labels the
+    // row as read from the page cache.
+    let mut dropped_for_local = true;
+    let mut dropped_for_http = true;
     for round in 0..args.repeat.max(1) {
         let fresh = |name: &str| format!("{name}-{round}");
-        keep(
+        dropped_for_local &= drop_page_cache();
+        let (run, _) = time_pass(
             "local disk",
-            time_pass(
-                "local disk",
-                Dataset::from_path("bench", &data)?,
-                &args,
-                false,
-                None,
-            )?,
-        );
-        let cold = RemoteDataset::open("bench", &uri, &cache(&fresh("cold")))?;
-        keep(
-            "s3, cold cache",
-            time_pass(
-                "s3, cold cache",
-                cold.dataset().clone(),
-                &args,
-                false,
-                moto_pid,
-            )?,
-        );
-        drop(cold);
-        let pre = RemoteDataset::open("bench", &uri, &cache(&fresh("prefetch")))?;
+            || Ok(Dataset::from_path("bench", &data)?),
+            Dataset::clone,
+            &args,
+            false,
+            None,
+        )?;
+        keep("local disk".into(), run);
+        let label = "s3, cold cache";
+        let (run, _) = time_pass(
+            label,
+            remote(cache(&fresh("cold")), &uri),
+            ds_of,
+            &args,
+            false,
+            moto_pid,
+        )?;
+        keep(label.into(), run);
         let label = "s3, cold cache, prefetch";
-        keep(
+        let (run, pre) = time_pass(
             label,
-            time_pass(label, pre.dataset().clone(), &args, true, moto_pid)?,
-        );
+            remote(cache(&fresh("prefetch")), &uri),
+            ds_of,
+            &args,
+            true,
+            moto_pid,
+        )?;
+        keep(label.into(), run);
         let label = "s3, warm cache";
-        keep(
+        let (run, _) = time_pass(
             label,
-            time_pass(label, pre.dataset().clone(), &args, false, moto_pid)?,
-        );
+            || Ok(pre.dataset().clone()),
+            Dataset::clone,
+            &args,
+            false,
+            moto_pid,
+        )?;
+        keep(label.into(), run);
         if round == 0 {
             prefetch_stats = Some((pre.cache_stats(), pre.backend_stats().retries));
         }
@@ -322,30 +388,83 @@ pub fn run(args: Args) -> Result<()> {
         // The same cold pass from a server in C: how fast the client side
         // goes when the server is not the limit.
         if let Some((server, http)) = &nginx {
+            dropped_for_http &= drop_page_cache();
             let opts = cache_in(StorageOptions::default(), &fresh("http"));
-            let ds = RemoteDataset::open("bench", http, &opts)?;
             let label = "http, cold cache, prefetch";
-            keep(
+            let (run, _) = time_pass(
                 label,
-                time_pass(label, ds.dataset().clone(), &args, true, Some(server.pid()))?,
-            );
+                remote(opts, http),
+                ds_of,
+                &args,
+                true,
+                Some(server.pid()),
+            )?;
+            keep(label.into(), run);
         }
     }
     // Byte ranges once: one request per cluster of samples makes this pass
     // long, and it has no target.
-    let ranged = RemoteDataset::open("bench", &uri, &cache("range").byte_range(true))?;
     let label = "s3, byte ranges";
-    keep(
+    let (run, _) = time_pass(
         label,
-        time_pass(label, ranged.dataset().clone(), &args, false, moto_pid)?,
-    );
+        remote(cache("range").byte_range(true), &uri),
+        ds_of,
+        &args,
+        false,
+        moto_pid,
+    )?;
+    keep(label.into(), run);
+    // Say what was cold: the labels name where the bytes came from.
+    let page_cache = |dropped: bool| {
+        if dropped {
+            " (page cache dropped)"
+        } else {
+            " (files in page cache)"
+        }
+    };
+    for (label, _) in rows.iter_mut() {
+        if label == "local disk" {
+            label.push_str(page_cache(dropped_for_local));
+        } else if label.starts_with("http") {
+            label.push_str(page_cache(dropped_for_http));
+        }
+    }
     let base = &rows[0].1;
     let (base_rate, base_first) = (
         base.records as f64 / base.total.as_secs_f64(),
         base.first_batch.as_secs_f64(),
     );
+    if args.json {
+        let rows: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|(label, r)| {
+                let rate = r.records as f64 / r.total.as_secs_f64();
+                let first = r.first_batch.as_secs_f64();
+                serde_json::json!({
+                    "configuration": label,
+                    "records_per_s": rate.round(),
+                    "ratio_to_local": stats::round3(rate / base_rate),
+                    "first_batch_ms": stats::round3(first * 1e3),
+                    "first_batch_ratio_to_local": stats::round3(first / base_first.max(1e-9)),
+                    "peak_rss_anon_mib": mem::mib_json(r.peak),
+                    "server_cpu_per_wall": r.server_cpu
+                        .map(|c| stats::round3(c.as_secs_f64() / r.total.as_secs_f64())),
+                })
+            })
+            .collect();
+        let out = serde_json::json!({
+            "bench": "fetch",
+            "shards": args.shards,
+            "records_per_shard": args.records,
+            "rounds": args.repeat.max(1),
+            "rows": rows,
+        });
+        println!("{out}");
+        return Ok(());
+    }
     println!(
-        "{} shards x {} records, batch {}, fetch parallelism {}, prefetch {} pointers / {} downloads, best of {}",
+        "{} shards x {} records, batch {}, fetch parallelism {}, prefetch {} pointers / {} downloads; \
+         each row is its best round of {} (all its figures from that round); times include opening the dataset",
         args.shards,
         args.records,
         args.batch,
@@ -355,12 +474,22 @@ pub fn run(args: Args) -> Result<()> {
         args.repeat.max(1)
     );
     println!(
-        "{:<28} {:>14} {:>9} {:>16} {:>9} {:>18}",
+        "cold: a fresh client cache each round; the servers start once and serve every round \
+         (moto_server keeps objects in its memory{})",
+        if args.endpoint.is_some() {
+            "; here the given --endpoint"
+        } else {
+            ""
+        }
+    );
+    println!(
+        "{:<48} {:>12} {:>9} {:>16} {:>9} {:>10} {:>18}",
         "configuration",
         "records/s",
         "vs local",
         "first batch (ms)",
         "vs local",
+        "peak MiB",
         "server CPU / wall"
     );
     for (label, r) in &rows {
@@ -370,10 +499,11 @@ pub fn run(args: Args) -> Result<()> {
             format!("{:.2}", c.as_secs_f64() / r.total.as_secs_f64())
         });
         println!(
-            "{label:<28} {rate:>14.0} {:>8.2}x {:>16.1} {:>8.2}x {server:>18}",
+            "{label:<48} {rate:>12.0} {:>8.2}x {:>16.1} {:>8.2}x {:>10} {server:>18}",
             rate / base_rate,
             first * 1e3,
-            first / base_first.max(1e-9)
+            first / base_first.max(1e-9),
+            mem::mib(r.peak),
         );
     }
     if let Some((s, retries)) = prefetch_stats {
@@ -387,7 +517,8 @@ pub fn run(args: Args) -> Result<()> {
     }
     println!(
         "server CPU / wall: CPU seconds the local server process used per second of the pass \
-         (on loopback it competes with the pipeline for the same cores)"
+         (on loopback it competes with the pipeline for the same cores); \
+         peak MiB: this process's RssAnon during the pass (the cache's memory tier included)"
     );
     Ok(())
 }

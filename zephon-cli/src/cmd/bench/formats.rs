@@ -1,8 +1,11 @@
 //! `zephon bench formats`: samples/s reading each shard format from local
 //! disk through `fetch -> batch`, beside a plain loop over the same bytes
 //! with the format's own crate (or, where the format has no Rust crate, the
-//! few lines its layout needs), in the same run.
+//! few lines its layout needs), in the same run. The plain loop runs on one
+//! thread; Zephon is measured on one thread (the inline runner) for the
+//! like-for-like ratio, and with `--parallelism` threads beside it.
 
+use super::{mem, stats};
 use anyhow::Result;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -28,12 +31,18 @@ pub struct Args {
     /// Batch size.
     #[arg(long, default_value_t = 256)]
     pub batch: usize,
-    /// Fetch parallelism and worker threads.
+    /// Fetch parallelism and worker threads of the second Zephon column
+    /// (the first runs on one thread, as the plain loop does).
     #[arg(long, default_value_t = 2)]
     pub parallelism: usize,
-    /// Rounds; the best time of each side is reported.
+    /// Rounds; each side's best rate is reported, and the median over
+    /// rounds of the ratio within a round.
     #[arg(long, default_value_t = 3)]
     pub repeat: usize,
+    /// Print one JSON object (the same figures as the table) instead of
+    /// the table.
+    #[arg(long)]
+    pub json: bool,
     /// Only these formats (comma-separated: jsonl, tokens, megatron, parquet, mds, webdataset).
     #[arg(long, value_delimiter = ',')]
     pub only: Option<Vec<String>>,
@@ -296,25 +305,84 @@ fn plain_parquet(dir: &Path) -> Result<usize> {
     Ok(n)
 }
 
-fn zephon(dir: &Path, opts: &FormatOptions, a: &Args) -> Result<usize> {
+/// Zephon's `fetch -> batch` over the dataset with `threads` fetch
+/// parallelism: one thread is the inline runner (the caller's thread, as the
+/// plain loop), more the threads runner with that many workers.
+fn zephon(dir: &Path, opts: &FormatOptions, a: &Args, threads: usize) -> Result<usize> {
     let ds = Dataset::from_path_with("bench", dir, opts)?;
     let ws = WorkSource::builder().dataset(ds, 1.0).seed(1).build()?;
+    let runner = if threads <= 1 {
+        Runner::Inline
+    } else {
+        Runner::Threads { workers: threads }
+    };
     let mut n = 0;
     for b in ws
         .stream()
-        .fetch(a.parallelism)
+        .fetch(threads.max(1))
         .batch(a.batch)
-        .into_blocking_iter(Runner::Threads {
-            workers: a.parallelism,
-        })?
+        .into_blocking_iter(runner)?
     {
         n += b?.len();
     }
     Ok(n)
 }
 
+/// One side of a format's comparison: samples, seconds and peak RssAnon of
+/// each round.
+#[derive(Default)]
+struct Side {
+    samples: Vec<usize>,
+    secs: Vec<f64>,
+    peaks: Vec<Option<u64>>,
+}
+
+impl Side {
+    fn measure(&mut self, f: impl FnOnce() -> Result<usize>) -> Result<()> {
+        let sampler = mem::PeakRss::start();
+        let t = Instant::now();
+        let n = f()?;
+        self.secs.push(t.elapsed().as_secs_f64());
+        self.peaks.push(sampler.stop());
+        self.samples.push(n);
+        Ok(())
+    }
+
+    fn best_rate(&self) -> f64 {
+        let best = self.secs.iter().copied().fold(f64::INFINITY, f64::min);
+        self.samples.first().copied().unwrap_or(0) as f64 / best
+    }
+
+    /// The smallest peak over rounds: the allocator keeps pages a run freed
+    /// for the next, so the round where this side ran first comes closest to
+    /// its own need.
+    fn peak(&self) -> Option<u64> {
+        self.peaks.iter().flatten().min().copied()
+    }
+
+    /// Median over rounds of this side's time over `other`'s in the same
+    /// round: `other`'s throughput as a multiple of this side's.
+    fn ratio_of(&self, other: &Side) -> f64 {
+        stats::median(
+            self.secs
+                .iter()
+                .zip(&other.secs)
+                .map(|(mine, theirs)| mine / theirs)
+                .collect(),
+        )
+    }
+}
+
 /// Runs the benchmark and prints one line per format.
 pub fn run(a: Args) -> Result<()> {
+    for (name, v) in [
+        ("--samples", a.samples),
+        ("--shards", a.shards),
+        ("--seq-len", a.seq_len),
+        ("--batch", a.batch),
+    ] {
+        anyhow::ensure!(v > 0, "{name} must be at least 1");
+    }
     let all = [
         "jsonl",
         "tokens",
@@ -324,10 +392,29 @@ pub fn run(a: Args) -> Result<()> {
         "webdataset",
     ];
     let root = tempfile::tempdir()?;
-    println!(
-        "{:<11} {:>9} {:>16} {:>16} {:>7}",
-        "format", "samples", "plain loop /s", "zephon /s", "ratio"
-    );
+    let p = a.parallelism.max(1);
+    let wide = format!("zephon {p}t /s");
+    let mut lines = vec![
+        format!(
+            "samples/s, best of {} rounds; ratios: median over rounds of zephon over the plain \
+             loop in the same round; peak RssAnon in MiB",
+            a.repeat.max(1)
+        ),
+        format!(
+            "{:<11} {:>9} {:>14} {:>14} {:>7} {:>14} {:>7} {:>8} {:>8} {:>8}",
+            "format",
+            "samples",
+            "plain 1t /s",
+            "zephon 1t /s",
+            "1t:1t",
+            wide,
+            format!("{p}t:1t"),
+            "MiB pl",
+            "MiB z1",
+            format!("MiB z{p}"),
+        ),
+    ];
+    let mut rows = Vec::new();
     for format in all {
         if a.only
             .as_ref()
@@ -337,28 +424,67 @@ pub fn run(a: Args) -> Result<()> {
         }
         let dir = root.path().join(format);
         let opts = write(format, &dir, &a)?;
-        let (mut best_plain, mut best_zephon) = (f64::INFINITY, f64::INFINITY);
-        let mut counts = (0, 0);
-        for _ in 0..a.repeat.max(1) {
-            let t = Instant::now();
-            counts.0 = plain(format, &dir, &a)?;
-            best_plain = best_plain.min(t.elapsed().as_secs_f64());
-            let t = Instant::now();
-            counts.1 = zephon(&dir, &opts, &a)?;
-            best_zephon = best_zephon.min(t.elapsed().as_secs_f64());
+        let (mut plain_side, mut one, mut many) =
+            (Side::default(), Side::default(), Side::default());
+        for round in 0..a.repeat.max(1) {
+            // Each round starts with another side, so none always runs on
+            // the machine (and the heap) another left.
+            let mut order = [0, 1, 2];
+            order.rotate_left(round % 3);
+            for side in order {
+                match side {
+                    0 => plain_side.measure(|| plain(format, &dir, &a))?,
+                    1 => one.measure(|| zephon(&dir, &opts, &a, 1))?,
+                    _ => many.measure(|| zephon(&dir, &opts, &a, p))?,
+                }
+            }
         }
-        anyhow::ensure!(
-            counts.0 == counts.1,
-            "{format}: the plain loop read {} samples, zephon {}",
-            counts.0,
-            counts.1
-        );
-        let (p, z) = (counts.0 as f64 / best_plain, counts.1 as f64 / best_zephon);
-        println!(
-            "{format:<11} {:>9} {p:>16.0} {z:>16.0} {:>7.2}",
-            counts.0,
-            z / p
-        );
+        for (name, side) in [("zephon, 1 thread", &one), ("zephon, more threads", &many)] {
+            let counts = plain_side.samples.iter().chain(&side.samples);
+            if let Some(n) = counts.clone().find(|&&n| n != plain_side.samples[0]) {
+                anyhow::bail!(
+                    "{format}: the plain loop read {} samples, {name} {n}",
+                    plain_side.samples[0]
+                );
+            }
+        }
+        lines.push(format!(
+            "{format:<11} {:>9} {:>14.0} {:>14.0} {:>7.2} {:>14.0} {:>7.2} {:>8} {:>8} {:>8}",
+            plain_side.samples[0],
+            plain_side.best_rate(),
+            one.best_rate(),
+            plain_side.ratio_of(&one),
+            many.best_rate(),
+            plain_side.ratio_of(&many),
+            mem::mib(plain_side.peak()),
+            mem::mib(one.peak()),
+            mem::mib(many.peak()),
+        ));
+        rows.push(serde_json::json!({
+            "format": format,
+            "samples": plain_side.samples[0],
+            "plain_1t_per_s": plain_side.best_rate().round(),
+            "zephon_1t_per_s": one.best_rate().round(),
+            "ratio_1t_median": stats::round3(plain_side.ratio_of(&one)),
+            "zephon_threads": p,
+            "zephon_nt_per_s": many.best_rate().round(),
+            "ratio_nt_to_plain_1t_median": stats::round3(plain_side.ratio_of(&many)),
+            "plain_peak_rss_anon_mib": mem::mib_json(plain_side.peak()),
+            "zephon_1t_peak_rss_anon_mib": mem::mib_json(one.peak()),
+            "zephon_nt_peak_rss_anon_mib": mem::mib_json(many.peak()),
+        }));
+    }
+    if a.json {
+        let out = serde_json::json!({
+            "bench": "formats",
+            "rounds": a.repeat.max(1),
+            "rows": rows,
+        });
+        println!("{out}");
+    } else {
+        for l in lines {
+            println!("{l}");
+        }
     }
     Ok(())
 }

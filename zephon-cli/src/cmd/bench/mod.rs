@@ -26,6 +26,8 @@ pub enum Bench {
 pub mod engine;
 pub mod fetch;
 pub mod formats;
+pub mod mem;
+pub mod stats;
 pub mod tokenize_pack;
 pub mod tokens;
 

@@ -6,7 +6,9 @@
 //! rows; the consumer receives each batch as one row-major `u32` array.
 //! Prints one JSON line with the keys of `peers.py`.
 
+use super::{mem, stats};
 use anyhow::{Context, Result};
+use std::path::Path;
 use std::time::Instant;
 use zephon_core::{Dataset, PipelineExt, Runner, Tracking, WorkSource};
 use zephon_ops::{PackAlgorithm, PackConfig, SpecialTokens, TextPipelineExt, TokenizeConfig};
@@ -31,113 +33,169 @@ pub struct Args {
     /// cores only add contention).
     #[arg(long, default_value_t = 0)]
     pub parallelism: usize,
-    /// Also measure the tokenizer's own `encode_batch` over the texts
-    /// already in memory, in this process: the limit for this workload.
+    /// Also measure the limit for this workload: the tokenizer's own
+    /// `encode_batch_fast` (ids only, as the pipeline's `encode_fast`) over
+    /// the same texts already in memory, all cores, in this process and
+    /// allocator. Its token count, cut as the pipeline cuts, must equal the
+    /// pipeline's.
     #[arg(long)]
     pub raw: bool,
-    /// Runs (alternating with the raw measurement); the best of each is
-    /// reported, which filters out the noise of a shared machine.
+    /// Rounds. Within a round the pipeline, the raw measurement and the
+    /// observed run take turns, each round starting with a different one so
+    /// none always runs on the machine another left; ratios are medians of
+    /// the ratios within a round, rates are each side's best run.
     #[arg(long, default_value_t = 1)]
     pub repeat: usize,
-    /// Also run with per-operator observability on, alternating with the
-    /// plain runs, and report its cost as a ratio of the best runs
-    /// (`observed_ratio`) and as the median over rounds of the ratio within
-    /// a round (`observed_ratio_median`).
+    /// Also run with per-operator observability on, and report its cost as a
+    /// ratio of the best runs (`observed_ratio`) and as the median over
+    /// rounds of the ratio within a round (`observed_ratio_median`).
     #[arg(long)]
     pub observe: bool,
 }
 
+/// One measured run of one side: delivered tokens, seconds, peak RssAnon.
+#[derive(Clone, Copy, Debug)]
+struct Run {
+    batches: u64,
+    tokens: u64,
+    secs: f64,
+    peak: Option<u64>,
+}
+
+impl Run {
+    fn tps(&self) -> f64 {
+        self.tokens as f64 / self.secs
+    }
+}
+
+/// The sides a round measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Side {
+    Pipeline,
+    Observed,
+    Raw,
+}
+
+/// Each side's runs, one per round.
+#[derive(Default)]
+struct Runs(Vec<Run>);
+
+impl Runs {
+    fn best(&self) -> Option<&Run> {
+        self.0.iter().min_by(|a, b| a.secs.total_cmp(&b.secs))
+    }
+
+    /// The smallest peak over rounds: mimalloc keeps pages a run freed for
+    /// the next, so a side's peak is inflated by whatever ran before it; the
+    /// round where it ran first comes closest to its own need.
+    fn peak(&self) -> Option<u64> {
+        self.0.iter().filter_map(|r| r.peak).min()
+    }
+}
+
+/// Median over rounds of `num`'s throughput over `den`'s in the same round.
+fn median_ratio(num: &Runs, den: &Runs) -> f64 {
+    stats::median(
+        num.0
+            .iter()
+            .zip(&den.0)
+            .map(|(n, d)| n.tps() / d.tps())
+            .collect(),
+    )
+}
+
 /// Runs the benchmark and prints one JSON line.
 pub fn run(a: Args) -> Result<()> {
+    anyhow::ensure!(a.seq_len > 0, "--seq-len must be at least 1");
+    anyhow::ensure!(a.batch > 0, "--batch must be at least 1");
     let cores = zephon_core::runner::num_cpus();
     let k = if a.parallelism == 0 {
         cores
     } else {
         a.parallelism
     };
-    let (mut best, mut best_raw) = ((0, 0, f64::INFINITY), (0, f64::INFINITY));
-    let mut best_observed = (0, 0, f64::INFINITY);
-    // Per round, throughput with tracking over throughput without: their
-    // median is not moved by one slow or fast run, as a best-of can be.
-    let mut paired = Vec::new();
-    for round in 0..a.repeat.max(1) {
-        // Alternate which goes first, so neither always runs on a warmer
-        // machine.
-        let mut order = vec![Tracking::Off];
-        if a.observe {
-            order.push(Tracking::Operator);
-            if round % 2 == 1 {
-                order.reverse();
-            }
-        }
-        let mut secs = [0.0; 2];
-        for tracking in order {
-            let run = pipeline(&a, cores, k, tracking)?;
-            secs[(tracking != Tracking::Off) as usize] = run.2;
-            let slot = if tracking == Tracking::Off {
-                &mut best
-            } else {
-                &mut best_observed
-            };
-            if run.2 < slot.2 {
-                *slot = run;
-            }
-        }
-        if a.observe {
-            paired.push(secs[0] / secs[1]);
-        }
-        if a.raw {
-            let r = raw(&a)?;
-            if r.1 < best_raw.1 {
-                best_raw = r;
+    let mut sides = vec![Side::Pipeline];
+    if a.raw {
+        sides.push(Side::Raw);
+    }
+    if a.observe {
+        sides.push(Side::Observed);
+    }
+    let (mut plain, mut observed, mut raw_runs) =
+        (Runs::default(), Runs::default(), Runs::default());
+    let rounds = a.repeat.max(1);
+    for round in 0..rounds {
+        let mut order = sides.clone();
+        order.rotate_left(round % sides.len());
+        for side in order {
+            match side {
+                Side::Pipeline => plain.0.push(pipeline(&a, cores, k, Tracking::Off)?),
+                Side::Observed => observed.0.push(pipeline(&a, cores, k, Tracking::Operator)?),
+                Side::Raw => raw_runs.0.push(raw(&a)?),
             }
         }
     }
-    let (batches, tokens, secs) = best;
+    // Both sides must have delivered the same tokens, or the ratio compares
+    // different work.
+    for r in plain.0.iter().chain(&observed.0).chain(&raw_runs.0) {
+        anyhow::ensure!(
+            r.tokens == plain.0[0].tokens,
+            "token counts differ: the pipeline delivered {}, another run {} \
+             (same corpus, tokenizer, --seq-len and --batch)",
+            plain.0[0].tokens,
+            r.tokens
+        );
+    }
+    let best = *plain.best().context("no pipeline run")?;
     let mut line = serde_json::json!({
         "system": "zephon",
-        "batches": batches,
-        "tokens": tokens,
-        "seconds": round3(secs),
-        "tokens_per_s": (tokens as f64 / secs).round(),
+        "batches": best.batches,
+        "tokens": best.tokens,
+        "seconds": stats::round3(best.secs),
+        "tokens_per_s": best.tps().round(),
+        "peak_rss_anon_mib": mem::mib_json(plain.peak()),
         "parallelism": k,
         "cores": cores,
+        "rounds": rounds,
     });
-    if a.observe {
-        let (_, obs_tokens, obs_secs) = best_observed;
-        let obs_tps = obs_tokens as f64 / obs_secs;
-        line["observed_tokens_per_s"] = obs_tps.round().into();
+    if let Some(obs) = observed.best() {
+        line["observed_tokens_per_s"] = obs.tps().round().into();
         // Throughput with per-operator tracking over throughput without.
-        line["observed_ratio"] =
-            ((obs_tps / (tokens as f64 / secs) * 1000.0).round() / 1000.0).into();
-        paired.sort_by(f64::total_cmp);
-        line["observed_ratio_median"] =
-            ((paired[paired.len() / 2] * 1000.0).round() / 1000.0).into();
+        line["observed_ratio"] = stats::round3(obs.tps() / best.tps()).into();
+        line["observed_ratio_median"] = stats::round3(median_ratio(&observed, &plain)).into();
+        line["observed_peak_rss_anon_mib"] = mem::mib_json(observed.peak());
     }
-    if a.raw {
-        let (raw_tokens, raw_secs) = best_raw;
-        let raw_tps = raw_tokens as f64 / raw_secs;
-        line["raw_tokens"] = raw_tokens.into();
-        line["raw_seconds"] = round3(raw_secs).into();
-        line["raw_tokens_per_s"] = raw_tps.round().into();
-        line["ratio_to_raw"] = ((tokens as f64 / secs / raw_tps * 1000.0).round() / 1000.0).into();
+    if let Some(r) = raw_runs.best() {
+        line["raw_tokens"] = r.tokens.into();
+        line["raw_seconds"] = stats::round3(r.secs).into();
+        line["raw_tokens_per_s"] = r.tps().round().into();
+        line["raw_peak_rss_anon_mib"] = mem::mib_json(raw_runs.peak());
+        // Median over rounds of the pipeline's throughput over the raw
+        // tokenizer's in the same round.
+        line["ratio_to_raw"] = stats::round3(median_ratio(&plain, &raw_runs)).into();
+        line["ratio_to_raw_best"] = stats::round3(best.tps() / r.tps()).into();
     }
     println!("{line}");
     Ok(())
 }
 
-/// One pass of the workload: `(batches, tokens, seconds)`.
-fn pipeline(a: &Args, cores: usize, k: usize, tracking: Tracking) -> Result<(u64, u64, f64)> {
+/// One pass of the workload, timed from opening the dataset to the last
+/// batch, its peak RssAnon sampled over the same span.
+fn pipeline(a: &Args, cores: usize, k: usize, tracking: Tracking) -> Result<Run> {
     // Loaded afresh for each run: the raw measurement starts as cold.
     let config = TokenizeConfig::from_file(&a.tokenizer)?.special_tokens(SpecialTokens::Eos);
     let eos = config
         .token_id("<|endoftext|>")
         .context("the tokenizer has no <|endoftext|> token")?;
     let config = config.eos_id(eos);
+    let sampler = mem::PeakRss::start();
     let start = Instant::now();
     let ds = Dataset::from_path("corpus", &a.corpus)?;
+    // One lane (the default, said here because it matters): packing cuts
+    // rows per lane, and the workload concatenates the whole corpus.
     let ws = WorkSource::builder()
         .dataset(ds, 1.0)
+        .canonical_lanes(1)
         .shuffle_shards(false)
         .shuffle_within_shard(false)
         .build()?;
@@ -169,15 +227,19 @@ fn pipeline(a: &Args, cores: usize, k: usize, tracking: Tracking) -> Result<(u64
         batches += 1;
         tokens += array.len() as u64;
     }
-    Ok((batches, tokens, start.elapsed().as_secs_f64()))
+    let secs = start.elapsed().as_secs_f64();
+    Ok(Run {
+        batches,
+        tokens,
+        secs,
+        peak: sampler.stop(),
+    })
 }
 
-/// The tokenizer's own `encode_batch` (all cores) over texts read and parsed
-/// beforehand; counts ids plus one EOS per document, as delivered above.
-fn raw(a: &Args) -> Result<(u64, f64)> {
-    let tok = zephon_ops::tokenizers::Tokenizer::from_file(&a.tokenizer)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", a.tokenizer.display()))?;
-    let mut paths: Vec<_> = std::fs::read_dir(&a.corpus)?
+/// The texts of every `*.jsonl` shard of the corpus, in file-name order.
+fn read_texts(corpus: &Path) -> Result<Vec<String>> {
+    let mut paths: Vec<_> = std::fs::read_dir(corpus)
+        .with_context(|| format!("reading the corpus folder {}", corpus.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
         .collect();
@@ -185,26 +247,53 @@ fn raw(a: &Args) -> Result<(u64, f64)> {
     let mut texts = Vec::new();
     for p in &paths {
         let data = std::fs::read_to_string(p).with_context(|| p.display().to_string())?;
-        for line in data.lines().filter(|l| !l.trim().is_empty()) {
-            let v: serde_json::Value = serde_json::from_str(line)?;
-            texts.push(v["text"].as_str().unwrap_or_default().to_owned());
+        for (n, line) in data.lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let v: serde_json::Value = serde_json::from_str(line)
+                .with_context(|| format!("{}, line {}", p.display(), n + 1))?;
+            // The pipeline refuses a document without text; so does this.
+            let text = v["text"].as_str().with_context(|| {
+                format!("{}, line {}: no string field `text`", p.display(), n + 1)
+            })?;
+            texts.push(text.to_owned());
         }
     }
+    Ok(texts)
+}
+
+/// The limit: the tokenizer's own `encode_batch_fast` (all cores, ids
+/// only, no special tokens, as the pipeline's `encode_fast`) over texts
+/// read and parsed beforehand. Counts ids plus one EOS per document, then
+/// cuts that stream as the pipeline does (rows of `seq_len`, whole batches
+/// only), so both sides count the same delivered tokens.
+fn raw(a: &Args) -> Result<Run> {
+    let tok = zephon_ops::tokenizers::Tokenizer::from_file(&a.tokenizer)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", a.tokenizer.display()))?;
+    let texts = read_texts(&a.corpus)?;
+    let sampler = mem::PeakRss::start();
     let start = Instant::now();
-    let mut tokens = 0u64;
-    // Large chunks: fewer fork-join barriers, the tokenizer at its best.
+    let mut total = 0u64;
+    // Large chunks: fewer fork-join barriers, the tokenizer at its best;
+    // bounded, so the encodings of the whole corpus are never held at once.
     for chunk in texts.chunks(1024) {
         let enc = tok
-            .encode_batch(chunk.iter().map(String::as_str).collect::<Vec<_>>(), false)
-            .map_err(|e| anyhow::anyhow!("encode_batch: {e}"))?;
-        tokens += enc
+            .encode_batch_fast(chunk.iter().map(String::as_str).collect::<Vec<_>>(), false)
+            .map_err(|e| anyhow::anyhow!("encode_batch_fast: {e}"))?;
+        total += enc
             .iter()
             .map(|e| e.get_ids().len() as u64 + 1)
             .sum::<u64>();
     }
-    Ok((tokens, start.elapsed().as_secs_f64()))
-}
-
-fn round3(x: f64) -> f64 {
-    (x * 1000.0).round() / 1000.0
+    let secs = start.elapsed().as_secs_f64();
+    let peak = sampler.stop();
+    let per_batch = (a.seq_len * a.batch) as u64;
+    let batches = total / per_batch;
+    Ok(Run {
+        batches,
+        tokens: batches * per_batch,
+        secs,
+        peak,
+    })
 }

@@ -1,0 +1,146 @@
+//! Peak anonymous memory (`RssAnon`) of a process during a measured run, the
+//! memory figure every benchmark prints beside its throughput.
+//!
+//! The kernel keeps a high-water mark only for the whole resident set
+//! (`VmHWM`), which also counts file pages a mapped shard brings in; the
+//! anonymous part (heap, stacks, buffers: what the loader itself holds) has
+//! no peak, so a background thread samples `RssAnon:` from
+//! `/proc/PID/status` while the run goes on and keeps the largest value.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// How often the sampler reads `/proc`: often enough to see a buffer that
+/// lives a few tens of milliseconds, rarely enough (a read costs tens of
+/// microseconds) not to show in the throughput it sits beside.
+const EVERY: Duration = Duration::from_millis(5);
+
+/// Current `RssAnon` of this process in bytes; `None` where it cannot be
+/// read (not Linux).
+pub fn rss_anon() -> Option<u64> {
+    parse_rss_anon(&std::fs::read_to_string("/proc/self/status").ok()?)
+}
+
+/// The `RssAnon:` line of a `/proc/PID/status` text, in bytes.
+fn parse_rss_anon(status: &str) -> Option<u64> {
+    let line = status.lines().find(|l| l.starts_with("RssAnon:"))?;
+    let mut f = line["RssAnon:".len()..].split_whitespace();
+    let n: u64 = f.next()?.parse().ok()?;
+    // The kernel prints this field in kB (KiB) always.
+    (f.next()? == "kB").then_some(n * 1024)
+}
+
+/// A background sampler of this process's `RssAnon`; [`PeakRss::stop`]
+/// returns the largest value it saw. A benchmark that runs a configuration
+/// in a child process samples inside the child, around the measured part
+/// only, and reports the figure with its timings.
+#[derive(Debug)]
+pub struct PeakRss {
+    stop: Arc<AtomicBool>,
+    peak: Arc<AtomicU64>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl PeakRss {
+    /// Starts sampling this process.
+    pub fn start() -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let peak = Arc::new(AtomicU64::new(rss_anon().unwrap_or(0)));
+        let thread = {
+            let (stop, peak) = (stop.clone(), peak.clone());
+            std::thread::Builder::new()
+                .name("rss-sampler".into())
+                .spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        match rss_anon() {
+                            Some(v) => peak.fetch_max(v, Ordering::Relaxed),
+                            None => break,
+                        };
+                        std::thread::sleep(EVERY);
+                    }
+                })
+                .ok()
+        };
+        Self { stop, peak, thread }
+    }
+
+    /// Stops sampling; the peak in bytes, `None` where `/proc` could not be
+    /// read at all (then no figure is better than a zero).
+    pub fn stop(mut self) -> Option<u64> {
+        // One last sample, so a run shorter than the period still counts
+        // its end state.
+        if let Some(v) = rss_anon() {
+            self.peak.fetch_max(v, Ordering::Relaxed);
+        }
+        self.finish();
+        match self.peak.load(Ordering::Relaxed) {
+            0 => None,
+            v => Some(v),
+        }
+    }
+
+    fn finish(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for PeakRss {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+/// Bytes as MiB with one decimal, `-` for no figure: the table cell.
+pub fn mib(bytes: Option<u64>) -> String {
+    bytes.map_or_else(
+        || "-".to_owned(),
+        |b| format!("{:.1}", b as f64 / 1048576.0),
+    )
+}
+
+/// Bytes as whole MiB for JSON output (`null` for no figure).
+pub fn mib_json(bytes: Option<u64>) -> serde_json::Value {
+    bytes.map_or(serde_json::Value::Null, |b| {
+        ((b as f64 / 1048576.0 * 10.0).round() / 10.0).into()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_status_line_in_kib() {
+        let s = "Name:\tx\nVmRSS:\t  9000 kB\nRssAnon:\t    1234 kB\nRssFile:\t 7 kB\n";
+        assert_eq!(parse_rss_anon(s), Some(1234 * 1024));
+        assert_eq!(parse_rss_anon("RssAnon:\t12 MB\n"), None);
+        assert_eq!(parse_rss_anon("RssAnon:\tmany kB\n"), None);
+        assert_eq!(parse_rss_anon("VmRSS:\t1 kB\n"), None);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn sees_a_buffer_held_during_the_run() {
+        let before = rss_anon().expect("RssAnon on Linux");
+        let sampler = PeakRss::start();
+        // 64 MiB written page by page, so it is resident, held for several
+        // sampling periods, then freed before stop().
+        let mut v = vec![0u8; 64 << 20];
+        for i in (0..v.len()).step_by(4096) {
+            v[i] = 1;
+        }
+        std::thread::sleep(EVERY * 8);
+        std::hint::black_box(&v);
+        drop(v);
+        let peak = sampler.stop().expect("a peak");
+        assert!(
+            peak >= before + (48 << 20),
+            "peak {peak} B, before {before} B"
+        );
+    }
+}
