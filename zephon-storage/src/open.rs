@@ -5,7 +5,7 @@ use crate::backend::{Backend, BackendStats, runtime};
 use crate::cache::ShardCache;
 use crate::download::shard_error;
 use crate::format::compression::Compression;
-use crate::format::{FormatOptions, FormatShard, FormatSpec, mds};
+use crate::format::{FormatOptions, FormatShard, FormatSpec};
 use crate::local::DatasetExt;
 use crate::manifest::{MANIFEST, Manifest};
 use crate::metrics::{CacheMetrics, CacheStats};
