@@ -60,8 +60,10 @@ pub trait PipelineExt: Stream + Sized {
         MapPar::new(self, f, k)
     }
 
-    /// Keeps elements for which `pred` holds. See [`Filter`].
-    fn filter<T, F>(self, pred: F) -> Filter<Self, F>
+    /// Keeps the `Ok` elements for which `pred` holds; errors pass through.
+    /// Named apart from `futures::StreamExt::filter` (an async predicate
+    /// over any item), so both traits can be in scope. See [`Filter`].
+    fn filter_ok<T, F>(self, pred: F) -> Filter<Self, F>
     where
         Self: Stream<Item = Result<T>>,
         F: FnMut(&T) -> bool,
@@ -69,8 +71,10 @@ pub trait PipelineExt: Stream + Sized {
         Filter::new(self, pred)
     }
 
-    /// Maps elements, dropping those that map to `Ok(None)`. See [`FilterMap`].
-    fn filter_map<T, U, F>(self, f: F) -> FilterMap<Self, F>
+    /// Maps the `Ok` elements, dropping those that map to `Ok(None)`; errors
+    /// pass through. Named apart from `futures::StreamExt::filter_map`. See
+    /// [`FilterMap`].
+    fn filter_map_ok<T, U, F>(self, f: F) -> FilterMap<Self, F>
     where
         Self: Stream<Item = Result<T>>,
         F: FnMut(T) -> Result<Option<U>>,

@@ -70,7 +70,7 @@ impl Shape {
     ) -> impl futures::Stream<Item = Result<Record, Error>> + Send + 'static + use<> {
         let fetched = ws.stream().fetch(parallelism);
         match self.filter {
-            Some(m) => futures::future::Either::Left(fetched.filter(move |r: &Record| {
+            Some(m) => futures::future::Either::Left(fetched.filter_ok(move |r: &Record| {
                 !zephon_core::hash::bytes(r.text("text").unwrap_or_default().as_bytes())
                     .is_multiple_of(m)
             })),

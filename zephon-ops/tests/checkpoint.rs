@@ -135,14 +135,14 @@ fn run(
     let fetched = ws.stream().fetch(parallelism);
     // Drops the documents of a length divisible by 3: a lane's documents no
     // longer sit at the work source's positions.
-    let fetched: futures::stream::BoxStream<'static, zephon_core::Result<Record>> = if r.filter {
-        Box::pin(
-            fetched
-                .filter(|d: &Record| !d.text("text").unwrap_or_default().len().is_multiple_of(3)),
-        )
-    } else {
-        Box::pin(fetched)
-    };
+    let fetched: futures::stream::BoxStream<'static, zephon_core::Result<Record>> =
+        if r.filter {
+            Box::pin(fetched.filter_ok(|d: &Record| {
+                !d.text("text").unwrap_or_default().len().is_multiple_of(3)
+            }))
+        } else {
+            Box::pin(fetched)
+        };
     let shuffled: futures::stream::BoxStream<'static, zephon_core::Result<Record>> =
         if r.late_tokenize {
             Box::pin(
@@ -422,7 +422,7 @@ fn bench_checkpoint_and_restore() {
     let pipeline = |p: &Progress| {
         let fetched = ws.stream().fetch(4);
         let fetched = if filtered {
-            futures::future::Either::Left(fetched.filter(|r: &Record| {
+            futures::future::Either::Left(fetched.filter_ok(|r: &Record| {
                 !r.tokens("input_ids")
                     .unwrap_or_default()
                     .len()

@@ -1,4 +1,4 @@
-//! `filter` and `filter_map`: drop or transform elements with a cheap closure.
+//! `filter_ok` and `filter_map_ok`: drop or transform elements with a cheap closure.
 
 mod cut;
 
@@ -19,14 +19,15 @@ use std::task::{Context, Poll};
 /// predicate must be a function of the element, as every knob-independent
 /// pipeline needs.
 ///
-/// Created by [`PipelineExt::filter`](crate::PipelineExt::filter).
+/// Created by [`PipelineExt::filter_ok`](crate::PipelineExt::filter_ok).
 ///
 /// ```
+/// use futures::StreamExt; // no clash: its `filter` is another method
 /// use zephon_core::{PipelineExt, Runner};
 /// let s = futures::stream::iter((0..10).map(Ok::<u32, zephon_core::Error>));
-/// let v: Vec<u32> = PipelineExt::filter(s, |x| x % 2 == 0)
+/// let v: Vec<u32> = s.filter_ok(|x| x % 2 == 0).take(4)
 ///     .into_blocking_iter(Runner::Inline).unwrap().map(Result::unwrap).collect();
-/// assert_eq!(v, vec![0, 2, 4, 6, 8]);
+/// assert_eq!(v, vec![0, 2, 4, 6]);
 /// ```
 #[pin_project]
 #[must_use = "streams do nothing unless polled"]
@@ -111,12 +112,12 @@ where
 
 /// Maps elements through a closure that may drop them (`Ok(None)`) or fail.
 ///
-/// Created by [`PipelineExt::filter_map`](crate::PipelineExt::filter_map).
+/// Created by [`PipelineExt::filter_map_ok`](crate::PipelineExt::filter_map_ok).
 ///
 /// ```
 /// use zephon_core::{PipelineExt, Runner};
 /// let s = futures::stream::iter((0..6).map(Ok::<u32, zephon_core::Error>));
-/// let v: Vec<u32> = PipelineExt::filter_map(s, |x| Ok((x % 3 == 0).then_some(x * 10)))
+/// let v: Vec<u32> = s.filter_map_ok(|x| Ok((x % 3 == 0).then_some(x * 10)))
 ///     .into_blocking_iter(Runner::Inline).unwrap().map(Result::unwrap).collect();
 /// assert_eq!(v, vec![0, 30]);
 /// ```

@@ -1,0 +1,91 @@
+//! Zephon's chain methods mix with `futures::StreamExt` and
+//! `tokio_stream::StreamExt` adapters: no method of `PipelineExt` has the
+//! name of one of theirs, so a chain with either trait in scope compiles
+//! without naming traits, and gives what the plain operators give.
+//!
+//! (The two foreign traits clash with each other on `map`, `filter` and
+//! `take`, so each gets a module of its own, as in a user's crate.)
+
+use zephon_core::{Dataset, PipelineExt, Record, Runner, WorkSource};
+
+fn source() -> WorkSource {
+    let ds = Dataset::in_memory(
+        "toy",
+        vec![(0..40).map(|i| Record::new().with("i", i as i64)).collect()],
+    )
+    .unwrap();
+    WorkSource::builder()
+        .dataset(ds, 1.0)
+        .seed(5)
+        .build()
+        .unwrap()
+}
+
+fn ints(r: &Record) -> i64 {
+    r.get("i").and_then(|v| v.as_int()).unwrap()
+}
+
+/// The reference: Zephon's operators only.
+fn expected() -> Vec<Vec<i64>> {
+    let n = source()
+        .stream()
+        .fetch(2)
+        .filter_ok(|r: &Record| ints(r) % 2 == 0)
+        .batch(4)
+        .into_blocking_iter(Runner::Inline)
+        .unwrap()
+        .take(3)
+        .map(|b| b.unwrap().items.iter().map(|r| ints(r) * 10).collect())
+        .collect();
+    n
+}
+
+mod with_futures {
+    use super::*;
+    use futures::StreamExt;
+
+    #[test]
+    fn futures_adapters_chain_between_zephon_operators() {
+        let ws = source();
+        let pointers = ws.stream().take(40).chain(futures::stream::empty());
+        let batches: Vec<Vec<i64>> = pointers
+            .fetch_from(ws.catalog().clone(), 2)
+            .map(|r| r.map(|r| r.with("x", 1)))
+            .filter(|r| futures::future::ready(r.is_ok()))
+            .filter_ok(|r: &Record| ints(r) % 2 == 0)
+            .map_par(|r: Record| Ok(r), 2)
+            .boxed()
+            .batch(4)
+            .map(|b| b.map(|b| b.items.iter().map(|r| ints(r) * 10).collect::<Vec<_>>()))
+            .take(3)
+            .into_blocking_iter(Runner::threads())
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(batches, expected());
+    }
+}
+
+mod with_tokio_stream {
+    use super::*;
+    use tokio_stream::StreamExt;
+
+    #[test]
+    fn tokio_stream_adapters_chain_between_zephon_operators() {
+        let ws = source();
+        let batches: Vec<Vec<i64>> = ws
+            .stream()
+            .take(40)
+            .fetch_from(ws.catalog().clone(), 2)
+            .filter(|r| r.is_ok())
+            .filter_ok(|r: &Record| ints(r) % 2 == 0)
+            .batch(4)
+            .map(|b| b.map(|b| b.items.iter().map(|r| ints(r) * 10).collect::<Vec<_>>()))
+            .take(3)
+            .into_blocking_iter(Runner::Inline)
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(batches, expected());
+    }
+}
