@@ -15,6 +15,11 @@
 //! - [`models`]: the autoencoder and the small transformer LM the harness
 //!   ships with.
 //!
+//! The harness and the models sit behind the `harness` feature (on by
+//! default) with the YAML, plotting and progress-bar crates they need; a
+//! training loop that only wants the DataLoader adapter and the conversions
+//! depends on `zephon-burn` with `default-features = false`.
+//!
 //! ```
 //! use burn::tensor::Device;
 //! use zephon_burn::TrainingTensors;
@@ -32,14 +37,18 @@
 //! ```
 #![warn(missing_docs)]
 
+#[cfg(feature = "harness")]
 pub mod config;
 pub mod convert;
 pub mod dataloader;
 pub mod device;
 pub mod error;
+#[cfg(feature = "harness")]
 pub mod harness;
+#[cfg(feature = "harness")]
 pub mod models;
 
+#[cfg(feature = "harness")]
 pub use config::{TimingConfig, TimingOptions, TimingReport, run_timing};
 pub use convert::TrainingTensors;
 pub use dataloader::{HostBatch, TensorBatches, ZephonDataLoader};
