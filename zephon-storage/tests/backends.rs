@@ -3,16 +3,12 @@
 
 mod common;
 
-use common::{cache_opts, fields, read_all, write_dataset};
+use common::{cache_opts, fields, local_order, read_all, write_dataset};
 use std::io::Write;
 use zephon_core::Dataset;
 use zephon_storage::backend::{Backend, runtime};
 use zephon_storage::scan::build_index;
-use zephon_storage::{CacheOptions, DatasetExt, RemoteDataset, UriDatasetExt};
-
-fn local(dir: &std::path::Path) -> Vec<String> {
-    fields(&read_all(Dataset::from_path("d", dir).unwrap(), false).unwrap())
-}
+use zephon_storage::{CacheOptions, RemoteDataset, UriDatasetExt};
 
 fn index(dir: &std::path::Path) {
     let b = Backend::open("d", &dir.display().to_string(), &Default::default()).unwrap();
@@ -23,8 +19,7 @@ fn index(dir: &std::path::Path) {
 fn file_uri_and_plain_path_read_like_local() {
     let t = tempfile::tempdir().unwrap();
     let data = t.path().join("data");
-    write_dataset(&data, 3, 40);
-    let want = local(&data);
+    let want = local_order(&data, &write_dataset(&data, 3, 40));
     let uri = format!("file://{}", data.display());
     let ds = Dataset::from_uri_with("d", &uri, &cache_opts(t.path())).unwrap();
     assert_eq!(fields(&read_all(ds, true).unwrap()), want);
@@ -74,9 +69,8 @@ fn compress(dir: &std::path::Path, out: &std::path::Path) {
 fn compressed_shards_read_like_plain_ones() {
     let t = tempfile::tempdir().unwrap();
     let (plain, packed) = (t.path().join("plain"), t.path().join("packed"));
-    write_dataset(&plain, 4, 30);
+    let want = local_order(&plain, &write_dataset(&plain, 4, 30));
     compress(&plain, &packed);
-    let want = local(&plain);
     let ds =
         Dataset::from_uri_with("d", &packed.display().to_string(), &cache_opts(t.path())).unwrap();
     assert_eq!(fields(&read_all(ds, false).unwrap()), want);
@@ -161,9 +155,9 @@ fn cache_smaller_than_a_shard_is_refused_at_open() {
 fn byte_range_reads_match_whole_shard_reads() {
     let t = tempfile::tempdir().unwrap();
     let data = t.path().join("data");
-    write_dataset(&data, 3, 50);
+    let written = write_dataset(&data, 3, 50);
     index(&data);
-    let want = local(&data);
+    let want = local_order(&data, &written);
     let opts = cache_opts(t.path()).byte_range(true);
     let rd = RemoteDataset::open("d", &data.display().to_string(), &opts).unwrap();
     assert!(

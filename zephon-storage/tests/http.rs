@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{Nginx, cache_opts, fields, read_all, write_dataset};
+use common::{Nginx, cache_opts, fields, local_order, read_all, write_dataset};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
@@ -11,11 +11,13 @@ use zephon_storage::backend::{Backend, runtime};
 use zephon_storage::scan::build_index;
 use zephon_storage::{DatasetExt, RemoteDataset};
 
+/// Writes and indexes a dataset; returns its records in work-source order,
+/// checked against what was written.
 fn indexed_dataset(dir: &std::path::Path, shards: usize, per: usize) -> Vec<String> {
-    write_dataset(dir, shards, per);
+    let written = write_dataset(dir, shards, per);
     let b = Backend::open("d", &dir.display().to_string(), &Default::default()).unwrap();
     runtime::block_on(build_index(&b, "d")).unwrap();
-    fields(&read_all(Dataset::from_path("d", dir).unwrap(), false).unwrap())
+    local_order(dir, &written)
 }
 
 #[test]

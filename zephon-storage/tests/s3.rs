@@ -2,18 +2,19 @@
 
 mod common;
 
-use common::{Moto, cache_opts, fields, read_all, signal, write_dataset};
+use common::{Moto, cache_opts, fields, local_order, read_all, signal, write_dataset};
 use std::time::{Duration, Instant};
-use zephon_core::Dataset;
+use zephon_storage::RemoteDataset;
 use zephon_storage::backend::{Backend, runtime};
 use zephon_storage::scan::build_index;
-use zephon_storage::{DatasetExt, RemoteDataset};
 
+/// Writes and indexes a dataset; returns its records in work-source order,
+/// checked against what was written.
 fn indexed_dataset(dir: &std::path::Path, shards: usize, per: usize) -> Vec<String> {
-    write_dataset(dir, shards, per);
+    let written = write_dataset(dir, shards, per);
     let b = Backend::open("d", &dir.display().to_string(), &Default::default()).unwrap();
     runtime::block_on(build_index(&b, "d")).unwrap();
-    fields(&read_all(Dataset::from_path("d", dir).unwrap(), false).unwrap())
+    local_order(dir, &written)
 }
 
 #[test]

@@ -7,24 +7,56 @@ use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use zephon_core::{Dataset, PipelineExt, Record, Runner, WorkSource};
+use zephon_core::{Dataset, PipelineExt, Record, Runner, Value, WorkSource};
+use zephon_storage::DatasetExt;
 use zephon_storage::backend::{Backend, runtime};
 use zephon_storage::{CacheOptions, StorageOptions};
 
-/// Writes `shards` JSONL shards of `per_shard` records into `dir`.
-pub fn write_dataset(dir: &Path, shards: usize, per_shard: usize) {
+/// Writes `shards` JSONL shards of `per_shard` records into `dir`; returns
+/// the records written, as [`fields`] prints them, sorted: what a read of
+/// the whole dataset must deliver, in some order.
+pub fn write_dataset(dir: &Path, shards: usize, per_shard: usize) -> Vec<String> {
     std::fs::create_dir_all(dir).unwrap();
+    let mut written = Vec::new();
     for s in 0..shards {
         let mut text = String::new();
         for i in 0..per_shard {
-            text.push_str(&format!(
-                "{{\"id\":{},\"shard\":{s},\"text\":\"sample {i} of shard {s} {}\"}}\n",
+            let (id, body) = (
                 s * per_shard + i,
-                "x".repeat(i % 17)
+                format!("sample {i} of shard {s} {}", "x".repeat(i % 17)),
+            );
+            text.push_str(&format!(
+                "{{\"id\":{id},\"shard\":{s},\"text\":\"{body}\"}}\n"
             ));
+            written.push(Record::from_fields(vec![
+                ("id", Value::Int(id as i64)),
+                ("shard", Value::Int(s as i64)),
+                ("text", Value::Text(body)),
+            ]));
         }
         std::fs::write(dir.join(format!("{s:03}.jsonl")), text).unwrap();
     }
+    sorted_fields(&written)
+}
+
+/// [`fields`], sorted: compares reads whose order a shuffle decides.
+pub fn sorted_fields(records: &[Record]) -> Vec<String> {
+    let mut f = fields(records);
+    f.sort();
+    f
+}
+
+/// The local folder `dir` read in work-source order, the order every
+/// backend must reproduce, once checked to hold exactly `written`.
+pub fn local_order(dir: &Path, written: &[String]) -> Vec<String> {
+    let records = read_all(Dataset::from_path("d", dir).unwrap(), false).unwrap();
+    assert_eq!(
+        sorted_fields(&records),
+        written,
+        "the local read of `{}`",
+        dir.display()
+    );
+    fields(&records)
 }
 
 /// Every record of `ds` in work-source order (seeded shuffles, so orders compare).
