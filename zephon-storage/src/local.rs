@@ -183,12 +183,9 @@ pub fn detect_local(
     // is refused here, whatever its format, before any shard is opened.
     let manifest = match std::fs::read(dir.join(MANIFEST)).map(|j| Manifest::parse(&j)) {
         Ok(Ok(m)) => Some(m),
-        Ok(Err(ManifestError::Invalid(m))) => {
-            return Err(Error::Dataset {
-                dataset: name.to_owned(),
-                location: dir.join(MANIFEST).display().to_string(),
-                message: format!("invalid manifest: {m}"),
-            });
+        Ok(Err(e @ ManifestError::Invalid(_))) => {
+            let at = dir.join(MANIFEST).display().to_string();
+            return Err(shard_error(name, &at, e.to_string()));
         }
         _ => None,
     };
