@@ -271,6 +271,34 @@ impl DatasetExt for Dataset {
             };
             shards.push(shard);
         }
+        check_counts(name, dir, &shards)?;
         Dataset::new(name, dir.display().to_string(), shards)
     }
+}
+
+/// The counts of a followed manifest (see [`detect_local`]) against what
+/// the shards, just indexed, hold: a manifest that is wrong about one is
+/// wrong, whichever count reads would use.
+fn check_counts(name: &str, dir: &Path, shards: &[Arc<dyn Shard>]) -> Result<()> {
+    let Ok(Ok(m)) = std::fs::read(dir.join(MANIFEST)).map(|j| Manifest::parse(&j)) else {
+        return Ok(());
+    };
+    if m.format.is_jsonl() {
+        return Ok(());
+    }
+    for (e, s) in m.shards.iter().zip(shards) {
+        if e.samples != s.len() {
+            return Err(shard_error(
+                name,
+                s.name(),
+                format!(
+                    "has {} samples but the manifest ({}) says {}",
+                    s.len(),
+                    dir.join(MANIFEST).display(),
+                    e.samples
+                ),
+            ));
+        }
+    }
+    Ok(())
 }

@@ -358,3 +358,39 @@ fn tar_member_names_in_errors_are_escaped() {
         "{err}"
     );
 }
+
+#[test]
+fn local_shards_holding_other_counts_than_their_manifest_are_refused_at_open() {
+    let t = tempfile::tempdir().unwrap();
+    std::fs::write(t.path().join("a.bin"), [1u8; 16]).unwrap();
+    let m = json!({"version": 1, "format": {"kind": "tokens", "dtype": "u8", "seq_len": 4},
+        "shards": [{"path": "a.bin", "samples": 8, "bytes": 16}]});
+    std::fs::write(t.path().join("index.json"), m.to_string()).unwrap();
+    let err = match Dataset::from_path("n", t.path()) {
+        Ok(ds) => panic!("opened with {} samples", ds.num_samples()),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains("a.bin") && err.contains("has 4 samples") && err.contains("says 8"),
+        "{err}"
+    );
+
+    // Streaming's index claims 2 samples per shard; this shard holds 3.
+    let mds = t.path().join("mds");
+    std::fs::create_dir_all(&mds).unwrap();
+    let shard = mds_shard(&["a", "b", "c"]);
+    std::fs::write(mds.join("shard.00000.mds"), &shard).unwrap();
+    std::fs::write(
+        mds.join("index.json"),
+        mds_index(&[("shard.00000.mds", shard.len())]),
+    )
+    .unwrap();
+    let err = match Dataset::from_path("n", &mds) {
+        Ok(ds) => panic!("opened with {} samples", ds.num_samples()),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains("shard.00000.mds") && err.contains("says 2"),
+        "{err}"
+    );
+}
