@@ -394,3 +394,22 @@ fn local_shards_holding_other_counts_than_their_manifest_are_refused_at_open() {
         "{err}"
     );
 }
+
+#[test]
+fn a_listed_key_that_is_not_a_plain_path_is_refused() {
+    let t = tempfile::tempdir().unwrap();
+    // Object stores keep such keys as they are; S3's clients would fold
+    // the `..` and read another object than the one listed.
+    let mem = "memory://root-listing/ds";
+    let b = Backend::open("w", mem, &StorageOptions::default()).unwrap();
+    runtime::block_on(b.op.write("a.jsonl", FOUR)).unwrap();
+    runtime::block_on(b.op.write("sub/../b.jsonl", SECRET)).unwrap();
+    let err = match Dataset::from_uri_with("list", mem, &uncached(t.path())) {
+        Ok(ds) => panic!("opened: {}", records(ds)),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains("listed object \"sub/../b.jsonl\"") && err.contains("`..`"),
+        "{err}"
+    );
+}
