@@ -1,6 +1,8 @@
 //! The harness of `hostile_inputs.rs`: byte mutations, an independent
 //! resolver that says where a path would land, and a tally of outcomes.
 
+pub mod inputs;
+
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use std::cell::RefCell;
