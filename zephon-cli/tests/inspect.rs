@@ -70,3 +70,52 @@ fn inspect_of_a_mixed_folder_says_what_it_found() {
         "{err}"
     );
 }
+
+#[test]
+fn inspect_refuses_a_manifest_naming_files_outside_the_folder() {
+    let t = tempfile::tempdir().unwrap();
+    let ds = t.path().join("ds");
+    std::fs::create_dir_all(&ds).unwrap();
+    std::fs::write(ds.join("a.bin"), [1u8; 8]).unwrap();
+    std::fs::write(t.path().join("secret.bin"), *b"SECRET!!").unwrap();
+    let m = serde_json::json!({"version": 1,
+        "format": {"kind": "tokens", "dtype": "u8", "seq_len": 4},
+        "shards": [{"path": "a.bin", "samples": 2, "bytes": 8},
+                   {"path": "../secret.bin", "samples": 2, "bytes": 8}]});
+    std::fs::write(ds.join("index.json"), m.to_string()).unwrap();
+    let (ok, out, err) = inspect(&[&ds.display().to_string(), "--json", "-n", "4"]);
+    assert!(!ok, "{out}");
+    assert!(
+        err.contains("index.json") && err.contains("shards[1] \"../secret.bin\""),
+        "{err}"
+    );
+    // b"SECRET" as token ids: 83, 69, 67, 82.
+    assert!(!out.contains("83"), "{out}");
+}
+
+#[test]
+fn inspect_of_a_missing_folder_says_it_does_not_exist() {
+    let t = tempfile::tempdir().unwrap();
+    for uri in [
+        t.path().join("nope").display().to_string(),
+        format!("file://{}", t.path().join("nope2").display()),
+    ] {
+        let (ok, _, err) = inspect(&[&uri]);
+        assert!(!ok && err.contains("does not exist"), "{uri}: {err}");
+        assert!(!std::path::Path::new(uri.trim_start_matches("file://")).exists());
+    }
+}
+
+#[test]
+fn inspect_escapes_control_characters_in_samples() {
+    let t = tempfile::tempdir().unwrap();
+    std::fs::write(
+        t.path().join("a.jsonl"),
+        "{\"text\":\"\\u001b[2Jcleared\\u0007\",\"\\u001b]0;k\":1}\n",
+    )
+    .unwrap();
+    let (ok, out, err) = inspect(&[&t.path().display().to_string()]);
+    assert!(ok, "{err}");
+    assert!(!out.contains('\u{1b}') && !out.contains('\u{7}'), "{out:?}");
+    assert!(out.contains("\\u{1b}[2Jcleared\\u{7}"), "{out}");
+}

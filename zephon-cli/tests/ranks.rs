@@ -122,3 +122,55 @@ fn ranks_restart_with_another_count_and_keep_the_global_batches() {
     assert!(err.contains("merge the checkpoints of all ranks"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_manifest_naming_files_outside_the_data_folder_is_refused() {
+    use zephon_storage::format::mds::{MdsColumn, encode_shard};
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    // Streaming's index, its second shard outside the folder.
+    let cols = [MdsColumn {
+        name: "id".into(),
+        encoding: "int".into(),
+        size: Some(8),
+    }];
+    let shard = |ids: std::ops::Range<i64>| {
+        encode_shard(
+            &cols,
+            &ids.map(|i| vec![i.to_le_bytes().to_vec()])
+                .collect::<Vec<_>>(),
+        )
+    };
+    let (inside, outside) = (shard(1..9), shard(900..908));
+    std::fs::write(data.join("shard.00000.mds"), &inside).unwrap();
+    std::fs::write(t.path().join("shard.00001.mds"), &outside).unwrap();
+    let entry = |base: &str, bytes: usize| {
+        serde_json::json!({"column_encodings": ["int"], "column_names": ["id"],
+            "column_sizes": [8], "compression": null, "format": "mds",
+            "raw_data": {"basename": base, "bytes": bytes}, "samples": 8, "zip_data": null})
+    };
+    let index = serde_json::json!({"version": 2, "shards": [
+        entry("shard.00000.mds", inside.len()),
+        entry("../shard.00001.mds", outside.len())]});
+    std::fs::write(data.join("index.json"), index.to_string()).unwrap();
+    let out_file = t.path().join("out.jsonl");
+    let out = Command::new(env!("CARGO_BIN_EXE_zephon"))
+        .arg("rank-run")
+        .arg("--data")
+        .arg(&data)
+        .args(["--lanes", "1", "--steps", "100", "--out"])
+        .arg(&out_file)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let delivered = std::fs::read_to_string(&out_file).unwrap_or_default();
+    assert!(!out.status.success(), "delivered {delivered}");
+    assert!(
+        err.contains("index.json")
+            && err.contains("\"../shard.00001.mds\"")
+            && err.contains("`..`"),
+        "{err}"
+    );
+    assert!(!delivered.contains("90"), "{delivered}");
+}

@@ -4,7 +4,7 @@ use crate::download::shard_error;
 use crate::format::compression::Compression;
 use crate::format::detect::DetectedShard;
 use crate::format::jsonl::{LineIndex, parse_run};
-use crate::format::{FormatOptions, FormatShard, FormatSpec, detect, mds};
+use crate::format::{FormatOptions, FormatShard, FormatSpec, detect};
 use crate::manifest::{MANIFEST, Manifest, ManifestError};
 use crate::scan::list_local;
 use futures::FutureExt;
@@ -197,12 +197,9 @@ pub fn detect_local(
     let json = std::fs::read(dir.join(MANIFEST)).ok();
     let manifest = match json.as_deref().map(Manifest::parse) {
         Some(Ok(m)) => Some(m),
-        Some(Err(ManifestError::Invalid(m))) => {
-            return Err(Error::Dataset {
-                dataset: name.to_owned(),
-                location: dir.join(MANIFEST).display().to_string(),
-                message: format!("invalid manifest: {m}"),
-            });
+        Some(Err(e @ ManifestError::Invalid(_))) => {
+            let at = dir.join(MANIFEST).display().to_string();
+            return Err(shard_error(name, &at, e.to_string()));
         }
         _ => None,
     };
@@ -227,20 +224,6 @@ pub fn detect_local(
             })
             .collect();
         return Ok((format, shards));
-    }
-    if let Some(json) = &json
-        && let Some(m) = mds::manifest_from_index(json).map_err(err)?
-    {
-        let shards = m
-            .shards
-            .into_iter()
-            .map(|e| DetectedShard {
-                path: e.path,
-                bytes: e.bytes,
-                sidecar: None,
-            })
-            .collect();
-        return Ok((m.format, shards));
     }
     if !dir.exists() {
         return Err(err("the folder does not exist".into()));
@@ -293,6 +276,34 @@ impl DatasetExt for Dataset {
             };
             shards.push(shard);
         }
+        check_counts(name, dir, &shards)?;
         Dataset::new(name, dir.display().to_string(), shards)
     }
+}
+
+/// The counts of a followed manifest (see [`detect_local`]) against what
+/// the shards, just indexed, hold: a manifest that is wrong about one is
+/// wrong, whichever count reads would use.
+fn check_counts(name: &str, dir: &Path, shards: &[Arc<dyn Shard>]) -> Result<()> {
+    let Ok(Ok(m)) = std::fs::read(dir.join(MANIFEST)).map(|j| Manifest::parse(&j)) else {
+        return Ok(());
+    };
+    if m.format.is_jsonl() {
+        return Ok(());
+    }
+    for (e, s) in m.shards.iter().zip(shards) {
+        if e.samples != s.len() {
+            return Err(shard_error(
+                name,
+                s.name(),
+                format!(
+                    "has {} samples but the manifest ({}) says {}",
+                    s.len(),
+                    dir.join(MANIFEST).display(),
+                    e.samples
+                ),
+            ));
+        }
+    }
+    Ok(())
 }

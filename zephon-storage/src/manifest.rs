@@ -7,6 +7,7 @@
 //! dataset root (see [`check_relative`]), the same shard listed twice, and
 //! sample counts that cannot be right.
 
+use crate::download::escape_controls;
 use crate::format::FormatSpec;
 use crate::format::jsonl::LineIndex;
 use crate::root::check_relative;
@@ -73,14 +74,17 @@ pub enum ManifestError {
     Invalid(String),
 }
 
+/// Shown with control characters escaped: the JSON parser's messages quote
+/// the input.
 impl fmt::Display for ManifestError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ManifestError::Unrecognized(m) => write!(
                 f,
-                "not a Zephon manifest nor a MosaicML Streaming index: {m}"
+                "not a Zephon manifest nor a MosaicML Streaming index: {}",
+                escape_controls(m)
             ),
-            ManifestError::Invalid(m) => write!(f, "invalid manifest: {m}"),
+            ManifestError::Invalid(m) => write!(f, "invalid manifest: {}", escape_controls(m)),
         }
     }
 }

@@ -13,8 +13,8 @@
 
 /// Checks that `path` is a plain relative path under a dataset root:
 /// non-empty `/`-separated names, none of them empty, `.` or `..`; not
-/// absolute, not a URI; no backslashes, control characters, or leading or
-/// trailing whitespace. The error says what is wrong, without the path
+/// absolute, not a URI; no backslashes, control characters, or names with
+/// leading or trailing whitespace. The error says what is wrong, without the path
 /// (callers name it, with the manifest or listing it came from).
 ///
 /// ```
@@ -41,10 +41,11 @@ pub fn check_relative(path: &str) -> Result<(), String> {
     if path.chars().any(char::is_control) {
         return Err("contains control characters".into());
     }
-    if path.trim() != path {
-        return Err("begins or ends with whitespace".into());
-    }
     for name in path.split('/') {
+        // Some tools trim names: ` ..` must not become `..` anywhere.
+        if name.trim() != name {
+            return Err("has a name that begins or ends with whitespace".into());
+        }
         match name {
             ".." => return Err(format!("has a `..` component: {outside}")),
             "." | "" => {
@@ -97,6 +98,8 @@ mod tests {
             "a ",
             "a\n",
             "a\0b",
+            "a/ ../b",
+            "a/.. ",
         ] {
             assert!(check_relative(p).is_err(), "{p:?}");
         }

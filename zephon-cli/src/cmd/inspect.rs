@@ -4,6 +4,7 @@ use anyhow::Result;
 use clap::Parser;
 use serde::Serialize;
 use zephon_core::{Dataset, Record, Value};
+use zephon_storage::download::escape_controls;
 use zephon_storage::format::{FormatOptions, TokenDtype};
 use zephon_storage::local::detect_local;
 use zephon_storage::open::local_dir;
@@ -115,10 +116,15 @@ fn open(args: &Args) -> Result<(Dataset, String, u64)> {
     // Local folders are read in place, found by the rule every command uses.
     if let Some(dir) = local_dir(&args.uri) {
         let (format, shards) = detect_local("inspect", &dir, &fopts)?;
+        // Sizes come from the manifest when there is one: untrusted, so a
+        // hostile total saturates instead of wrapping.
         let bytes = shards
             .iter()
-            .map(|s| s.bytes + s.sidecar.as_ref().map_or(0, |(_, b)| *b))
-            .sum();
+            .map(|s| {
+                s.bytes
+                    .saturating_add(s.sidecar.as_ref().map_or(0, |(_, b)| *b))
+            })
+            .fold(0u64, u64::saturating_add);
         let ds = Dataset::from_path_with("inspect", &dir, &fopts)?;
         return Ok((ds, format.name().to_owned(), bytes));
     }
@@ -128,7 +134,12 @@ fn open(args: &Args) -> Result<(Dataset, String, u64)> {
     opts.endpoint = args.endpoint.clone();
     opts.region = args.region.clone();
     let rd = RemoteDataset::open("inspect", &args.uri, &opts)?;
-    let bytes = rd.manifest().shards.iter().map(|s| s.bytes).sum();
+    let bytes = rd
+        .manifest()
+        .shards
+        .iter()
+        .map(|s| s.bytes)
+        .fold(0u64, u64::saturating_add);
     Ok((
         rd.dataset().clone(),
         rd.manifest().format.name().to_owned(),
@@ -206,16 +217,16 @@ pub fn run(args: Args) -> Result<()> {
     println!("bytes    {}", r.bytes);
     println!("fields   (first sample)");
     for f in &r.fields {
-        println!("  {:<24} {}", f.name, f.kind);
+        println!("  {:<24} {}", escape_controls(&f.name), f.kind);
     }
     for (i, s) in r.first.iter().enumerate() {
         println!("sample {i}");
         for (k, v) in s {
             let v = match v {
-                serde_json::Value::String(s) => s.clone(),
+                serde_json::Value::String(s) => escape_controls(s).into_owned(),
                 other => other.to_string(),
             };
-            println!("  {k:<24} {v}");
+            println!("  {:<24} {v}", escape_controls(k));
         }
     }
     Ok(())

@@ -52,13 +52,17 @@ fn split_key(path: &str) -> (&str, &str) {
 
 impl TarIndex {
     /// Indexes a tar held in memory. A member whose data runs past the end of
-    /// the bytes (a truncated tar) is an error naming it.
+    /// the bytes, or a tar that stops before its end-of-archive block (both
+    /// truncations), is an error naming the member.
     pub fn open(data: &[u8]) -> FormatResult<Self> {
         let mut archive = tar::Archive::new(Cursor::new(data));
         let entries = archive
             .entries()
             .map_err(|e| format!("not a tar archive: {}", e.to_string().escape_debug()))?;
         let mut samples: Vec<Sample> = Vec::new();
+        // Where the block after the last member starts, and that member.
+        let mut end = 0u64;
+        let mut last = String::new();
         for entry in entries {
             // The tar crate's messages quote raw header bytes (member
             // names, numeric fields): escaped, so a hostile shard cannot
@@ -79,6 +83,8 @@ impl TarIndex {
                     data.len()
                 ));
             }
+            end = offset + size.div_ceil(512) * 512;
+            last.clone_from(&path);
             if !entry.header().entry_type().is_file() {
                 continue;
             }
@@ -99,6 +105,20 @@ impl TarIndex {
                     members: vec![member],
                 }),
             }
+        }
+        // The tar reader stops quietly at the end of the bytes, so a shard
+        // cut between two members would lose the rest without a word; a
+        // whole tar ends with zero blocks (every writer adds two).
+        if (data.len() as u64) < end + 512 {
+            return Err(format!(
+                "the tar ends at byte {} without its end-of-archive block{}; truncated?",
+                data.len(),
+                if last.is_empty() {
+                    String::new()
+                } else {
+                    format!(", after member {last:?}")
+                }
+            ));
         }
         Ok(TarIndex { samples })
     }
