@@ -3,7 +3,8 @@
 
 use futures::future::BoxFuture;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 use zephon_core::{Dataset, InMemoryShard, PipelineExt, Record, Result, Runner, Shard, WorkSource};
 use zephon_storage::PrefetchExt;
 
@@ -13,6 +14,10 @@ use zephon_storage::PrefetchExt;
 struct FailingWarm {
     inner: InMemoryShard,
     warms: Arc<AtomicU64>,
+    /// When set, reads wait for the first warm-up: the warm-ups run on the
+    /// storage runtime, and on a loaded machine a whole pass could otherwise
+    /// end before any of them finished (and was counted).
+    gate: Arc<AtomicBool>,
 }
 
 impl Shard for FailingWarm {
@@ -23,6 +28,13 @@ impl Shard for FailingWarm {
         self.inner.len()
     }
     fn read_run(&self, start: u64, count: u64) -> BoxFuture<'_, Result<Vec<Record>>> {
+        if self.gate.load(Ordering::Relaxed) {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while self.warms.load(Ordering::Relaxed) == 0 {
+                assert!(Instant::now() < deadline, "no warm-up started in 30 s");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
         self.inner.read_run(start, count)
     }
     fn warm(&self) -> BoxFuture<'_, Result<()>> {
@@ -40,6 +52,7 @@ impl Shard for FailingWarm {
 #[test]
 fn a_failed_prefetch_is_counted_and_the_reads_still_deliver_everything() {
     let warms = Arc::new(AtomicU64::new(0));
+    let gate = Arc::new(AtomicBool::new(false));
     let shards: Vec<Arc<dyn Shard>> = (0..4)
         .map(|s| {
             let records = (0..50)
@@ -48,6 +61,7 @@ fn a_failed_prefetch_is_counted_and_the_reads_still_deliver_everything() {
             Arc::new(FailingWarm {
                 inner: InMemoryShard::new(format!("shard-{s}"), records),
                 warms: warms.clone(),
+                gate: gate.clone(),
             }) as _
         })
         .collect();
@@ -63,6 +77,7 @@ fn a_failed_prefetch_is_counted_and_the_reads_still_deliver_everything() {
             .unwrap();
         let ptrs = ws.stream();
         if prefetch {
+            gate.store(true, Ordering::Relaxed);
             let p = ptrs.prefetch(64, 2);
             let metrics = p.metrics();
             let out = fields(p.fetch(2).into_blocking_iter(Runner::Inline).unwrap());
