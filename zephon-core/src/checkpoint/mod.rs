@@ -86,11 +86,13 @@
 //! ```
 
 pub mod cut;
+mod form;
 mod listed;
 mod progress;
 mod recipe;
 mod resume;
 mod state;
+mod validate;
 
 pub use cut::{CutContext, LaneCut, Listed, OpCut, OpLaneCut, Piece};
 pub use listed::{PtrJournal, PtrList};
