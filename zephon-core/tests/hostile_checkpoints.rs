@@ -451,6 +451,11 @@ fn contradicting_fields_are_refused_under_a_valid_checksum() {
         let e = recipe(&ws, false).resume(&ws, &c).unwrap_err().to_string();
         assert!(e.contains("restore") && e.contains(want), "{name}: {e}");
     }
+    // Consistent in itself, but not this run's length.
+    let mut c = base.clone();
+    c.positions = c.positions.map(|n| n * 2);
+    let e = recipe(&ws, false).resume(&ws, &c).unwrap_err().to_string();
+    assert!(e.contains("run length differs"), "{e}");
     // The untouched checkpoint restores.
     recipe(&ws, false).resume(&ws, &base).unwrap();
 }

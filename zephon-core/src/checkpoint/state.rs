@@ -231,6 +231,16 @@ impl Checkpoint {
                 ),
             ));
         }
+        if self.positions != recipe.positions() {
+            return Err(err(
+                origin,
+                format!(
+                    "run length differs: the checkpoint's run has {:?} positions, this run {:?}",
+                    self.positions,
+                    recipe.positions()
+                ),
+            ));
+        }
         if self.work_fingerprint != recipe.work_fingerprint() {
             return Err(err(
                 origin,
