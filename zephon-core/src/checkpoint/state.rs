@@ -231,6 +231,12 @@ impl Checkpoint {
                 ),
             ));
         }
+        if self.work_fingerprint != recipe.work_fingerprint() {
+            return Err(err(
+                origin,
+                "work source fingerprint differs: the datasets, weights, shuffles or passes are not those of the checkpointed run",
+            ));
+        }
         if self.positions != recipe.positions() {
             return Err(err(
                 origin,
@@ -239,12 +245,6 @@ impl Checkpoint {
                     self.positions,
                     recipe.positions()
                 ),
-            ));
-        }
-        if self.work_fingerprint != recipe.work_fingerprint() {
-            return Err(err(
-                origin,
-                "work source fingerprint differs: the datasets, weights, shuffles or passes are not those of the checkpointed run",
             ));
         }
         if self.recipe_fingerprint != recipe.fingerprint() {
