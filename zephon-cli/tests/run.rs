@@ -148,8 +148,9 @@ depth = 2
         assert!(!out.status.success(), "{runner}: exit 0\n{err}\n{stdout}");
         assert_eq!(out.status.code(), Some(1), "{runner}: {err}");
         assert!(
-            err.contains("error: operator `prefetch_batches`: panic in pipeline")
-                && err.contains("overflow"),
+            err.contains(
+                "the run failed after 0 batches: operator `prefetch_batches`: panic in pipeline"
+            ) && err.contains("overflow"),
             "{runner}: {err}"
         );
         assert!(!stdout.contains("\"summary\""), "{runner}: {stdout}");

@@ -41,6 +41,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 /// Tokens `start..end` of document `doc` (an index into the cut's `docs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Piece {
     /// Index of the document in [`OpCut::Pieces::docs`].
     pub doc: u32,
@@ -52,6 +53,7 @@ pub struct Piece {
 
 /// What one stateful operator holds for one lane.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub enum OpCut {
     /// A shuffle buffer. Its contents are not stored: they are a function of
     /// the work source's pointers and the slot hashes, recomputed on restore.
@@ -116,6 +118,7 @@ pub enum OpCut {
 
 /// What a shuffle holds, as pointers.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Listed {
     /// Elements still to leave, next first.
     pub pending: super::PtrList,
@@ -144,6 +147,7 @@ impl OpCut {
 
 /// One operator's cut of one lane.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct OpLaneCut {
     /// The operator's name (`shuffle`, `pack_sequences`, `batch`).
     pub op: String,
@@ -162,6 +166,7 @@ pub struct OpLaneCut {
 
 /// Every stateful operator's cut of one lane, downstream first.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct LaneCut {
     /// Per operator, in pipeline order from the consumer's end.
     pub ops: Vec<OpLaneCut>,

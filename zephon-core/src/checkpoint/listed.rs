@@ -115,6 +115,7 @@ impl Eq for PtrList {}
 /// The JSON form of a list: one array per field, a third of the size of
 /// an object per pointer (a filtered checkpoint lists half a million).
 #[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct Columns {
     dataset: Vec<u32>,
     shard: Vec<u32>,

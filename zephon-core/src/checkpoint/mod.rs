@@ -49,6 +49,16 @@
 //! work-source settings, and the named settings of the recipe (refused with
 //! an error naming the setting), and the format version.
 //!
+//! # Files
+//!
+//! Both forms (binary and JSON) carry a CRC32C of the whole content, and a
+//! checkpoint is refused, with an error naming its file, when any byte
+//! changed, is missing or was added, when its fields contradict each other
+//! or the run restoring it, or when it is of another format version. A
+//! silently accepted flipped count would drop, repeat or reorder samples.
+//! [`Checkpoint::load_all`] merges the files of all ranks only when they are
+//! of one run and one step and cover every lane exactly once.
+//!
 //! # Use
 //!
 //! ```
@@ -86,12 +96,14 @@
 //! ```
 
 pub mod cut;
+mod form;
 mod listed;
 mod progress;
 mod recipe;
 mod resume;
 mod state;
 mod stream;
+mod validate;
 
 pub use cut::{CutContext, LaneCut, Listed, OpCut, OpLaneCut, Piece};
 pub use listed::{PtrJournal, PtrList};

@@ -121,6 +121,15 @@ impl Progress {
         self.cuts.remove(&lane);
     }
 
+    /// Notes that the rank's pipeline ended: every tracked lane ran dry, so
+    /// a merge does not take its lanes' lower counts for an earlier step.
+    /// [`Checkpointed`] calls it when its iterator ends.
+    pub fn mark_ended(&mut self) {
+        for p in self.lanes.values_mut() {
+            p.ended = true;
+        }
+    }
+
     /// Counts `unit` as delivered, keeping its lane cut.
     pub fn record_delivered<T: Delivered>(&mut self, unit: &T) {
         let lane = unit.lane();
@@ -173,6 +182,8 @@ impl Progress {
     pub fn checkpoint(&self) -> Checkpoint {
         Checkpoint {
             version: CHECKPOINT_VERSION,
+            step: self.steps(),
+            positions: self.recipe.positions(),
             recipe_fingerprint: self.recipe.fingerprint(),
             work_fingerprint: self.recipe.work_fingerprint(),
             seed: self.recipe.seed(),
@@ -227,7 +238,10 @@ where
     type Item = Result<T>;
 
     fn next(&mut self) -> Option<Result<T>> {
-        let item = self.inner.next()?;
+        let Some(item) = self.inner.next() else {
+            self.progress.mark_ended();
+            return None;
+        };
         if let Ok(unit) = &item {
             self.progress.record_delivered(unit);
         }

@@ -35,6 +35,7 @@ pub struct Recipe {
     work_fingerprint: u64,
     seed: u64,
     canonical_lanes: u32,
+    positions: Option<u64>,
     settings: BTreeMap<String, u64>,
 }
 
@@ -46,6 +47,7 @@ impl Recipe {
             work_fingerprint: state.fingerprint,
             seed: state.seed,
             canonical_lanes: state.canonical_lanes,
+            positions: work.global_len(),
             settings: BTreeMap::new(),
         }
     }
@@ -72,6 +74,12 @@ impl Recipe {
     /// The canonical lane count of the run.
     pub fn canonical_lanes(&self) -> u32 {
         self.canonical_lanes
+    }
+
+    /// Pointers of the whole run over all lanes, `None` when the work
+    /// source repeats forever.
+    pub fn positions(&self) -> Option<u64> {
+        self.positions
     }
 
     /// The settings, by name, as hashes.

@@ -1,23 +1,20 @@
-//! [`Checkpoint`]: the versioned, serializable delivery state of a run, its
-//! JSON and binary forms, files, and the merge of per-rank checkpoints.
+//! [`Checkpoint`]: the versioned, serializable delivery state of a run, the
+//! merge of per-rank checkpoints, and the check against the run restoring it.
 
 use super::cut::LaneCut;
-use super::recipe::{Recipe, fingerprint_of};
+use super::recipe::Recipe;
 use crate::error::{Error, Result};
 use crate::pointer::LaneId;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::path::Path;
 
 /// Version of the [`Checkpoint`] layout this build writes and reads.
-pub const CHECKPOINT_VERSION: u32 = 3;
-
-/// First bytes of the binary form, so a file is recognised (and a file of
-/// something else refused) before decoding.
-const MAGIC: &[u8; 4] = b"ZPCK";
+/// Version 4 added the step and the checksum of both forms.
+pub const CHECKPOINT_VERSION: u32 = 4;
 
 /// What one lane has delivered to the consumer.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct LaneProgress {
     /// Lane-batches handed to the consumer.
     pub batches: u64,
@@ -25,6 +22,9 @@ pub struct LaneProgress {
     /// micro-batch size may change as long as this count falls on a batch
     /// boundary of the new size.
     pub items: u64,
+    /// The rank's pipeline ended after these batches: the lane ran dry, so
+    /// it holds fewer batches than lanes with data left at the same step.
+    pub ended: bool,
 }
 
 /// The state of a run between two training steps: per canonical lane, what
@@ -55,9 +55,18 @@ pub struct LaneProgress {
 /// # Ok::<(), zephon_core::Error>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Checkpoint {
     /// Layout version ([`CHECKPOINT_VERSION`] when written by this build).
     pub version: u32,
+    /// Steps completed: the most lane-batches any of its lanes delivered
+    /// (lanes that ran dry near the end of a finite run hold fewer). The
+    /// checkpoints of all ranks merge only when taken at the same step.
+    pub step: u64,
+    /// Pointers of the whole run over all lanes (the work source's length),
+    /// `None` when it repeats forever: what tells a lane that still had
+    /// data from one that ran dry.
+    pub positions: Option<u64>,
     /// Fingerprint of the whole recipe (work source and settings).
     pub recipe_fingerprint: u64,
     /// Fingerprint of the work source alone.
@@ -76,7 +85,7 @@ pub struct Checkpoint {
     pub cuts: BTreeMap<LaneId, LaneCut>,
 }
 
-fn err(origin: &str, message: impl Into<String>) -> Error {
+pub(super) fn err(origin: &str, message: impl Into<String>) -> Error {
     Error::Checkpoint {
         origin: origin.to_owned(),
         message: message.into(),
@@ -96,113 +105,10 @@ impl Checkpoint {
             .collect()
     }
 
-    /// Pretty JSON, for people and tools.
-    pub fn to_json(&self) -> String {
-        // Plain data with string keys: serialization cannot fail.
-        serde_json::to_string_pretty(self).unwrap_or_default()
-    }
-
-    /// Reads the JSON form. A different layout version is refused with an
-    /// error saying both versions.
-    pub fn from_json(text: &str) -> Result<Self> {
-        Self::from_json_at(text, "in-memory JSON")
-    }
-
-    fn from_json_at(text: &str, origin: &str) -> Result<Self> {
-        let value: serde_json::Value =
-            serde_json::from_str(text).map_err(|e| err(origin, format!("not valid JSON: {e}")))?;
-        let version = value
-            .get("version")
-            .and_then(serde_json::Value::as_u64)
-            .ok_or_else(|| err(origin, "no `version` field: not a Zephon checkpoint"))?;
-        check_version(version, origin)?;
-        let ckpt: Checkpoint = serde_json::from_value(value)
-            .map_err(|e| err(origin, format!("malformed checkpoint: {e}")))?;
-        ckpt.check_consistent(origin)?;
-        Ok(ckpt)
-    }
-
-    /// The compact binary form: a 4-byte magic, then postcard.
-    pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = MAGIC.to_vec();
-        // Writing plain data into a growable Vec cannot fail.
-        out.extend(postcard::to_stdvec(self).unwrap_or_default());
-        out
-    }
-
-    /// Reads the binary form. A different layout version is refused with an
-    /// error saying both versions.
-    pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
-        Self::from_bytes_at(bytes, "in-memory bytes")
-    }
-
-    fn from_bytes_at(bytes: &[u8], origin: &str) -> Result<Self> {
-        let body = bytes
-            .strip_prefix(MAGIC)
-            .ok_or_else(|| err(origin, "does not start with the checkpoint magic `ZPCK`"))?;
-        // The version leads the layout, so it can be read whatever follows.
-        let (version, _) = postcard::take_from_bytes::<u32>(body)
-            .map_err(|e| err(origin, format!("truncated before the version: {e}")))?;
-        check_version(version as u64, origin)?;
-        let ckpt: Checkpoint = postcard::from_bytes(body)
-            .map_err(|e| err(origin, format!("corrupt or truncated: {e}")))?;
-        ckpt.check_consistent(origin)?;
-        Ok(ckpt)
-    }
-
-    /// Writes the checkpoint to `path`: JSON when the name ends in `.json`,
-    /// the binary form otherwise. The file is replaced atomically (written
-    /// beside it, then renamed), so a crash never leaves half a checkpoint.
-    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
-        let path = path.as_ref();
-        let data = if path.extension().is_some_and(|e| e == "json") {
-            self.to_json().into_bytes()
-        } else {
-            self.to_bytes()
-        };
-        let mut tmp = path.as_os_str().to_owned();
-        tmp.push(".tmp");
-        let io = |source| Error::Io {
-            path: path.display().to_string(),
-            source,
-        };
-        std::fs::write(&tmp, data).map_err(io)?;
-        std::fs::rename(&tmp, path).map_err(io)
-    }
-
-    /// Reads a checkpoint file in either form (recognised by its first
-    /// bytes). Errors name the file.
-    pub fn load(path: impl AsRef<Path>) -> Result<Self> {
-        let path = path.as_ref();
-        let origin = path.display().to_string();
-        let bytes = std::fs::read(path).map_err(|source| Error::Io {
-            path: origin.clone(),
-            source,
-        })?;
-        if bytes.starts_with(MAGIC) {
-            Self::from_bytes_at(&bytes, &origin)
-        } else {
-            let text = std::str::from_utf8(&bytes)
-                .map_err(|_| err(&origin, "neither the binary form nor UTF-8 JSON"))?;
-            Self::from_json_at(text, &origin)
-        }
-    }
-
-    /// Reads the checkpoint files of several ranks and merges them.
-    pub fn load_all<P: AsRef<Path>>(paths: impl IntoIterator<Item = P>) -> Result<Self> {
-        let mut parts = Vec::new();
-        let mut names = Vec::new();
-        for p in paths {
-            names.push(p.as_ref().display().to_string());
-            parts.push(Self::load(p)?);
-        }
-        Self::merge_named(parts.into_iter().zip(names))
-    }
-
     /// Joins the checkpoints of several ranks (each covering its own lanes)
     /// into one. They must come from the same run and step: same version,
-    /// seed, lane count and fingerprints, and a lane present in two parts
-    /// must have the same progress in both.
+    /// seed, lane count, fingerprints and step, and no lane may be in two
+    /// parts.
     ///
     /// ```
     /// use zephon_core::checkpoint::{Checkpoint, Recipe};
@@ -226,11 +132,18 @@ impl Checkpoint {
         )
     }
 
-    fn merge_named(parts: impl IntoIterator<Item = (Checkpoint, String)>) -> Result<Self> {
+    pub(super) fn merge_named(
+        parts: impl IntoIterator<Item = (Checkpoint, String)>,
+    ) -> Result<Self> {
+        let parts: Vec<(Checkpoint, String)> = parts.into_iter().collect();
+        check_same_step(&parts)?;
         let mut it = parts.into_iter();
         let (mut acc, first) = it
             .next()
             .ok_or_else(|| err("merge", "no checkpoints to merge"))?;
+        // Which part each lane came from, to name both when one repeats.
+        let mut owner: BTreeMap<LaneId, String> =
+            acc.lanes.keys().map(|&l| (l, first.clone())).collect();
         for (part, name) in it {
             let origin = format!("{name} (merged with {first})");
             let same = |what: &str, a: u64, b: u64| {
@@ -245,6 +158,15 @@ impl Checkpoint {
             };
             same("version", acc.version as u64, part.version as u64)?;
             same("seed", acc.seed, part.seed)?;
+            if acc.positions != part.positions {
+                return Err(err(
+                    &origin,
+                    format!(
+                        "run length {:?} differs from {:?} in {first}: not the same run",
+                        part.positions, acc.positions
+                    ),
+                ));
+            }
             same(
                 "canonical_lanes",
                 acc.canonical_lanes as u64,
@@ -260,50 +182,24 @@ impl Checkpoint {
                 acc.recipe_fingerprint,
                 part.recipe_fingerprint,
             )?;
-            for (lane, cut) in part.cuts {
-                acc.cuts.entry(lane).or_insert(cut);
-            }
-            for (lane, p) in part.lanes {
-                match acc.lanes.get(&lane) {
-                    Some(q) if *q != p => {
-                        return Err(err(
-                            &origin,
-                            format!(
-                                "lane {lane} has {} items delivered here and {} in {first}: checkpoints of different steps",
-                                p.items, q.items
-                            ),
-                        ));
-                    }
-                    _ => {
-                        acc.lanes.insert(lane, p);
-                    }
+            for (&lane, p) in &part.lanes {
+                if let Some(other) = owner.get(&lane) {
+                    return Err(err(
+                        &origin,
+                        format!(
+                            "lane {lane} is also in {other}: each lane must come from exactly one rank's checkpoint"
+                        ),
+                    ));
                 }
+                owner.insert(lane, name.clone());
+                acc.lanes.insert(lane, *p);
             }
+            acc.cuts.extend(part.cuts);
         }
+        // Ranks whose lanes ran dry may be behind: the merged step is the
+        // furthest lane's.
+        acc.step = acc.lanes.values().map(|p| p.batches).max().unwrap_or(0);
         Ok(acc)
-    }
-
-    /// Refuses internal contradictions a corrupt or hand-edited file may have.
-    fn check_consistent(&self, origin: &str) -> Result<()> {
-        if self.canonical_lanes == 0 {
-            return Err(err(origin, "canonical_lanes is 0"));
-        }
-        if let Some(l) = self.lanes.keys().find(|&&l| l >= self.canonical_lanes) {
-            return Err(err(
-                origin,
-                format!(
-                    "lane {l} is outside the {} canonical lanes",
-                    self.canonical_lanes
-                ),
-            ));
-        }
-        if fingerprint_of(self.work_fingerprint, &self.settings) != self.recipe_fingerprint {
-            return Err(err(
-                origin,
-                "recipe fingerprint does not match its settings: the file is corrupt",
-            ));
-        }
-        Ok(())
     }
 
     /// Checks that this checkpoint belongs to the run `recipe` describes:
@@ -311,6 +207,10 @@ impl Checkpoint {
     /// one differs.
     pub fn check_recipe(&self, recipe: &Recipe) -> Result<()> {
         let origin = "restore";
+        super::form::check_version(self.version as u64, origin)?;
+        // A checkpoint built or changed in memory has not been through a
+        // file's checks.
+        self.check_consistent(origin)?;
         if self.seed != recipe.seed() {
             return Err(err(
                 origin,
@@ -337,6 +237,16 @@ impl Checkpoint {
                 "work source fingerprint differs: the datasets, weights, shuffles or passes are not those of the checkpointed run",
             ));
         }
+        if self.positions != recipe.positions() {
+            return Err(err(
+                origin,
+                format!(
+                    "run length differs: the checkpoint's run has {:?} positions, this run {:?}",
+                    self.positions,
+                    recipe.positions()
+                ),
+            ));
+        }
         if self.recipe_fingerprint != recipe.fingerprint() {
             let diff = recipe.differences(&self.settings);
             return Err(err(
@@ -351,14 +261,56 @@ impl Checkpoint {
     }
 }
 
-fn check_version(version: u64, origin: &str) -> Result<()> {
-    if version != CHECKPOINT_VERSION as u64 {
-        return Err(err(
-            origin,
-            format!(
-                "format version {version} is not supported (this build reads version {CHECKPOINT_VERSION})"
-            ),
-        ));
+/// Batches delivered per lane, over all lanes: the steps of a training loop
+/// that takes one batch per owned lane per step, whichever lane has one
+/// (rounded up, as a checkpoint may fall inside a step).
+fn rounds(c: &Checkpoint) -> u64 {
+    let total: u64 = c.lanes.values().map(|p| p.batches).sum();
+    total.div_ceil(c.lanes.len().max(1) as u64)
+}
+
+/// Refuses parts taken at different steps. A training loop counts a step
+/// either as the next batch of every lane (the step is the most batches of
+/// a lane) or as one batch per owned lane in round robin (the rounds); lanes
+/// that run dry near the end of a finite run make one count differ across
+/// ranks at the same step, and some pipelines end a lane before its
+/// positions do. So a part is refused only on clear evidence: behind the
+/// furthest part by both counts, its pipeline not ended, every one of its
+/// lanes at the same count (none ran dry before the others), and a lane
+/// with positions left (a cut that consumed fewer of the lane's positions
+/// than the run has, or a run that repeats forever).
+fn check_same_step(parts: &[(Checkpoint, String)]) -> Result<()> {
+    let count = |c: &Checkpoint| (c.step, rounds(c));
+    let Some((ahead, ahead_name)) = parts.iter().max_by_key(|(c, _)| count(c)) else {
+        return Ok(());
+    };
+    let (step, per_lane) = count(ahead);
+    for (part, name) in parts {
+        let (s, r) = count(part);
+        let behind = s < step && r < per_lane;
+        let uniform = part.lanes.values().all(|p| p.batches == s && !p.ended);
+        let live = part.lanes.keys().find(|&&lane| has_data_left(part, lane));
+        if behind
+            && uniform
+            && let Some(lane) = live
+        {
+            return Err(err(
+                &format!("{name} (merged with {ahead_name})"),
+                format!(
+                    "taken at step {s} (lane {lane} with data left), {ahead_name} at step {step}: checkpoints of different steps"
+                ),
+            ));
+        }
     }
     Ok(())
+}
+
+/// Whether `lane` provably had pointers left when `c` was taken.
+fn has_data_left(c: &Checkpoint, lane: LaneId) -> bool {
+    let Some(total) = c.positions else {
+        return true;
+    };
+    let lanes = c.canonical_lanes.max(1) as u64;
+    let len = total.saturating_sub(lane as u64).div_ceil(lanes);
+    c.cuts.get(&lane).is_some_and(|cut| cut.consumed() < len)
 }

@@ -129,8 +129,18 @@ pub fn run(args: Args) -> Result<()> {
         batches_per_s: 0.0,
         time_to_first_batch_s: None,
     };
+    // The first error ends the run (after a panic the pipeline has ended
+    // anyway); it is reported once the progress bar and the reporter are
+    // stopped, so it is the last thing on stderr.
+    let mut failed = None;
     for item in it.by_ref() {
-        let item = item?;
+        let item = match item {
+            Ok(item) => item,
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        };
         let (samples, tokens) = item.counts();
         s.batches += 1;
         s.samples += samples;
@@ -157,6 +167,13 @@ pub fn run(args: Args) -> Result<()> {
     done.store(true, Ordering::Relaxed);
     if let Some(r) = reporter {
         let _ = r.join();
+    }
+    if let Some(e) = failed {
+        return Err(anyhow::Error::new(e).context(format!(
+            "recipe {}: the run failed after {} batches",
+            args.recipe.display(),
+            s.batches
+        )));
     }
     s.seconds = start.elapsed().as_secs_f64();
     s.tokens_per_s = s.tokens as f64 / s.seconds;

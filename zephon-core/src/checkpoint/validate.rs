@@ -1,0 +1,141 @@
+//! The checks every [`Checkpoint`] passes when it is read and again when a
+//! run restores from it: its fields must agree with each other, whatever a
+//! hand-made or damaged file says.
+
+use super::cut::{LaneCut, OpCut};
+use super::recipe::fingerprint_of;
+use super::state::{Checkpoint, err};
+use crate::error::Result;
+use crate::pointer::{LaneId, SamplePtr};
+
+impl Checkpoint {
+    /// Refuses internal contradictions: a lane count of 0, lanes outside
+    /// it, counts that cannot be (elements without batches, fewer elements
+    /// than batches), a step that is not the most batches of a lane, cuts
+    /// of lanes the checkpoint does not cover or that contradict themselves,
+    /// and a recipe fingerprint that is not its settings'.
+    pub(super) fn check_consistent(&self, origin: &str) -> Result<()> {
+        let fail = |message: String| Err(err(origin, message));
+        if self.canonical_lanes == 0 {
+            return fail("canonical_lanes is 0".into());
+        }
+        if self.lanes.is_empty() {
+            return fail("it covers no lane".into());
+        }
+        if let Some(l) = self.lanes.keys().find(|&&l| l >= self.canonical_lanes) {
+            return fail(format!(
+                "lane {l} is outside the {} canonical lanes",
+                self.canonical_lanes
+            ));
+        }
+        for (lane, p) in &self.lanes {
+            // A delivered batch holds at least one element.
+            if p.items < p.batches {
+                return fail(format!(
+                    "lane {lane}: {} elements in {} batches",
+                    p.items, p.batches
+                ));
+            }
+        }
+        let most = self.lanes.values().map(|p| p.batches).max().unwrap_or(0);
+        if self.step != most {
+            return fail(format!(
+                "step {} but its lanes delivered at most {most} batches",
+                self.step
+            ));
+        }
+        for (&lane, cut) in &self.cuts {
+            let Some(p) = self.lanes.get(&lane) else {
+                return fail(format!(
+                    "a cut of lane {lane}, which the checkpoint does not cover"
+                ));
+            };
+            if p.batches == 0 {
+                return fail(format!(
+                    "a cut of lane {lane}, which delivered no batch yet"
+                ));
+            }
+            check_cut(lane, cut).map_err(|m| err(origin, format!("lane {lane}'s cut: {m}")))?;
+            if let Some(total) = self.positions {
+                let len = total
+                    .saturating_sub(lane as u64)
+                    .div_ceil(self.canonical_lanes as u64);
+                if cut.consumed() > len {
+                    return fail(format!(
+                        "lane {lane}'s cut consumed {} positions of a lane of {len}",
+                        cut.consumed()
+                    ));
+                }
+            }
+        }
+        if fingerprint_of(self.work_fingerprint, &self.settings) != self.recipe_fingerprint {
+            return fail(
+                "recipe fingerprint does not match its settings: the file is corrupt".into(),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// A lane cut's operators and pointers agree with each other and the lane.
+fn check_cut(lane: LaneId, cut: &LaneCut) -> std::result::Result<(), String> {
+    if cut.ops.is_empty() {
+        return Err("no operator".into());
+    }
+    for (i, op) in cut.ops.iter().enumerate() {
+        let at = |m: String| format!("operator {i} (`{}`): {m}", op.op);
+        let ptrs = |what: &str, ps: &[SamplePtr]| match ps.iter().find(|p| p.lane != lane) {
+            Some(p) => Err(at(format!("{what} holds {p}, of another lane"))),
+            None => Ok(()),
+        };
+        match &op.cut {
+            OpCut::Shuffle {
+                buffer_size,
+                held,
+                pending,
+                listed,
+                in_flight,
+                ..
+            } => {
+                if held > buffer_size {
+                    return Err(at(format!(
+                        "holds {held} elements in a buffer of {buffer_size}"
+                    )));
+                }
+                ptrs("in_flight", in_flight)?;
+                if let Some(l) = listed
+                    && l.pending.len() as u64 != *pending
+                {
+                    return Err(at(format!(
+                        "lists {} pending elements but counts {pending}",
+                        l.pending.len()
+                    )));
+                }
+            }
+            OpCut::Pieces { docs, ready, open } => {
+                ptrs("docs", docs)?;
+                for piece in ready.iter().flatten().chain(open) {
+                    if piece.doc as usize >= docs.len() || piece.start > piece.end {
+                        return Err(at(format!(
+                            "piece {}..{} of document {} (it holds {} documents)",
+                            piece.start,
+                            piece.end,
+                            piece.doc,
+                            docs.len()
+                        )));
+                    }
+                }
+            }
+            OpCut::Mixture {
+                pending, queues, ..
+            } => {
+                ptrs("pending", pending)?;
+                for (_, q) in queues {
+                    ptrs("a queue", q)?;
+                }
+            }
+            OpCut::Batch | OpCut::Filter { .. } => {}
+        }
+    }
+    Ok(())
+}
