@@ -55,7 +55,7 @@ fn rank_checkpoint(rank: u32, world: u32, steps: usize, filtered: bool) -> Check
     let progress: Progress = recipe(&ws, filtered).start(&ws);
     let fetched = ws.stream().fetch(2);
     let fetched: futures::stream::BoxStream<'static, zephon_core::Result<Record>> = if filtered {
-        Box::pin(fetched.filter(|r: &Record| r.get("i").and_then(|v| v.as_int()) != Some(7)))
+        Box::pin(fetched.filter_ok(|r: &Record| r.get("i").and_then(|v| v.as_int()) != Some(7)))
     } else {
         Box::pin(fetched)
     };
