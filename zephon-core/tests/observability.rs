@@ -191,11 +191,27 @@ fn snapshots_from_another_thread_during_iteration() {
         let mut taken = 0;
         let mut last_out = [0u64; 4];
         let mut last_samples = 0;
-        while !s.load(Ordering::Relaxed) {
+        // At least one snapshot with the operators in it, even if this thread
+        // only runs once the pipeline is done.
+        while taken == 0 || !s.load(Ordering::Relaxed) {
             // Every snapshot is whole and readable, and counters only grow,
             // whenever it is taken.
             let m = o.metrics_snapshot();
             let seen: Vec<&str> = m.operators.iter().map(|op| op.name.as_str()).collect();
+            // Operators attach one by one on the pipeline's first poll, which
+            // may come after this thread's first snapshots; once all are
+            // there, every snapshot has all of them.
+            if seen.len() < names.len() {
+                assert!(
+                    seen.iter().all(|n| names.contains(n)),
+                    "snapshot {taken}: {seen:?}"
+                );
+                assert!(
+                    last_out == [0; 4],
+                    "snapshot {taken}: operators gone: {seen:?}"
+                );
+                continue;
+            }
             assert_eq!(seen, names, "snapshot {taken}");
             let table = m.to_string();
             for (i, op) in m.operators.iter().enumerate() {
