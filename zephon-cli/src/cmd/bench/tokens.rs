@@ -47,6 +47,14 @@ pub struct Args {
     /// Parallel reads (0: one per core).
     #[arg(long, default_value_t = 0)]
     pub parallelism: usize,
+    /// Most windows one read request carries (fetch's group size). Smaller
+    /// than fetch's default (256): 8 KB windows make a 256-window group
+    /// 2 MB of records per request in flight; at 64, measured beside 256 on
+    /// 1 GB and 10 GB files, throughput was no lower, peak anonymous memory
+    /// about 4 MB lower, and the first batch sooner when the file is not in
+    /// the page cache.
+    #[arg(long, default_value_t = 64)]
+    pub max_group: usize,
     /// Rounds; the fastest run of each system is reported, memory is the
     /// largest peak of any round.
     #[arg(long, default_value_t = 1)]
@@ -150,6 +158,7 @@ fn measure_self(a: &Args, dtype: TokenDtype, wide: bool) -> Result<Run> {
     let batches = ws
         .stream()
         .fetch(k)
+        .max_group(a.max_group)
         .batch_with(a.batch, true)
         .prefetch_batches(4)
         .into_blocking_iter(Runner::Threads { workers: k })?;
@@ -199,6 +208,7 @@ fn measure_self(a: &Args, dtype: TokenDtype, wide: bool) -> Result<Run> {
         "first_batch_s": round3(first.unwrap_or(0.0)),
         "peak_rss_anon_mb": mb(peak_anon),
         "parallelism": k,
+        "max_group": a.max_group,
         "collate": if wide { "u32" } else { "u16" },
     });
     Ok(Run {
