@@ -7,6 +7,7 @@
 //! no peak, so a background thread samples `RssAnon:` from
 //! `/proc/PID/status` while the run goes on and keeps the largest value.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
@@ -19,8 +20,14 @@ const EVERY: Duration = Duration::from_millis(5);
 
 /// Current `RssAnon` of this process in bytes; `None` where it cannot be
 /// read (not Linux).
-pub fn rss_anon() -> Option<u64> {
-    parse_rss_anon(&std::fs::read_to_string("/proc/self/status").ok()?)
+#[cfg(test)]
+fn rss_anon() -> Option<u64> {
+    rss_anon_of(Path::new("/proc/self/status"))
+}
+
+/// `RssAnon` of the process whose `/proc/PID/status` is `status`, in bytes.
+fn rss_anon_of(status: &Path) -> Option<u64> {
+    parse_rss_anon(&std::fs::read_to_string(status).ok()?)
 }
 
 /// The `RssAnon:` line of a `/proc/PID/status` text, in bytes.
@@ -38,6 +45,7 @@ fn parse_rss_anon(status: &str) -> Option<u64> {
 /// only, and reports the figure with its timings.
 #[derive(Debug)]
 pub struct PeakRss {
+    status: PathBuf,
     stop: Arc<AtomicBool>,
     peak: Arc<AtomicU64>,
     thread: Option<JoinHandle<()>>,
@@ -46,15 +54,25 @@ pub struct PeakRss {
 impl PeakRss {
     /// Starts sampling this process.
     pub fn start() -> Self {
+        Self::sampling(PathBuf::from("/proc/self/status"))
+    }
+
+    /// Starts sampling another process (a peer the benchmark runs); once
+    /// it has exited, its last sample stands.
+    pub fn of_process(pid: u32) -> Self {
+        Self::sampling(PathBuf::from(format!("/proc/{pid}/status")))
+    }
+
+    fn sampling(status: PathBuf) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
-        let peak = Arc::new(AtomicU64::new(rss_anon().unwrap_or(0)));
+        let peak = Arc::new(AtomicU64::new(rss_anon_of(&status).unwrap_or(0)));
         let thread = {
-            let (stop, peak) = (stop.clone(), peak.clone());
+            let (stop, peak, status) = (stop.clone(), peak.clone(), status.clone());
             std::thread::Builder::new()
                 .name("rss-sampler".into())
                 .spawn(move || {
                     while !stop.load(Ordering::Relaxed) {
-                        match rss_anon() {
+                        match rss_anon_of(&status) {
                             Some(v) => peak.fetch_max(v, Ordering::Relaxed),
                             None => break,
                         };
@@ -63,7 +81,12 @@ impl PeakRss {
                 })
                 .ok()
         };
-        Self { stop, peak, thread }
+        Self {
+            status,
+            stop,
+            peak,
+            thread,
+        }
     }
 
     /// Stops sampling; the peak in bytes, `None` where `/proc` could not be
@@ -71,7 +94,7 @@ impl PeakRss {
     pub fn stop(mut self) -> Option<u64> {
         // One last sample, so a run shorter than the period still counts
         // its end state.
-        if let Some(v) = rss_anon() {
+        if let Some(v) = rss_anon_of(&self.status) {
             self.peak.fetch_max(v, Ordering::Relaxed);
         }
         self.finish();

@@ -15,8 +15,9 @@
 //! with its own peak anonymous memory; Zephon's line then carries its
 //! throughput and time to first batch as ratios to each peer.
 
+use super::mem::PeakRss;
 use anyhow::{Context, Result, bail, ensure};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 use zephon_core::{BlockShuffle, Dataset, PipelineExt, Runner, WorkSource};
@@ -134,7 +135,7 @@ fn keep(slot: &mut Option<Run>, run: Run) {
 
 /// One pass of the workload through a Zephon pipeline, in this process.
 fn measure_self(a: &Args, dtype: TokenDtype, wide: bool) -> Result<Run> {
-    let sampler = RssAnonPeak::start(PathBuf::from("/proc/self/status"));
+    let sampler = PeakRss::start();
     let cores = zephon_core::runner::num_cpus();
     let k = if a.parallelism == 0 {
         cores
@@ -189,7 +190,7 @@ fn measure_self(a: &Args, dtype: TokenDtype, wide: bool) -> Result<Run> {
         samples += b.items.len() as u64;
     }
     let seconds = start.elapsed().as_secs_f64();
-    let peak_anon = sampler.stop();
+    let peak_anon = sampler.stop().unwrap_or(0);
     ensure!(
         n_batches > 0,
         "{}: fewer than {} windows of {width} tokens, not one batch",
@@ -238,11 +239,11 @@ fn measure_peer(cmd: &str) -> Result<Run> {
         .stderr(std::process::Stdio::inherit())
         .spawn()
         .with_context(|| format!("starting peer `{cmd}`"))?;
-    let sampler = RssAnonPeak::start(PathBuf::from(format!("/proc/{}/status", child.id())));
+    let sampler = PeakRss::of_process(child.id());
     let out = child
         .wait_with_output()
         .with_context(|| format!("running peer `{cmd}`"))?;
-    let peak_anon = sampler.stop();
+    let peak_anon = sampler.stop().unwrap_or(0);
     ensure!(out.status.success(), "peer `{cmd}` failed: {}", out.status);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let last = stdout
@@ -269,80 +270,4 @@ fn round3(x: f64) -> f64 {
 
 fn mb(bytes: u64) -> f64 {
     round3(bytes as f64 / 1e6)
-}
-
-// ---------------------------------------------------------------------------
-// Peak anonymous memory (RssAnon), sampled by a background thread.
-//
-// Private to this benchmark: a shared sampler for every benchmark is meant
-// to replace it (same idea: poll `/proc/<pid>/status`, keep the maximum).
-// ---------------------------------------------------------------------------
-
-/// How often `RssAnon` is read: often enough to catch a peak that lasts a
-/// few milliseconds, rarely enough to cost nothing measurable.
-const SAMPLE_EVERY: std::time::Duration = std::time::Duration::from_millis(5);
-
-/// A thread polling one process's `RssAnon` until stopped.
-struct RssAnonPeak {
-    stop: Arc<std::sync::atomic::AtomicBool>,
-    thread: std::thread::JoinHandle<u64>,
-}
-
-impl RssAnonPeak {
-    /// Starts polling `status` (`/proc/self/status` or `/proc/<pid>/status`).
-    fn start(status: PathBuf) -> Self {
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::spawn(move || {
-            let mut peak = 0;
-            loop {
-                // A process that has exited has no status file: its last
-                // sample stands.
-                peak = peak.max(rss_anon(&status).unwrap_or(0));
-                if flag.load(std::sync::atomic::Ordering::Relaxed) {
-                    return peak;
-                }
-                std::thread::sleep(SAMPLE_EVERY);
-            }
-        });
-        RssAnonPeak { stop, thread }
-    }
-
-    /// Stops polling; the largest `RssAnon` seen, in bytes.
-    fn stop(self) -> u64 {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        self.thread.join().unwrap_or(0)
-    }
-}
-
-/// `RssAnon` of a `/proc/<pid>/status` file, in bytes.
-fn rss_anon(status: &Path) -> Option<u64> {
-    let text = std::fs::read_to_string(status).ok()?;
-    let kb = text
-        .lines()
-        .find_map(|l| l.strip_prefix("RssAnon:"))?
-        .trim()
-        .strip_suffix("kB")?
-        .trim()
-        .parse::<u64>()
-        .ok()?;
-    Some(kb * 1024)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rss_anon_reads_this_process() {
-        let own = rss_anon(Path::new("/proc/self/status")).expect("RssAnon on Linux");
-        // Touch 64 MB of fresh anonymous memory: the sampler must see it.
-        let sampler = RssAnonPeak::start(PathBuf::from("/proc/self/status"));
-        let block = vec![1u8; 64 << 20];
-        std::hint::black_box(&block);
-        std::thread::sleep(SAMPLE_EVERY * 4);
-        let peak = sampler.stop();
-        drop(block);
-        assert!(peak >= own + (60 << 20), "peak {peak}, before {own}");
-    }
 }
