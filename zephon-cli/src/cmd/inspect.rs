@@ -4,6 +4,7 @@ use anyhow::Result;
 use clap::Parser;
 use serde::Serialize;
 use std::path::Path;
+use zephon_core::settings::SEQ_LEN;
 use zephon_core::{Dataset, Record, Value};
 use zephon_storage::format::{FormatOptions, TokenDtype};
 use zephon_storage::local::detect_local;
@@ -24,7 +25,7 @@ pub struct Args {
     #[arg(long)]
     pub json: bool,
     /// Tokens per sample of flat token files.
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = 1024, value_parser = crate::cmd::flags::ranged::<u64>(SEQ_LEN))]
     pub seq_len: u64,
     /// Token width of flat token files (u8, u16, u32, i32, i64).
     #[arg(long, default_value = "u16")]
