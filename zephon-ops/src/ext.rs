@@ -151,4 +151,60 @@ mod tests {
             "tokenize.max_length",
         );
     }
+
+    /// The first error of a pipeline over the dataset `web` (one shard of
+    /// `docs`), built by `ops`, with its sources named.
+    fn first_error(
+        docs: Vec<Record>,
+        ops: impl FnOnce(
+            zephon_core::Fetch<zephon_core::PointerStream>,
+        ) -> futures::stream::BoxStream<'static, Result<Record>>,
+    ) -> String {
+        let ds = zephon_core::Dataset::in_memory("web", vec![docs]).unwrap();
+        let ws = zephon_core::WorkSource::builder()
+            .dataset(ds, 1.0)
+            .shuffle_within_shard(false)
+            .build()
+            .unwrap();
+        let catalog = ws.catalog().clone();
+        ops(ws.stream().fetch(1))
+            .into_blocking_iter(Runner::Inline)
+            .unwrap()
+            .find_map(|r| r.err())
+            .expect("an error")
+            .name_sources(&catalog)
+            .to_string()
+    }
+
+    #[test]
+    fn sample_errors_name_dataset_and_shard_once() {
+        use futures::StreamExt;
+        let text = |t: &str| Record::new().with("text", t);
+        let e = first_error(vec![text("a"), Record::new()], |s| {
+            s.tokenize(tokenizer(), 1).boxed()
+        });
+        assert_eq!(
+            e,
+            "operator `tokenize`: dataset `web`, shard `memory://web/0`, sample 1: no text field `text`"
+        );
+        let ids = |n: usize| Record::new().with("input_ids", Value::Tokens(vec![1; n]));
+        let e = first_error(vec![ids(2), ids(9)], |s| {
+            s.pack_sequences(
+                PackConfig::new(4, PackAlgorithm::FirstFit)
+                    .oversized(crate::OversizedPolicy::Error),
+            )
+            .boxed()
+        });
+        assert_eq!(
+            e,
+            "operator `pack_sequences`: dataset `web`, shard `memory://web/0`, sample 1: 9 tokens, more than max_length 4"
+        );
+        let e = first_error(vec![ids(2), text("no ids")], |s| {
+            s.ensure_mixture(MixtureConfig::new([(0, 1.0)])).boxed()
+        });
+        assert_eq!(
+            e,
+            "operator `ensure_mixture`: dataset `web`, shard `memory://web/0`, sample 1: no tokens field `input_ids`"
+        );
+    }
 }

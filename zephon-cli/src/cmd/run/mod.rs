@@ -130,7 +130,7 @@ pub fn run(args: Args) -> Result<()> {
         time_to_first_batch_s: None,
     };
     for item in it.by_ref() {
-        let item = item?;
+        let item = item.map_err(|e| e.name_sources(&built.catalog))?;
         let (samples, tokens) = item.counts();
         s.batches += 1;
         s.samples += samples;
