@@ -112,6 +112,22 @@ mod tests {
             "pack.max_sequences_per_bin",
         );
         refused(docs().pack_flat(0, 0), "pack_flat.max_length");
+        let mut packer = crate::Packer::new(pack(0));
+        let e = packer
+            .push(Record::new().with("input_ids", Value::Tokens(vec![1])))
+            .unwrap_err();
+        assert!(e.to_string().contains("`pack.max_length`"), "{e}");
+        let mut row = Record::new().with("input_ids", Value::Tokens(vec![1]));
+        let e = crate::pack::flat::pad_row(&mut row, usize::MAX, 0).unwrap_err();
+        assert!(e.to_string().contains("`pack_flat.max_length`"), "{e}");
+        let batch = zephon_core::Batch {
+            lane: 0,
+            index: 0,
+            items: vec![row],
+            cut: None,
+        };
+        let e = TrainingConfig::new(usize::MAX).collate(&batch).unwrap_err();
+        assert!(e.to_string().contains("`to_training.seq_len`"), "{e}");
         refused(
             docs().batch(2).to_training(TrainingConfig::new(0)),
             "to_training.seq_len",

@@ -146,8 +146,10 @@ impl TrainingConfig {
 
     /// Collates one batch of records carrying [`fields::INPUT_IDS`] and,
     /// optionally, [`fields::SEGMENT_IDS`] (a record without segment ids is
-    /// one document).
+    /// one document). A `seq_len` [`validate`](Self::validate) refuses is an
+    /// error.
     pub fn collate(&self, batch: &Batch<Record>) -> Result<TrainingBatch> {
+        self.validate()?;
         let mut owned_segs: Vec<Vec<u32>> = Vec::new();
         let mut rows = Vec::with_capacity(batch.items.len());
         for r in &batch.items {
