@@ -27,7 +27,8 @@ use zephon_core::{Batch, Record, Result};
 /// ```
 pub trait TextPipelineExt: Stream + Sized {
     /// Tokenizes a text field with up to `parallelism` micro-batches
-    /// encoding at once; output order equals input order. See [`Tokenize`].
+    /// encoding at once (1 to 4096; otherwise the first item is an error
+    /// naming it); output order equals input order. See [`Tokenize`].
     fn tokenize(self, config: TokenizeConfig, parallelism: usize) -> Tokenize<Self>
     where
         Self: Stream<Item = Result<Record>>,
@@ -36,7 +37,8 @@ pub trait TextPipelineExt: Stream + Sized {
     }
 
     /// Reorders records so each dataset's token (or sample) share tracks
-    /// the target weights. See [`EnsureMixture`].
+    /// the target weights (a config [`MixtureConfig::validate`] refuses is
+    /// the first item, as an error). See [`EnsureMixture`].
     fn ensure_mixture(self, config: MixtureConfig) -> EnsureMixture<Self>
     where
         Self: Stream<Item = Result<Record>>,
@@ -44,8 +46,9 @@ pub trait TextPipelineExt: Stream + Sized {
         EnsureMixture::new(self, config)
     }
 
-    /// Packs tokenized records into rows of at most `max_length`, per lane.
-    /// See [`PackSequences`].
+    /// Packs tokenized records into rows of at most `max_length` (1 to 16 Mi
+    /// tokens; a config [`PackConfig::validate`] refuses is the first item,
+    /// as an error), per lane. See [`PackSequences`].
     fn pack_sequences(self, config: PackConfig) -> PackSequences<Self>
     where
         Self: Stream<Item = Result<Record>>,
@@ -53,7 +56,8 @@ pub trait TextPipelineExt: Stream + Sized {
         PackSequences::new(self, config)
     }
 
-    /// Pads packed rows to `max_length` with `pad_token_id`. See [`PackFlat`].
+    /// Pads packed rows to `max_length` (1 to 16 Mi) with `pad_token_id`.
+    /// See [`PackFlat`].
     fn pack_flat(self, max_length: usize, pad_token_id: u32) -> PackFlat<Self>
     where
         Self: Stream<Item = Result<Record>>,
@@ -62,7 +66,8 @@ pub trait TextPipelineExt: Stream + Sized {
     }
 
     /// Collates batches of token rows into
-    /// [`TrainingBatch`](crate::TrainingBatch)es. See [`ToTraining`].
+    /// [`TrainingBatch`](crate::TrainingBatch)es, rows of `seq_len` from 1 to
+    /// 16 Mi (see [`TrainingConfig::validate`]). See [`ToTraining`].
     fn to_training(self, config: TrainingConfig) -> ToTraining<Self>
     where
         Self: Stream<Item = Result<Batch<Record>>>,

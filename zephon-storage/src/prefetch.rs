@@ -287,8 +287,10 @@ where
 
 /// Adds [`prefetch`](PrefetchExt::prefetch) to pointer streams.
 pub trait PrefetchExt: Stream<Item = Result<SamplePtr>> + Sized {
-    /// Looks `buffer_size` pointers ahead and warms their shards with up to
-    /// `parallelism` downloads at once. See [`Prefetch`].
+    /// Looks `buffer_size` pointers ahead (1 to 16 Mi) and warms their
+    /// shards with up to `parallelism` downloads at once (1 to 4096);
+    /// otherwise the first item is an error naming the setting. See
+    /// [`Prefetch`].
     fn prefetch(self, buffer_size: usize, parallelism: usize) -> Prefetch<Self>
     where
         Self: Catalogued,
