@@ -39,6 +39,20 @@ fn out_of_range_flags_are_named() {
         ],
         &["timing", "-c", "x.yaml", "--epochs", "0"],
         &["inspect", ".", "--seq-len", "0"],
+        &["bench", "engine", "--batch", "0"],
+        &["bench", "engine", "--repeat", "0"],
+        &["bench", "fetch", "--prefetch-buffer", "0"],
+        &["bench", "formats", "--parallelism", "0"],
+        &[
+            "bench",
+            "tokenize-pack",
+            "--corpus",
+            ".",
+            "--tokenizer",
+            "t",
+            "--seq-len",
+            "0",
+        ],
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_zephon"))
             .args(args)

@@ -3,10 +3,12 @@
 //! with the format's own crate (or, where the format has no Rust crate, the
 //! few lines its layout needs), in the same run.
 
+use crate::cmd::flags::{AT_LEAST_ONE, GENERATED_RECORDS, GENERATED_SHARDS, ranged};
 use anyhow::Result;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
+use zephon_core::settings::{BATCH_SIZE, PARALLELISM, SEQ_LEN};
 use zephon_core::{Dataset, PipelineExt, Runner, WorkSource};
 use zephon_storage::DatasetExt;
 use zephon_storage::format::FormatOptions;
@@ -17,22 +19,22 @@ use zephon_storage::format::tokens::{TokenDtype, encode_megatron};
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Samples per format.
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(long, default_value_t = 100_000, value_parser = ranged::<usize>(GENERATED_RECORDS))]
     pub samples: usize,
     /// Shards per format.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = ranged::<usize>(GENERATED_SHARDS))]
     pub shards: usize,
     /// Tokens per sample of the token formats.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = ranged::<usize>(SEQ_LEN))]
     pub seq_len: usize,
     /// Batch size.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = ranged::<usize>(BATCH_SIZE))]
     pub batch: usize,
     /// Fetch parallelism and worker threads.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = ranged::<usize>(PARALLELISM))]
     pub parallelism: usize,
     /// Rounds; the best time of each side is reported.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = ranged::<usize>(AT_LEAST_ONE))]
     pub repeat: usize,
     /// Only these formats (comma-separated: jsonl, tokens, megatron, parquet, mds, webdataset).
     #[arg(long, value_delimiter = ',')]

@@ -6,8 +6,10 @@
 //! rows; the consumer receives each batch as one row-major `u32` array.
 //! Prints one JSON line with the keys of `peers.py`.
 
+use crate::cmd::flags::{AT_LEAST_ONE, ranged};
 use anyhow::{Context, Result};
 use std::time::Instant;
+use zephon_core::settings::{BATCH_SIZE, SEQ_LEN, WORKERS};
 use zephon_core::{Dataset, PipelineExt, Runner, Tracking, WorkSource};
 use zephon_ops::{PackAlgorithm, PackConfig, SpecialTokens, TextPipelineExt, TokenizeConfig};
 use zephon_storage::DatasetExt;
@@ -22,14 +24,14 @@ pub struct Args {
     #[arg(long)]
     pub tokenizer: std::path::PathBuf,
     /// Tokens per row.
-    #[arg(long, default_value_t = 2048)]
+    #[arg(long, default_value_t = 2048, value_parser = ranged::<usize>(SEQ_LEN))]
     pub seq_len: usize,
     /// Rows per batch.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = ranged::<usize>(BATCH_SIZE))]
     pub batch: usize,
     /// Micro-batches tokenizing at once (0: one per core; more threads than
     /// cores only add contention).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = ranged::<usize>(WORKERS))]
     pub parallelism: usize,
     /// Also measure the tokenizer's own `encode_batch` over the texts
     /// already in memory, in this process: the limit for this workload.
@@ -37,7 +39,7 @@ pub struct Args {
     pub raw: bool,
     /// Runs (alternating with the raw measurement); the best of each is
     /// reported, which filters out the noise of a shared machine.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = ranged::<usize>(AT_LEAST_ONE))]
     pub repeat: usize,
     /// Also run with per-operator observability on, alternating with the
     /// plain runs, and report its cost as a ratio of the best runs
