@@ -278,7 +278,10 @@ impl<S: Explain> Explain for ToTraining<S> {
             "to_training",
             1,
             None,
-            format!("rows of {}", self.config.seq_len),
+            zephon_core::settings::explain_detail(
+                self.invalid.as_ref(),
+                format!("rows of {}", self.config.seq_len),
+            ),
         ));
     }
 }

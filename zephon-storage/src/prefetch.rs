@@ -161,9 +161,12 @@ impl<S: zephon_core::obs::Explain> zephon_core::obs::Explain for Prefetch<S> {
             "prefetch",
             self.parallelism,
             Some(self.buffer_size as u64),
-            format!(
-                "warms the shards of the next {} pointers, up to {} downloads at once",
-                self.buffer_size, self.parallelism
+            zephon_core::settings::explain_detail(
+                self.invalid.as_ref(),
+                format!(
+                    "warms the shards of the next {} pointers, up to {} downloads at once",
+                    self.buffer_size, self.parallelism
+                ),
             ),
         ));
     }

@@ -158,9 +158,12 @@ impl<S: Explain> Explain for PackFlat<S> {
             "pack_flat",
             1,
             None,
-            format!(
-                "rows padded to {} with {}",
-                self.max_length, self.pad_token_id
+            zephon_core::settings::explain_detail(
+                self.invalid.as_ref(),
+                format!(
+                    "rows padded to {} with {}",
+                    self.max_length, self.pad_token_id
+                ),
             ),
         ));
     }
