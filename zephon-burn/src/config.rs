@@ -1,11 +1,15 @@
 //! The YAML configuration of `zephon timing`, and the run it describes.
 
+mod check;
+
 use crate::device::{DeviceChoice, Precision};
 use crate::error::{Error, Result};
 use crate::harness::{self, HarnessConfig, ScalerConfig, SummaryFile, TimingRun};
 use crate::models::autoencoder::{Autoencoder, AutoencoderConfig, DummyData};
 use crate::models::lm::{LmConfig, TextData, TransformerLm};
 use burn::optim::{AdamConfig, AdamWConfig, ModuleOptimizer, SgdConfig};
+use check::key_inside_section;
+pub use check::{LAYERS, MODEL_DIM, SAMPLES, VOCAB_SIZE};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -169,7 +173,9 @@ impl TimingConfig {
             let key = if path == "." {
                 key_from_message(&inner)
             } else {
-                path
+                // A model or data section is chosen by its `name`, and serde
+                // reads it through a buffer that loses the path inside it.
+                key_inside_section(text, &path).unwrap_or(path)
             };
             Error::config(key, inner)
         })?;
@@ -226,6 +232,7 @@ impl TimingConfig {
                 ));
             }
         }
+        self.check_ranges()?;
         if !OptimizerConfig::NAMES.contains(&self.optimizer.name.as_str()) {
             return Err(Error::config(
                 "optimizer.name",
@@ -236,8 +243,29 @@ impl TimingConfig {
                 ),
             ));
         }
-        if self.optimizer.lr <= 0.0 {
-            return Err(Error::config("optimizer.lr", "must be positive"));
+        let o = &self.optimizer;
+        // `!(x > 0)` also catches NaN, which would train on garbage.
+        if !(o.lr.is_finite() && o.lr > 0.0) {
+            return Err(Error::config(
+                "optimizer.lr",
+                format!("{} must be finite and positive", o.lr),
+            ));
+        }
+        if let Some(e) = o.epsilon
+            && !(e.is_finite() && e > 0.0)
+        {
+            return Err(Error::config(
+                "optimizer.epsilon",
+                format!("{e} must be finite and positive"),
+            ));
+        }
+        if let Some(w) = o.weight_decay
+            && !(w.is_finite() && w >= 0.0)
+        {
+            return Err(Error::config(
+                "optimizer.weight_decay",
+                format!("{w} must be finite and not negative"),
+            ));
         }
         Ok(())
     }

@@ -40,9 +40,11 @@ fn a_mistyped_key_is_named() {
 fn a_wrong_type_or_value_is_named() {
     let e = err(&GOOD.replace("hidden_dim: 8", "hidden_dim: eight"));
     assert!(
-        e.contains("model") && e.contains("hidden_dim") || e.contains("invalid type"),
+        e.contains("`model.hidden_dim`") && e.contains("invalid type"),
         "{e}"
     );
+    let e = err(&GOOD.replace("batch_size: 8", "batch_size: -8"));
+    assert!(e.contains("`data.batch_size`"), "{e}");
     let e = err(&GOOD.replace("name: autoencoder", "name: autoenc"));
     assert!(e.contains("autoenc") && e.contains("transformer_lm"), "{e}");
     let e = err(&GOOD.replace("input_dim: 16 }\n", "input_dim: 15 }\n"));
@@ -60,4 +62,95 @@ fn unknown_device_or_precision_lists_the_valid_ones() {
     assert!(e.contains("cpu, cuda, wgpu, auto"), "{e}");
     let e = "fp8".parse::<Precision>().unwrap_err().to_string();
     assert!(e.contains("32, 16, bf16, 16-mixed"), "{e}");
+}
+
+const LM: &str = "\
+model: { name: transformer_lm, vocab_size: 256, d_model: 32, n_heads: 4, n_layers: 1, d_ff: 64, max_seq_len: 32, dropout: 0.1 }
+data: { name: synthetic_text, num_docs: 16, seq_len: 32, batch_size: 4 }
+";
+
+#[test]
+fn the_good_lm_config_parses() {
+    TimingConfig::from_yaml_str(LM).unwrap();
+}
+
+#[test]
+fn a_learning_rate_that_is_not_finite_and_positive_is_named() {
+    for lr in [".nan", ".inf", "-.inf", "0", "-0.1"] {
+        let e = err(&format!("{GOOD}optimizer: {{ lr: {lr} }}\n"));
+        assert!(e.contains("optimizer.lr"), "lr {lr}: {e}");
+    }
+    let e = err(&format!(
+        "{GOOD}optimizer: {{ name: adam, epsilon: .nan }}\n"
+    ));
+    assert!(e.contains("optimizer.epsilon"), "{e}");
+    let e = err(&format!(
+        "{GOOD}optimizer: {{ name: adamw, weight_decay: -1.0 }}\n"
+    ));
+    assert!(e.contains("optimizer.weight_decay"), "{e}");
+}
+
+#[test]
+fn zero_or_huge_dimensions_are_named() {
+    for (from, to, key) in [
+        ("hidden_dim: 8", "hidden_dim: 0", "model.hidden_dim"),
+        ("latent_dim: 4", "latent_dim: 0", "model.latent_dim"),
+        (
+            "latent_dim: 4",
+            "latent_dim: 4294967295",
+            "model.latent_dim",
+        ),
+        (
+            "input_dim: 16, hidden",
+            "input_dim: 0, hidden",
+            "model.input_dim",
+        ),
+        ("num_samples: 64", "num_samples: 0", "data.num_samples"),
+        ("batch_size: 8", "batch_size: 100000000", "data.batch_size"),
+    ] {
+        let e = err(&GOOD.replace(from, to));
+        assert!(e.contains(key), "{to}: {e}");
+    }
+    for (from, to, key) in [
+        ("d_model: 32", "d_model: 0", "model.d_model"),
+        ("n_layers: 1", "n_layers: 0", "model.n_layers"),
+        ("d_ff: 64", "d_ff: 0", "model.d_ff"),
+        ("n_layers: 1", "n_layers: 100000", "model.n_layers"),
+        ("num_docs: 16", "num_docs: 0", "data.num_docs"),
+    ] {
+        let e = err(&LM.replace(from, to));
+        assert!(e.contains(key), "{to}: {e}");
+    }
+}
+
+#[test]
+fn dropout_outside_zero_to_one_is_named() {
+    for d in ["1.0", "1.5", "-0.1", ".nan"] {
+        let e = err(&LM.replace("dropout: 0.1", &format!("dropout: {d}")));
+        assert!(e.contains("model.dropout"), "dropout {d}: {e}");
+    }
+    TimingConfig::from_yaml_str(&LM.replace("dropout: 0.1", "dropout: 0.0")).unwrap();
+}
+
+#[test]
+fn scaler_and_timing_values_are_checked() {
+    for (section, key) in [
+        ("scaler: { init_scale: .nan }", "timing.scaler.init_scale"),
+        (
+            "scaler: { growth_factor: 0.5 }",
+            "timing.scaler.growth_factor",
+        ),
+        (
+            "scaler: { backoff_factor: 1.0 }",
+            "timing.scaler.backoff_factor",
+        ),
+        (
+            "scaler: { growth_interval: 0 }",
+            "timing.scaler.growth_interval",
+        ),
+        ("max_batches_per_epoch: 0", "timing.max_batches_per_epoch"),
+    ] {
+        let e = err(&format!("{GOOD}timing: {{ {section} }}\n"));
+        assert!(e.contains(key), "{section}: {e}");
+    }
 }

@@ -1,5 +1,8 @@
 //! The crate's error type.
 
+use crate::dataset::Catalog;
+use crate::pointer::SamplePtr;
+
 /// A boxed error from another crate (storage, ops, user closures).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -51,7 +54,7 @@ pub enum Error {
     #[error("pointer {ptr} names no shard of the catalog")]
     UnknownPointer {
         /// The offending pointer.
-        ptr: crate::SamplePtr,
+        ptr: SamplePtr,
     },
     /// An invalid configuration value.
     #[error("invalid configuration `{key}`: {message}")]
@@ -89,6 +92,19 @@ pub enum Error {
         /// The panic's message.
         payload: String,
     },
+    /// An operator failed on one sample: a field it needs is missing, a
+    /// document it cannot encode, a sequence it cannot place.
+    #[error("operator `{op}`: {sample}: {message}")]
+    Sample {
+        /// Operator name.
+        op: &'static str,
+        /// The sample, by pointer and, once
+        /// [`name_sources`](Error::name_sources) ran, by dataset name and
+        /// shard path.
+        sample: SampleSource,
+        /// What was wrong with it.
+        message: String,
+    },
     /// A checkpoint could not be read or written, or does not fit this run.
     #[error("checkpoint `{origin}`: {message}")]
     Checkpoint {
@@ -115,6 +131,51 @@ fn panic_text(op: &Option<&'static str>, payload: &str) -> String {
     }
 }
 
+/// Where a sample came from, for messages: its pointer and, once resolved
+/// against the pipeline's catalog, its dataset's name and shard's path.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SampleSource {
+    /// The sample's pointer (the first of its lineage), if it has one.
+    pub ptr: Option<SamplePtr>,
+    /// The dataset's name and the shard's path or URI.
+    pub names: Option<(String, String)>,
+}
+
+impl SampleSource {
+    /// The source of a sample with pointer `ptr` (none: no lineage).
+    pub fn new(ptr: Option<SamplePtr>) -> Self {
+        SampleSource { ptr, names: None }
+    }
+
+    /// Looks the pointer's dataset and shard up in `catalog`.
+    pub fn resolve(&mut self, catalog: &Catalog) {
+        if let Some(p) = self.ptr
+            && let Some(ds) = catalog.get(p.dataset as usize)
+            && let Some(shard) = ds.shards().get(p.shard as usize)
+        {
+            self.names = Some((ds.name().to_owned(), shard.name().to_owned()));
+        }
+    }
+}
+
+impl std::fmt::Display for SampleSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (&self.ptr, &self.names) {
+            (None, _) => f.write_str("a sample without lineage"),
+            (Some(p), Some((dataset, shard))) => write!(
+                f,
+                "dataset `{dataset}`, shard `{shard}`, sample {}",
+                p.sample
+            ),
+            (Some(p), None) => write!(
+                f,
+                "dataset {}, shard {}, sample {} (lane {})",
+                p.dataset, p.shard, p.sample, p.lane
+            ),
+        }
+    }
+}
+
 impl Error {
     /// The error for a caught panic: `op` is the operator whose closure or
     /// task panicked, where known.
@@ -128,6 +189,31 @@ impl Error {
     /// Whether this is a caught panic, after which the pipeline ends.
     pub fn is_panic(&self) -> bool {
         matches!(self, Error::Panic { .. })
+    }
+
+    /// Names the dataset and shard of a [`Error::Sample`] from `catalog`
+    /// (the work source's), where the operator that failed knew only the
+    /// sample's pointer; other errors are returned as they are.
+    ///
+    /// ```
+    /// use zephon_core::{Dataset, Error, PipelineExt, Record, Runner, WorkSource};
+    /// use zephon_core::error::SampleSource;
+    /// let ds = Dataset::in_memory("web", vec![vec![Record::new(); 2]]).unwrap();
+    /// let ws = WorkSource::builder().dataset(ds, 1.0).build().unwrap();
+    /// let catalog = ws.catalog().clone();
+    /// let mut it = ws.stream().fetch(1)
+    ///     .map_par(|r: Record| Err::<Record, _>(Error::Sample {
+    ///         op: "check", sample: SampleSource::new(r.source().copied()), message: "bad".into(),
+    ///     }), 1)
+    ///     .into_blocking_iter(Runner::Inline).unwrap();
+    /// let e = it.next().unwrap().unwrap_err().name_sources(&catalog).to_string();
+    /// assert!(e.starts_with("operator `check`: dataset `web`, shard `"), "{e}");
+    /// ```
+    pub fn name_sources(mut self, catalog: &Catalog) -> Self {
+        if let Error::Sample { sample, .. } = &mut self {
+            sample.resolve(catalog);
+        }
+        self
     }
 
     /// A configuration error for `key`.

@@ -32,7 +32,9 @@ use futures::Stream;
 /// ```
 pub trait PipelineExt: Stream + Sized {
     /// Pointers to records, reading from the catalog this stream carries,
-    /// with up to `parallelism` reads in flight. See [`Fetch`].
+    /// with up to `parallelism` reads in flight (1 to 4096, see
+    /// [`settings`](crate::settings); otherwise the first item is an error
+    /// naming it). See [`Fetch`].
     fn fetch(self, parallelism: usize) -> Fetch<Self>
     where
         Self: Stream<Item = Result<SamplePtr>> + Catalogued,
@@ -50,8 +52,9 @@ pub trait PipelineExt: Stream + Sized {
         Fetch::new(self, catalog, parallelism)
     }
 
-    /// Applies a CPU-heavy `f` with up to `k` micro-batches in flight; output
-    /// order equals input order. See [`MapPar`].
+    /// Applies a CPU-heavy `f` with up to `k` micro-batches in flight (1 to
+    /// 4096; otherwise the first item is an error naming it); output order
+    /// equals input order. See [`MapPar`].
     fn map_par<T, U, F>(self, f: F, k: usize) -> MapPar<Self, T, U>
     where
         Self: Stream<Item = Result<T>>,
@@ -82,7 +85,9 @@ pub trait PipelineExt: Stream + Sized {
         FilterMap::new(self, f)
     }
 
-    /// Per-lane buffer shuffle seeded by `seed` and element identities. See [`Shuffle`].
+    /// Per-lane buffer shuffle seeded by `seed` and element identities, with
+    /// `buffer_size` from 1 to 16 Mi (otherwise the first item is an error
+    /// naming it). See [`Shuffle`].
     fn shuffle<T>(self, buffer_size: usize, mode: ShuffleMode, seed: u64) -> Shuffle<Self, T>
     where
         Self: Stream<Item = Result<T>>,
@@ -91,8 +96,9 @@ pub trait PipelineExt: Stream + Sized {
         Shuffle::new(self, buffer_size, mode, seed)
     }
 
-    /// Batches of `n` elements of one lane; the last partial batch of each lane
-    /// is kept. See [`Batcher`].
+    /// Batches of `n` elements of one lane, `n` from 1 to 1,048,576
+    /// (otherwise the first item is an error naming it); the last partial
+    /// batch of each lane is kept. See [`Batcher`].
     fn batch<T>(self, n: usize) -> Batcher<Self, T>
     where
         Self: Stream<Item = Result<T>>,
@@ -101,7 +107,8 @@ pub trait PipelineExt: Stream + Sized {
         Batcher::new(self, n, false)
     }
 
-    /// Batches of `n`, dropping each lane's last partial batch when `drop_last`.
+    /// Batches of `n` (1 to 1,048,576), dropping each lane's last partial
+    /// batch when `drop_last`.
     fn batch_with<T>(self, n: usize, drop_last: bool) -> Batcher<Self, T>
     where
         Self: Stream<Item = Result<T>>,
@@ -116,7 +123,8 @@ pub trait PipelineExt: Stream + Sized {
         PrefetchBatches::new(self, n)
     }
 
-    /// Emits the given lanes in strict round robin. See [`LaneMux`].
+    /// Emits the given lanes in strict round robin; an empty list is an
+    /// error (as the first item). See [`LaneMux`].
     fn lane_mux<T>(self, lanes: Vec<LaneId>) -> LaneMux<Self, T>
     where
         Self: Stream<Item = Result<T>>,

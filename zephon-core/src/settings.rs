@@ -69,6 +69,22 @@ impl Range {
     }
 }
 
+/// The detail an operator shows in `explain()`: what it is set to, or, when
+/// a setting is out of range, the error its first poll will return.
+///
+/// ```
+/// use zephon_core::settings::{explain_detail, BATCH_SIZE};
+/// let e = BATCH_SIZE.error("batch.size", 0);
+/// assert!(explain_detail(Some(&e), "0 per lane".into()).starts_with("invalid: "));
+/// assert_eq!(explain_detail(None::<&String>, "8 per lane".into()), "8 per lane");
+/// ```
+pub fn explain_detail(invalid: Option<&impl std::fmt::Display>, detail: String) -> String {
+    match invalid {
+        Some(e) => format!("invalid: {e}"),
+        None => detail,
+    }
+}
+
 /// `canonical_lanes`: every stateful operator keeps state per lane and the
 /// tail multiplexer a queue per lane, so the count is bounded to keep those
 /// tables small; 65,536 lanes is far more ranks than any run has.
@@ -168,5 +184,18 @@ mod tests {
         let ws = WorkSource::builder().dataset(ds, 1.0).build().unwrap();
         refused(ws.stream().fetch(0), "fetch.parallelism");
         refused(ws.stream().fetch(2).max_group(0), "fetch.max_group");
+    }
+
+    #[test]
+    fn explain_shows_an_out_of_range_setting() {
+        use crate::{Dataset, PipelineExt, Record, Runner, WorkSource};
+        let ds = Dataset::in_memory("toy", vec![vec![Record::new(); 8]]).unwrap();
+        let ws = WorkSource::builder().dataset(ds, 1.0).build().unwrap();
+        let plan = ws.stream().fetch(2).batch(0).explain(Runner::Inline);
+        let batch = plan.stages.iter().find(|s| s.name == "batch").unwrap();
+        assert!(
+            batch.detail.contains("invalid") && batch.detail.contains("`batch.size`"),
+            "{plan}"
+        );
     }
 }

@@ -75,10 +75,57 @@ pub enum Error {
 }
 
 impl From<Error> for zephon_core::Error {
+    /// Each context said once: the operator, then the sample (which
+    /// [`zephon_core::Error::name_sources`] can name by dataset and shard),
+    /// then what was wrong.
     fn from(e: Error) -> Self {
+        use zephon_core::Error as Core;
+        use zephon_core::error::SampleSource;
+        let sample = |op, ptr: PtrDisplay, message| Core::Sample {
+            op,
+            sample: SampleSource::new(ptr.0),
+            message,
+        };
         match e {
-            Error::Config { key, message } => zephon_core::Error::config(key, message),
-            other => zephon_core::Error::external("zephon-ops", other),
+            Error::Config { key, message } => Core::config(key, message),
+            Error::Encode {
+                field,
+                ptr,
+                message,
+            } => sample(
+                "tokenize",
+                ptr,
+                format!("encoding field `{field}`: {message}"),
+            ),
+            Error::MissingField {
+                op,
+                field,
+                expected,
+                found,
+                ptr,
+            } => sample(op, ptr, format!("no {expected} field `{field}`{found}")),
+            Error::Oversized {
+                ptr,
+                len,
+                max_length,
+            } => sample(
+                "pack_sequences",
+                ptr,
+                format!("{len} tokens, more than max_length {max_length}"),
+            ),
+            other @ Error::Tokenizer { .. } => Core::Operator {
+                op: "tokenize",
+                message: other.to_string(),
+            },
+            Error::BadRow {
+                lane,
+                index,
+                row,
+                message,
+            } => Core::Operator {
+                op: "to_training",
+                message: format!("row {row} of batch (lane {lane}, index {index}): {message}"),
+            },
         }
     }
 }

@@ -27,7 +27,8 @@ use zephon_core::{Batch, Record, Result};
 /// ```
 pub trait TextPipelineExt: Stream + Sized {
     /// Tokenizes a text field with up to `parallelism` micro-batches
-    /// encoding at once; output order equals input order. See [`Tokenize`].
+    /// encoding at once (1 to 4096; otherwise the first item is an error
+    /// naming it); output order equals input order. See [`Tokenize`].
     fn tokenize(self, config: TokenizeConfig, parallelism: usize) -> Tokenize<Self>
     where
         Self: Stream<Item = Result<Record>>,
@@ -36,7 +37,8 @@ pub trait TextPipelineExt: Stream + Sized {
     }
 
     /// Reorders records so each dataset's token (or sample) share tracks
-    /// the target weights. See [`EnsureMixture`].
+    /// the target weights (a config [`MixtureConfig::validate`] refuses is
+    /// the first item, as an error). See [`EnsureMixture`].
     fn ensure_mixture(self, config: MixtureConfig) -> EnsureMixture<Self>
     where
         Self: Stream<Item = Result<Record>>,
@@ -44,8 +46,9 @@ pub trait TextPipelineExt: Stream + Sized {
         EnsureMixture::new(self, config)
     }
 
-    /// Packs tokenized records into rows of at most `max_length`, per lane.
-    /// See [`PackSequences`].
+    /// Packs tokenized records into rows of at most `max_length` (1 to 16 Mi
+    /// tokens; a config [`PackConfig::validate`] refuses is the first item,
+    /// as an error), per lane. See [`PackSequences`].
     fn pack_sequences(self, config: PackConfig) -> PackSequences<Self>
     where
         Self: Stream<Item = Result<Record>>,
@@ -53,7 +56,8 @@ pub trait TextPipelineExt: Stream + Sized {
         PackSequences::new(self, config)
     }
 
-    /// Pads packed rows to `max_length` with `pad_token_id`. See [`PackFlat`].
+    /// Pads packed rows to `max_length` (1 to 16 Mi) with `pad_token_id`.
+    /// See [`PackFlat`].
     fn pack_flat(self, max_length: usize, pad_token_id: u32) -> PackFlat<Self>
     where
         Self: Stream<Item = Result<Record>>,
@@ -62,7 +66,8 @@ pub trait TextPipelineExt: Stream + Sized {
     }
 
     /// Collates batches of token rows into
-    /// [`TrainingBatch`](crate::TrainingBatch)es. See [`ToTraining`].
+    /// [`TrainingBatch`](crate::TrainingBatch)es, rows of `seq_len` from 1 to
+    /// 16 Mi (see [`TrainingConfig::validate`]). See [`ToTraining`].
     fn to_training(self, config: TrainingConfig) -> ToTraining<Self>
     where
         Self: Stream<Item = Result<Batch<Record>>>,
@@ -112,6 +117,22 @@ mod tests {
             "pack.max_sequences_per_bin",
         );
         refused(docs().pack_flat(0, 0), "pack_flat.max_length");
+        let mut packer = crate::Packer::new(pack(0));
+        let e = packer
+            .push(Record::new().with("input_ids", Value::Tokens(vec![1])))
+            .unwrap_err();
+        assert!(e.to_string().contains("`pack.max_length`"), "{e}");
+        let mut row = Record::new().with("input_ids", Value::Tokens(vec![1]));
+        let e = crate::pack::flat::pad_row(&mut row, usize::MAX, 0).unwrap_err();
+        assert!(e.to_string().contains("`pack_flat.max_length`"), "{e}");
+        let batch = zephon_core::Batch {
+            lane: 0,
+            index: 0,
+            items: vec![row],
+            cut: None,
+        };
+        let e = TrainingConfig::new(usize::MAX).collate(&batch).unwrap_err();
+        assert!(e.to_string().contains("`to_training.seq_len`"), "{e}");
         refused(
             docs().batch(2).to_training(TrainingConfig::new(0)),
             "to_training.seq_len",
@@ -149,6 +170,62 @@ mod tests {
                 2,
             ),
             "tokenize.max_length",
+        );
+    }
+
+    /// The first error of a pipeline over the dataset `web` (one shard of
+    /// `docs`), built by `ops`, with its sources named.
+    fn first_error(
+        docs: Vec<Record>,
+        ops: impl FnOnce(
+            zephon_core::Fetch<zephon_core::PointerStream>,
+        ) -> futures::stream::BoxStream<'static, Result<Record>>,
+    ) -> String {
+        let ds = zephon_core::Dataset::in_memory("web", vec![docs]).unwrap();
+        let ws = zephon_core::WorkSource::builder()
+            .dataset(ds, 1.0)
+            .shuffle_within_shard(false)
+            .build()
+            .unwrap();
+        let catalog = ws.catalog().clone();
+        ops(ws.stream().fetch(1))
+            .into_blocking_iter(Runner::Inline)
+            .unwrap()
+            .find_map(|r| r.err())
+            .expect("an error")
+            .name_sources(&catalog)
+            .to_string()
+    }
+
+    #[test]
+    fn sample_errors_name_dataset_and_shard_once() {
+        use futures::StreamExt;
+        let text = |t: &str| Record::new().with("text", t);
+        let e = first_error(vec![text("a"), Record::new()], |s| {
+            s.tokenize(tokenizer(), 1).boxed()
+        });
+        assert_eq!(
+            e,
+            "operator `tokenize`: dataset `web`, shard `memory://web/0`, sample 1: no text field `text`"
+        );
+        let ids = |n: usize| Record::new().with("input_ids", Value::Tokens(vec![1; n]));
+        let e = first_error(vec![ids(2), ids(9)], |s| {
+            s.pack_sequences(
+                PackConfig::new(4, PackAlgorithm::FirstFit)
+                    .oversized(crate::OversizedPolicy::Error),
+            )
+            .boxed()
+        });
+        assert_eq!(
+            e,
+            "operator `pack_sequences`: dataset `web`, shard `memory://web/0`, sample 1: 9 tokens, more than max_length 4"
+        );
+        let e = first_error(vec![ids(2), text("no ids")], |s| {
+            s.ensure_mixture(MixtureConfig::new([(0, 1.0)])).boxed()
+        });
+        assert_eq!(
+            e,
+            "operator `ensure_mixture`: dataset `web`, shard `memory://web/0`, sample 1: no tokens field `input_ids`"
         );
     }
 }

@@ -146,8 +146,10 @@ impl TrainingConfig {
 
     /// Collates one batch of records carrying [`fields::INPUT_IDS`] and,
     /// optionally, [`fields::SEGMENT_IDS`] (a record without segment ids is
-    /// one document).
+    /// one document). A `seq_len` [`validate`](Self::validate) refuses is an
+    /// error.
     pub fn collate(&self, batch: &Batch<Record>) -> Result<TrainingBatch> {
+        self.validate()?;
         let mut owned_segs: Vec<Vec<u32>> = Vec::new();
         let mut rows = Vec::with_capacity(batch.items.len());
         for r in &batch.items {
@@ -276,7 +278,10 @@ impl<S: Explain> Explain for ToTraining<S> {
             "to_training",
             1,
             None,
-            format!("rows of {}", self.config.seq_len),
+            zephon_core::settings::explain_detail(
+                self.invalid.as_ref(),
+                format!("rows of {}", self.config.seq_len),
+            ),
         ));
     }
 }

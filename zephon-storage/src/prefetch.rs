@@ -12,7 +12,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
-use zephon_core::{Catalog, Catalogued, Observer, Result, SamplePtr, Shard};
+use zephon_core::settings::{BUFFER_SIZE, PARALLELISM};
+use zephon_core::{Catalog, Catalogued, Error, Observer, Result, SamplePtr, Shard};
 
 /// Prefetch counters with the download and decompression work of the caches
 /// behind the prefetched datasets, for observability.
@@ -102,6 +103,9 @@ pub struct Prefetch<S> {
     metrics: Arc<PrefetchMetrics>,
     done: bool,
     registered: bool,
+    // An out-of-range setting, reported by the first poll (a chain method
+    // cannot return it).
+    invalid: Option<Error>,
 }
 
 impl<S: Catalogued> Prefetch<S> {
@@ -114,17 +118,26 @@ impl<S: Catalogued> Prefetch<S> {
 
 impl<S> Prefetch<S> {
     /// Prefetch over a pointer stream that does not carry its catalog.
+    /// `buffer_size` must lie in [`BUFFER_SIZE`] (1 to 16 Mi pointers) and
+    /// `parallelism` in [`PARALLELISM`] (1 to 4096): otherwise the first
+    /// poll returns an error naming `prefetch.buffer_size` or
+    /// `prefetch.parallelism`, and the stream ends.
     pub fn with_catalog(
         inner: S,
         catalog: Catalog,
         buffer_size: usize,
         parallelism: usize,
     ) -> Self {
+        let invalid = BUFFER_SIZE
+            .check_usize("prefetch.buffer_size", buffer_size)
+            .and_then(|_| PARALLELISM.check_usize("prefetch.parallelism", parallelism))
+            .err();
         Prefetch {
+            invalid,
             inner,
             catalog,
-            buffer_size: buffer_size.max(1),
-            parallelism: parallelism.max(1),
+            buffer_size: buffer_size.clamp(1, BUFFER_SIZE.max as usize),
+            parallelism: parallelism.clamp(1, PARALLELISM.max as usize),
             buffer: VecDeque::new(),
             queued: VecDeque::new(),
             seen: HashSet::new(),
@@ -148,9 +161,12 @@ impl<S: zephon_core::obs::Explain> zephon_core::obs::Explain for Prefetch<S> {
             "prefetch",
             self.parallelism,
             Some(self.buffer_size as u64),
-            format!(
-                "warms the shards of the next {} pointers, up to {} downloads at once",
-                self.buffer_size, self.parallelism
+            zephon_core::settings::explain_detail(
+                self.invalid.as_ref(),
+                format!(
+                    "warms the shards of the next {} pointers, up to {} downloads at once",
+                    self.buffer_size, self.parallelism
+                ),
             ),
         ));
     }
@@ -186,6 +202,10 @@ where
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut this = self.project();
+        if let Some(e) = this.invalid.take() {
+            *this.done = true;
+            return Poll::Ready(Some(Err(e)));
+        }
         if !*this.registered {
             *this.registered = true;
             if let Some(obs) = Observer::current() {
@@ -270,8 +290,10 @@ where
 
 /// Adds [`prefetch`](PrefetchExt::prefetch) to pointer streams.
 pub trait PrefetchExt: Stream<Item = Result<SamplePtr>> + Sized {
-    /// Looks `buffer_size` pointers ahead and warms their shards with up to
-    /// `parallelism` downloads at once. See [`Prefetch`].
+    /// Looks `buffer_size` pointers ahead (1 to 16 Mi) and warms their
+    /// shards with up to `parallelism` downloads at once (1 to 4096);
+    /// otherwise the first item is an error naming the setting. See
+    /// [`Prefetch`].
     fn prefetch(self, buffer_size: usize, parallelism: usize) -> Prefetch<Self>
     where
         Self: Catalogued,
@@ -292,3 +314,30 @@ pub trait PrefetchExt: Stream<Item = Result<SamplePtr>> + Sized {
 }
 
 impl<S: Stream<Item = Result<SamplePtr>>> PrefetchExt for S {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zephon_core::{Dataset, PipelineExt, Record, Runner, WorkSource};
+
+    #[test]
+    fn out_of_range_settings_are_errors_at_the_first_poll() {
+        for (buffer, parallelism, key) in [
+            (0, 4, "prefetch.buffer_size"),
+            (usize::MAX, 4, "prefetch.buffer_size"),
+            (16, 0, "prefetch.parallelism"),
+            (16, 100_000, "prefetch.parallelism"),
+        ] {
+            let ds = Dataset::in_memory("toy", vec![vec![Record::new(); 4]]).unwrap();
+            let ws = WorkSource::builder().dataset(ds, 1.0).build().unwrap();
+            let mut it = ws
+                .stream()
+                .prefetch(buffer, parallelism)
+                .into_blocking_iter(Runner::Inline)
+                .unwrap();
+            let e = it.next().unwrap().unwrap_err().to_string();
+            assert!(e.contains(&format!("`{key}`")), "{key}: {e}");
+            assert!(it.next().is_none(), "{key}: the stream goes on");
+        }
+    }
+}

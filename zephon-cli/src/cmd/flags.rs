@@ -17,6 +17,12 @@ where
 /// A count that must be at least 1 (steps, batches, rounds, samples).
 pub const AT_LEAST_ONE: Range = Range::new(1, u64::MAX, "at least one");
 
+/// Shards the demo and the benchmarks generate.
+pub const GENERATED_SHARDS: Range = Range::new(1, 4096, "files written");
+
+/// Records the demo and the benchmarks generate (per shard, or in all).
+pub const GENERATED_RECORDS: Range = Range::new(1, 1 << 24, "records generated");
+
 /// A period in seconds: finite, from 0.1 s (snapshots cost a little) to a day.
 pub fn seconds(s: &str) -> Result<f64, String> {
     let v: f64 = s

@@ -1,8 +1,10 @@
 //! `zephon inspect <uri>`: what a dataset holds, before training on it.
 
+use crate::cmd::flags::ranged;
 use anyhow::Result;
 use clap::Parser;
 use serde::Serialize;
+use zephon_core::settings::SEQ_LEN;
 use zephon_core::{Dataset, Record, Value};
 use zephon_storage::download::escape_controls;
 use zephon_storage::format::{FormatOptions, TokenDtype};
@@ -25,7 +27,7 @@ pub struct Args {
     #[arg(long)]
     pub json: bool,
     /// Tokens per sample of flat token files.
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = 1024, value_parser = ranged::<u64>(SEQ_LEN))]
     pub seq_len: u64,
     /// Token width of flat token files (u8, u16, u32, i32, i64).
     #[arg(long, default_value = "u16")]

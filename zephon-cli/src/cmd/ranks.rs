@@ -5,10 +5,12 @@
 //! Start `W` of them (ranks `0..W`) for a few steps, then restart any other
 //! number from their checkpoint files: the global batches continue exactly.
 
+use crate::cmd::flags::{AT_LEAST_ONE, ranged};
 use anyhow::{Context, Result};
 use std::io::Write;
 use std::path::PathBuf;
 use zephon_core::checkpoint::{Checkpoint, Recipe, ResumeExt};
+use zephon_core::settings::{BATCH_SIZE, BUFFER_SIZE, CANONICAL_LANES, PARALLELISM, WORLD_SIZE};
 use zephon_core::{Dataset, PipelineExt, Runner, ShuffleMode, Value, WorkSource};
 use zephon_storage::DatasetExt;
 
@@ -22,29 +24,29 @@ pub struct Args {
     #[arg(long, default_value_t = 0)]
     pub rank: u32,
     /// Number of ranks.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = ranged::<u32>(WORLD_SIZE))]
     pub world_size: u32,
     /// Canonical lanes (fixed for the run).
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = ranged::<u32>(CANONICAL_LANES))]
     pub lanes: u32,
     /// Steps to run (each step is one batch of every owned lane); fewer
     /// when the data ends first.
-    #[arg(long)]
+    #[arg(long, value_parser = ranged::<u64>(AT_LEAST_ONE))]
     pub steps: u64,
     /// Elements per lane-batch.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = ranged::<usize>(BATCH_SIZE))]
     pub batch_size: usize,
     /// Per-lane shuffle buffer.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = ranged::<usize>(BUFFER_SIZE))]
     pub shuffle_buffer: usize,
     /// Seed of every shuffle.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Passes over the data.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = ranged::<u64>(AT_LEAST_ONE))]
     pub passes: u64,
     /// Parallel reads and worker threads (a performance knob only).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = ranged::<usize>(PARALLELISM))]
     pub parallelism: usize,
     /// Write this rank's checkpoint here after the steps (`.json` for JSON).
     #[arg(long)]

@@ -1,6 +1,7 @@
 //! `zephon timing -c CONFIG`: time a model's training step, per batch, split
 //! into data, forward, backward and other (see `zephon_burn::harness`).
 
+use crate::cmd::flags::{AT_LEAST_ONE, ranged};
 use anyhow::Result;
 use std::path::PathBuf;
 use zephon_burn::{DeviceChoice, Precision, TimingOptions};
@@ -12,7 +13,7 @@ pub struct Args {
     #[arg(short, long)]
     pub config: PathBuf,
     /// Epochs to run.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = ranged::<usize>(AT_LEAST_ONE))]
     pub epochs: usize,
     /// Where to write the results (default: results/benchmark/TIMESTAMP).
     #[arg(long)]

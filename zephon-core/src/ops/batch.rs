@@ -320,10 +320,13 @@ impl<S: Explain, T> Explain for Batcher<S, T> {
             "batch",
             1,
             None,
-            format!(
-                "{} per lane{}",
-                self.size,
-                if self.drop_last { ", drop_last" } else { "" }
+            crate::settings::explain_detail(
+                self.invalid.as_ref(),
+                format!(
+                    "{} per lane{}",
+                    self.size,
+                    if self.drop_last { ", drop_last" } else { "" }
+                ),
             ),
         ));
     }

@@ -320,7 +320,10 @@ impl<S: Explain> Explain for Fetch<S> {
             "fetch",
             self.parallelism,
             Some((self.parallelism * self.max_group) as u64),
-            format!("reads of up to {} samples of one shard", self.max_group),
+            crate::settings::explain_detail(
+                self.invalid.as_ref(),
+                format!("reads of up to {} samples of one shard", self.max_group),
+            ),
         ));
     }
 }

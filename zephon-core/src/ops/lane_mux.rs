@@ -207,7 +207,10 @@ impl<S: Explain, T> Explain for LaneMux<S, T> {
             "lane_mux",
             1,
             None,
-            format!("lanes {:?}, strict round robin", self.lanes),
+            crate::settings::explain_detail(
+                self.invalid.as_ref(),
+                format!("lanes {:?}, strict round robin", self.lanes),
+            ),
         ));
     }
 }

@@ -251,7 +251,10 @@ impl<S: Explain, T, U> Explain for MapPar<S, T, U> {
             "map_par",
             self.k,
             Some((self.k * self.micro) as u64),
-            format!("micro-batches of {}, {order}", self.micro),
+            crate::settings::explain_detail(
+                self.invalid.as_ref(),
+                format!("micro-batches of {}, {order}", self.micro),
+            ),
         ));
     }
 }

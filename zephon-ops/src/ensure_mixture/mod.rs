@@ -456,7 +456,10 @@ impl<S: Explain> Explain for EnsureMixture<S> {
             "ensure_mixture",
             1,
             Some(self.config.max_buffer_size as u64),
-            format!("by {:?}, per lane", self.config.weight_by).to_lowercase(),
+            zephon_core::settings::explain_detail(
+                self.invalid.as_ref(),
+                format!("by {:?}, per lane", self.config.weight_by).to_lowercase(),
+            ),
         ));
     }
 }

@@ -63,8 +63,10 @@ impl<S> PackFlat<S> {
     }
 }
 
-/// Pads one row in place; see [`PackFlat`].
+/// Pads one row in place; see [`PackFlat`]. `max_length` outside
+/// [`SEQ_LEN`] is an error naming `pack_flat.max_length`.
 pub fn pad_row(r: &mut Record, max_length: usize, pad_token_id: u32) -> crate::Result<()> {
+    crate::Error::in_range(SEQ_LEN, "pack_flat.max_length", max_length)?;
     let ids = match r.get(fields::INPUT_IDS) {
         Some(Value::Tokens(t)) => t.len(),
         _ => {
@@ -156,9 +158,12 @@ impl<S: Explain> Explain for PackFlat<S> {
             "pack_flat",
             1,
             None,
-            format!(
-                "rows padded to {} with {}",
-                self.max_length, self.pad_token_id
+            zephon_core::settings::explain_detail(
+                self.invalid.as_ref(),
+                format!(
+                    "rows padded to {} with {}",
+                    self.max_length, self.pad_token_id
+                ),
             ),
         ));
     }

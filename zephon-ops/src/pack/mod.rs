@@ -313,8 +313,12 @@ impl Packer {
         Some(r)
     }
 
-    /// Adds a record carrying [`fields::INPUT_IDS`]; other fields are dropped.
+    /// Adds a record carrying [`fields::INPUT_IDS`]; other fields are
+    /// dropped. A configuration [`PackConfig::validate`] refuses is an error.
     pub fn push(&mut self, mut r: Record) -> crate::Result<()> {
+        // A few comparisons: an out-of-range row length would otherwise
+        // make empty rows forever or allocate without bound.
+        self.config.validate()?;
         if self.cutting {
             let id = zephon_core::Identity::identity(&r);
             let n = self.consumed.entry(r.lane).or_default();

@@ -218,7 +218,10 @@ impl<S: Explain> Explain for PackSequences<S> {
             "pack_sequences",
             1,
             None,
-            format!("{:?}, rows of {}, per lane", c.algorithm, c.max_length),
+            zephon_core::settings::explain_detail(
+                self.invalid.as_ref(),
+                format!("{:?}, rows of {}, per lane", c.algorithm, c.max_length),
+            ),
         ));
     }
 }

@@ -274,7 +274,10 @@ impl<S: Explain> Explain for Tokenize<S> {
                 fields::INPUT_IDS,
                 p.config.micro_batch
             ),
-            Err(_) => "invalid configuration".into(),
+            Err(e) => zephon_core::settings::explain_detail(
+                e.as_ref(),
+                "invalid configuration (already reported)".into(),
+            ),
         };
         out.push(StageDescription::new("tokenize", self.k, None, detail));
     }

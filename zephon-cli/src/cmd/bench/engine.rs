@@ -14,25 +14,27 @@
 //! by up to 4% either way, more than what is being measured.
 
 use super::{mem, stats};
+use crate::cmd::flags::{AT_LEAST_ONE, GENERATED_RECORDS, ranged};
 use anyhow::{Context, Result, bail};
 use std::time::Instant;
+use zephon_core::settings::BATCH_SIZE;
 use zephon_core::{Dataset, PipelineExt, Record, Runner, Tracking, Value, WorkSource};
 
 /// Options of `zephon bench engine`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Records in the in-memory shard.
-    #[arg(long, default_value_t = 1_000_000)]
+    #[arg(long, default_value_t = 1_000_000, value_parser = ranged::<usize>(GENERATED_RECORDS))]
     pub records: usize,
     /// Batch size.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = ranged::<usize>(BATCH_SIZE))]
     pub batch: usize,
     /// Rounds; the configurations alternate within each round, and the best
     /// time of each is reported, so machine noise hits all alike.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = ranged::<usize>(AT_LEAST_ONE))]
     pub repeat: usize,
     /// Passes per configuration within one process; its best counts.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = ranged::<usize>(AT_LEAST_ONE))]
     pub passes: usize,
     /// Run every configuration in this process instead of one process per
     /// configuration and round (for profilers).

@@ -6,11 +6,13 @@
 //! else from the page cache; the row says which.
 
 use super::{mem, stats};
+use crate::cmd::flags::{AT_LEAST_ONE, GENERATED_RECORDS, GENERATED_SHARDS, ranged};
 use anyhow::{Context, Result, bail};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use zephon_core::settings::{BATCH_SIZE, BUFFER_SIZE, PARALLELISM};
 use zephon_core::{Dataset, PipelineExt, Runner, WorkSource};
 use zephon_storage::backend::{Backend, runtime};
 use zephon_storage::{CacheOptions, DatasetExt, PrefetchExt, RemoteDataset, StorageOptions};
@@ -19,26 +21,26 @@ use zephon_storage::{CacheOptions, DatasetExt, PrefetchExt, RemoteDataset, Stora
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Shards in the generated dataset.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = ranged::<usize>(GENERATED_SHARDS))]
     pub shards: usize,
     /// Records per shard.
-    #[arg(long, default_value_t = 20_000)]
+    #[arg(long, default_value_t = 20_000, value_parser = ranged::<usize>(GENERATED_RECORDS))]
     pub records: usize,
     /// Batch size.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = ranged::<usize>(BATCH_SIZE))]
     pub batch: usize,
     /// Read parallelism of `fetch`.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = ranged::<usize>(PARALLELISM))]
     pub parallelism: usize,
     /// Pointers `prefetch` looks ahead.
-    #[arg(long, default_value_t = 65_536)]
+    #[arg(long, default_value_t = 65_536, value_parser = ranged::<usize>(BUFFER_SIZE))]
     pub prefetch_buffer: usize,
     /// Concurrent shard downloads of `prefetch`.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = ranged::<usize>(PARALLELISM))]
     pub prefetch_parallelism: usize,
     /// Rounds; each configuration reports its best (a cold pass gets a
     /// fresh cache every round).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = ranged::<usize>(AT_LEAST_ONE))]
     pub repeat: usize,
     /// Print one JSON object (the same figures as the table) instead of
     /// the table.

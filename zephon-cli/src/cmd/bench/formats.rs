@@ -6,10 +6,12 @@
 //! like-for-like ratio, and with `--parallelism` threads beside it.
 
 use super::{mem, stats};
+use crate::cmd::flags::{AT_LEAST_ONE, GENERATED_RECORDS, GENERATED_SHARDS, ranged};
 use anyhow::Result;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
+use zephon_core::settings::{BATCH_SIZE, PARALLELISM, SEQ_LEN};
 use zephon_core::{Dataset, PipelineExt, Runner, WorkSource};
 use zephon_storage::DatasetExt;
 use zephon_storage::format::FormatOptions;
@@ -20,24 +22,24 @@ use zephon_storage::format::tokens::{TokenDtype, encode_megatron};
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Samples per format.
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(long, default_value_t = 100_000, value_parser = ranged::<usize>(GENERATED_RECORDS))]
     pub samples: usize,
     /// Shards per format.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = ranged::<usize>(GENERATED_SHARDS))]
     pub shards: usize,
     /// Tokens per sample of the token formats.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = ranged::<usize>(SEQ_LEN))]
     pub seq_len: usize,
     /// Batch size.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = ranged::<usize>(BATCH_SIZE))]
     pub batch: usize,
     /// Fetch parallelism and worker threads of the second Zephon column
     /// (the first runs on one thread, as the plain loop does).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = ranged::<usize>(PARALLELISM))]
     pub parallelism: usize,
     /// Rounds; each side's best rate is reported, and the median over
     /// rounds of the ratio within a round.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = ranged::<usize>(AT_LEAST_ONE))]
     pub repeat: usize,
     /// Print one JSON object (the same figures as the table) instead of
     /// the table.

@@ -7,9 +7,11 @@
 //! Prints one JSON line with the keys of `peers.py`.
 
 use super::{mem, stats};
+use crate::cmd::flags::{AT_LEAST_ONE, ranged};
 use anyhow::{Context, Result};
 use std::path::Path;
 use std::time::Instant;
+use zephon_core::settings::{BATCH_SIZE, SEQ_LEN, WORKERS};
 use zephon_core::{Dataset, PipelineExt, Runner, Tracking, WorkSource};
 use zephon_ops::{PackAlgorithm, PackConfig, SpecialTokens, TextPipelineExt, TokenizeConfig};
 use zephon_storage::DatasetExt;
@@ -24,14 +26,14 @@ pub struct Args {
     #[arg(long)]
     pub tokenizer: std::path::PathBuf,
     /// Tokens per row.
-    #[arg(long, default_value_t = 2048)]
+    #[arg(long, default_value_t = 2048, value_parser = ranged::<usize>(SEQ_LEN))]
     pub seq_len: usize,
     /// Rows per batch.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = ranged::<usize>(BATCH_SIZE))]
     pub batch: usize,
     /// Micro-batches tokenizing at once (0: one per core; more threads than
     /// cores only add contention).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = ranged::<usize>(WORKERS))]
     pub parallelism: usize,
     /// Also measure the limit for this workload: the tokenizer's own
     /// `encode_batch_fast` (ids only, as the pipeline's `encode_fast`) over
@@ -44,7 +46,7 @@ pub struct Args {
     /// observed run take turns, each round starting with a different one so
     /// none always runs on the machine another left; ratios are medians of
     /// the ratios within a round, rates are each side's best run.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = ranged::<usize>(AT_LEAST_ONE))]
     pub repeat: usize,
     /// Also run with per-operator observability on, and report its cost as a
     /// ratio of the best runs (`observed_ratio`) and as the median over

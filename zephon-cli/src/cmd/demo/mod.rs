@@ -4,6 +4,8 @@
 //! run on two ranks, resumes it on one from their checkpoints, and shows that
 //! the global batches are the uninterrupted run's.
 
+use crate::cmd::flags::{GENERATED_RECORDS, GENERATED_SHARDS, ranged};
+use zephon_core::settings::{BATCH_SIZE, BUFFER_SIZE, CANONICAL_LANES, PARALLELISM};
 mod elastic;
 
 use anyhow::{Context, Result};
@@ -22,25 +24,25 @@ use zephon_storage::DatasetExt;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Number of JSONL shards to generate.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = ranged::<usize>(GENERATED_SHARDS))]
     pub shards: usize,
     /// Documents per shard.
-    #[arg(long, default_value_t = 5000)]
+    #[arg(long, default_value_t = 5000, value_parser = ranged::<usize>(GENERATED_RECORDS))]
     pub docs_per_shard: usize,
     /// Records per batch.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = ranged::<usize>(BATCH_SIZE))]
     pub batch_size: usize,
     /// Shuffle buffer size (records per lane).
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = 1024, value_parser = ranged::<usize>(BUFFER_SIZE))]
     pub shuffle_buffer: usize,
     /// Canonical lanes of the work source.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = ranged::<u32>(CANONICAL_LANES))]
     pub lanes: u32,
     /// Seed of the corpus and of every shuffle.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
     /// Parallelism of the second run (default: all cores).
-    #[arg(long)]
+    #[arg(long, value_parser = ranged::<usize>(PARALLELISM))]
     pub parallelism: Option<usize>,
     /// Write the corpus here and keep it (default: a temporary folder, removed after).
     #[arg(long)]

@@ -72,6 +72,8 @@ pub struct Built {
     pub runner: Runner,
     /// Pointers this rank will read (when the work source is finite).
     pub samples: Option<u64>,
+    /// The datasets, to name the dataset and shard of a failing sample.
+    pub catalog: Catalog,
 }
 
 /// Builds the work source of a recipe.
@@ -105,6 +107,7 @@ pub fn work_source(recipe: &Recipe, base: &Path) -> Result<WorkSource> {
 pub fn build(recipe: &Recipe, base: &Path) -> Result<Built> {
     let ws = work_source(recipe, base)?;
     let samples = ws.len();
+    let catalog = ws.catalog().clone();
     let runner = match recipe.run.runner {
         RunnerKind::Inline => Runner::Inline,
         RunnerKind::Threads => Runner::Threads {
@@ -299,5 +302,6 @@ pub fn build(recipe: &Recipe, base: &Path) -> Result<Built> {
         plan,
         runner,
         samples,
+        catalog,
     })
 }

@@ -137,7 +137,7 @@ pub fn run(args: Args) -> Result<()> {
         let item = match item {
             Ok(item) => item,
             Err(e) => {
-                failed = Some(e);
+                failed = Some(e.name_sources(&built.catalog));
                 break;
             }
         };

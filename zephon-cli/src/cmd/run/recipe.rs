@@ -1,4 +1,6 @@
 //! The TOML recipe of `zephon run`: datasets, work source, operators, runner.
+//! Every size, count and parallelism has the range of
+//! `zephon_core::settings`, checked by [`super::check`] as the recipe loads.
 
 use anyhow::{Context, Result};
 use serde::Deserialize;
@@ -27,9 +29,9 @@ pub struct Recipe {
 pub struct RunSpec {
     /// `threads` (default) or `inline`.
     pub runner: RunnerKind,
-    /// Worker threads of the threads runner (0: one per core).
+    /// Worker threads of the threads runner (0: one per core; at most 4096).
     pub workers: usize,
-    /// Stop after this many batches.
+    /// Stop after this many batches (at least 1).
     pub max_batches: Option<u64>,
     /// Tracking level when `--observe` is given: `stage` or `operator` (default).
     pub tracking: Tracking,
@@ -64,7 +66,7 @@ pub struct DatasetSpec {
     pub name: String,
     /// Path (relative to the recipe) or URI (`file://`, `s3://`, `http(s)://`).
     pub uri: String,
-    /// Mixture weight.
+    /// Mixture weight (finite and positive).
     #[serde(default = "one")]
     pub weight: f64,
 }
@@ -89,23 +91,23 @@ pub enum BlockSpec {
 pub struct WorkSourceSpec {
     /// Seed of every shuffle.
     pub seed: u64,
-    /// Mixture chunk size.
+    /// Mixture chunk size (1 to 16 Mi).
     pub chunk_size: u64,
     /// Shard shuffle.
     pub shuffle_shards: bool,
     /// Within-shard shuffle.
     pub shuffle_within_shard: bool,
-    /// Block shuffle.
+    /// Block shuffle: a block size of at least 1, `auto`, `global` or `off`.
     pub shuffle_block_size: BlockSpec,
-    /// Passes over each dataset (ignored with `repeat`).
+    /// Passes over each dataset, at least 1 (ignored with `repeat`).
     pub passes: u64,
     /// Repeat forever, reshuffling every pass.
     pub repeat: bool,
-    /// Canonical lanes.
+    /// Canonical lanes (1 to 65,536).
     pub canonical_lanes: u32,
-    /// This process's rank.
+    /// This process's rank (below `world_size`).
     pub rank: u32,
-    /// Number of ranks.
+    /// Number of ranks (1 to 65,536, dividing `canonical_lanes`).
     pub world_size: u32,
     /// Lane ownership.
     pub ownership: Ownership,
@@ -192,9 +194,9 @@ pub struct Empty {}
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PrefetchSpec {
-    /// Pointers looked ahead.
+    /// Pointers looked ahead (1 to 16 Mi).
     pub buffer_size: usize,
-    /// Concurrent downloads.
+    /// Concurrent downloads (1 to 4096).
     #[serde(default = "four")]
     pub parallelism: usize,
 }
@@ -207,7 +209,7 @@ fn four() -> usize {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FetchSpec {
-    /// Reads in flight.
+    /// Reads in flight (1 to 4096).
     #[serde(default = "four")]
     pub parallelism: usize,
 }
@@ -221,13 +223,13 @@ pub struct TokenizeSpec {
     /// Source field.
     #[serde(default = "text")]
     pub field: String,
-    /// Workers.
+    /// Micro-batches encoding at once (1 to 4096).
     #[serde(default = "four")]
     pub parallelism: usize,
     /// `none`, `bos`, `eos` or `bos_eos`.
     #[serde(default = "eos")]
     pub special_tokens: String,
-    /// Longest sequence; longer documents are cut.
+    /// Longest sequence (1 to 16 Mi); longer documents are cut.
     pub max_length: Option<usize>,
     /// `truncate` or `split` (one document becomes several records).
     #[serde(default = "truncate")]
@@ -254,7 +256,7 @@ fn error_word() -> String {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ShuffleSpec {
-    /// Elements buffered per lane.
+    /// Elements buffered per lane (1 to 16 Mi).
     pub buffer_size: usize,
     /// `reservoir` or `block`.
     #[serde(default)]
@@ -270,7 +272,7 @@ pub struct MixtureSpec {
     /// `tokens` or `samples`.
     #[serde(default = "tokens")]
     pub weight_by: String,
-    /// Records held per lane.
+    /// Records held per lane (1 to 16 Mi).
     #[serde(default = "thousand")]
     pub max_buffer_size: usize,
     /// Drop surplus to hold the mixture exactly.
@@ -289,7 +291,7 @@ fn thousand() -> usize {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PackSpec {
-    /// Row length.
+    /// Row length (1 to 16 Mi tokens).
     pub max_length: usize,
     /// `first_fit`, `best_fit`, `wrap` or `best_fit_wrap`.
     pub algorithm: String,
@@ -299,7 +301,7 @@ pub struct PackSpec {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BatchSpec {
-    /// Elements per batch.
+    /// Elements per batch (1 to 1,048,576).
     pub size: usize,
     /// Drop each lane's last partial batch.
     #[serde(default)]
@@ -310,7 +312,7 @@ pub struct BatchSpec {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TrainingSpec {
-    /// Row length.
+    /// Row length (1 to 16 Mi tokens).
     pub seq_len: usize,
     /// Padding id.
     #[serde(default)]
@@ -321,7 +323,7 @@ pub struct TrainingSpec {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PrefetchBatchesSpec {
-    /// Elements buffered ahead.
+    /// Elements buffered ahead (0 to 65,536).
     pub depth: usize,
 }
 

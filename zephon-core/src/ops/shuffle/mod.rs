@@ -340,7 +340,10 @@ impl<S: Explain, T> Explain for Shuffle<S, T> {
             "shuffle",
             1,
             Some(self.buffer_size as u64),
-            format!("{:?} per lane, seed {}", self.mode, self.seed).to_lowercase(),
+            crate::settings::explain_detail(
+                self.invalid.as_ref(),
+                format!("{:?} per lane, seed {}", self.mode, self.seed).to_lowercase(),
+            ),
         ));
     }
 }
