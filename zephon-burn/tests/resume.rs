@@ -62,7 +62,7 @@ fn fresh_model(device: &Device) -> TransformerLm {
 type GlobalBatch = Vec<(u32, u64, Vec<i64>, Vec<i64>)>;
 
 /// What a run trained on and the loss of every step.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 struct Trace {
     losses: Vec<f32>,
     batches: Vec<GlobalBatch>,
@@ -213,6 +213,65 @@ fn a_restored_run_continues_bit_for_bit() {
     assert_eq!(read_manifest(dir.path()).unwrap().step, STOP);
     let second = run(1, Some(dir.path()), STEPS, None);
     eprintln!("{}", table(&full, &first, &second));
+    assert_same(&full, &first, &second);
+}
+
+/// Names the stage a child process runs (see [`stage_in_child_process`]).
+const STAGE: &str = "ZEPHON_RESUME_STAGE";
+
+/// Runs `world` ranks' data side to step `until` in a child process of
+/// this test binary, from and into the folder `dir`; returns its trace.
+fn child_run(dir: &Path, world: u32, restore: bool, until: u64) -> Trace {
+    let out = dir.join(format!("trace-{world}-{until}.json"));
+    let stage = serde_json::json!({
+        "dir": dir, "world": world, "restore": restore, "until": until, "out": &out,
+    });
+    let status = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            "stage_in_child_process",
+            "--nocapture",
+        ])
+        .env(STAGE, stage.to_string())
+        .status()
+        .unwrap();
+    assert!(status.success(), "the child process of {stage} failed");
+    let trace = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    std::fs::remove_file(&out).unwrap();
+    trace
+}
+
+/// Entry point of the child processes of
+/// [`a_restart_in_other_processes_continues_bit_for_bit`]: runs the stage
+/// the environment names and writes its trace. Ignored in a normal test
+/// run; the parent runs it with `--ignored`.
+#[test]
+#[ignore = "run by the resume tests in a child process"]
+fn stage_in_child_process() {
+    let stage: serde_json::Value =
+        serde_json::from_str(&std::env::var(STAGE).expect("ZEPHON_RESUME_STAGE")).unwrap();
+    let dir = Path::new(stage["dir"].as_str().unwrap());
+    let world = stage["world"].as_u64().unwrap() as u32;
+    let until = stage["until"].as_u64().unwrap();
+    let trace = if stage["restore"].as_bool().unwrap() {
+        run(world, Some(dir), until, None)
+    } else {
+        run(world, None, until, Some(dir))
+    };
+    let out = stage["out"].as_str().unwrap();
+    std::fs::write(out, serde_json::to_vec(&trace).unwrap()).unwrap();
+}
+
+#[test]
+fn a_restart_in_other_processes_continues_bit_for_bit() {
+    let full = run(1, None, STEPS, None);
+    let dir = tempfile::tempdir().unwrap();
+    // One process trains 3 steps, its data side split over 2 ranks, and
+    // saves; another restores on 1 rank and trains to 6. They share the
+    // folder and nothing else.
+    let first = child_run(dir.path(), 2, false, STOP);
+    let second = child_run(dir.path(), 1, true, STEPS);
     assert_same(&full, &first, &second);
 }
 
