@@ -2,7 +2,8 @@
 //! pipeline: a run stopped after K steps and restored from its checkpoint
 //! folder into fresh model, optimizer and pipeline objects continues with
 //! the uninterrupted run's batches and losses, bit for bit, also when the
-//! data side was checkpointed on 2 ranks and restored on 1.
+//! data side was checkpointed on 2 ranks and restored on 1, and when the
+//! saving and the restoring run are separate processes.
 
 use burn::optim::{AdamConfig, GradientsParams, ModuleOptimizer};
 use burn::tensor::{Device, FloatDType};

@@ -29,7 +29,7 @@ enum State<S: Stream> {
 /// elements arrive, so that is no bound in practice).
 ///
 /// A panic upstream, on the task it drives, is an
-/// [`Error::Panic`](crate::Error::Panic) naming `prefetch_batches`, and the
+/// [`Error::Panic`] naming `prefetch_batches`, and the
 /// stream ends after it.
 ///
 /// Created by [`PipelineExt::prefetch_batches`](crate::PipelineExt::prefetch_batches).
