@@ -23,8 +23,10 @@
 //! wrong, a folder without a manifest or with a corrupt one, a part whose
 //! size or hash differs from the manifest, a data checkpoint whose step (the
 //! lane-batches every lane delivered) differs from the manifest's, one that
-//! does not cover every lane, and one from another run (seed, lane count,
-//! datasets or settings differ from the [`Recipe`] given).
+//! does not cover every lane, one from another run (seed, lane count,
+//! datasets or settings differ from the [`Recipe`] given), a model record
+//! that does not fit the model, and an optimizer record whose state the
+//! optimizer cannot take back in full.
 //!
 //! ```
 //! use burn::module::Module;
@@ -276,11 +278,21 @@ pub fn read_manifest(dir: impl AsRef<Path>) -> Result<Manifest> {
             ),
         ));
     }
-    for (what, part) in [
+    let parts = [
         ("model", &manifest.model),
         ("optimizer", &manifest.optimizer),
         ("data", &manifest.data),
-    ] {
+    ];
+    for (i, (what, part)) in parts.iter().enumerate() {
+        if let Some((other, _)) = parts[..i].iter().find(|(_, p)| p.file == part.file) {
+            return Err(bad(
+                &path,
+                format!(
+                    "names `{}` as both the {other} and the {what} part",
+                    part.file
+                ),
+            ));
+        }
         if !is_plain_name(&part.file) {
             return Err(bad(
                 &path,
@@ -381,6 +393,7 @@ pub fn restore_training<M: Module>(
     let optim_path = dir.join(&manifest.optimizer.file);
     let record = OptimizerRecord::from_bytes(Bytes::from_bytes_vec(optim_bytes))
         .map_err(|e| bad(&optim_path, format!("not an optimizer record: {e}")))?;
+    let held = record.len();
     // Burn's loader panics on a record whose tensors carry no parameter id
     // (a foreign burnpack file); that is bad input, reported as an error.
     let optimizer = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -392,6 +405,18 @@ pub fn restore_training<M: Module>(
             "not an optimizer record: a state tensor carries no parameter id",
         )
     })?;
+    // Burn's loader skips state it cannot rebuild (a record of another
+    // optimizer, or a model record) and the run would go on from fresh
+    // moments; every tensor the file holds must come back.
+    let taken = optimizer.to_record().len();
+    if taken != held {
+        return Err(bad(
+            &optim_path,
+            format!(
+                "the optimizer took {taken} of the record's {held} state tensors: not this optimizer's record"
+            ),
+        ));
+    }
 
     Ok(Restored {
         step: manifest.step,

@@ -303,6 +303,14 @@ fn restore_error(dir: &Path, d: &TextData, m: &LmConfig) -> (String, String) {
     }
 }
 
+fn manifest_part(m: &zephon_burn::resume::Manifest, part: &str) -> String {
+    match part {
+        "model" => m.model.file.clone(),
+        "optimizer" => m.optimizer.file.clone(),
+        _ => m.data.file.clone(),
+    }
+}
+
 fn edit_manifest(dir: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
     let path = dir.join(MANIFEST);
     let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
@@ -375,6 +383,72 @@ fn bad_checkpoint_folders_are_refused_with_the_file_and_the_reason() {
     bytes[last] ^= 1;
     std::fs::write(&path, &bytes).unwrap();
     expect(dir.path(), &d, &m, &manifest.model.file, "content hash");
+
+    // A forged manifest that vouches for garbage: each part is still
+    // decoded with an error, not a panic.
+    for (part, says) in [
+        ("model", "not a model record"),
+        ("optimizer", "not an optimizer record"),
+        ("data", "not a data checkpoint"),
+    ] {
+        for garbage in [
+            &b"not a record"[..],
+            &[0u8; 64][..],
+            &b"BPK\0\xff\xff\xff\xff"[..],
+        ] {
+            let dir = copy();
+            let file = manifest_part(&manifest, part);
+            std::fs::write(dir.path().join(&file), garbage).unwrap();
+            edit_manifest(dir.path(), |v| {
+                v[part]["bytes"] = garbage.len().into();
+                v[part]["hash"] = format!("{:016x}", zephon_core::hash::bytes(garbage)).into();
+            });
+            expect(dir.path(), &d, &m, &file, says);
+        }
+    }
+
+    // The model's record named as the optimizer's and the other way round.
+    let dir = copy();
+    edit_manifest(dir.path(), |v| {
+        let model = v["model"].clone();
+        v["model"] = v["optimizer"].clone();
+        v["optimizer"] = model;
+    });
+    expect(
+        dir.path(),
+        &d,
+        &m,
+        &manifest.optimizer.file,
+        "does not fit the model",
+    );
+
+    let dir = copy();
+    edit_manifest(dir.path(), |v| v["optimizer"] = v["model"].clone());
+    expect(
+        dir.path(),
+        &d,
+        &m,
+        MANIFEST,
+        "as both the model and the optimizer part",
+    );
+    // The model's record under the optimizer's name.
+    let dir = copy();
+    std::fs::copy(
+        dir.path().join(&manifest.model.file),
+        dir.path().join(&manifest.optimizer.file),
+    )
+    .unwrap();
+    edit_manifest(dir.path(), |v| {
+        v["optimizer"]["bytes"] = v["model"]["bytes"].clone();
+        v["optimizer"]["hash"] = v["model"]["hash"].clone();
+    });
+    expect(
+        dir.path(),
+        &d,
+        &m,
+        &manifest.optimizer.file,
+        "not this optimizer's record",
+    );
 
     // Another run: other seed, or other rows per batch.
     let other_seed = TextData { seed: 4, ..data() };
