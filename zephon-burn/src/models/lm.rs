@@ -294,6 +294,28 @@ impl TextData {
     /// lanes' batches in strict round robin, so one step is one batch of
     /// each owned lane; count what the training step consumes with
     /// [`checkpointed`](zephon_core::checkpoint::CheckpointedExt::checkpointed).
+    ///
+    /// ```
+    /// use zephon_burn::models::lm::TextData;
+    /// use zephon_core::checkpoint::{Checkpoint, CheckpointedExt};
+    /// let d = TextData { num_docs: 20, seq_len: 16, batch_size: 2, seed: 1, workers: 1 };
+    /// // Two ranks, one lane each, train 2 steps and checkpoint.
+    /// let mut parts = Vec::new();
+    /// for rank in 0..2 {
+    ///     let ws = d.work_source(2, rank, 2)?;
+    ///     let p = d.recipe(&ws).start(&ws);
+    ///     let mut it = d.resumable_pipeline(&ws, &p)?.checkpointed(p);
+    ///     for _ in 0..2 { it.next().unwrap()?; }
+    ///     parts.push(it.checkpoint());
+    /// }
+    /// // One rank resumes at step 2 of both lanes.
+    /// let ws = d.work_source(2, 0, 1)?;
+    /// let p = d.recipe(&ws).resume(&ws, &Checkpoint::merge(parts)?)?;
+    /// let next: Vec<_> = d.resumable_pipeline(&ws, &p)?.take(2)
+    ///     .map(|b| b.map(|b| (b.lane, b.index))).collect::<Result<_, _>>()?;
+    /// assert_eq!(next, [(0, 2), (1, 2)]);
+    /// # Ok::<(), zephon_core::Error>(())
+    /// ```
     pub fn resumable_pipeline(
         &self,
         ws: &WorkSource,

@@ -159,6 +159,16 @@ impl WorkSourceBuilder {
     /// builder is unchanged (a single process, unless set otherwise).
     /// Values that are not numbers, or a rank not below the world size, are
     /// an [`Error::Config`] naming the variable.
+    ///
+    /// ```no_run
+    /// use zephon_core::{Dataset, Record, WorkSource};
+    /// let ds = Dataset::in_memory("toy", vec![vec![Record::new(); 8]])?;
+    /// // Started by `torchrun --nproc-per-node 4` or `srun --ntasks 4`.
+    /// let ws = WorkSource::builder().dataset(ds, 1.0).canonical_lanes(8)
+    ///     .ranks_from_env()?.build()?;
+    /// println!("this rank owns lanes {:?}", ws.owned_lanes());
+    /// # Ok::<(), zephon_core::Error>(())
+    /// ```
     pub fn ranks_from_env(self) -> Result<Self> {
         Ok(match Launcher::from_env()? {
             Some(l) => self.launcher(l),
