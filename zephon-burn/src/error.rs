@@ -54,6 +54,15 @@ pub enum Error {
     /// A batch does not have the shape a conversion expects.
     #[error("batch shape: {0}")]
     Shape(String),
+    /// A training checkpoint folder is missing a file, corrupt, or from
+    /// another run or step.
+    #[error("training checkpoint `{path}`: {message}")]
+    Checkpoint {
+        /// The file (or folder) at fault.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
     /// An output file could not be written.
     #[error("cannot write `{path}`: {message}")]
     Output {

@@ -12,6 +12,8 @@
 //!   of any [`TimedModel`](harness::TimedModel), in 32, 16, bf16 or 16-mixed
 //!   precision (with a dynamic loss scaler), with YAML, CSV, PNG and Chrome
 //!   trace outputs. [`run_timing`] is the `zephon timing` command.
+//! - [`resume`]: exact training resume: the model, the optimizer state and
+//!   the data pipeline's checkpoint saved and restored together.
 //! - [`models`]: the autoencoder and the small transformer LM the harness
 //!   ships with.
 //!
@@ -47,6 +49,7 @@ pub mod error;
 pub mod harness;
 #[cfg(feature = "harness")]
 pub mod models;
+pub mod resume;
 
 #[cfg(feature = "harness")]
 pub use config::{TimingConfig, TimingOptions, TimingReport, run_timing};

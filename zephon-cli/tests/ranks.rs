@@ -24,12 +24,43 @@ fn dataset(dir: &Path) {
     }
 }
 
+/// How a rank learns its place.
+#[derive(Clone, Copy)]
+enum Launch {
+    /// `--rank` and `--world-size`.
+    Flags,
+    /// torchrun's `RANK`, `WORLD_SIZE`, `LOCAL_RANK`.
+    Torchrun,
+    /// Slurm's `SLURM_PROCID`, `SLURM_NTASKS`.
+    Slurm,
+}
+
+const LAUNCHER_VARS: [&str; 6] = [
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "SLURM_LOCALID",
+];
+
+/// `zephon rank-run` with none of the launcher variables this test's own
+/// environment may hold.
+fn rank_run() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_zephon"));
+    cmd.arg("rank-run");
+    for v in LAUNCHER_VARS {
+        cmd.env_remove(v);
+    }
+    cmd
+}
+
 /// Runs `world` ranks at once, each for `steps` steps, resuming from
 /// `resume`; returns their batches and checkpoint files.
 fn phase(
     dir: &Path,
     name: &str,
-    world: u32,
+    (world, launch): (u32, Launch),
     steps: u64,
     resume: &[PathBuf],
 ) -> (Global, Vec<PathBuf>) {
@@ -39,12 +70,18 @@ fn phase(
             // One rank writes JSON, the others the binary form: both restore.
             let ext = if rank == 0 { "json" } else { "ckpt" };
             let ckpt = dir.join(format!("{name}-{rank}.{ext}"));
-            let mut cmd = Command::new(env!("CARGO_BIN_EXE_zephon"));
-            cmd.arg("rank-run")
-                .arg("--data")
+            let mut cmd = rank_run();
+            let (rank, world) = (rank.to_string(), world.to_string());
+            match launch {
+                Launch::Flags => cmd.args(["--rank", &rank, "--world-size", &world]),
+                Launch::Torchrun => cmd
+                    .env("RANK", &rank)
+                    .env("WORLD_SIZE", &world)
+                    .env("LOCAL_RANK", &rank),
+                Launch::Slurm => cmd.env("SLURM_PROCID", &rank).env("SLURM_NTASKS", &world),
+            };
+            cmd.arg("--data")
                 .arg(dir.join("data"))
-                .args(["--rank", &rank.to_string()])
-                .args(["--world-size", &world.to_string()])
                 .args(["--lanes", "8", "--batch-size", "3", "--passes", "2"])
                 .args(["--seed", "17", "--shuffle-buffer", "5"])
                 .args(["--steps", &steps.to_string()])
@@ -87,14 +124,15 @@ fn ranks_restart_with_another_count_and_keep_the_global_batches() {
     let _ = std::fs::remove_dir_all(&dir);
     dataset(&dir.join("data"));
 
-    let (single, _) = phase(&dir, "single", 1, 1_000, &[]);
+    let (single, _) = phase(&dir, "single", (1, Launch::Flags), 1_000, &[]);
     // 176 samples x 2 passes over 8 lanes of batches of 3: 15 steps.
     assert_eq!(single.keys().map(|k| k.0).max(), Some(14));
     assert!(single.values().all(|ids| ids.iter().all(|&i| i > 0)));
 
-    let (a, c2) = phase(&dir, "two", 2, 4, &[]);
-    let (b, c4) = phase(&dir, "four", 4, 5, &c2);
-    let (c, _) = phase(&dir, "one", 1, 1_000, &c4);
+    // Ranks placed by Slurm's variables, then torchrun's, then flags.
+    let (a, c2) = phase(&dir, "two", (2, Launch::Slurm), 4, &[]);
+    let (b, c4) = phase(&dir, "four", (4, Launch::Torchrun), 5, &c2);
+    let (c, _) = phase(&dir, "one", (1, Launch::Flags), 1_000, &c4);
 
     let mut joined = Global::new();
     for part in [a, b, c] {
@@ -105,8 +143,7 @@ fn ranks_restart_with_another_count_and_keep_the_global_batches() {
     assert_eq!(joined, single);
 
     // A checkpoint that does not cover the restoring rank's lanes is refused.
-    let out = Command::new(env!("CARGO_BIN_EXE_zephon"))
-        .arg("rank-run")
+    let out = rank_run()
         .arg("--data")
         .arg(dir.join("data"))
         .args(["--lanes", "8", "--batch-size", "3", "--passes", "2"])
@@ -120,6 +157,38 @@ fn ranks_restart_with_another_count_and_keep_the_global_batches() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("merge the checkpoints of all ranks"), "{err}");
+
+    // Launcher variables that are not numbers, or that a flag contradicts.
+    let refused = |env: &[(&str, &str)], flags: &[&str], says: &str| {
+        let mut cmd = rank_run();
+        cmd.arg("--data")
+            .arg(dir.join("data"))
+            .args(["--steps", "1", "--out"])
+            .arg(dir.join("refused.jsonl"))
+            .args(flags);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        assert!(!out.status.success(), "{env:?} {flags:?} ran");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{env:?} {flags:?}: {err}");
+    };
+    refused(
+        &[("RANK", "zero"), ("WORLD_SIZE", "2")],
+        &[],
+        "`zero` is not a whole number",
+    );
+    refused(
+        &[("SLURM_PROCID", "4"), ("SLURM_NTASKS", "4")],
+        &[],
+        "not below SLURM_NTASKS",
+    );
+    refused(
+        &[("RANK", "1"), ("WORLD_SIZE", "2")],
+        &["--rank", "0"],
+        "the launcher's RANK is 1",
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -27,7 +27,7 @@ fn ints(r: &Record) -> i64 {
 
 /// The reference: Zephon's operators only.
 fn expected() -> Vec<Vec<i64>> {
-    let n = source()
+    source()
         .stream()
         .fetch(2)
         .filter_ok(|r: &Record| ints(r) % 2 == 0)
@@ -36,8 +36,7 @@ fn expected() -> Vec<Vec<i64>> {
         .unwrap()
         .take(3)
         .map(|b| b.unwrap().items.iter().map(|r| ints(r) * 10).collect())
-        .collect();
-    n
+        .collect()
 }
 
 mod with_futures {

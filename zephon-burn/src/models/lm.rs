@@ -15,6 +15,7 @@ use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, FloatDType, Tensor};
 use serde::{Deserialize, Serialize};
+use zephon_core::checkpoint::{Progress, Recipe, ResumeExt};
 use zephon_core::{BlockingIter, Dataset, PipelineExt, Record, Runner, WorkSource};
 use zephon_ops::{
     IdType, PackAlgorithm, PackConfig, TextPipelineExt, TrainingBatch, TrainingConfig,
@@ -206,20 +207,18 @@ impl TextData {
         Ok(())
     }
 
-    /// The pipeline of epoch `epoch`.
-    pub fn pipeline(&self, epoch: usize) -> zephon_core::Result<BlockingIter<TrainingBatch>> {
+    fn documents(&self) -> zephon_core::Result<Dataset> {
         let docs: Vec<Record> = (0..self.num_docs as u64)
             .map(|i| Record::new().with("text", document(self.seed, i)))
             .collect();
-        let ws = WorkSource::builder()
-            .dataset(Dataset::in_memory("synthetic-text", vec![docs])?, 1.0)
-            .seed(self.seed.wrapping_add(epoch as u64))
-            .shuffle_within_shard(true)
-            .build()?;
+        Dataset::in_memory("synthetic-text", vec![docs])
+    }
+
+    /// Byte-level tokenizer: id = byte value; 0 never occurs in text, so it
+    /// serves as padding.
+    fn tokenizer(&self) -> impl Fn(Record) -> zephon_core::Result<Record> + Clone + use<> {
         let seq_len = self.seq_len;
-        // Byte-level tokenizer: id = byte value; 0 never occurs in text, so
-        // it serves as padding.
-        let tokenize = move |mut r: Record| {
+        move |mut r: Record| {
             let ids: Vec<u32> = r
                 .text("text")
                 .unwrap_or("")
@@ -229,20 +228,109 @@ impl TextData {
                 .collect();
             r.set(zephon_ops::fields::INPUT_IDS, ids);
             Ok(r)
-        };
-        let runner = if self.workers > 1 {
+        }
+    }
+
+    fn runner(&self) -> Runner {
+        if self.workers > 1 {
             Runner::threads()
         } else {
             Runner::Inline
-        };
+        }
+    }
+
+    fn pack(&self) -> PackConfig {
+        PackConfig::new(self.seq_len, PackAlgorithm::BestFitWrap)
+    }
+
+    /// The pipeline of epoch `epoch`.
+    pub fn pipeline(&self, epoch: usize) -> zephon_core::Result<BlockingIter<TrainingBatch>> {
+        let ws = WorkSource::builder()
+            .dataset(self.documents()?, 1.0)
+            .seed(self.seed.wrapping_add(epoch as u64))
+            .shuffle_within_shard(true)
+            .build()?;
         ws.stream()
             .fetch(self.workers)
-            .map_par(tokenize, self.workers)
-            .pack_sequences(PackConfig::new(seq_len, PackAlgorithm::BestFitWrap))
+            .map_par(self.tokenizer(), self.workers)
+            .pack_sequences(self.pack())
             .batch(self.batch_size)
-            .to_training(TrainingConfig::new(seq_len).id_type(IdType::I64))
+            .to_training(TrainingConfig::new(self.seq_len).id_type(IdType::I64))
             .prefetch_batches(4)
-            .into_blocking_iter(runner)
+            .into_blocking_iter(self.runner())
+    }
+
+    /// Rank `rank` of `world_size` of a data-parallel run over
+    /// `canonical_lanes` lanes: the documents of epoch 0, split into lanes.
+    /// Step `t`'s global batch is lane-batch `t` of every lane, whatever the
+    /// world size.
+    pub fn work_source(
+        &self,
+        canonical_lanes: u32,
+        rank: u32,
+        world_size: u32,
+    ) -> zephon_core::Result<WorkSource> {
+        WorkSource::builder()
+            .dataset(self.documents()?, 1.0)
+            .seed(self.seed)
+            .shuffle_within_shard(true)
+            .canonical_lanes(canonical_lanes)
+            .rank(rank)
+            .world_size(world_size)
+            .build()
+    }
+
+    /// The run's recipe: the work source and the settings that shape the
+    /// batches, so a checkpoint of another run is refused.
+    pub fn recipe(&self, ws: &WorkSource) -> Recipe {
+        Recipe::new(ws)
+            .setting("tokenize", "bytes")
+            .setting("pack", self.pack())
+            .setting("batch_size", self.batch_size)
+    }
+
+    /// The checkpointable pipeline of `ws`'s lanes: from the start, or from
+    /// where `progress` (a [`Recipe::resume`]) left off. It yields the owned
+    /// lanes' batches in strict round robin, so one step is one batch of
+    /// each owned lane; count what the training step consumes with
+    /// [`checkpointed`](zephon_core::checkpoint::CheckpointedExt::checkpointed).
+    ///
+    /// ```
+    /// use zephon_burn::models::lm::TextData;
+    /// use zephon_core::checkpoint::{Checkpoint, CheckpointedExt};
+    /// let d = TextData { num_docs: 20, seq_len: 16, batch_size: 2, seed: 1, workers: 1 };
+    /// // Two ranks, one lane each, train 2 steps and checkpoint.
+    /// let mut parts = Vec::new();
+    /// for rank in 0..2 {
+    ///     let ws = d.work_source(2, rank, 2)?;
+    ///     let p = d.recipe(&ws).start(&ws);
+    ///     let mut it = d.resumable_pipeline(&ws, &p)?.checkpointed(p);
+    ///     for _ in 0..2 { it.next().unwrap()?; }
+    ///     parts.push(it.checkpoint());
+    /// }
+    /// // One rank resumes at step 2 of both lanes.
+    /// let ws = d.work_source(2, 0, 1)?;
+    /// let p = d.recipe(&ws).resume(&ws, &Checkpoint::merge(parts)?)?;
+    /// let next: Vec<_> = d.resumable_pipeline(&ws, &p)?.take(2)
+    ///     .map(|b| b.map(|b| (b.lane, b.index))).collect::<Result<_, _>>()?;
+    /// assert_eq!(next, [(0, 2), (1, 2)]);
+    /// # Ok::<(), zephon_core::Error>(())
+    /// ```
+    pub fn resumable_pipeline(
+        &self,
+        ws: &WorkSource,
+        progress: &Progress,
+    ) -> zephon_core::Result<BlockingIter<TrainingBatch>> {
+        ws.stream()
+            .fetch(self.workers)
+            .map_par(self.tokenizer(), self.workers)
+            .pack_sequences(self.pack())
+            .batch(self.batch_size)
+            .resume_from(progress)
+            .lane_mux_from(progress)
+            .to_training(TrainingConfig::new(self.seq_len).id_type(IdType::I64))
+            .prefetch_batches(4)
+            .into_blocking_iter(self.runner())
     }
 
     /// A harness batch source over [`TextData::pipeline`].

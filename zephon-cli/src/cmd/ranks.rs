@@ -11,6 +11,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use zephon_core::checkpoint::{Checkpoint, Recipe, ResumeExt};
 use zephon_core::settings::{BATCH_SIZE, BUFFER_SIZE, CANONICAL_LANES, PARALLELISM, WORLD_SIZE};
+use zephon_core::work::Launcher;
 use zephon_core::{Dataset, PipelineExt, Runner, ShuffleMode, Value, WorkSource};
 use zephon_storage::DatasetExt;
 
@@ -20,12 +21,14 @@ pub struct Args {
     /// Folder of `*.jsonl` shards; each line should carry an integer `id`.
     #[arg(long)]
     pub data: PathBuf,
-    /// This process's rank, `0..world-size`.
-    #[arg(long, default_value_t = 0)]
-    pub rank: u32,
-    /// Number of ranks.
-    #[arg(long, default_value_t = 1, value_parser = ranged::<u32>(WORLD_SIZE))]
-    pub world_size: u32,
+    /// This process's rank, `0..world-size`. Without `--rank` and
+    /// `--world-size`, taken from the launcher's environment (torchrun's
+    /// `RANK`/`WORLD_SIZE`, Slurm's `SLURM_PROCID`/`SLURM_NTASKS`), else 0.
+    #[arg(long)]
+    pub rank: Option<u32>,
+    /// Number of ranks (see `--rank`; 1 without a launcher).
+    #[arg(long, value_parser = ranged::<u32>(WORLD_SIZE))]
+    pub world_size: Option<u32>,
     /// Canonical lanes (fixed for the run).
     #[arg(long, default_value_t = 8, value_parser = ranged::<u32>(CANONICAL_LANES))]
     pub lanes: u32,
@@ -63,14 +66,27 @@ pub struct Args {
 /// Runs the rank.
 pub fn run(args: Args) -> Result<()> {
     let ds = Dataset::from_path("data", &args.data)?;
-    let ws = WorkSource::builder()
+    let mut builder = WorkSource::builder()
         .dataset(ds, 1.0)
         .seed(args.seed)
         .passes(args.passes)
-        .canonical_lanes(args.lanes)
-        .rank(args.rank)
-        .world_size(args.world_size)
-        .build()?;
+        .canonical_lanes(args.lanes);
+    // Both flags given: the launcher's variables, if any, are not consulted.
+    // Otherwise they supply what is missing, and a flag that contradicts
+    // them is refused by the builder.
+    if (args.rank.is_none() || args.world_size.is_none())
+        && let Some(l) = Launcher::from_env()?
+    {
+        eprintln!("rank-run: {l} from the launcher's environment");
+        builder = builder.launcher(l);
+    }
+    if let Some(r) = args.rank {
+        builder = builder.rank(r);
+    }
+    if let Some(w) = args.world_size {
+        builder = builder.world_size(w);
+    }
+    let ws = builder.build()?;
     let mode = ShuffleMode::Reservoir;
     let recipe = Recipe::new(&ws).setting("shuffle", (args.shuffle_buffer, mode, args.seed));
     let mut progress = if args.resume.is_empty() {

@@ -51,7 +51,7 @@ impl<U> InFlight<U> {
 /// worker threads (in place under the inline runner). Output order equals
 /// input order unless [`MapPar::unordered`] opts out. Errors in the input pass
 /// through in place; an error returned by `f` becomes that element's item.
-/// A panic in `f` is an [`Error::Panic`](crate::Error::Panic) naming
+/// A panic in `f` is an [`Error::Panic`] naming
 /// `map_par`, under every runner, and the stream ends after it.
 ///
 /// Created by [`PipelineExt::map_par`](crate::PipelineExt::map_par).

@@ -1,7 +1,7 @@
 //! The work source's builder and options.
 
 use super::shuffle::DatasetOrder;
-use super::{BlockShuffle, LaneConfig, Mixture, Ownership, Plan, WorkSource};
+use super::{BlockShuffle, LaneConfig, Launcher, Mixture, Ownership, Plan, WorkSource};
 use crate::dataset::{Catalog, Dataset};
 use crate::error::{Error, Result};
 use crate::hash;
@@ -62,6 +62,12 @@ impl Default for WorkConfig {
 pub struct WorkSourceBuilder {
     datasets: Vec<(Dataset, f64)>,
     config: WorkConfig,
+    /// Rank and world size as a launcher exported them.
+    launcher: Option<Launcher>,
+    /// Whether `rank` / `world_size` were set explicitly, so a launcher that
+    /// disagrees is refused rather than silently overriding them.
+    explicit_rank: bool,
+    explicit_world_size: bool,
 }
 
 impl WorkSourceBuilder {
@@ -116,13 +122,95 @@ impl WorkSourceBuilder {
     /// This process's rank, below `world_size` (checked by [`build`](Self::build)).
     pub fn rank(mut self, r: u32) -> Self {
         self.config.lanes.rank = r;
+        self.explicit_rank = true;
         self
     }
     /// Number of data-parallel ranks, in [`settings::WORLD_SIZE`] (1 to
     /// 65,536) and dividing `canonical_lanes` (checked by [`build`](Self::build)).
     pub fn world_size(mut self, w: u32) -> Self {
         self.config.lanes.world_size = w;
+        self.explicit_world_size = true;
         self
+    }
+    /// Takes rank and world size from `launcher` (see [`Launcher`]). An
+    /// explicit [`rank`](Self::rank) or [`world_size`](Self::world_size)
+    /// that differs from it is refused by [`build`](Self::build), whatever
+    /// the order of the calls.
+    ///
+    /// ```
+    /// use zephon_core::work::{Launcher, LauncherKind};
+    /// use zephon_core::{Dataset, Record, WorkSource};
+    /// let ds = Dataset::in_memory("toy", vec![vec![Record::new(); 8]])?;
+    /// let l = Launcher { rank: 1, world_size: 2, local_rank: None, kind: LauncherKind::Torchrun };
+    /// let ws = WorkSource::builder().dataset(ds.clone(), 1.0).canonical_lanes(4).launcher(l).build()?;
+    /// assert_eq!(ws.owned_lanes(), vec![2, 3]);
+    /// let e = WorkSource::builder().dataset(ds, 1.0).canonical_lanes(4)
+    ///     .rank(0).launcher(l).build().unwrap_err();
+    /// assert!(e.to_string().contains("RANK"), "{e}");
+    /// # Ok::<(), zephon_core::Error>(())
+    /// ```
+    pub fn launcher(mut self, launcher: Launcher) -> Self {
+        self.launcher = Some(launcher);
+        self
+    }
+    /// Takes rank and world size from the process environment as torchrun
+    /// (`RANK`, `WORLD_SIZE`) or Slurm (`SLURM_PROCID`, `SLURM_NTASKS`)
+    /// export them ([`Launcher::from_env`]); without those variables the
+    /// builder is unchanged (a single process, unless set otherwise).
+    /// Values that are not numbers, or a rank not below the world size, are
+    /// an [`Error::Config`] naming the variable.
+    ///
+    /// ```no_run
+    /// use zephon_core::{Dataset, Record, WorkSource};
+    /// let ds = Dataset::in_memory("toy", vec![vec![Record::new(); 8]])?;
+    /// // Started by `torchrun --nproc-per-node 4` or `srun --ntasks 4`.
+    /// let ws = WorkSource::builder().dataset(ds, 1.0).canonical_lanes(8)
+    ///     .ranks_from_env()?.build()?;
+    /// println!("this rank owns lanes {:?}", ws.owned_lanes());
+    /// # Ok::<(), zephon_core::Error>(())
+    /// ```
+    pub fn ranks_from_env(self) -> Result<Self> {
+        Ok(match Launcher::from_env()? {
+            Some(l) => self.launcher(l),
+            None => self,
+        })
+    }
+
+    /// Applies the launcher's rank and world size, refusing explicit
+    /// settings that differ.
+    fn apply_launcher(&mut self) -> Result<()> {
+        let Some(l) = self.launcher else {
+            return Ok(());
+        };
+        let [rank_var, world_var, _] = l.kind.variables();
+        let lanes = &mut self.config.lanes;
+        for (key, explicit, set, launched, var) in [
+            (
+                "rank",
+                self.explicit_rank,
+                &mut lanes.rank,
+                l.rank,
+                rank_var,
+            ),
+            (
+                "world_size",
+                self.explicit_world_size,
+                &mut lanes.world_size,
+                l.world_size,
+                world_var,
+            ),
+        ] {
+            if explicit && *set != launched {
+                return Err(Error::config(
+                    key,
+                    format!(
+                        "set to {set}, but the launcher's {var} is {launched}; set one or the other, or the same"
+                    ),
+                ));
+            }
+            *set = launched;
+        }
+        Ok(())
     }
     /// How lanes are dealt to ranks.
     pub fn ownership(mut self, o: Ownership) -> Self {
@@ -144,7 +232,8 @@ impl WorkSourceBuilder {
     /// let e = WorkSource::builder().dataset(ds, 1.0).canonical_lanes(u32::MAX).build().unwrap_err();
     /// assert!(e.to_string().contains("canonical_lanes"), "{e}");
     /// ```
-    pub fn build(self) -> Result<WorkSource> {
+    pub fn build(mut self) -> Result<WorkSource> {
+        self.apply_launcher()?;
         let c = &self.config;
         if self.datasets.is_empty() {
             return Err(Error::config(
@@ -281,6 +370,47 @@ mod tests {
         );
         refused(builder().canonical_lanes(4).world_size(0), "world_size");
         refused(builder().canonical_lanes(4).world_size(4).rank(4), "rank");
+    }
+
+    fn launched(env: &[(&str, &str)]) -> Launcher {
+        Launcher::from_lookup(|k| {
+            env.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        })
+        .unwrap()
+        .unwrap()
+    }
+
+    #[test]
+    fn ranks_come_from_the_launcher() {
+        let l = launched(&[("SLURM_PROCID", "1"), ("SLURM_NTASKS", "2")]);
+        let ws = builder().canonical_lanes(4).launcher(l).build().unwrap();
+        assert_eq!(ws.owned_lanes(), vec![2, 3]);
+        // Explicit settings that agree are fine, in either order.
+        let ws = builder()
+            .canonical_lanes(4)
+            .world_size(2)
+            .launcher(l)
+            .rank(1)
+            .build()
+            .unwrap();
+        assert_eq!(ws.owned_lanes(), vec![2, 3]);
+    }
+
+    #[test]
+    fn explicit_ranks_that_disagree_with_the_launcher_are_refused() {
+        let l = launched(&[("RANK", "1"), ("WORLD_SIZE", "2")]);
+        let e = refused(builder().canonical_lanes(4).rank(0).launcher(l), "rank");
+        assert!(e.contains("set to 0, but the launcher's RANK is 1"), "{e}");
+        let e = refused(
+            builder().canonical_lanes(4).launcher(l).world_size(4),
+            "world_size",
+        );
+        assert!(e.contains("WORLD_SIZE is 2"), "{e}");
+        // The launcher's world size must still divide the lanes.
+        let l = launched(&[("RANK", "0"), ("WORLD_SIZE", "3")]);
+        assert!(builder().canonical_lanes(4).launcher(l).build().is_err());
     }
 
     #[test]

@@ -9,6 +9,7 @@
 
 mod builder;
 mod lanes;
+mod launcher;
 mod mixture;
 mod restore;
 mod shuffle;
@@ -17,6 +18,7 @@ mod stream;
 
 pub use builder::{Exhaustion, WorkConfig, WorkSourceBuilder};
 pub use lanes::{LaneConfig, Ownership};
+pub use launcher::{Launcher, LauncherKind};
 pub use mixture::Mixture;
 pub use shuffle::BlockShuffle;
 pub use state::{WORK_STATE_VERSION, WorkState};

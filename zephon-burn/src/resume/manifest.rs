@@ -1,0 +1,190 @@
+//! The manifest of a training checkpoint folder, and the checked reading
+//! and atomic writing of its parts.
+
+use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// Name of the manifest file in a training checkpoint folder.
+pub const MANIFEST: &str = "manifest.json";
+
+/// What the manifest's `format` field holds, so another JSON file is refused.
+pub(super) const FORMAT: &str = "zephon-training-checkpoint";
+
+/// Version of the manifest layout this build writes and reads.
+pub const MANIFEST_VERSION: u32 = 1;
+
+/// The manifest of a training checkpoint folder.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    /// Always `zephon-training-checkpoint`.
+    pub format: String,
+    /// Layout version ([`MANIFEST_VERSION`]).
+    pub version: u32,
+    /// Training steps completed when the checkpoint was taken.
+    pub step: u64,
+    /// The model's parameters.
+    pub model: Part,
+    /// The optimizer state.
+    pub optimizer: Part,
+    /// The data pipeline's checkpoint (binary form).
+    pub data: Part,
+}
+
+/// One file of a training checkpoint, as the manifest names it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Part {
+    /// File name inside the folder (no directories).
+    pub file: String,
+    /// Size in bytes.
+    pub bytes: u64,
+    /// Content hash (`zephon_core::hash::bytes`), as 16 hex digits.
+    pub hash: String,
+}
+
+pub(super) fn bad(path: &Path, message: impl Into<String>) -> Error {
+    Error::Checkpoint {
+        path: path.to_path_buf(),
+        message: message.into(),
+    }
+}
+
+fn hex(hash: u64) -> String {
+    format!("{hash:016x}")
+}
+
+/// Writes `data` to `path` through a file beside it and a rename, so a
+/// reader sees the old file or the new one, never half of one.
+pub(super) fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    std::fs::write(&tmp, data).map_err(|e| Error::output(&tmp, e))?;
+    std::fs::rename(&tmp, path).map_err(|e| Error::output(path, e))
+}
+
+pub(super) fn write_part(dir: &Path, file: String, data: &[u8]) -> Result<Part> {
+    write_atomic(&dir.join(&file), data)?;
+    Ok(Part {
+        file,
+        bytes: data.len() as u64,
+        hash: hex(zephon_core::hash::bytes(data)),
+    })
+}
+
+/// Whether `name` is a file name inside the folder, not a path leaving it.
+pub(super) fn is_plain_name(name: &str) -> bool {
+    !name.is_empty()
+        && name != "."
+        && name != ".."
+        && !name.contains(['/', '\\'])
+        && Path::new(name).file_name().is_some_and(|f| f == name)
+}
+
+/// Reads and checks the manifest of the training checkpoint in `dir`.
+pub fn read_manifest(dir: impl AsRef<Path>) -> Result<Manifest> {
+    let path = dir.as_ref().join(MANIFEST);
+    let text = match std::fs::read(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(bad(
+                &path,
+                "no manifest: not a training checkpoint folder, or its first save did not finish",
+            ));
+        }
+        Err(e) => return Err(bad(&path, format!("cannot read: {e}"))),
+    };
+    let manifest: Manifest =
+        serde_json::from_slice(&text).map_err(|e| bad(&path, format!("corrupt manifest: {e}")))?;
+    if manifest.format != FORMAT {
+        return Err(bad(
+            &path,
+            format!(
+                "format is `{}`, not `{FORMAT}`: not a training checkpoint manifest",
+                manifest.format
+            ),
+        ));
+    }
+    if manifest.version != MANIFEST_VERSION {
+        return Err(bad(
+            &path,
+            format!(
+                "manifest version {} is not supported (this build reads version {MANIFEST_VERSION})",
+                manifest.version
+            ),
+        ));
+    }
+    let parts = [
+        ("model", &manifest.model),
+        ("optimizer", &manifest.optimizer),
+        ("data", &manifest.data),
+    ];
+    for (i, (what, part)) in parts.iter().enumerate() {
+        if let Some((other, _)) = parts[..i].iter().find(|(_, p)| p.file == part.file) {
+            return Err(bad(
+                &path,
+                format!(
+                    "names `{}` as both the {other} and the {what} part",
+                    part.file
+                ),
+            ));
+        }
+        if !is_plain_name(&part.file) {
+            return Err(bad(
+                &path,
+                format!(
+                    "the {what} part `{}` is not a file name inside the folder",
+                    part.file
+                ),
+            ));
+        }
+    }
+    Ok(manifest)
+}
+
+/// Reads a part and checks it is the file the manifest names.
+pub(super) fn read_part(dir: &Path, part: &Part) -> Result<Vec<u8>> {
+    let path = dir.join(&part.file);
+    let data = std::fs::read(&path).map_err(|e| {
+        bad(
+            &path,
+            format!("cannot read a part the manifest names ({e})"),
+        )
+    })?;
+    if data.len() as u64 != part.bytes {
+        return Err(bad(
+            &path,
+            format!(
+                "{} bytes, the manifest says {}: truncated, or from another save",
+                data.len(),
+                part.bytes
+            ),
+        ));
+    }
+    let hash = hex(zephon_core::hash::bytes(&data));
+    if hash != part.hash {
+        return Err(bad(
+            &path,
+            format!(
+                "content hash {hash}, the manifest says {}: corrupt, or from another save",
+                part.hash
+            ),
+        ));
+    }
+    Ok(data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_plain_name;
+
+    #[test]
+    fn part_names_stay_inside_the_folder() {
+        assert!(is_plain_name("model-00000003.bpk"));
+        for bad in ["", ".", "..", "../x", "a/b", "/etc/passwd", "a\\b"] {
+            assert!(!is_plain_name(bad), "{bad}");
+        }
+    }
+}
