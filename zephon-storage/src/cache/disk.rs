@@ -116,6 +116,14 @@ impl DiskTier {
             )));
         }
         let _folder = lock::lock(&self.dir.join(FOLDER_LOCK)).await?;
+        // Scanning, writing and syncing block: off the I/O threads.
+        let (this, key, bytes) = (self.clone(), key.to_owned(), bytes.clone());
+        tokio::task::spawn_blocking(move || this.publish_locked(&key, &bytes, need))
+            .await
+            .unwrap_or_else(|e| Err(io::Error::other(e)))
+    }
+
+    fn publish_locked(&self, key: &str, bytes: &Bytes, need: u64) -> io::Result<u64> {
         let evicted = self.make_room(need)?;
         let free = fs4::available_space(&self.dir)?;
         if free < need {
