@@ -1,7 +1,8 @@
-//! A shard cache whose filesystem is small or full: every record still
-//! arrives, nothing panics, no damaged entry is left, and one warning names
-//! the cache folder. The small filesystem is a tmpfs, which needs root: the
-//! tests print why and pass without checking anything where mount fails.
+//! A shard cache whose filesystem is small, full or failing: every record
+//! still arrives, nothing panics, no damaged entry is left, and one warning
+//! names the cache folder. The small filesystem is a tmpfs, which needs
+//! root: those tests print why and pass without checking anything where
+//! mount fails; the failing folder needs no privilege.
 
 mod common;
 
@@ -43,7 +44,16 @@ impl<S: tracing::Subscriber> Layer<S> for Capture {
     }
 }
 
-fn watch() -> &'static Watch {
+/// The watch, for one test at a time: panics are counted from zero.
+fn watch() -> (std::sync::MutexGuard<'static, ()>, &'static Watch) {
+    static ONE: Mutex<()> = Mutex::new(());
+    let guard = ONE.lock().unwrap_or_else(|p| p.into_inner());
+    let w = watcher();
+    w.panics.store(0, Ordering::SeqCst);
+    (guard, w)
+}
+
+fn watcher() -> &'static Watch {
     static W: OnceLock<Watch> = OnceLock::new();
     W.get_or_init(|| {
         let warnings = Arc::new(Mutex::new(Vec::new()));
@@ -59,10 +69,10 @@ fn watch() -> &'static Watch {
     })
 }
 
-/// Warnings that name `dir`.
+/// Warnings that the disk tier of `dir` degraded.
 fn warnings_naming(dir: &Path) -> Vec<String> {
-    let needle = dir.display().to_string();
-    let w = watch().warnings.lock().unwrap();
+    let needle = format!("shard cache folder `{}`", dir.display());
+    let w = watcher().warnings.lock().unwrap();
     w.iter().filter(|m| m.contains(&needle)).cloned().collect()
 }
 
@@ -126,7 +136,7 @@ fn bytes_of(dir: &Path, ext: &str) -> (usize, u64) {
 
 #[test]
 fn a_cache_on_a_filesystem_smaller_than_its_limit_keeps_to_the_room_there_is() {
-    let w = watch();
+    let (_one, w) = watch();
     let t = tempfile::tempdir().unwrap();
     let root = t.path().join("cache");
     let Some(_fs) = Tmpfs::mount(&root, "1m") else {
@@ -164,7 +174,7 @@ fn a_cache_on_a_filesystem_smaller_than_its_limit_keeps_to_the_room_there_is() {
 
 #[test]
 fn a_full_cache_disk_degrades_to_memory_with_one_warning() {
-    let w = watch();
+    let (_one, w) = watch();
     let t = tempfile::tempdir().unwrap();
     let root = t.path().join("cache");
     let Some(_fs) = Tmpfs::mount(&root, "4m") else {
@@ -208,5 +218,57 @@ fn a_full_cache_disk_degrades_to_memory_with_one_warning() {
         warned[0].contains("No space") || warned[0].contains("free"),
         "{warned:?}"
     );
+    assert_eq!(w.panics.load(Ordering::SeqCst), 0, "no thread panicked");
+}
+
+#[test]
+fn a_cache_folder_that_cannot_be_written_degrades_to_memory() {
+    let (_one, w) = watch();
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    let want = indexed_dataset(&data, 4, 500);
+    let moto = Moto::start(t.path());
+    moto.upload("bkt", "ds", &data);
+    let with_root = |root: &Path| {
+        moto.opts(cache_opts(t.path())).cache(
+            CacheOptions::default()
+                .root(root)
+                .limit_bytes(4 << 20)
+                .memory_bytes(16 << 10),
+        )
+    };
+
+    // A cache root that is a file: no folder can be made there.
+    let blocked = t.path().join("not-a-folder");
+    std::fs::write(&blocked, b"x").unwrap();
+    let rd = RemoteDataset::open("d", "s3://bkt/ds", &with_root(&blocked)).unwrap();
+    assert_eq!(
+        fields(&read_all(rd.dataset().clone(), false).unwrap()),
+        want
+    );
+    assert!(rd.cache_stats().disk_degraded);
+    let warned = warnings_naming(rd.cache().unwrap().dir());
+    assert_eq!(warned.len(), 1, "one warning names the folder: {warned:?}");
+    drop(rd);
+
+    // A folder that breaks after open: replaced by a file.
+    let root = t.path().join("cache-b");
+    let rd = RemoteDataset::open("d", "s3://bkt/ds", &with_root(&root)).unwrap();
+    assert_eq!(
+        fields(&read_all(rd.dataset().clone(), false).unwrap()),
+        want
+    );
+    assert!(!rd.cache_stats().disk_degraded);
+    let dir = rd.cache().unwrap().dir().to_owned();
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::write(&dir, b"x").unwrap();
+    for pass in 0..2 {
+        let got = fields(&read_all(rd.dataset().clone(), false).unwrap());
+        assert_eq!(got, want, "pass {pass} after the folder broke");
+    }
+    let s = rd.cache_stats();
+    assert!(s.disk_degraded && s.misses > 4, "{s:?}");
+    let warned = warnings_naming(&dir);
+    assert_eq!(warned.len(), 1, "one warning names the folder: {warned:?}");
     assert_eq!(w.panics.load(Ordering::SeqCst), 0, "no thread panicked");
 }

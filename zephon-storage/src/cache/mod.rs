@@ -113,10 +113,6 @@ impl ShardCache {
     }
 
     fn build(opts: &CacheOptions, dir: &Path, largest_shard: u64) -> Result<Self> {
-        std::fs::create_dir_all(dir).map_err(|e| Error::Io {
-            path: dir.display().to_string(),
-            source: e,
-        })?;
         let metrics = Arc::new(CacheMetrics::default());
         let memory = CacheBuilder::new(opts.memory_bytes as usize)
             .with_name("zephon-shards")
@@ -140,7 +136,8 @@ impl ShardCache {
         // Room the filesystem can give: what the folder's entries use now
         // plus what is free. Less than the capacity asked for, and the disk
         // tier takes what there is, or nothing when a shard would not fit.
-        let room = disk::used_bytes(dir)
+        let room = std::fs::create_dir_all(dir)
+            .and_then(|()| disk::used_bytes(dir))
             .and_then(|used| Ok(used + fs4::available_space(dir)?))
             .map_err(|e| e.to_string());
         let capacity = match room {
@@ -162,7 +159,7 @@ impl ShardCache {
             }
             Err(e) => {
                 cache.degrade(&format!(
-                    "cannot measure its free space ({e}); shards are cached in memory only"
+                    "cannot create it or measure its free space ({e}); shards are cached in memory only"
                 ));
                 return Ok(cache.disk_failed());
             }
