@@ -137,8 +137,12 @@ pub struct CacheOptions {
     /// downloads its whole shard (or its byte range in byte-range mode).
     pub enabled: bool,
     /// Folder of the disk tier (default `$ZEPHON_CACHE_DIR`, else `~/.cache/zephon`).
+    /// Processes that share it (the ranks of a node) download each shard
+    /// once between them.
     pub root: PathBuf,
-    /// Capacity of the disk tier, in bytes.
+    /// Capacity of the disk tier, in bytes, for each dataset location's
+    /// folder as a whole, whichever processes wrote its entries; less when
+    /// the filesystem has less room when the cache opens.
     pub limit_bytes: u64,
     /// Capacity of the memory tier, in bytes.
     pub memory_bytes: u64,

@@ -106,13 +106,13 @@ impl ShardCache {
         {
             return Ok(c);
         }
-        let cache = Arc::new(Self::build(opts, &dir, largest_shard)?);
+        let cache = Arc::new(Self::build(opts, &dir, largest_shard));
         open.get_or_insert_with(HashMap::new)
             .insert(dir, Arc::downgrade(&cache));
         Ok(cache)
     }
 
-    fn build(opts: &CacheOptions, dir: &Path, largest_shard: u64) -> Result<Self> {
+    fn build(opts: &CacheOptions, dir: &Path, largest_shard: u64) -> Self {
         let metrics = Arc::new(CacheMetrics::default());
         let memory = CacheBuilder::new(opts.memory_bytes as usize)
             .with_name("zephon-shards")
@@ -155,19 +155,19 @@ impl ShardCache {
                     "the filesystem has room for {room} bytes, not enough for the largest shard \
                      ({largest_shard} bytes); shards are cached in memory only"
                 ));
-                return Ok(cache.disk_failed());
+                return cache.disk_failed();
             }
             Err(e) => {
                 cache.degrade(&format!(
                     "cannot create it or measure its free space ({e}); shards are cached in memory only"
                 ));
-                return Ok(cache.disk_failed());
+                return cache.disk_failed();
             }
         };
-        Ok(ShardCache {
+        ShardCache {
             disk: Some(DiskTier::new(dir, capacity)),
             ..cache
-        })
+        }
     }
 
     fn disk_failed(self) -> Self {
