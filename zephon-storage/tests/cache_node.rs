@@ -51,8 +51,12 @@ fn reader_child() {
     let dir = PathBuf::from(std::env::var("ZEPHON_TEST_DIR").unwrap());
     let endpoint = std::env::var("ZEPHON_TEST_ENDPOINT").unwrap();
     let patient = std::env::var_os("ZEPHON_TEST_WAIT").is_some();
-    let rd =
-        RemoteDataset::open("d", "s3://bkt/ds", &reader_opts(&dir, &endpoint, patient)).unwrap();
+    let mut opts = reader_opts(&dir, &endpoint, patient);
+    if let Ok(limit) = std::env::var("ZEPHON_TEST_LIMIT") {
+        opts.cache.limit_bytes = limit.parse().unwrap();
+        opts.cache.memory_bytes = 1 << 10;
+    }
+    let rd = RemoteDataset::open("d", "s3://bkt/ds", &opts).unwrap();
     File::create(out.with_extension("opened")).unwrap();
     while patient && !out.with_extension("go").exists() {
         std::thread::sleep(Duration::from_millis(5));
@@ -62,7 +66,20 @@ fn reader_child() {
 }
 
 fn spawn_reader(dir: &Path, endpoint: &str, out: &Path, wait: bool) -> Child {
+    spawn_reader_with(dir, endpoint, out, wait, None)
+}
+
+fn spawn_reader_with(
+    dir: &Path,
+    endpoint: &str,
+    out: &Path,
+    wait: bool,
+    limit: Option<u64>,
+) -> Child {
     let mut c = Command::new(std::env::current_exe().unwrap());
+    if let Some(l) = limit {
+        c.env("ZEPHON_TEST_LIMIT", l.to_string());
+    }
     c.args(["reader_child", "--exact", "--nocapture", "--test-threads=1"])
         .env(READER, out)
         .env("ZEPHON_TEST_DIR", dir)
@@ -172,4 +189,45 @@ fn a_reader_killed_mid_download_leaves_nothing_served() {
     );
     assert_eq!(rd.cache_stats().misses, 2, "the next reader downloads both");
     assert_eq!(cache_files(t.path(), "shard").len(), 2);
+}
+
+#[test]
+fn the_size_limit_holds_for_the_folder_that_processes_share() {
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    // Twelve shards of about 12 KB; the limit holds about four of them.
+    let want = indexed_dataset(&data, 12, 200);
+    let largest = (0..12)
+        .map(|s| {
+            std::fs::metadata(data.join(format!("{s:03}.jsonl")))
+                .unwrap()
+                .len()
+        })
+        .max()
+        .unwrap();
+    let limit = 4 * largest + 4 * 64;
+    let moto = Moto::start(t.path());
+    moto.upload("bkt", "ds", &data);
+    let readers: Vec<(PathBuf, Child)> = (0..3)
+        .map(|r| {
+            let out = t.path().join(format!("reader-{r}"));
+            let child = spawn_reader_with(t.path(), &moto.endpoint(), &out, false, Some(limit));
+            (out, child)
+        })
+        .collect();
+    for (out, mut child) in readers {
+        assert!(child.wait().unwrap().success(), "reader {}", out.display());
+        let got = std::fs::read_to_string(&out).unwrap();
+        assert_eq!(got.lines().collect::<Vec<_>>(), want, "{}", out.display());
+    }
+    let files = cache_files(t.path(), "shard");
+    let used: u64 = files
+        .iter()
+        .map(|f| std::fs::metadata(f).unwrap().len())
+        .sum();
+    assert!(
+        used <= limit && !files.is_empty() && files.len() < 12,
+        "{} entries, {used} bytes in a folder limited to {limit}",
+        files.len()
+    );
 }
