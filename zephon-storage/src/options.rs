@@ -146,6 +146,11 @@ pub struct CacheOptions {
     pub limit_bytes: u64,
     /// Capacity of the memory tier, in bytes.
     pub memory_bytes: u64,
+    /// Longest wait for another process that is downloading the same shard
+    /// into the shared folder; past it this process downloads the shard
+    /// itself, without publishing it, so a stalled process cannot hang the
+    /// others.
+    pub lock_wait: Duration,
 }
 
 impl Default for CacheOptions {
@@ -161,6 +166,7 @@ impl Default for CacheOptions {
             root,
             limit_bytes: 16 << 30,
             memory_bytes: 1 << 30,
+            lock_wait: Duration::from_secs(600),
         }
     }
 }
@@ -187,6 +193,12 @@ impl CacheOptions {
     /// Sets the memory tier's capacity in bytes.
     pub fn memory_bytes(mut self, v: u64) -> Self {
         self.memory_bytes = v;
+        self
+    }
+
+    /// Sets the longest wait for another process's download of a shard.
+    pub fn lock_wait(mut self, v: Duration) -> Self {
+        self.lock_wait = v;
         self
     }
 }

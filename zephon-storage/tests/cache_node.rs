@@ -231,3 +231,53 @@ fn the_size_limit_holds_for_the_folder_that_processes_share() {
         files.len()
     );
 }
+
+#[test]
+fn a_stalled_holder_of_a_shard_lock_does_not_hang_other_readers() {
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    let want = indexed_dataset(&data, 2, 40);
+    let moto = Moto::start(t.path());
+    moto.upload("bkt", "ds", &data);
+    let opts = reader_opts(t.path(), &moto.endpoint(), false);
+    let rd = RemoteDataset::open("d", "s3://bkt/ds", &opts).unwrap();
+    assert_eq!(
+        fields(&read_all(rd.dataset().clone(), false).unwrap()),
+        want
+    );
+    drop(rd);
+    // A process that stopped while holding the shards' locks, entries gone.
+    for f in cache_files(t.path(), "shard") {
+        std::fs::remove_file(f).unwrap();
+    }
+    let held: Vec<File> = cache_files(t.path(), "lock")
+        .iter()
+        .filter(|p| !p.ends_with("folder.lock"))
+        .map(|p| {
+            let f = File::open(p).unwrap();
+            f.lock().unwrap();
+            f
+        })
+        .collect();
+    assert_eq!(held.len(), 2);
+    let mut opts = opts;
+    opts.cache.lock_wait = Duration::from_millis(200);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rd = RemoteDataset::open("d", "s3://bkt/ds", &opts).unwrap();
+        let _ = tx.send(fields(&read_all(rd.dataset().clone(), false).unwrap()));
+    });
+    let got = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("a reader waiting on a stalled lock finishes within 30 s");
+    assert_eq!(got, want);
+    let gets: Vec<usize> = (0..2)
+        .map(|s| moto.gets(&format!("{s:03}.jsonl HTTP")))
+        .collect();
+    assert_eq!(gets, vec![2, 2], "the waiter downloaded the shards itself");
+    assert!(
+        cache_files(t.path(), "shard").is_empty(),
+        "without the lock nothing is published"
+    );
+    drop(held);
+}

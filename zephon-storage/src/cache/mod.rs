@@ -45,6 +45,8 @@ pub struct ShardCache {
     warned: AtomicBool,
     /// Set once the disk tier failed: from then on only the memory tier serves.
     disk_off: AtomicBool,
+    lock_wait: std::time::Duration,
+    lock_warned: AtomicBool,
 }
 
 impl std::fmt::Debug for ShardCache {
@@ -132,6 +134,8 @@ impl ShardCache {
             downloads: Mutex::new(HashMap::new()),
             warned: AtomicBool::new(false),
             disk_off: AtomicBool::new(false),
+            lock_wait: opts.lock_wait,
+            lock_warned: AtomicBool::new(false),
         };
         // Room the filesystem can give: what the folder's entries use now
         // plus what is free. Less than the capacity asked for, and the disk
@@ -287,10 +291,22 @@ impl ShardCache {
             downloaded.store(true, Ordering::Relaxed);
             return download.await;
         };
-        let guard = match disk.lock_key(key).await {
-            Ok(g) => Some(g),
-            Err(e) => {
+        let guard = match tokio::time::timeout(self.lock_wait, disk.lock_key(key)).await {
+            Ok(Ok(g)) => Some(g),
+            Ok(Err(e)) => {
                 self.disk_error("locking a shard", &e);
+                None
+            }
+            Err(_) => {
+                if !self.lock_warned.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        cache = %self.dir.display(),
+                        "another process has held a shard's lock in the shard cache folder `{}` \
+                         for more than {:?} (cache.lock_wait); downloading it here without caching it on disk",
+                        self.dir.display(),
+                        self.lock_wait
+                    );
+                }
                 None
             }
         };
@@ -329,7 +345,7 @@ impl ShardCache {
                     "a damaged entry in the shard cache folder `{}` is dropped and downloaded again",
                     self.dir.display()
                 );
-                if let Ok(_g) = disk.lock_key(key).await
+                if let Ok(Ok(_g)) = tokio::time::timeout(self.lock_wait, disk.lock_key(key)).await
                     && let Ok(Lookup::Corrupt) = disk.read(key)
                     && let Err(e) = disk.remove(key)
                 {
