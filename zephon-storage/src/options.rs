@@ -128,8 +128,12 @@ setters! {
 ///
 /// ```
 /// use zephon_storage::CacheOptions;
-/// let c = CacheOptions::default().root("/tmp/zephon-cache").limit_bytes(1 << 30);
-/// assert!(c.enabled);
+/// use std::time::Duration;
+/// let c = CacheOptions::default()
+///     .root("/tmp/zephon-cache")
+///     .limit_bytes(1 << 30)
+///     .lock_wait(Duration::from_secs(60));
+/// assert!(c.enabled && c.lock_wait == Duration::from_secs(60));
 /// ```
 #[derive(Clone, Debug)]
 pub struct CacheOptions {

@@ -108,6 +108,15 @@ impl ShardCache {
 
     /// The most bytes the disk tier keeps: the configured limit, less when
     /// the filesystem had less room at open; 0 when the disk tier is off.
+    ///
+    /// ```
+    /// use zephon_storage::{CacheOptions, ShardCache, backend::runtime};
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let opts = CacheOptions::default().root(dir.path()).limit_bytes(1 << 20);
+    /// let cache = runtime::block_on(ShardCache::open(&opts, "memory://doc", 1000)).unwrap();
+    /// assert!(cache.disk_capacity() > 0 && cache.disk_capacity() <= 1 << 20);
+    /// assert!(!cache.metrics().snapshot().disk_degraded);
+    /// ```
     pub fn disk_capacity(&self) -> u64 {
         self.live_disk().map_or(0, DiskTier::capacity)
     }
