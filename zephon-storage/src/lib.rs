@@ -2,7 +2,8 @@
 //!
 //! Where Zephon's bytes come from: datasets on local disk and, through
 //! opendal, in object stores (`s3://`), on web servers (`http(s)://`) and in
-//! memory (`memory://`); the foyer hybrid cache of whole shards; compressed
+//! memory (`memory://`); the cache of whole shards (a foyer memory tier
+//! and a disk tier the processes of a node share); compressed
 //! shards; the `index.json` manifest; shard prefetch and byte-range reads.
 //!
 //! Shard formats ([`format`](mod@format)): JSONL, Parquet (feature `parquet`, on by

@@ -28,6 +28,11 @@ pub struct CacheMetrics {
     pub redownloads: Counter,
     /// Most downloads of any one shard.
     pub max_downloads_per_shard: MaxGauge,
+    /// Entries the disk tier deleted to keep the folder within its capacity.
+    pub disk_evictions: Counter,
+    /// Times the disk tier was shrunk or switched off because its
+    /// filesystem was full or failing.
+    pub disk_degraded: Counter,
 }
 
 /// A snapshot of [`CacheMetrics`].
@@ -52,6 +57,11 @@ pub struct CacheStats {
     /// Whether the cache thrashes: some shard was downloaded three or more
     /// times, so the cache is too small for the working set.
     pub thrashing: bool,
+    /// Disk-tier evictions by this process.
+    pub disk_evictions: u64,
+    /// Whether the disk tier was shrunk or switched off because its
+    /// filesystem was full or failing (a warning named the folder).
+    pub disk_degraded: bool,
 }
 
 /// A shard downloaded this many times marks the cache as thrashing.
@@ -70,6 +80,8 @@ impl CacheMetrics {
             memory_evictions: self.memory_evictions.get(),
             redownloads: self.redownloads.get(),
             thrashing: self.max_downloads_per_shard.get() >= THRASH_DOWNLOADS,
+            disk_evictions: self.disk_evictions.get(),
+            disk_degraded: self.disk_degraded.get() > 0,
         }
     }
 }

@@ -128,8 +128,12 @@ setters! {
 ///
 /// ```
 /// use zephon_storage::CacheOptions;
-/// let c = CacheOptions::default().root("/tmp/zephon-cache").limit_bytes(1 << 30);
-/// assert!(c.enabled);
+/// use std::time::Duration;
+/// let c = CacheOptions::default()
+///     .root("/tmp/zephon-cache")
+///     .limit_bytes(1 << 30)
+///     .lock_wait(Duration::from_secs(60));
+/// assert!(c.enabled && c.lock_wait == Duration::from_secs(60));
 /// ```
 #[derive(Clone, Debug)]
 pub struct CacheOptions {
@@ -137,11 +141,20 @@ pub struct CacheOptions {
     /// downloads its whole shard (or its byte range in byte-range mode).
     pub enabled: bool,
     /// Folder of the disk tier (default `$ZEPHON_CACHE_DIR`, else `~/.cache/zephon`).
+    /// Processes that share it (the ranks of a node) download each shard
+    /// once between them.
     pub root: PathBuf,
-    /// Capacity of the disk tier, in bytes.
+    /// Capacity of the disk tier, in bytes, for each dataset location's
+    /// folder as a whole, whichever processes wrote its entries; less when
+    /// the filesystem has less room when the cache opens.
     pub limit_bytes: u64,
     /// Capacity of the memory tier, in bytes.
     pub memory_bytes: u64,
+    /// Longest wait for another process that is downloading the same shard
+    /// into the shared folder; past it this process downloads the shard
+    /// itself, without publishing it, so a stalled process cannot hang the
+    /// others.
+    pub lock_wait: Duration,
 }
 
 impl Default for CacheOptions {
@@ -157,6 +170,7 @@ impl Default for CacheOptions {
             root,
             limit_bytes: 16 << 30,
             memory_bytes: 1 << 30,
+            lock_wait: Duration::from_secs(600),
         }
     }
 }
@@ -183,6 +197,12 @@ impl CacheOptions {
     /// Sets the memory tier's capacity in bytes.
     pub fn memory_bytes(mut self, v: u64) -> Self {
         self.memory_bytes = v;
+        self
+    }
+
+    /// Sets the longest wait for another process's download of a shard.
+    pub fn lock_wait(mut self, v: Duration) -> Self {
+        self.lock_wait = v;
         self
     }
 }

@@ -1,50 +1,59 @@
-//! The shard cache: a foyer hybrid cache of whole, verified, decompressed
-//! shards. A memory tier keeps hot shards; a disk tier under the cache root
-//! keeps the rest and survives restarts.
+//! The shard cache: whole, verified, decompressed shards, in a foyer memory
+//! tier for hot shards and a disk tier under the cache root that survives
+//! restarts and that every process of a node shares.
 //!
-//! - One download per shard however many readers ask at once: foyer's
-//!   `get_or_fetch` makes concurrent misses of a key wait on one fetch.
+//! - One download per shard however many readers ask at once: in a process,
+//!   foyer's `get_or_fetch` makes concurrent misses of a key wait on one
+//!   fetch; across the processes of a node (the ranks sharing the folder), a
+//!   file lock per shard elects the one that downloads and publishes, and
+//!   the others wait for the lock and read the published file.
 //! - Only whole, verified shards enter: the fetch returns a value only after
-//!   size, checksum and decompression checks passed, so a failed or
-//!   interrupted download inserts nothing; foyer checksums its disk entries.
-//! - A disk tier that cannot hold the largest shard is refused at open.
+//!   size, checksum and decompression checks passed, and a disk entry
+//!   appears by atomic rename of a synced file with its own checksum, so a
+//!   failed, interrupted or killed download leaves nothing a reader serves.
+//! - The capacity holds for the folder as a whole, all processes' entries
+//!   together, by least-recently-used eviction; a disk tier that cannot hold
+//!   the largest shard is refused at open.
+//! - A full or failing disk degrades the cache to its memory tier (reads
+//!   download what it does not hold) with one warning naming the folder.
 //! - Re-downloads of a shard that was cached before are counted; a shard
 //!   downloaded [`THRASH_DOWNLOADS`] times marks the cache as thrashing and
 //!   logs a warning once.
 
-use crate::backend::runtime;
+mod disk;
+mod lock;
+mod open;
+
 use crate::metrics::{CacheMetrics, THRASH_DOWNLOADS};
-use crate::options::CacheOptions;
 use bytes::Bytes;
-use foyer::{
-    BlockEngineConfig, DeviceBuilder, Event, EventListener, FsDeviceBuilder, HybridCache,
-    HybridCacheBuilder, HybridCachePolicy, Spawner,
-};
+use disk::{DiskTier, Lookup};
+use foyer::{Cache, Event, EventListener};
 use std::collections::HashMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use zephon_core::{Error, Result};
-
-/// Most bytes of bookkeeping a disk-tier block needs beside one shard.
-const BLOCK_SLACK: u64 = 1 << 20;
 
 /// The shard cache of one dataset location.
 pub struct ShardCache {
-    hybrid: HybridCache<String, Bytes>,
+    memory: Cache<String, Bytes>,
+    disk: Option<DiskTier>,
     dir: PathBuf,
-    block_size: u64,
     metrics: Arc<CacheMetrics>,
     downloads: Mutex<HashMap<String, u64>>,
     warned: AtomicBool,
+    /// Set once the disk tier failed: from then on only the memory tier serves.
+    disk_off: AtomicBool,
+    lock_wait: std::time::Duration,
+    lock_warned: AtomicBool,
 }
 
 impl std::fmt::Debug for ShardCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ShardCache")
             .field("dir", &self.dir)
-            .field("block_size", &self.block_size)
+            .field("disk", &self.disk)
             .field("stats", &self.metrics.snapshot())
             .finish_non_exhaustive()
     }
@@ -63,117 +72,33 @@ impl EventListener for EvictionCounter {
     }
 }
 
-/// Caches open in this process, by folder: two datasets at the same location
-/// share one cache rather than two foyer stores writing the same files.
-static OPEN: Mutex<Option<HashMap<PathBuf, Weak<ShardCache>>>> = Mutex::new(None);
-
 impl ShardCache {
-    /// Opens (or joins) the cache for dataset `location`, whose largest shard
-    /// decompresses to `largest_shard` bytes. A disk tier too small for that
-    /// shard is a configuration error.
-    pub async fn open(
-        opts: &CacheOptions,
-        location: &str,
-        largest_shard: u64,
-    ) -> Result<Arc<Self>> {
-        if opts.limit_bytes < largest_shard {
-            return Err(Error::config(
-                "cache.limit_bytes",
-                format!(
-                    "{} bytes cannot hold the largest shard of `{location}` ({largest_shard} bytes); \
-                     raise the limit, or read by byte range",
-                    opts.limit_bytes
-                ),
-            ));
+    /// Counts a degradation of the disk tier and warns once, naming the folder.
+    fn degrade(&self, why: &str) {
+        self.metrics.disk_degraded.inc();
+        if self.metrics.disk_degraded.get() == 1 {
+            tracing::warn!(
+                cache = %self.dir.display(),
+                "shard cache folder `{}`: {why}",
+                self.dir.display()
+            );
         }
-        let block_size =
-            (largest_shard + largest_shard / 64 + BLOCK_SLACK).div_ceil(BLOCK_SLACK) * BLOCK_SLACK;
-        if opts.limit_bytes < 2 * block_size {
-            return Err(Error::config(
-                "cache.limit_bytes",
-                format!(
-                    "{} bytes is too small for `{location}`: the disk tier keeps whole shards in blocks of \
-                     {block_size} bytes (largest shard {largest_shard} bytes plus overhead) and needs room \
-                     for two, so at least {} bytes",
-                    opts.limit_bytes,
-                    2 * block_size
-                ),
-            ));
-        }
-        let dir = opts
-            .root
-            .join(&crate::manifest::sha256_hex(location.as_bytes())[..16]);
-        {
-            let open = OPEN.lock().expect("cache registry lock");
-            if let Some(c) = open
-                .as_ref()
-                .and_then(|m| m.get(&dir))
-                .and_then(Weak::upgrade)
-            {
-                if c.block_size >= block_size {
-                    return Ok(c);
-                }
-                return Err(Error::config(
-                    "cache",
-                    format!(
-                        "the cache at `{}` is already open with blocks of {} bytes, too small for shards of \
-                         {largest_shard} bytes; drop the other dataset first",
-                        dir.display(),
-                        c.block_size
-                    ),
-                ));
-            }
-        }
-        let cache = Arc::new(Self::build(opts, &dir, block_size).await?);
-        let mut open = OPEN.lock().expect("cache registry lock");
-        open.get_or_insert_with(HashMap::new)
-            .insert(dir, Arc::downgrade(&cache));
-        Ok(cache)
     }
 
-    async fn build(opts: &CacheOptions, dir: &Path, block_size: u64) -> Result<Self> {
-        let io = |e: std::io::Error| Error::Io {
-            path: dir.display().to_string(),
-            source: e,
-        };
-        std::fs::create_dir_all(dir).map_err(io)?;
-        let ext =
-            |e: foyer::Error| Error::external(format!("shard cache at `{}`", dir.display()), e);
-        let device = FsDeviceBuilder::new(dir)
-            .with_capacity(opts.limit_bytes as usize)
-            .build()
-            .map_err(ext)?;
-        let metrics = Arc::new(CacheMetrics::default());
-        let hybrid = HybridCacheBuilder::new()
-            .with_name("zephon-shards")
-            .with_policy(HybridCachePolicy::WriteOnInsertion)
-            .with_event_listener(Arc::new(EvictionCounter(metrics.clone())))
-            .memory(opts.memory_bytes as usize)
-            // One shard: entries are whole dataset shards, few and large. With
-            // foyer's default of 8, each holds an eighth of the capacity and
-            // evicts only its own entries, so up to 8 shards could stay in a
-            // memory tier meant for one.
-            .with_shards(1)
-            .with_weighter(|k: &String, v: &Bytes| k.len() + v.len())
-            .storage()
-            .with_engine_config(
-                BlockEngineConfig::new(device)
-                    .with_block_size(block_size as usize)
-                    .with_buffer_pool_size(2 * block_size as usize)
-                    .with_flushers(1),
-            )
-            .with_spawner(Spawner::from(runtime::runtime().handle().clone()))
-            .build()
-            .await
-            .map_err(ext)?;
-        Ok(ShardCache {
-            hybrid,
-            dir: dir.to_owned(),
-            block_size,
-            metrics,
-            downloads: Mutex::new(HashMap::new()),
-            warned: AtomicBool::new(false),
-        })
+    /// Turns the disk tier off after an I/O error on it.
+    fn disk_error(&self, what: &str, e: &std::io::Error) {
+        if !self.disk_off.swap(true, Ordering::Relaxed) {
+            self.degrade(&format!(
+                "{what} failed ({e}); from now on shards are cached in memory only and \
+                 downloaded again when they leave it"
+            ));
+        }
+    }
+
+    fn live_disk(&self) -> Option<&DiskTier> {
+        self.disk
+            .as_ref()
+            .filter(|_| !self.disk_off.load(Ordering::Relaxed))
     }
 
     /// The folder of the disk tier.
@@ -181,30 +106,47 @@ impl ShardCache {
         &self.dir
     }
 
+    /// The most bytes the disk tier keeps: the configured limit, less when
+    /// the filesystem had less room at open; 0 when the disk tier is off.
+    ///
+    /// ```
+    /// use zephon_storage::{CacheOptions, ShardCache, backend::runtime};
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let opts = CacheOptions::default().root(dir.path()).limit_bytes(1 << 20);
+    /// let cache = runtime::block_on(ShardCache::open(&opts, "memory://doc", 1000)).unwrap();
+    /// assert!(cache.disk_capacity() > 0 && cache.disk_capacity() <= 1 << 20);
+    /// assert!(!cache.metrics().snapshot().disk_degraded);
+    /// ```
+    pub fn disk_capacity(&self) -> u64 {
+        self.live_disk().map_or(0, DiskTier::capacity)
+    }
+
     /// The counters.
     pub fn metrics(&self) -> &Arc<CacheMetrics> {
         &self.metrics
     }
 
-    /// Whether `key` is cached (memory tier, or possibly the disk tier).
+    /// Whether `key` is cached in this process's memory tier or published in
+    /// the node's disk tier.
     pub fn contains(&self, key: &str) -> bool {
-        self.hybrid.contains(key)
+        self.memory.contains(key) || self.live_disk().is_some_and(|d| d.exists(key))
     }
 
     /// The shard under `key` if the memory tier holds it, counted as a hit;
     /// `None` otherwise (the disk tier is not consulted). Synchronous, so a
     /// warm read costs a hash lookup rather than a task on the I/O runtime.
     pub fn get_in_memory(&self, key: &str) -> Option<Bytes> {
-        let entry = self.hybrid.memory().get(key)?;
+        let entry = self.memory.get(key)?;
         self.metrics.hits.inc();
         Some(entry.value().clone())
     }
 
     /// The shard under `key`, running `download` on a miss. Concurrent
-    /// callers for one key share one download; a failed download caches
-    /// nothing and fails every waiter.
+    /// callers for one key, in this process or in others sharing the
+    /// folder, share one download; a failed download caches nothing and
+    /// fails every waiter of this process.
     pub async fn get_or_download<F, Fut>(
-        &self,
+        self: &Arc<Self>,
         key: &str,
         context: &str,
         download: F,
@@ -216,11 +158,11 @@ impl ShardCache {
         let leader = Arc::new(AtomicBool::new(false));
         let flag = leader.clone();
         let fut = download();
+        let (this, owned_key) = (self.clone(), key.to_owned());
         let entry = self
-            .hybrid
+            .memory
             .get_or_fetch(key, move || async move {
-                flag.store(true, Ordering::Relaxed);
-                fut.await
+                this.fetch(&owned_key, fut, &flag).await
             })
             .await;
         match entry {
@@ -237,9 +179,93 @@ impl ShardCache {
         }
     }
 
+    /// The miss path of one process: the disk tier, else (as the node's one
+    /// downloader of `key`) a download published to the disk tier.
+    async fn fetch(
+        &self,
+        key: &str,
+        download: impl Future<Output = Result<Bytes>>,
+        downloaded: &AtomicBool,
+    ) -> Result<Bytes> {
+        if let Some(b) = self.read_disk(key).await {
+            return Ok(b);
+        }
+        let Some(disk) = self.live_disk() else {
+            downloaded.store(true, Ordering::Relaxed);
+            return download.await;
+        };
+        let guard = match tokio::time::timeout(self.lock_wait, disk.lock_key(key)).await {
+            Ok(Ok(g)) => Some(g),
+            Ok(Err(e)) => {
+                self.disk_error("locking a shard", &e);
+                None
+            }
+            Err(_) => {
+                if !self.lock_warned.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        cache = %self.dir.display(),
+                        "another process has held a shard's lock in the shard cache folder `{}` \
+                         for more than {:?} (cache.lock_wait); downloading it here without caching it on disk",
+                        self.dir.display(),
+                        self.lock_wait
+                    );
+                }
+                None
+            }
+        };
+        // The previous holder of the lock may have published it.
+        if guard.is_some()
+            && let Some(b) = self.read_disk(key).await
+        {
+            return Ok(b);
+        }
+        downloaded.store(true, Ordering::Relaxed);
+        let bytes = download.await?;
+        if let (Some(_), Some(disk)) = (&guard, self.live_disk()) {
+            match disk.publish(key, &bytes).await {
+                Ok(n) => self.metrics.disk_evictions.add(n),
+                Err(e) => self.disk_error("writing a shard", &e),
+            }
+        }
+        Ok(bytes)
+    }
+
+    /// The verified disk entry of `key`, if there is one; a damaged entry is
+    /// removed (under its key lock) and reads as a miss.
+    async fn read_disk(&self, key: &str) -> Option<Bytes> {
+        let disk = self.live_disk()?;
+        // Reading and hashing a shard is blocking work: off the I/O threads.
+        let (d, k) = (disk.clone(), key.to_owned());
+        let found = tokio::task::spawn_blocking(move || d.read(&k))
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+        match found {
+            Ok(Lookup::Found(b)) => Some(b),
+            Ok(Lookup::Missing) => None,
+            Ok(Lookup::Corrupt) => {
+                tracing::warn!(
+                    cache = %self.dir.display(),
+                    "a damaged entry in the shard cache folder `{}` is dropped and downloaded again",
+                    self.dir.display()
+                );
+                if let Ok(Ok(_g)) = tokio::time::timeout(self.lock_wait, disk.lock_key(key)).await
+                    && let Ok(Lookup::Corrupt) = disk.read(key)
+                    && let Err(e) = disk.remove(key)
+                {
+                    self.disk_error("removing a damaged entry", &e);
+                }
+                None
+            }
+            Err(e) => {
+                self.disk_error("reading a shard", &e);
+                None
+            }
+        }
+    }
+
     fn note_download(&self, key: &str, context: &str) {
         let n = {
-            let mut d = self.downloads.lock().expect("download registry lock");
+            let mut d = self.downloads.lock().unwrap_or_else(|p| p.into_inner());
             let n = d.entry(key.to_owned()).or_insert(0);
             *n += 1;
             *n

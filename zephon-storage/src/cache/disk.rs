@@ -1,0 +1,289 @@
+//! The disk tier: verified shard files in one folder that every process of a
+//! node shares.
+//!
+//! Each shard is one file, `<hash>.shard`, holding a header (magic, length,
+//! SHA-256 of the body) and the decompressed bytes. A file appears only by
+//! `rename` of a finished, fsynced temp file, so a reader sees a whole entry
+//! or none; a process killed mid-write leaves `<hash>.tmp`, which no reader
+//! opens and the next eviction scan removes. Reads check the header, so a
+//! damaged file is a miss, never served. A file's modification time is its
+//! last access: eviction drops the least recently used files until the
+//! folder, all processes' entries together, fits the capacity.
+
+use super::lock::{self, FileLock};
+use bytes::Bytes;
+use sha2::{Digest, Sha256};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+const MAGIC: &[u8; 16] = b"ZEPHON-SHARD-v1\n";
+/// Bytes of an entry's header.
+pub(crate) const HEADER: usize = MAGIC.len() + 8 + 32;
+const SHARD: &str = "shard";
+const TEMP: &str = "tmp";
+/// Held while a process evicts and publishes, so two processes cannot both
+/// count the same free room.
+const FOLDER_LOCK: &str = "folder.lock";
+
+/// What a look-up of the disk tier found.
+#[derive(Debug)]
+pub(crate) enum Lookup {
+    /// A whole, verified entry.
+    Found(Bytes),
+    /// No entry.
+    Missing,
+    /// A file whose header or checksum does not match its body.
+    Corrupt,
+}
+
+/// The shared folder of published shard files.
+#[derive(Clone, Debug)]
+pub(crate) struct DiskTier {
+    dir: PathBuf,
+    capacity: u64,
+}
+
+impl DiskTier {
+    /// The tier in `dir` (which must exist), keeping at most `capacity` bytes.
+    pub(crate) fn new(dir: &Path, capacity: u64) -> Self {
+        DiskTier {
+            dir: dir.to_owned(),
+            capacity,
+        }
+    }
+
+    /// The most bytes the folder's entries take.
+    pub(crate) fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    fn path(&self, key: &str, ext: &str) -> PathBuf {
+        let h = Sha256::digest(key.as_bytes());
+        let name: String = h[..16].iter().map(|b| format!("{b:02x}")).collect();
+        self.dir.join(format!("{name}.{ext}"))
+    }
+
+    /// Waits for the node-wide lock of `key`: its holder is the one process
+    /// that downloads and publishes that shard.
+    pub(crate) async fn lock_key(&self, key: &str) -> io::Result<FileLock> {
+        lock::lock(&self.path(key, "lock")).await
+    }
+
+    /// Whether `key` has a published entry (not yet verified).
+    pub(crate) fn exists(&self, key: &str) -> bool {
+        self.path(key, SHARD).exists()
+    }
+
+    /// Reads the entry of `key`, marking it as used now.
+    pub(crate) fn read(&self, key: &str) -> io::Result<Lookup> {
+        let path = self.path(key, SHARD);
+        let data = match fs::read(&path) {
+            Ok(d) => d,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Lookup::Missing),
+            Err(e) => return Err(e),
+        };
+        let Some(body) = decode(&data) else {
+            return Ok(Lookup::Corrupt);
+        };
+        // The access time orders eviction; a failure to record it only
+        // makes the entry look older.
+        if let Ok(f) = File::options().write(true).open(&path) {
+            let _ = f.set_modified(SystemTime::now());
+        }
+        Ok(Lookup::Found(Bytes::from(data).slice(body..)))
+    }
+
+    /// Removes the entry of `key` (a corrupt one); call with its key lock held.
+    pub(crate) fn remove(&self, key: &str) -> io::Result<()> {
+        match fs::remove_file(self.path(key, SHARD)) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// Publishes `bytes` as the entry of `key`, evicting the least recently
+    /// used entries first; returns how many were evicted. Call with the key
+    /// lock held. On error nothing is published and the temp file is gone.
+    pub(crate) async fn publish(&self, key: &str, bytes: &Bytes) -> io::Result<u64> {
+        let need = (HEADER + bytes.len()) as u64;
+        if need > self.capacity {
+            return Err(io::Error::other(format!(
+                "a shard of {} bytes does not fit the disk tier's {} bytes",
+                bytes.len(),
+                self.capacity
+            )));
+        }
+        let _folder = lock::lock(&self.dir.join(FOLDER_LOCK)).await?;
+        // Scanning, writing and syncing block: off the I/O threads.
+        let (this, key, bytes) = (self.clone(), key.to_owned(), bytes.clone());
+        tokio::task::spawn_blocking(move || this.publish_locked(&key, &bytes, need))
+            .await
+            .unwrap_or_else(|e| Err(io::Error::other(e)))
+    }
+
+    fn publish_locked(&self, key: &str, bytes: &Bytes, need: u64) -> io::Result<u64> {
+        let evicted = self.make_room(need)?;
+        let free = fs4::available_space(&self.dir)?;
+        if free < need {
+            return Err(io::Error::new(
+                io::ErrorKind::StorageFull,
+                format!("{need} bytes needed, {free} bytes free on the filesystem"),
+            ));
+        }
+        let (temp, path) = (self.path(key, TEMP), self.path(key, SHARD));
+        let written = write_entry(&temp, bytes).and_then(|()| fs::rename(&temp, &path));
+        if let Err(e) = written {
+            let _ = fs::remove_file(&temp);
+            return Err(e);
+        }
+        // The rename is durable once the folder is synced; without it a
+        // crash could lose the entry, never expose a partial one.
+        if let Ok(d) = File::open(&self.dir) {
+            let _ = d.sync_all();
+        }
+        Ok(evicted)
+    }
+
+    /// Deletes stale temp files and least recently used entries until
+    /// `need` more bytes fit the capacity.
+    fn make_room(&self, need: u64) -> io::Result<u64> {
+        let mut entries = Vec::new();
+        let mut used = 0;
+        for e in fs::read_dir(&self.dir)? {
+            let e = e?;
+            let path = e.path();
+            let Ok(meta) = e.metadata() else { continue };
+            match path.extension().and_then(|x| x.to_str()) {
+                Some(SHARD) => {
+                    used += meta.len();
+                    entries.push((
+                        meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+                        meta.len(),
+                        path,
+                    ));
+                }
+                Some(TEMP) => {
+                    // A temp file whose key lock is free belongs to a
+                    // process that died mid-write.
+                    if lock::try_lock(&path.with_extension("lock"))?.is_some() {
+                        let _ = fs::remove_file(&path);
+                    } else {
+                        used += meta.len();
+                    }
+                }
+                _ => {}
+            }
+        }
+        entries.sort();
+        let mut evicted = 0;
+        for (_, len, path) in entries {
+            if used + need <= self.capacity {
+                break;
+            }
+            match fs::remove_file(&path) {
+                Ok(()) => {
+                    used -= len;
+                    evicted += 1;
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => used -= len,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(evicted)
+    }
+}
+
+/// Bytes the entries and temp files in `dir` take.
+pub(crate) fn used_bytes(dir: &Path) -> io::Result<u64> {
+    let mut used = 0;
+    for e in fs::read_dir(dir)? {
+        let e = e?;
+        if matches!(
+            e.path().extension().and_then(|x| x.to_str()),
+            Some(SHARD | TEMP)
+        ) {
+            used += e.metadata().map_or(0, |m| m.len());
+        }
+    }
+    Ok(used)
+}
+
+/// Writes header and body to `temp` and syncs it to disk.
+fn write_entry(temp: &Path, bytes: &Bytes) -> io::Result<()> {
+    let mut f = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(temp)?;
+    f.write_all(MAGIC)?;
+    f.write_all(&(bytes.len() as u64).to_le_bytes())?;
+    f.write_all(&Sha256::digest(bytes))?;
+    f.write_all(bytes)?;
+    f.sync_all()
+}
+
+/// Where the body of a well-formed entry starts; `None` for a damaged one.
+fn decode(data: &[u8]) -> Option<usize> {
+    let (header, body) = (data.get(..HEADER)?, &data[HEADER..]);
+    let len = u64::from_le_bytes(header[16..24].try_into().ok()?);
+    (header[..16] == MAGIC[..]
+        && len == body.len() as u64
+        && Sha256::digest(body)[..] == header[24..])
+        .then_some(HEADER)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tier(dir: &Path, capacity: u64) -> DiskTier {
+        DiskTier::new(dir, capacity)
+    }
+
+    #[tokio::test]
+    async fn damaged_and_half_written_entries_are_never_served() {
+        let t = tempfile::tempdir().unwrap();
+        let d = tier(t.path(), 1 << 20);
+        let body = Bytes::from_static(b"{\"a\":1}\n{\"a\":2}\n");
+        d.publish("k", &body).await.unwrap();
+        assert!(matches!(d.read("k").unwrap(), Lookup::Found(b) if b == body));
+        // A flipped byte in the body.
+        let path = d.path("k", SHARD);
+        let mut raw = fs::read(&path).unwrap();
+        *raw.last_mut().unwrap() ^= 1;
+        fs::write(&path, &raw).unwrap();
+        assert!(matches!(d.read("k").unwrap(), Lookup::Corrupt));
+        // Truncated to less than a header.
+        fs::write(&path, &raw[..10]).unwrap();
+        assert!(matches!(d.read("k").unwrap(), Lookup::Corrupt));
+        // A temp file left by a killed writer is not an entry, and the next
+        // publish removes it.
+        fs::write(d.path("j", TEMP), b"partial").unwrap();
+        assert!(matches!(d.read("j").unwrap(), Lookup::Missing));
+        d.publish("k", &body).await.unwrap();
+        assert!(!d.path("j", TEMP).exists());
+        assert!(matches!(d.read("k").unwrap(), Lookup::Found(b) if b == body));
+    }
+
+    #[tokio::test]
+    async fn the_least_recently_used_entries_go_first() {
+        let t = tempfile::tempdir().unwrap();
+        let one = Bytes::from(vec![7u8; 1000]);
+        let d = tier(t.path(), 3 * (HEADER as u64 + 1000));
+        for k in ["a", "b", "c"] {
+            assert_eq!(d.publish(k, &one).await.unwrap(), 0);
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        // Reading `a` makes `b` the oldest.
+        assert!(matches!(d.read("a").unwrap(), Lookup::Found(_)));
+        assert_eq!(d.publish("d", &one).await.unwrap(), 1);
+        assert!(matches!(d.read("b").unwrap(), Lookup::Missing));
+        for k in ["a", "c", "d"] {
+            assert!(matches!(d.read(k).unwrap(), Lookup::Found(_)), "{k}");
+        }
+        let too_big = Bytes::from(vec![0u8; 4 * 1000]);
+        assert!(d.publish("e", &too_big).await.is_err());
+    }
+}

@@ -1,0 +1,122 @@
+//! Opening a shard cache: one per folder in a process, its disk tier sized
+//! to the room the filesystem has.
+
+use super::disk::{self, DiskTier};
+use super::{EvictionCounter, ShardCache};
+use crate::metrics::CacheMetrics;
+use crate::options::CacheOptions;
+use bytes::Bytes;
+use foyer::CacheBuilder;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use zephon_core::{Error, Result};
+
+/// Caches open in this process, by folder: two datasets at the same location
+/// share one cache rather than two writing the same files.
+static OPEN: Mutex<Option<HashMap<PathBuf, Weak<ShardCache>>>> = Mutex::new(None);
+
+impl ShardCache {
+    /// Opens (or joins) the cache for dataset `location`, whose largest shard
+    /// decompresses to `largest_shard` bytes. A disk tier too small for that
+    /// shard is a configuration error; a filesystem with less room than the
+    /// configured capacity shrinks the disk tier (or turns it off) with a
+    /// warning naming the folder.
+    pub async fn open(
+        opts: &CacheOptions,
+        location: &str,
+        largest_shard: u64,
+    ) -> Result<Arc<Self>> {
+        if opts.limit_bytes < largest_shard {
+            return Err(Error::config(
+                "cache.limit_bytes",
+                format!(
+                    "{} bytes cannot hold the largest shard of `{location}` ({largest_shard} bytes); \
+                     raise the limit, or read by byte range",
+                    opts.limit_bytes
+                ),
+            ));
+        }
+        let dir = opts
+            .root
+            .join(&crate::manifest::sha256_hex(location.as_bytes())[..16]);
+        let mut open = OPEN.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = open
+            .as_ref()
+            .and_then(|m| m.get(&dir))
+            .and_then(Weak::upgrade)
+        {
+            return Ok(c);
+        }
+        let cache = Arc::new(Self::build(opts, &dir, largest_shard));
+        open.get_or_insert_with(HashMap::new)
+            .insert(dir, Arc::downgrade(&cache));
+        Ok(cache)
+    }
+
+    fn build(opts: &CacheOptions, dir: &Path, largest_shard: u64) -> Self {
+        let metrics = Arc::new(CacheMetrics::default());
+        let memory = CacheBuilder::new(opts.memory_bytes as usize)
+            .with_name("zephon-shards")
+            // One shard: entries are whole dataset shards, few and large. With
+            // foyer's default of 8, each holds an eighth of the capacity and
+            // evicts only its own entries, so up to 8 shards could stay in a
+            // memory tier meant for one.
+            .with_shards(1)
+            .with_weighter(|k: &String, v: &Bytes| k.len() + v.len())
+            .with_event_listener(Arc::new(EvictionCounter(metrics.clone())))
+            .build();
+        let cache = ShardCache {
+            memory,
+            disk: None,
+            dir: dir.to_owned(),
+            metrics,
+            downloads: Mutex::new(HashMap::new()),
+            warned: AtomicBool::new(false),
+            disk_off: AtomicBool::new(false),
+            lock_wait: opts.lock_wait,
+            lock_warned: AtomicBool::new(false),
+        };
+        // Room the filesystem can give: what the folder's entries use now
+        // plus what is free. Less than the capacity asked for, and the disk
+        // tier takes what there is, or nothing when a shard would not fit.
+        let room = std::fs::create_dir_all(dir)
+            .and_then(|()| disk::used_bytes(dir))
+            .and_then(|used| Ok(used + fs4::available_space(dir)?))
+            .map_err(|e| e.to_string());
+        let capacity = match room {
+            Ok(room) if room >= opts.limit_bytes => opts.limit_bytes,
+            Ok(room) if room >= largest_shard + disk::HEADER as u64 => {
+                cache.degrade(&format!(
+                    "the filesystem has room for {room} bytes, less than cache.limit_bytes ({}); \
+                     the disk tier keeps to {room} bytes",
+                    opts.limit_bytes
+                ));
+                room
+            }
+            Ok(room) => {
+                cache.degrade(&format!(
+                    "the filesystem has room for {room} bytes, not enough for the largest shard \
+                     ({largest_shard} bytes); shards are cached in memory only"
+                ));
+                return cache.disk_failed();
+            }
+            Err(e) => {
+                cache.degrade(&format!(
+                    "cannot create it or measure its free space ({e}); shards are cached in memory only"
+                ));
+                return cache.disk_failed();
+            }
+        };
+        ShardCache {
+            disk: Some(DiskTier::new(dir, capacity)),
+            ..cache
+        }
+    }
+
+    fn disk_failed(self) -> Self {
+        self.disk_off.store(true, Ordering::Relaxed);
+        self
+    }
+}
