@@ -114,9 +114,9 @@ fn a_cache_too_small_for_the_working_set_is_reported_as_thrashing() {
     );
     let rd = RemoteDataset::open("d", &nginx.uri(), &opts).unwrap();
     // Shard after shard, one read at a time: a cyclic scan larger than the
-    // cache. The memory tier cannot evict a shard while its disk-tier write
-    // is in flight (foyer pins it), so after a download each read waits
-    // until the disk tier's files show the write.
+    // cache. The disk tier is written off the reading path (on the blocking
+    // pool), so after a download each read waits until the disk tier's
+    // files show the write, which keeps the eviction order the test expects.
     let disk = t.path().join("small-cache");
     for pass in 0..3 {
         for (s, (remote, local)) in rd.dataset().shards().iter().zip(local.shards()).enumerate() {
