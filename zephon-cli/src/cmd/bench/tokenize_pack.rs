@@ -277,6 +277,12 @@ fn raw(a: &Args) -> Result<Run> {
     let sampler = mem::PeakRss::start();
     let start = Instant::now();
     let mut total = 0u64;
+    // The encodings are freed on a thread of their own, as the pipeline's
+    // consumer frees its batches beside the tokenizing workers: freed here,
+    // between two calls, their hundreds of thousands of buffers would make
+    // every core wait for one, and the limit would be no limit.
+    let (to_free, freed) = std::sync::mpsc::sync_channel::<Vec<_>>(1);
+    let freer = std::thread::spawn(move || freed.into_iter().for_each(drop));
     // Large chunks: fewer fork-join barriers, the tokenizer at its best;
     // bounded, so the encodings of the whole corpus are never held at once.
     for chunk in texts.chunks(1024) {
@@ -287,7 +293,14 @@ fn raw(a: &Args) -> Result<Run> {
             .iter()
             .map(|e| e.get_ids().len() as u64 + 1)
             .sum::<u64>();
+        to_free
+            .send(enc)
+            .map_err(|_| anyhow::anyhow!("the thread freeing encodings ended"))?;
     }
+    drop(to_free);
+    freer
+        .join()
+        .map_err(|_| anyhow::anyhow!("the thread freeing encodings panicked"))?;
     let secs = start.elapsed().as_secs_f64();
     let peak = sampler.stop();
     let per_batch = (a.seq_len * a.batch) as u64;
