@@ -109,6 +109,7 @@ impl<T> BlockingIter<T> {
         S: Stream<Item = Result<T>> + Send + 'static,
         T: Send + 'static,
     {
+        runner.check()?;
         let driven = matches!(runner, Runner::Threads { .. });
         let starter: Starter<T> = Box::new(move |runtime, observer| {
             if let Some(obs) = observer {

@@ -35,8 +35,18 @@ impl Runner {
         Runner::default()
     }
 
+    /// Checks the runner's settings against their documented ranges
+    /// ([`WORKERS`](crate::settings::WORKERS) for the threads runner).
+    pub fn check(&self) -> Result<()> {
+        if let Runner::Threads { workers } = *self {
+            crate::settings::WORKERS.check_usize("runner.workers", workers)?;
+        }
+        Ok(())
+    }
+
     /// Builds the tokio runtime this runner drives pipelines with.
     pub fn runtime(&self) -> Result<tokio::runtime::Runtime> {
+        self.check()?;
         let rt = match *self {
             Runner::Inline => tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -112,5 +122,28 @@ where
                 .map_err(|payload| Error::panic(Some(op), payload)),
         )
         .boxed(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::PipelineExt;
+
+    #[test]
+    fn a_worker_count_out_of_range_is_refused_by_name() {
+        let s = futures::stream::iter((0..4).map(Ok::<u32, Error>));
+        let err = s
+            .into_blocking_iter(Runner::Threads { workers: 100_000 })
+            .err()
+            .expect("100,000 workers refused");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("runner.workers") && msg.contains("100000"),
+            "{msg}"
+        );
+        assert!(Runner::Threads { workers: 100_000 }.runtime().is_err());
+        assert!(Runner::Threads { workers: 2 }.check().is_ok());
+        assert!(Runner::threads().check().is_ok());
     }
 }
