@@ -135,8 +135,7 @@ mod tests {
         let s = futures::stream::iter((0..4).map(Ok::<u32, Error>));
         let err = s
             .into_blocking_iter(Runner::Threads { workers: 100_000 })
-            .err()
-            .expect("100,000 workers refused");
+            .expect_err("100,000 workers refused");
         let msg = err.to_string();
         assert!(
             msg.contains("runner.workers") && msg.contains("100000"),
