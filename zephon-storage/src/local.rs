@@ -132,7 +132,7 @@ pub trait DatasetExt: Sized {
     /// (see [`format::detect`](crate::format::detect())): JSONL, Parquet,
     /// Megatron `.bin` + `.idx`, flat token `.bin`, WebDataset `.tar`, or MDS
     /// (a Streaming `index.json`). Shards are found by
-    /// [`list_local`](crate::scan::list_local): subfolders included, symlinks
+    /// [`list_local`]: subfolders included, symlinks
     /// followed, loops an error. Shards are indexed on open so samples are
     /// addressable by position. A missing or unreadable folder, one with no
     /// shards, or one mixing formats is an error naming the path and listing
