@@ -340,7 +340,7 @@ struct Versions {
 }
 
 /// Runs `zephon timing`: reads the configuration, builds the model and its
-/// data, times `epochs` epochs, and writes the six output files (and the
+/// data, times `epochs` epochs, and writes the seven output files (and the
 /// trace, if asked).
 pub fn run_timing(opts: &TimingOptions) -> Result<TimingReport> {
     let cfg = TimingConfig::from_file(&opts.config)?;
@@ -361,6 +361,7 @@ pub fn run_timing(opts: &TimingOptions) -> Result<TimingReport> {
         precision: opts.precision,
         scaler: cfg.timing.scaler.clone(),
         progress: opts.progress,
+        ..HarnessConfig::default()
     };
     let optimizer = cfg.optimizer.build()?;
     let run = match (&cfg.model, &cfg.data) {

@@ -1,5 +1,5 @@
 //! The harness end to end on the CPU: `run_timing` on a tiny autoencoder
-//! writes the six files, and they hold what they should.
+//! writes the seven files, and they hold what they should.
 
 use burn::optim::AdamConfig;
 use std::path::Path;
@@ -39,7 +39,7 @@ fn png_size(path: &Path) -> (u32, u32) {
 }
 
 #[test]
-fn two_epochs_write_six_consistent_files() {
+fn two_epochs_write_seven_consistent_files() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("config.yaml");
     std::fs::write(&config, CONFIG).unwrap();
@@ -64,6 +64,7 @@ fn two_epochs_write_six_consistent_files() {
         "batch_time_breakdown.png",
         "total_batch_time.png",
         "time_distribution_pie.png",
+        "pipeline_breakdown.png",
         "benchmark_config.yaml",
     ] {
         assert!(save.join(f).is_file(), "{f} missing");
@@ -124,6 +125,14 @@ fn two_epochs_write_six_consistent_files() {
     )
     .unwrap();
     assert_eq!(summary, report.summary);
+    // The command turns on operator tracking in the dummy pipeline.
+    let pipeline = summary.pipeline.as_ref().expect("a pipeline breakdown");
+    let names: Vec<&str> = pipeline.operators.iter().map(|o| o.name.as_str()).collect();
+    assert!(
+        names.contains(&"fetch") && names.contains(&"map_par"),
+        "{names:?}"
+    );
+    assert!(report.table.contains(&pipeline.line));
     assert_eq!(
         (summary.summary.batches, summary.summary.warmup_batches),
         (8, 2)
@@ -151,6 +160,7 @@ fn two_epochs_write_six_consistent_files() {
         "batch_time_breakdown.png",
         "total_batch_time.png",
         "time_distribution_pie.png",
+        "pipeline_breakdown.png",
     ] {
         assert_eq!(png_size(&save.join(f)), PLOT_SIZE, "{f}");
     }

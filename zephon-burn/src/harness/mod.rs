@@ -25,6 +25,7 @@
 //! ```
 
 mod outputs;
+mod pipeline;
 mod plots;
 mod scaler;
 mod source;
@@ -33,6 +34,7 @@ mod timer;
 mod trace;
 
 pub use outputs::{OutputFiles, SummaryFile, print_table, write_outputs};
+pub use pipeline::{FetchWaits, OperatorShare, PipelineBreakdown};
 pub use plots::{PLOT_SIZE, write_plots};
 pub use scaler::{LossScaler, ScalerConfig};
 pub use source::{BatchSource, LoaderSource, PipelineSource};
@@ -49,6 +51,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
 use timer::StepClock;
+use zephon_core::Tracking;
 
 /// A model the harness can time: it turns a batch into its input and runs
 /// forward to a scalar loss. Implement it for your own Burn module.
@@ -87,6 +90,10 @@ pub struct HarnessConfig {
     pub scaler: ScalerConfig,
     /// Show a progress bar.
     pub progress: bool,
+    /// The observability the harness turns on in a Zephon pipeline source,
+    /// to split the data time by operator (`operator`); `off` leaves the
+    /// pipeline unobserved and the summary without a breakdown.
+    pub tracking: Tracking,
 }
 
 impl Default for HarnessConfig {
@@ -99,6 +106,7 @@ impl Default for HarnessConfig {
             precision: Precision::F32,
             scaler: ScalerConfig::default(),
             progress: false,
+            tracking: Tracking::Operator,
         }
     }
 }
@@ -114,6 +122,9 @@ pub struct TimingRun {
     pub final_scale: Option<f32>,
     /// Optimizer steps skipped because of a loss-scaler overflow.
     pub skipped_steps: usize,
+    /// The data time split by pipeline operator (Zephon pipeline sources
+    /// with tracking on only).
+    pub pipeline: Option<PipelineBreakdown>,
 }
 
 impl TimingRun {
@@ -173,6 +184,7 @@ pub fn run<M: TimedModel>(
         (a, b) => a.or(b),
     };
     let bar = progress_bar(config, per_epoch);
+    source.set_tracking(config.tracking);
     let mut timings = Vec::new();
     device.sync()?;
     let mut last = Instant::now();
@@ -252,6 +264,7 @@ pub fn run<M: TimedModel>(
         }
     }
     bar.finish_and_clear();
+    let pipeline = PipelineBreakdown::of(source.observers(), &Summary::of(&timings));
     Ok((
         model,
         TimingRun {
@@ -259,6 +272,7 @@ pub fn run<M: TimedModel>(
             precision,
             final_scale: scaler.as_ref().map(LossScaler::scale),
             skipped_steps: scaler.as_ref().map_or(0, LossScaler::skipped_steps),
+            pipeline,
         },
     ))
 }

@@ -1,6 +1,7 @@
 //! The files a run leaves in its save directory, and the printed table.
 
 use super::TimingRun;
+use super::pipeline::PipelineBreakdown;
 use super::summary::Summary;
 use super::timer::{BatchTiming, Phase, Stats};
 use crate::error::{Error, Result};
@@ -30,6 +31,10 @@ pub struct SummaryFile {
     /// The statistics.
     #[serde(flatten)]
     pub summary: Summary,
+    /// The data time split by pipeline operator, when the source is a
+    /// Zephon pipeline with tracking on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipeline: Option<PipelineBreakdown>,
 }
 
 /// Paths of the files [`write_outputs`] wrote.
@@ -45,26 +50,29 @@ pub struct OutputFiles {
     pub total_png: PathBuf,
     /// `time_distribution_pie.png`.
     pub pie_png: PathBuf,
+    /// `pipeline_breakdown.png`.
+    pub pipeline_png: PathBuf,
     /// `benchmark_config.yaml`.
     pub config_yaml: PathBuf,
 }
 
 impl OutputFiles {
-    /// All six paths.
-    pub fn all(&self) -> [&Path; 6] {
+    /// All seven paths.
+    pub fn all(&self) -> [&Path; 7] {
         [
             &self.summary_yaml,
             &self.results_csv,
             &self.breakdown_png,
             &self.total_png,
             &self.pie_png,
+            &self.pipeline_png,
             &self.config_yaml,
         ]
     }
 }
 
-/// Writes the six output files into `dir` (created if missing):
-/// `timing_summary.yaml`, `timing_results.csv`, the three plots, and
+/// Writes the seven output files into `dir` (created if missing):
+/// `timing_summary.yaml`, `timing_results.csv`, the four plots, and
 /// `benchmark_config.yaml` (whatever `resolved_config` serializes to).
 pub fn write_outputs(
     dir: &Path,
@@ -81,6 +89,7 @@ pub fn write_outputs(
         breakdown_png: dir.join("batch_time_breakdown.png"),
         total_png: dir.join("total_batch_time.png"),
         pie_png: dir.join("time_distribution_pie.png"),
+        pipeline_png: dir.join("pipeline_breakdown.png"),
         config_yaml: dir.join("benchmark_config.yaml"),
     };
     let summary = run.summary();
@@ -94,11 +103,12 @@ pub fn write_outputs(
         final_loss_scale: run.final_scale,
         advice: summary.advice().map(str::to_string),
         summary,
+        pipeline: run.pipeline.clone(),
     };
     write_yaml(&files.summary_yaml, &file)?;
     write(&files.results_csv, &csv(&run.timings))?;
     write_yaml(&files.config_yaml, resolved_config)?;
-    super::plots::write_plots(&run.timings, &file.summary, &files)?;
+    super::plots::write_plots(&run.timings, &file.summary, file.pipeline.as_ref(), &files)?;
     Ok((file, files))
 }
 
@@ -145,6 +155,7 @@ fn csv(timings: &[BatchTiming]) -> String {
 /// let file = SummaryFile {
 ///     model: "m".into(), device: "cpu".into(), precision: "32".into(), batch_size: 4,
 ///     epochs: 1, skipped_steps: 0, final_loss_scale: None, advice: None, summary: Summary::default(),
+///     pipeline: None,
 /// };
 /// assert!(print_table(&file).contains("forward"));
 /// ```
@@ -200,6 +211,9 @@ pub fn print_table(file: &SummaryFile) -> String {
             b.name(),
             s.get(b).share_pct
         );
+    }
+    if let Some(p) = &file.pipeline {
+        let _ = writeln!(out, "{}", p.line);
     }
     out
 }

@@ -1,10 +1,11 @@
-//! The three PNG plots: stacked bars per batch, total time per batch, and a
-//! pie of the average shares.
+//! The four PNG plots: stacked bars per batch, total time per batch, a pie
+//! of the average shares, and bars of the data time by pipeline operator.
 //!
 //! Text is drawn with a font embedded in the crate (DejaVu Sans Mono, see
 //! `assets/DejaVu-LICENSE.txt`), so plotting needs no system fonts.
 
 use super::outputs::OutputFiles;
+use super::pipeline::PipelineBreakdown;
 use super::summary::Summary;
 use super::timer::{BatchTiming, Phase};
 use crate::error::{Error, Result};
@@ -40,13 +41,20 @@ fn plot_err(path: &Path) -> impl Fn(Box<dyn std::error::Error + '_>) -> Error + 
     move |e| Error::output(path, e)
 }
 
-/// Writes `batch_time_breakdown.png`, `total_batch_time.png` and
-/// `time_distribution_pie.png` to the paths in `files`.
-pub fn write_plots(timings: &[BatchTiming], summary: &Summary, files: &OutputFiles) -> Result<()> {
+/// Writes `batch_time_breakdown.png`, `total_batch_time.png`,
+/// `time_distribution_pie.png` and `pipeline_breakdown.png` to the paths in
+/// `files`. Without a `pipeline` breakdown the fourth plot says so.
+pub fn write_plots(
+    timings: &[BatchTiming],
+    summary: &Summary,
+    pipeline: Option<&PipelineBreakdown>,
+    files: &OutputFiles,
+) -> Result<()> {
     register();
     breakdown(timings, &files.breakdown_png).map_err(plot_err(&files.breakdown_png))?;
     totals(timings, &files.total_png).map_err(plot_err(&files.total_png))?;
     pie(summary, &files.pie_png).map_err(plot_err(&files.pie_png))?;
+    operators(pipeline, &files.pipeline_png).map_err(plot_err(&files.pipeline_png))?;
     Ok(())
 }
 
@@ -160,6 +168,75 @@ fn pie(summary: &Summary, path: &Path) -> PlotResult {
     pie.label_style((FONT, 18).into_font().color(&BLACK));
     pie.percentages((FONT, 16).into_font().color(&WHITE));
     title.draw(&pie)?;
+    root.present()?;
+    Ok(())
+}
+
+fn operators(pipeline: Option<&PipelineBreakdown>, path: &Path) -> PlotResult {
+    let root = BitMapBackend::new(path, PLOT_SIZE).into_drawing_area();
+    root.fill(&WHITE)?;
+    // Operators first, then fetch's opening and reading, drawn lighter since
+    // they are parts of fetch's bar rather than extra to it.
+    let mut bars: Vec<(String, f64, bool)> = Vec::new();
+    let data_ms = pipeline.map_or(0.0, |p| p.data_mean_ms);
+    if let Some(p) = pipeline {
+        bars.extend(
+            p.operators
+                .iter()
+                .map(|o| (format!("{}@{}", o.name, o.position), o.share, false)),
+        );
+        if let Some(f) = &p.fetch {
+            bars.push(("fetch open".into(), f.open_share, true));
+            bars.push(("fetch read".into(), f.read_share, true));
+        }
+    }
+    let caption = match pipeline {
+        Some(p) => format!(
+            "Data time ({:.1}% of the step) by pipeline operator",
+            100.0 * p.data_share_of_step
+        ),
+        None => "Data time by pipeline operator (no per-operator tracking)".into(),
+    };
+    let n = bars.len().max(1) as f64;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(caption, (FONT, 24))
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(-0.5..n - 0.5, 0.0..110.0)?;
+    let names: Vec<String> = bars.iter().map(|b| b.0.clone()).collect();
+    let label = move |x: &f64| {
+        let i = x.round();
+        if (x - i).abs() < 1e-6 && i >= 0.0 {
+            names.get(i as usize).cloned().unwrap_or_default()
+        } else {
+            String::new()
+        }
+    };
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(bars.len().max(1))
+        .x_label_formatter(&label)
+        .y_desc("% of the pipeline's busy time")
+        .label_style((FONT, 14))
+        .draw()?;
+    chart.draw_series(bars.iter().enumerate().map(|(i, (_, share, part))| {
+        let x = i as f64;
+        let color = if *part {
+            COLORS[0].mix(0.4)
+        } else {
+            COLORS[0].mix(1.0)
+        };
+        Rectangle::new([(x - 0.35, 0.0), (x + 0.35, 100.0 * share)], color.filled())
+    }))?;
+    chart.draw_series(bars.iter().enumerate().map(|(i, (_, share, _))| {
+        Text::new(
+            format!("{:.1}% ({:.3} ms)", 100.0 * share, share * data_ms),
+            (i as f64 - 0.3, 100.0 * share + 4.0),
+            (FONT, 14),
+        )
+    }))?;
     root.present()?;
     Ok(())
 }

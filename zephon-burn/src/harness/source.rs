@@ -3,7 +3,7 @@
 use crate::error::{Error, Result};
 use burn::data::dataloader::DataLoader;
 use std::sync::Arc;
-use zephon_core::BlockingIter;
+use zephon_core::{BlockingIter, Observer, Tracking};
 
 /// A source of batches, one pass per epoch.
 pub trait BatchSource<B> {
@@ -13,6 +13,16 @@ pub trait BatchSource<B> {
     /// Batches per epoch, when known (for the progress bar).
     fn batches_per_epoch(&self) -> Option<usize> {
         None
+    }
+
+    /// Turns the pipeline's own observability on at `tracking` for the
+    /// epochs that follow, forgetting the observers of earlier runs.
+    /// Sources without a Zephon pipeline ignore it.
+    fn set_tracking(&mut self, _tracking: Tracking) {}
+
+    /// One observer per epoch run with tracking on, oldest first.
+    fn observers(&self) -> &[Observer] {
+        &[]
     }
 }
 
@@ -31,12 +41,15 @@ pub trait BatchSource<B> {
 pub struct PipelineSource<F> {
     build: F,
     batches: Option<usize>,
+    tracking: Tracking,
+    observers: Vec<Observer>,
 }
 
 impl<F> std::fmt::Debug for PipelineSource<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PipelineSource")
             .field("batches", &self.batches)
+            .field("tracking", &self.tracking)
             .finish_non_exhaustive()
     }
 }
@@ -47,6 +60,8 @@ impl<F> PipelineSource<F> {
         PipelineSource {
             build,
             batches: None,
+            tracking: Tracking::Off,
+            observers: Vec::new(),
         }
     }
 
@@ -62,12 +77,25 @@ where
     F: FnMut(usize) -> zephon_core::Result<BlockingIter<B>>,
 {
     fn epoch(&mut self, epoch: usize) -> Result<Box<dyn Iterator<Item = Result<B>> + '_>> {
-        let it = (self.build)(epoch)?;
+        let mut it = (self.build)(epoch)?;
+        // Before the first `next()`, or the pipeline starts unobserved.
+        if self.tracking != Tracking::Off {
+            self.observers.push(it.enable_observability(self.tracking));
+        }
         Ok(Box::new(it.map(|r| r.map_err(Error::from))))
     }
 
     fn batches_per_epoch(&self) -> Option<usize> {
         self.batches
+    }
+
+    fn set_tracking(&mut self, tracking: Tracking) {
+        self.tracking = tracking;
+        self.observers.clear();
+    }
+
+    fn observers(&self) -> &[Observer] {
+        &self.observers
     }
 }
 
