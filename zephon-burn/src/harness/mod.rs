@@ -7,6 +7,11 @@
 //! to the phase that queued the work. The first `warmup_batches` are recorded
 //! but kept out of the summary.
 //!
+//! With a Zephon pipeline as the source, the harness also turns on the
+//! pipeline's per-operator tracking ([`HarnessConfig::tracking`]), so the
+//! data time can be charged to the operator that spends it
+//! ([`PipelineBreakdown`], in [`TimingRun::pipeline`]).
+//!
 //! ```
 //! use burn::optim::AdamConfig;
 //! use zephon_burn::harness::{self, HarnessConfig};
