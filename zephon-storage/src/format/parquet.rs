@@ -1,11 +1,15 @@
 //! Apache Parquet shards (Hugging Face datasets, FineWeb): rows are samples.
 //!
 //! The footer is parsed once per shard. A read decodes only the row groups
-//! its samples fall in (a few recently decoded groups are kept, so shuffled
-//! reads within a group decode it once), and only the projected columns
+//! its samples fall in, each at most once per read whatever the order of
+//! its samples, and only the projected columns
 //! ([`FormatOptions::columns`](super::FormatOptions::columns)); a local
 //! shard is memory-mapped, so only those groups' column chunks are read
-//! from disk.
+//! from disk. Decoded groups are kept, most recently used first, up to
+//! [`DECODED_BUDGET`] bytes per shard: a within-shard shuffle touches every
+//! group of the shard in every read, so a cache of a fixed few groups would
+//! decode a group again for nearly every read once the shard has more
+//! groups than that.
 //!
 //! Arrow types map to values: strings -> text, integers -> int, floats ->
 //! float, booleans, binary -> bytes, lists of integers -> token ids
@@ -38,7 +42,11 @@ pub struct ParquetIndex {
     projection: Option<Vec<usize>>,
     /// `starts[g]` is the first row of row group `g`; the last entry is the row count.
     starts: Vec<u64>,
-    recent: Mutex<Vec<(usize, Arc<RecordBatch>)>>,
+    recent: Mutex<Recent>,
+    /// Bytes of decoded groups `recent` may hold ([`DECODED_BUDGET`]).
+    budget: usize,
+    /// Rows decoded so far, which tests hold to a bound.
+    decoded: std::sync::atomic::AtomicU64,
 }
 
 impl ParquetIndex {
@@ -72,7 +80,9 @@ impl ParquetIndex {
             meta,
             projection,
             starts,
-            recent: Mutex::new(Vec::new()),
+            recent: Mutex::new(Recent::default()),
+            budget: DECODED_BUDGET,
+            decoded: Default::default(),
         })
     }
 
@@ -81,19 +91,18 @@ impl ParquetIndex {
         self.starts.len() - 1
     }
 
+    #[cfg(test)]
+    fn decoded_rows(&self) -> u64 {
+        self.decoded.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Row group `g`, decoded (projected columns only), from the small
     /// cache of recent groups or read now. Shuffled reads touch a few rows of
     /// a group at a time; decoding the group once for all of them, rather
     /// than its pages once per read, is what keeps them fast.
     fn group(&self, data: &Bytes, g: usize) -> FormatResult<Arc<RecordBatch>> {
-        if let Some((_, b)) = self
-            .recent
-            .lock()
-            .expect("poisoned")
-            .iter()
-            .find(|(k, _)| *k == g)
-        {
-            return Ok(b.clone());
+        if let Some(b) = self.recent.lock().expect("poisoned").get(g) {
+            return Ok(b);
         }
         let mut builder =
             ParquetRecordBatchReaderBuilder::new_with_metadata(data.clone(), self.meta.clone())
@@ -119,17 +128,50 @@ impl ParquetIndex {
                 batch.num_rows()
             ));
         }
-        let mut recent = self.recent.lock().expect("poisoned");
-        if recent.len() >= RECENT_GROUPS {
-            recent.remove(0);
-        }
-        recent.push((g, batch.clone()));
+        self.decoded
+            .fetch_add(rows as u64, std::sync::atomic::Ordering::Relaxed);
+        self.recent
+            .lock()
+            .expect("poisoned")
+            .insert(g, batch.clone(), self.budget);
         Ok(batch)
     }
 }
 
-/// Decoded row groups kept per shard.
-const RECENT_GROUPS: usize = 4;
+/// Bytes of decoded row groups kept per shard. The group just decoded is
+/// kept even when it alone is larger, so a read never decodes a group twice.
+pub const DECODED_BUDGET: usize = 64 << 20;
+
+/// Decoded row groups, least recently used first, with their total size.
+#[derive(Debug, Default)]
+struct Recent {
+    groups: Vec<(usize, Arc<RecordBatch>, usize)>,
+    bytes: usize,
+}
+
+impl Recent {
+    fn get(&mut self, g: usize) -> Option<Arc<RecordBatch>> {
+        let at = self.groups.iter().position(|(k, _, _)| *k == g)?;
+        let entry = self.groups.remove(at);
+        let batch = entry.1.clone();
+        self.groups.push(entry);
+        Some(batch)
+    }
+
+    fn insert(&mut self, g: usize, batch: Arc<RecordBatch>, budget: usize) {
+        // Another reader may have decoded the same group meanwhile.
+        if self.get(g).is_some() {
+            return;
+        }
+        let size = batch.get_array_memory_size();
+        self.groups.push((g, batch, size));
+        self.bytes += size;
+        while self.bytes > budget && self.groups.len() > 1 {
+            let (_, _, freed) = self.groups.remove(0);
+            self.bytes -= freed;
+        }
+    }
+}
 
 fn record(batch: &RecordBatch, r: usize) -> Record {
     Record::from_fields(
@@ -222,20 +264,153 @@ impl ShardIndex for ParquetIndex {
     }
 
     fn decode(&self, data: &Bytes, indices: &[u64]) -> FormatResult<Vec<Record>> {
-        let mut out = Vec::with_capacity(indices.len());
+        // Shuffled samples alternate between groups; visiting them group by
+        // group fetches each group once per read even when the cache cannot
+        // hold them all.
+        let groups: Vec<usize> = indices
+            .iter()
+            .map(|&i| self.starts.partition_point(|&s| s <= i) - 1)
+            .collect();
+        let mut order: Vec<usize> = (0..indices.len()).collect();
+        order.sort_by_key(|&k| groups[k]);
+        let mut out: Vec<Option<Record>> = vec![None; indices.len()];
         let mut current: Option<(usize, Arc<RecordBatch>)> = None;
-        for &i in indices {
-            let g = self.starts.partition_point(|&s| s <= i) - 1;
+        for k in order {
+            let g = groups[k];
             let batch = match &current {
-                Some((k, b)) if *k == g => b.clone(),
+                Some((c, b)) if *c == g => b.clone(),
                 _ => {
                     let b = self.group(data, g)?;
                     current = Some((g, b.clone()));
                     b
                 }
             };
-            out.push(record(&batch, (i - self.starts[g]) as usize));
+            out[k] = Some(record(&batch, (indices[k] - self.starts[g]) as usize));
         }
-        Ok(out)
+        Ok(out
+            .into_iter()
+            .map(|r| r.expect("every position is visited"))
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use parquet::arrow::ArrowWriter;
+    use parquet::file::properties::WriterProperties;
+
+    const GROUP: usize = 1000;
+    const GROUPS: usize = 10;
+    const ROWS: usize = GROUP * GROUPS;
+
+    fn text(i: usize) -> String {
+        format!("row {i} {}", "lorem ipsum ".repeat(1 + i % 7))
+    }
+
+    fn shard() -> Bytes {
+        use arrow_array::{ArrayRef, Int64Array, StringArray};
+        let batch = RecordBatch::try_from_iter([
+            (
+                "id",
+                Arc::new(Int64Array::from_iter_values(0..ROWS as i64)) as ArrayRef,
+            ),
+            (
+                "text",
+                Arc::new(StringArray::from_iter_values((0..ROWS).map(text))) as ArrayRef,
+            ),
+        ])
+        .unwrap();
+        let props = WriterProperties::builder()
+            .set_max_row_group_size(GROUP)
+            .build();
+        let mut out = Vec::new();
+        let mut w = ArrowWriter::try_new(&mut out, batch.schema(), Some(props)).unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+        Bytes::from(out)
+    }
+
+    /// A fixed pseudo-random permutation of `0..n` (Fisher-Yates over an LCG),
+    /// so the test needs no random crate and is the same on every run.
+    fn shuffled(n: usize, mut seed: u64) -> Vec<usize> {
+        let mut v: Vec<usize> = (0..n).collect();
+        for i in (1..n).rev() {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            v.swap(i, (seed >> 33) as usize % (i + 1));
+        }
+        v
+    }
+
+    /// Reads `calls` (each a list of sample indices) through a fresh index
+    /// and checks every record; returns the rows decoded.
+    fn read_all(data: &Bytes, calls: &[Vec<u64>]) -> u64 {
+        let index = ParquetIndex::open(data, None).unwrap();
+        assert_eq!(index.row_groups(), GROUPS);
+        let mut seen = 0;
+        for call in calls {
+            let records = index.decode(data, call).unwrap();
+            assert_eq!(records.len(), call.len());
+            for (&i, r) in call.iter().zip(&records) {
+                assert_eq!(r.get("id"), Some(&Value::Int(i as i64)));
+                assert_eq!(r.get("text"), Some(&Value::Text(text(i as usize))));
+            }
+            seen += call.len();
+        }
+        assert_eq!(seen, ROWS);
+        index.decoded_rows()
+    }
+
+    #[test]
+    fn groups_over_the_budget_are_dropped_and_each_read_decodes_a_group_once() {
+        let data = shard();
+        let mut index = ParquetIndex::open(&data, None).unwrap();
+        index.budget = 0;
+        let mut bound = 0;
+        for call in shuffled(ROWS, 3).chunks(256) {
+            let call: Vec<u64> = call.iter().map(|&i| i as u64).collect();
+            let records = index.decode(&data, &call).unwrap();
+            for (&i, r) in call.iter().zip(&records) {
+                assert_eq!(r.get("id"), Some(&Value::Int(i as i64)));
+            }
+            let mut groups: Vec<u64> = call.iter().map(|&i| i / GROUP as u64).collect();
+            groups.sort_unstable();
+            groups.dedup();
+            bound += groups.len() as u64 * GROUP as u64;
+            assert_eq!(index.recent.lock().unwrap().groups.len(), 1);
+        }
+        assert!(index.decoded_rows() <= bound);
+    }
+
+    #[test]
+    fn every_sample_in_any_order_decodes_each_row_group_about_once() {
+        let data = shard();
+        let runs: Vec<Vec<u64>> = (0..ROWS as u64)
+            .step_by(256)
+            .map(|s| (s..(s + 256).min(ROWS as u64)).collect())
+            .collect();
+        let mut shuffled_runs = runs.clone();
+        let order = shuffled(runs.len(), 7);
+        for (k, &j) in order.iter().enumerate() {
+            shuffled_runs[k] = runs[j].clone();
+        }
+        // What a within-shard shuffle issues: random samples, 256 per call.
+        let random: Vec<Vec<u64>> = shuffled(ROWS, 11)
+            .chunks(256)
+            .map(|c| c.iter().map(|&i| i as u64).collect())
+            .collect();
+        for (what, calls) in [
+            ("runs in order", runs),
+            ("runs in shuffled order", shuffled_runs),
+            ("shuffled samples", random),
+        ] {
+            let decoded = read_all(&data, &calls);
+            assert!(
+                decoded <= 2 * ROWS as u64,
+                "{what}: decoded {decoded} rows to read a shard of {ROWS}"
+            );
+        }
     }
 }
