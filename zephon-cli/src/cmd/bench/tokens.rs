@@ -16,6 +16,7 @@
 //! throughput and time to first batch as ratios to each peer.
 
 use super::mem::PeakRss;
+use super::stats::round3;
 use anyhow::{Context, Result, bail, ensure};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -262,10 +263,6 @@ fn measure_peer(cmd: &str) -> Result<Run> {
         seconds,
         peak_anon,
     })
-}
-
-fn round3(x: f64) -> f64 {
-    (x * 1000.0).round() / 1000.0
 }
 
 fn mb(bytes: u64) -> f64 {
