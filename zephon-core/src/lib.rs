@@ -41,6 +41,7 @@
 #![warn(missing_docs)]
 
 pub mod checkpoint;
+pub mod context;
 pub mod dataset;
 pub mod error;
 pub mod ext;
@@ -53,6 +54,7 @@ pub mod runner;
 pub mod settings;
 pub mod work;
 
+pub use context::{PipelineContext, in_context};
 pub use dataset::{Catalog, Dataset, InMemoryShard, Shard};
 pub use error::{BoxError, Error, Result};
 pub use ext::{PipelineExt, RecordBatch};

@@ -777,16 +777,17 @@ fn an_uncuttable_operator_makes_the_lanes_replay() {
     use futures::{Stream, StreamExt};
     use std::pin::Pin;
     use std::task::{Context, Poll};
-    use zephon_core::checkpoint::cut::Uncuttable;
+    use zephon_core::context::CutRole;
+    use zephon_core::obs::Probe;
 
     struct Opaque<S> {
         inner: S,
-        gate: Uncuttable,
+        probe: Probe,
     }
     impl<S: Stream<Item = Result<Record, Error>> + Unpin> Stream for Opaque<S> {
         type Item = Result<Record, Error>;
         fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-            if let Err(e) = self.gate.check("opaque") {
+            if let Err(e) = self.probe.join("opaque", 1, None, || CutRole::Uncuttable) {
                 return Poll::Ready(Some(Err(e)));
             }
             self.inner.poll_next_unpin(cx)
@@ -800,7 +801,7 @@ fn an_uncuttable_operator_makes_the_lanes_replay() {
         let until = progress.steps() + steps;
         let opaque = Opaque {
             inner: ws.stream().fetch(2).boxed(),
-            gate: Uncuttable::default(),
+            probe: Probe::default(),
         };
         let it = opaque
             .shuffle(shape.buffer, shape.mode, shape.seed)

@@ -12,6 +12,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
+use zephon_core::obs::Probe;
 use zephon_core::settings::{BUFFER_SIZE, PARALLELISM};
 use zephon_core::{Catalog, Catalogued, Error, Observer, Result, SamplePtr, Shard};
 
@@ -102,7 +103,7 @@ pub struct Prefetch<S> {
     in_flight: FuturesUnordered<Warming>,
     metrics: Arc<PrefetchMetrics>,
     done: bool,
-    registered: bool,
+    probe: Probe,
     // An out-of-range setting, reported by the first poll (a chain method
     // cannot return it).
     invalid: Option<Error>,
@@ -143,7 +144,7 @@ impl<S> Prefetch<S> {
             seen: HashSet::new(),
             in_flight: FuturesUnordered::new(),
             metrics: Arc::new(PrefetchMetrics::default()),
-            registered: false,
+            probe: Probe::default(),
             done: false,
         }
     }
@@ -206,8 +207,12 @@ where
             *this.done = true;
             return Poll::Ready(Some(Err(e)));
         }
-        if !*this.registered {
-            *this.registered = true;
+        if !this.probe.attached() {
+            this.probe.attach(
+                "prefetch",
+                *this.parallelism,
+                Some(*this.buffer_size as u64),
+            );
             if let Some(obs) = Observer::current() {
                 let (metrics, catalog) = (this.metrics.clone(), this.catalog.clone());
                 obs.register_prefetch(move || timing_snapshot(&metrics, &catalog));
@@ -226,6 +231,7 @@ where
                     {
                         this.queued.push_back((p.dataset, p.shard));
                     }
+                    this.probe.input();
                     this.buffer.push_back(item);
                 }
                 Poll::Ready(None) => *this.done = true,
@@ -274,10 +280,22 @@ where
                 }
             }
         }
+        if let Some(s) = this.probe.stats() {
+            s.max_queue.observe(this.buffer.len() as u64);
+        }
         match this.buffer.pop_front() {
-            Some(item) => Poll::Ready(Some(item)),
-            None if *this.done => Poll::Ready(None),
-            None => Poll::Pending,
+            Some(item) => {
+                this.probe.output();
+                Poll::Ready(Some(item))
+            }
+            None if *this.done => {
+                this.probe.finish();
+                Poll::Ready(None)
+            }
+            None => {
+                this.probe.input_pending();
+                Poll::Pending
+            }
         }
     }
 

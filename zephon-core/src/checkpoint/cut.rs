@@ -3,8 +3,9 @@
 //! replaying the lane from its start.
 //!
 //! Every stateful operator of a checkpointed pipeline (shuffle, mixture,
-//! packing, batch, and filters) registers a [`CutSource`] on the pipeline's [`Board`] when it is
-//! first polled. When `batch` finishes a lane-batch it asks the board for the
+//! packing, batch, and filters) attaches to the
+//! [pipeline context](crate::context) with a [`CutSource`] when it is first
+//! polled, which puts it on the pipeline's [`Board`]. When `batch` finishes a lane-batch it asks the board for the
 //! lane's [`LaneCut`] and the batch carries it to the consumer, where
 //! [`Progress`](super::Progress) keeps the latest one per lane. A restore puts
 //! the cuts back on the board: the work source emits, per lane, a short
@@ -27,9 +28,9 @@
 //! them again first, any other operator's lane is replayed. Where the check
 //! fails (a map that changes lineage), or where
 //! an operator that cannot be cut sits in the pipeline (a filter between two
-//! stateful operators, or an operator of another crate registered as
-//! [`Uncuttable`]), the restore replays the lane instead: slower, equally
-//! exact.
+//! stateful operators, or an operator of another crate attached as
+//! [`CutRole::Uncuttable`](crate::context::CutRole::Uncuttable)), the
+//! restore replays the lane instead: slower, equally exact.
 
 use crate::error::{Error, Result};
 use crate::ops::shuffle::ShuffleMode;
@@ -296,10 +297,6 @@ impl std::fmt::Debug for Board {
     }
 }
 
-tokio::task_local! {
-    static BOARD: Arc<Board>;
-}
-
 impl Board {
     /// A board restoring `restore` (empty for a fresh start).
     pub fn new(restore: BTreeMap<LaneId, Arc<LaneCut>>) -> Arc<Self> {
@@ -311,23 +308,10 @@ impl Board {
         })
     }
 
-    /// The board of the pipeline being polled, if it is checkpointed.
+    /// The board of the pipeline being polled, if it is checkpointed (it
+    /// travels in the [`PipelineContext`](crate::context::PipelineContext)).
     pub fn current() -> Option<Arc<Board>> {
-        BOARD.try_with(Arc::clone).ok()
-    }
-
-    /// Runs `f` with this board as the current one.
-    pub fn enter<R>(self: &Arc<Self>, f: impl FnOnce() -> R) -> R {
-        BOARD.sync_scope(self.clone(), f)
-    }
-
-    /// Wraps `fut` so that it runs with this board as the current one (for
-    /// tasks a pipeline spawns).
-    pub fn scope_future<F: Future>(
-        self: &Arc<Self>,
-        fut: F,
-    ) -> impl Future<Output = F::Output> + use<F> {
-        BOARD.scope(self.clone(), fut)
+        crate::context::PipelineContext::current().and_then(|c| c.board().cloned())
     }
 
     /// Registers a stateful operator (in first-poll order, which is pipeline
@@ -525,29 +509,5 @@ impl Restoring {
     /// `lane`'s restore is over.
     pub fn done(&mut self, lane: LaneId) {
         self.lanes.remove(&lane);
-    }
-}
-
-/// For an operator a cut cannot describe (it holds state of its own, or it
-/// is not one-to-one, like a filter): on its first poll it registers on the
-/// pipeline's board, so the checkpoints of that pipeline replay lanes
-/// instead of cutting them.
-#[derive(Debug, Default)]
-pub struct Uncuttable {
-    looked: bool,
-}
-
-impl Uncuttable {
-    /// Registers `name` on the first call; free afterwards.
-    #[inline]
-    pub fn check(&mut self, name: &'static str) -> Result<()> {
-        if self.looked {
-            return Ok(());
-        }
-        self.looked = true;
-        match Board::current() {
-            Some(b) => b.register(name, None).map(|_| ()),
-            None => Ok(()),
-        }
     }
 }

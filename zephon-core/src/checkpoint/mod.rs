@@ -31,8 +31,8 @@
 //! A lane without a cut is replayed instead: [`ResumeFrom`] rebuilds it
 //! from the lane's start and drops what was already delivered. That happens
 //! when the pipeline holds state a cut cannot describe (a filter between two
-//! stateful operators, an operator registered as
-//! [`Uncuttable`](cut::Uncuttable)), or when the checkpoint's cut does not
+//! stateful operators, an operator attached as
+//! [`CutRole::Uncuttable`](crate::context::CutRole::Uncuttable)), or when the checkpoint's cut does not
 //! match the work source (checked before anything is emitted). Filters
 //! upstream of every stateful operator are cut: they say how many elements
 //! they read per lane, and a shuffle below them lists its buffer

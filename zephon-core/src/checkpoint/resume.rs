@@ -3,6 +3,7 @@
 
 use super::cut::Board;
 use super::progress::{Delivered, Progress};
+use crate::context::{Layered, PipelineContext};
 use crate::error::{Error, Result};
 use crate::obs::{Explain, Probe, StageDescription};
 use crate::ops::lane_mux::LaneMux;
@@ -16,7 +17,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 /// The restore point of a checkpointed pipeline: it installs the pipeline's
-/// checkpoint board (on which shuffle, packing and batch register, and from
+/// checkpoint board in the [pipeline context](crate::context) (on which shuffle, packing and batch register, and from
 /// which batches take their lane cuts), puts a checkpoint's cuts back on it,
 /// and drops, lane by lane, the leading batches of lanes that are replayed
 /// rather than restored from a cut (see [`checkpoint`](super)).
@@ -72,6 +73,9 @@ pub struct ResumeFrom<S> {
     /// it, batches take their lane cuts from it, and a restore puts cuts back
     /// on it.
     board: Arc<Board>,
+    /// The pipeline context the board travels in, around every poll of
+    /// the inner stream.
+    ctx: Layered,
     /// Lanes restored from a cut rather than replayed (until the first
     /// element confirms the work source accepted the cuts).
     cut_lanes: Vec<LaneId>,
@@ -91,6 +95,7 @@ impl<S> ResumeFrom<S> {
             seen: BTreeMap::new(),
             probe: Probe::default(),
             board: Board::new(progress.cuts().clone()),
+            ctx: Layered::default(),
             cut_lanes: progress.cuts().keys().copied().collect(),
             settled: false,
         }
@@ -122,8 +127,12 @@ where
         let mut this = self.project();
         this.probe.attach("resume_from", 1, None);
         loop {
-            let board = this.board.clone();
-            let polled = board.enter(|| this.inner.as_mut().poll_next(cx));
+            let board = &*this.board;
+            let ctx = this.ctx.get(|outer| match outer {
+                Some(o) => o.with_board(board.clone()),
+                None => PipelineContext::new(None, Some(board.clone())),
+            });
+            let polled = ctx.enter(|| this.inner.as_mut().poll_next(cx));
             if !*this.settled && !matches!(polled, Poll::Pending) {
                 // The work source has looked at the cuts by now: lanes it
                 // restores from a cut have nothing to drop.

@@ -25,10 +25,11 @@
 //!   delivery in 8; the time between two reads is exact, and its split into
 //!   waiting and working is the timed delivery's. Totals are published every
 //!   16 deliveries.
-//! - Under the threads runner the observer is entered on the first poll of
-//!   the task that drives the pipeline, which reaches every operator of the
-//!   chain; an operator first polled later (one a `flat_map` creates as it
-//!   goes) is not observed there.
+//! - The observer travels in the [pipeline context](crate::context), which
+//!   the task driving the pipeline enters on every poll (one poll hands over
+//!   up to a chunk of items under the threads runner), so an operator first
+//!   polled late (the second half of a `chain`, one a `flat_map` creates as
+//!   it goes) is observed too.
 //!
 //! `zephon bench engine` measures the cost on the cheapest pipeline there is
 //! (in-memory records, fetch and batch, each configuration in a process of
@@ -84,10 +85,6 @@ impl std::str::FromStr for Tracking {
             )),
         }
     }
-}
-
-tokio::task_local! {
-    static CURRENT: Observer;
 }
 
 type PrefetchSource = Arc<dyn Fn() -> PrefetchTimingSnapshot + Send + Sync>;
@@ -160,23 +157,10 @@ impl Observer {
         self.0.tracking
     }
 
-    /// The observer of the pipeline being polled on this task, if any.
+    /// The observer of the pipeline being polled on this task, if any (see
+    /// [`PipelineContext`](crate::context::PipelineContext)).
     pub fn current() -> Option<Observer> {
-        CURRENT
-            .try_with(|o| o.clone())
-            .ok()
-            .filter(|o| o.0.tracking != Tracking::Off)
-    }
-
-    /// Runs `f` with this observer as the current one.
-    pub fn enter<R>(&self, f: impl FnOnce() -> R) -> R {
-        CURRENT.sync_scope(self.clone(), f)
-    }
-
-    /// Wraps `fut` so that it runs with this observer as the current one
-    /// (for tasks a pipeline spawns).
-    pub fn scope_future<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> + use<F> {
-        CURRENT.scope(self.clone(), fut)
+        crate::context::PipelineContext::current().and_then(|c| c.observer().cloned())
     }
 
     /// Wraps a stream so that it is polled under this observer.

@@ -1,6 +1,7 @@
 //! `Observed`: polls a pipeline under an observer.
 
 use super::Observer;
+use crate::context::Layered;
 use futures::Stream;
 use pin_project::pin_project;
 use std::fmt;
@@ -8,8 +9,8 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-/// Polls the inner stream with `observer` as the current observer, so the
-/// operators inside find it; optionally times the consumer (the code that
+/// Polls the inner stream in a [pipeline context](crate::context) with
+/// `observer` as its observer, so the operators inside register with it; optionally times the consumer (the code that
 /// polls this stream), for async training loops.
 #[pin_project]
 #[must_use = "streams do nothing unless polled"]
@@ -17,6 +18,7 @@ pub struct Observed<S> {
     #[pin]
     inner: S,
     observer: Observer,
+    ctx: Layered,
     time_consumer: bool,
     asked: Option<Instant>,
     returned: Option<Instant>,
@@ -28,6 +30,7 @@ impl<S> Observed<S> {
         Observed {
             inner,
             observer,
+            ctx: Layered::default(),
             time_consumer: true,
             asked: None,
             returned: None,
@@ -45,11 +48,27 @@ impl<S> Observed<S> {
     pub fn observer(&self) -> &Observer {
         &self.observer
     }
+
+    /// The wrapped stream.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The wrapped stream, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The wrapped stream.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
 }
 
-impl<S> fmt::Debug for Observed<S> {
+impl<S: fmt::Debug> fmt::Debug for Observed<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Observed")
+            .field("inner", &self.inner)
             .field("observer", &self.observer)
             .finish_non_exhaustive()
     }
@@ -69,7 +88,12 @@ impl<S: Stream> Stream for Observed<S> {
             *this.asked = Some(now);
         }
         let inner = this.inner;
-        let out = this.observer.enter(|| inner.poll_next(cx));
+        let observer = &*this.observer;
+        let ctx = this.ctx.get(|outer| match outer {
+            Some(o) => o.with_observer(observer.clone()),
+            None => crate::context::PipelineContext::observing(observer),
+        });
+        let out = ctx.enter(|| inner.poll_next(cx));
         if *this.time_consumer
             && let Poll::Ready(Some(_)) = &out
         {

@@ -1,6 +1,7 @@
 //! Per-operator counters and the probe each operator carries.
 
-use super::Observer;
+use crate::context::{CutRole, Joined, PipelineContext};
+use crate::error::Result;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -111,12 +112,12 @@ impl OpStats {
     }
 }
 
-/// What an operator carries to report into the observer it runs under. Off,
-/// it costs one branch per element; it looks for an observer once, at the
-/// operator's first poll.
+/// What an operator carries to report into the pipeline it runs in. It
+/// attaches to the [`PipelineContext`] once, at the operator's first poll;
+/// off, it costs one branch per element.
 #[derive(Debug, Default)]
 pub struct Probe {
-    looked: bool,
+    attached: bool,
     stats: Option<std::sync::Arc<OpStats>>,
     pending_since: Option<Instant>,
     tick: u32,
@@ -130,8 +131,8 @@ pub struct Probe {
 const PUBLISH_EVERY: u32 = 64;
 
 impl Probe {
-    /// Registers with the current observer on the first call; the stats when
-    /// per-operator tracking is on.
+    /// Attaches a stateless operator to the current pipeline context on the
+    /// first call; the stats when per-operator tracking is on.
     #[inline]
     pub fn attach(
         &mut self,
@@ -139,14 +140,45 @@ impl Probe {
         parallelism: usize,
         capacity: Option<u64>,
     ) -> Option<&OpStats> {
-        if !self.looked {
-            self.looked = true;
-            self.stats = Observer::current().and_then(|o| o.operator(name, parallelism, capacity));
-            if let Some(s) = &self.stats {
-                let _ = s.started.set(Instant::now());
-            }
+        if !self.attached {
+            // A stateless operator's registration cannot fail.
+            let _ = self.join(name, parallelism, capacity, || CutRole::Stateless);
         }
         self.stats.as_deref()
+    }
+
+    /// Attaches an operator to the current pipeline context on the first
+    /// call, with its part in checkpoint cuts (`cut` is called only in a
+    /// checkpointed pipeline); `Ok(Some(_))` the first time only, and only
+    /// in a checkpointed pipeline where the operator is on the board. An
+    /// error (the checkpoint was written by another pipeline) is returned
+    /// once, by the first call.
+    #[inline]
+    pub fn join(
+        &mut self,
+        name: &'static str,
+        parallelism: usize,
+        capacity: Option<u64>,
+        cut: impl FnOnce() -> CutRole,
+    ) -> Result<Option<Joined>> {
+        if self.attached {
+            return Ok(None);
+        }
+        self.attached = true;
+        let Some(ctx) = PipelineContext::current() else {
+            return Ok(None);
+        };
+        let a = ctx.register(name, parallelism, capacity, cut)?;
+        self.stats = a.stats;
+        if let Some(s) = &self.stats {
+            let _ = s.started.set(Instant::now());
+        }
+        Ok(a.joined)
+    }
+
+    /// Whether the operator has attached (it was polled).
+    pub fn attached(&self) -> bool {
+        self.attached
     }
 
     /// The stats, if attached and on.

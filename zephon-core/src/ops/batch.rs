@@ -3,6 +3,7 @@
 use crate::checkpoint::cut::{
     Arrival, Board, CutContext, CutSource, LaneCut, OpCut, OpLaneCut, Restoring,
 };
+use crate::context::{CutRole, Joined};
 use crate::error::{Error, Result};
 use crate::obs::{Explain, Probe, StageDescription};
 use crate::pointer::{Identity, LaneId, Laned};
@@ -92,7 +93,6 @@ pub struct Batcher<S, T> {
     tail: VecDeque<Batch<T>>,
     done: bool,
     probe: Probe,
-    board_looked: bool,
     checkpoint: Option<Checkpointing>,
     // An out-of-range size, reported by the first poll (a chain method
     // cannot return it).
@@ -160,7 +160,6 @@ impl<S, T> Batcher<S, T> {
             tail: VecDeque::new(),
             done: false,
             probe: Probe::default(),
-            board_looked: false,
             checkpoint: None,
         }
     }
@@ -189,24 +188,23 @@ where
             *this.done = true;
             return Poll::Ready(Some(Err(e)));
         }
-        this.probe.attach("batch", 1, None);
-        if !*this.board_looked
-            && let Some(board) = {
-                *this.board_looked = true;
-                Board::current()
+        let mut lanes = None;
+        let joined = this.probe.join("batch", 1, None, || {
+            let l = Arc::new(BatchLanes::default());
+            let weak: std::sync::Weak<dyn CutSource> = Arc::downgrade(&l) as _;
+            lanes = Some(l);
+            CutRole::Source(weak)
+        });
+        match joined {
+            Ok(Some(Joined { board, plan })) => {
+                *this.checkpoint = Some(Checkpointing {
+                    restoring: Restoring::new(plan, board.clone()),
+                    board,
+                    lanes: lanes.expect("set by the registration"),
+                });
             }
-        {
-            let lanes = Arc::new(BatchLanes::default());
-            let weak: std::sync::Weak<dyn CutSource> = Arc::downgrade(&lanes) as _;
-            let plan = match board.register("batch", Some(weak)) {
-                Ok(p) => p,
-                Err(e) => return Poll::Ready(Some(Err(e))),
-            };
-            *this.checkpoint = Some(Checkpointing {
-                restoring: Restoring::new(plan, board.clone()),
-                board,
-                lanes,
-            });
+            Ok(None) => {}
+            Err(e) => return Poll::Ready(Some(Err(e))),
         }
         loop {
             if *this.done {

@@ -55,7 +55,6 @@ pub struct Fetch<S> {
     done: bool,
     probe: Probe,
     inst: Instruments,
-    looked: bool,
     // Out-of-range settings, reported by the first poll (a chain method
     // cannot return them).
     invalid: Option<Error>,
@@ -81,7 +80,6 @@ impl<S> Fetch<S> {
             done: false,
             probe: Probe::default(),
             inst: Instruments::default(),
-            looked: false,
         }
     }
 
@@ -207,8 +205,7 @@ where
             return Poll::Ready(Some(Err(e)));
         }
         let window = (*this.parallelism * *this.max_group) as u64;
-        if !*this.looked {
-            *this.looked = true;
+        if !this.probe.attached() {
             this.probe.attach("fetch", *this.parallelism, Some(window));
             // Cloned once here and per read group below, never per element.
             *this.inst = Instruments {

@@ -1,7 +1,7 @@
 //! `prefetch_batches`: finished elements buffered ahead of the consumer.
 
 use crate::error::{Error, Result};
-use crate::obs::{Explain, Observer, Probe, StageDescription};
+use crate::obs::{Explain, Probe, StageDescription};
 use futures::{FutureExt, Stream, StreamExt};
 use std::fmt;
 use std::pin::Pin;
@@ -141,17 +141,9 @@ where
                             }
                         }
                     };
-                    // The upstream runs on its own task: carry the observer
-                    // and the checkpoint board there.
-                    let drive: futures::future::BoxFuture<'static, ()> =
-                        match crate::checkpoint::cut::Board::current() {
-                            Some(board) => futures::FutureExt::boxed(board.scope_future(drive)),
-                            None => futures::FutureExt::boxed(drive),
-                        };
-                    let task = match Observer::current() {
-                        Some(obs) => handle.spawn(obs.scope_future(drive)),
-                        None => handle.spawn(drive),
-                    };
+                    // The upstream runs on its own task: carry the
+                    // pipeline context there.
+                    let task = handle.spawn(crate::context::in_context(drive));
                     State::Running { rx, task }
                 }
                 Err(_) => State::Inline(s),

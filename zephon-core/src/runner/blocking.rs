@@ -2,6 +2,7 @@
 //! hand-off from the threads runner, and the consumer's clock.
 
 use super::Runner;
+use crate::context::PipelineContext;
 use crate::error::{Error, Result};
 use crate::obs::{Observer, Tracking};
 use futures::{FutureExt, Stream, StreamExt};
@@ -116,7 +117,7 @@ impl<T> BlockingIter<T> {
                 obs.start();
             }
             if driven {
-                // The observer is entered once per poll of the driving
+                // The context is entered once per poll of the driving
                 // task, which hands over up to a chunk of items per poll,
                 // rather than once per item.
                 drive(runtime, Box::pin(stream), observer.cloned())
@@ -203,7 +204,7 @@ fn drive<T: Send + 'static>(
     };
     // One future type whether observed or not, so both run the same code.
     let task = runtime.spawn(InScope {
-        observer,
+        ctx: observer.as_ref().map(PipelineContext::observing),
         inner: Box::pin(driver),
     });
     Source::Driven {
@@ -230,10 +231,11 @@ fn ends_pipeline<T>(item: &Result<T>) -> bool {
     matches!(item, Err(e) if e.is_panic())
 }
 
-/// Polls `inner`, the first time with `observer`, if any, as the current
-/// observer.
+/// Polls `inner` in the pipeline context of `observer`, if any, on every
+/// poll: an operator first polled late (after a `chain` switches over, inside
+/// a `flat_map`) joins it too. One poll hands over up to a chunk of items.
 struct InScope<F> {
-    observer: Option<Observer>,
+    ctx: Option<PipelineContext>,
     inner: Pin<Box<F>>,
 }
 
@@ -245,12 +247,8 @@ impl<F: Future> Future for InScope<F> {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<F::Output> {
         let this = &mut *self;
-        // Operators look for the observer on their first poll, and the
-        // first poll of a pipeline reaches every operator of its chain before
-        // it returns; entering it on every later poll measured as 2% of a
-        // cheap pipeline's throughput.
-        match this.observer.take() {
-            Some(obs) => obs.enter(|| this.inner.as_mut().poll(cx)),
+        match &this.ctx {
+            Some(ctx) => ctx.enter(|| this.inner.as_mut().poll(cx)),
             None => this.inner.as_mut().poll(cx),
         }
     }

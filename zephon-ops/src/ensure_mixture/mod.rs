@@ -19,7 +19,8 @@ use std::fmt;
 use std::pin::Pin;
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
-use zephon_core::checkpoint::cut::{Arrival, Board, CutSource, Restoring};
+use zephon_core::checkpoint::cut::{Arrival, CutSource, Restoring};
+use zephon_core::context::{CutRole, Joined};
 use zephon_core::obs::{Explain, Probe, StageDescription};
 use zephon_core::settings::BUFFER_SIZE;
 use zephon_core::{Identity, Record, Result};
@@ -271,7 +272,6 @@ pub struct EnsureMixture<S> {
     state: Arc<Shared>,
     stats: Arc<TextStats>,
     probe: Probe,
-    board_looked: bool,
     restoring: Option<Restoring>,
     // An invalid configuration, reported by the first poll (a chain method
     // cannot return it).
@@ -289,7 +289,6 @@ impl<S> EnsureMixture<S> {
             state: Arc::default(),
             stats: Arc::new(TextStats::default()),
             probe: Probe::default(),
-            board_looked: false,
             restoring: None,
         }
     }
@@ -332,30 +331,25 @@ where
             this.state.lock().done = true;
             return Poll::Ready(Some(Err(e.into())));
         }
-        this.probe.attach(
+        let state = &*this.state;
+        let joined = this.probe.join(
             "ensure_mixture",
             1,
             Some(this.config.max_buffer_size as u64),
+            || CutRole::Source(Arc::downgrade(state) as Weak<dyn CutSource>),
         );
-        if !*this.board_looked
-            && let Some(board) = {
-                *this.board_looked = true;
-                Board::current()
-            }
-        {
-            let weak: Weak<dyn CutSource> = Arc::downgrade(this.state) as _;
-            match board.register("ensure_mixture", Some(weak)) {
-                Ok(plan) => {
-                    // Until a restoring lane is back, its state is the cut
-                    // itself (a batch may leave before that).
-                    let mut st = this.state.lock();
-                    for (&lane, (_, cut)) in &plan {
-                        st.restoring.insert(lane, (cut.clone(), 0));
-                    }
-                    *this.restoring = Some(Restoring::new(plan, board));
+        match joined {
+            Ok(Some(Joined { board, plan })) => {
+                // Until a restoring lane is back, its state is the cut
+                // itself (a batch may leave before that).
+                let mut st = this.state.lock();
+                for (&lane, (_, cut)) in &plan {
+                    st.restoring.insert(lane, (cut.clone(), 0));
                 }
-                Err(e) => return Poll::Ready(Some(Err(e))),
+                *this.restoring = Some(Restoring::new(plan, board));
             }
+            Ok(None) => {}
+            Err(e) => return Poll::Ready(Some(Err(e))),
         }
         loop {
             {

@@ -10,7 +10,8 @@ use std::fmt;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Context, Poll};
-use zephon_core::checkpoint::cut::{Arrival, Board, CutSource, Restoring};
+use zephon_core::checkpoint::cut::{Arrival, CutSource, Restoring};
+use zephon_core::context::{CutRole, Joined};
 use zephon_core::obs::{Explain, Probe, StageDescription};
 use zephon_core::{LaneId, Record, Result};
 
@@ -44,7 +45,6 @@ pub struct PackSequences<S> {
     packer: Arc<SharedPacker>,
     done: bool,
     probe: Probe,
-    board_looked: bool,
     restoring: Option<Restoring>,
     /// Documents of a restoring lane's cut that arrived so far.
     restored_docs: BTreeMap<LaneId, Vec<Record>>,
@@ -67,7 +67,6 @@ impl<S> PackSequences<S> {
             packer: Arc::new(SharedPacker(Mutex::new(Packer::new(config)))),
             done: false,
             probe: Probe::default(),
-            board_looked: false,
             restoring: None,
             restored_docs: BTreeMap::new(),
         }
@@ -113,21 +112,17 @@ where
             *this.done = true;
             return Poll::Ready(Some(Err(e.into())));
         }
-        this.probe.attach("pack_sequences", 1, None);
-        if !*this.board_looked
-            && let Some(board) = {
-                *this.board_looked = true;
-                Board::current()
+        let packer = &*this.packer;
+        let joined = this.probe.join("pack_sequences", 1, None, || {
+            CutRole::Source(Arc::downgrade(packer) as Weak<dyn CutSource>)
+        });
+        match joined {
+            Ok(Some(Joined { board, plan })) => {
+                lock(this.packer).track_cuts();
+                *this.restoring = Some(Restoring::new(plan, board));
             }
-        {
-            let weak: Weak<dyn CutSource> = Arc::downgrade(this.packer) as _;
-            match board.register("pack_sequences", Some(weak)) {
-                Ok(plan) => {
-                    lock(this.packer).track_cuts();
-                    *this.restoring = Some(Restoring::new(plan, board));
-                }
-                Err(e) => return Poll::Ready(Some(Err(e))),
-            }
+            Ok(None) => {}
+            Err(e) => return Poll::Ready(Some(Err(e))),
         }
         loop {
             {

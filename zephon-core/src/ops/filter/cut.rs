@@ -3,9 +3,11 @@
 //! a lane whose elements were filtered.
 
 use crate::checkpoint::cut::{
-    Arrival, Board, CutContext, CutSource, OpCut, OpLaneCut, Restoring, element_key, keyed_type,
+    Arrival, CutContext, CutSource, OpCut, OpLaneCut, Restoring, element_key, keyed_type,
 };
+use crate::context::{CutRole, Joined};
 use crate::error::{Error, Result};
+use crate::obs::Probe;
 use crate::pointer::LaneId;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -108,7 +110,6 @@ struct Checkpointing {
 /// The filter's checkpoint state: nothing outside a checkpointed pipeline.
 #[derive(Default)]
 pub(super) struct FilterCut {
-    looked: bool,
     state: Option<Checkpointing>,
 }
 
@@ -121,32 +122,39 @@ impl std::fmt::Debug for FilterCut {
 }
 
 impl FilterCut {
-    /// On the first call, registers with the pipeline's board, if any: as a
-    /// cuttable filter when its elements (of type `T`) can be described by
-    /// a cut, as an uncuttable operator otherwise.
+    /// On the first call, attaches the filter to the pipeline context
+    /// through `probe`: on the board, if any, as a cuttable filter when its
+    /// elements (of type `T`) can be described by a cut, as an uncuttable
+    /// operator otherwise.
     #[inline]
-    pub(super) fn attach<T: 'static>(&mut self, name: &'static str) -> Result<()> {
-        if self.looked {
+    pub(super) fn attach<T: 'static>(
+        &mut self,
+        probe: &mut Probe,
+        name: &'static str,
+    ) -> Result<()> {
+        if probe.attached() {
             return Ok(());
         }
-        self.looked = true;
-        let Some(board) = Board::current() else {
-            return Ok(());
-        };
-        if !keyed_type::<T>() {
-            return board.register(name, None).map(|_| ());
+        let mut made = None;
+        let joined = probe.join(name, 1, None, || {
+            if !keyed_type::<T>() {
+                return CutRole::Uncuttable;
+            }
+            let lanes = Arc::new(Lanes {
+                name,
+                lanes: Mutex::new(BTreeMap::new()),
+                lost: AtomicBool::new(false),
+            });
+            let weak: Weak<dyn CutSource> = Arc::downgrade(&lanes) as _;
+            made = Some(lanes);
+            CutRole::Source(weak)
+        })?;
+        if let (Some(Joined { board, plan }), Some(lanes)) = (joined, made) {
+            self.state = Some(Checkpointing {
+                restoring: Restoring::new(plan, board),
+                lanes,
+            });
         }
-        let lanes = Arc::new(Lanes {
-            name,
-            lanes: Mutex::new(BTreeMap::new()),
-            lost: AtomicBool::new(false),
-        });
-        let weak: Weak<dyn CutSource> = Arc::downgrade(&lanes) as _;
-        let plan = board.register(name, Some(weak))?;
-        self.state = Some(Checkpointing {
-            restoring: Restoring::new(plan, board),
-            lanes,
-        });
         Ok(())
     }
 

@@ -67,8 +67,7 @@ where
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut this = self.project();
-        this.probe.attach("filter", 1, None);
-        if let Err(e) = this.cut.attach::<T>("filter") {
+        if let Err(e) = this.cut.attach::<T>(this.probe, "filter") {
             return Poll::Ready(Some(Err(e)));
         }
         loop {
@@ -159,8 +158,7 @@ where
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut this = self.project();
-        this.probe.attach("filter_map", 1, None);
-        if let Err(e) = this.cut.attach::<T>("filter_map") {
+        if let Err(e) = this.cut.attach::<T>(this.probe, "filter_map") {
             return Poll::Ready(Some(Err(e)));
         }
         loop {

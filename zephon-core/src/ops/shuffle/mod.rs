@@ -3,7 +3,8 @@
 mod cut;
 
 use crate::checkpoint::PtrJournal;
-use crate::checkpoint::cut::{Arrival, Board, CutSource, Restoring};
+use crate::checkpoint::cut::{Arrival, CutSource, Restoring};
+use crate::context::{CutRole, Joined};
 use crate::error::{Error, Result};
 use crate::hash::{combine, key};
 use crate::obs::{Explain, Probe, StageDescription};
@@ -64,7 +65,6 @@ pub struct Shuffle<S, T> {
     // Shared with the checkpoint board, which reads a lane's cut when one of
     // its batches leaves; locked once per element otherwise uncontended.
     core: Arc<Mutex<Core<T>>>,
-    board_looked: bool,
     restoring: Option<Restoring>,
     probe: Probe,
     // An out-of-range buffer size, reported by the first poll (a chain
@@ -104,7 +104,6 @@ impl<S, T> Shuffle<S, T> {
                 out_ptrs: None,
                 done: false,
             })),
-            board_looked: false,
             restoring: None,
             probe: Probe::default(),
         }
@@ -156,27 +155,23 @@ where
             this.core.lock().unwrap_or_else(|e| e.into_inner()).done = true;
             return Poll::Ready(Some(Err(e)));
         }
-        this.probe
-            .attach("shuffle", 1, Some(*this.buffer_size as u64));
-        if !*this.board_looked
-            && let Some(board) = {
-                *this.board_looked = true;
-                Board::current()
-            }
-        {
-            let weak: Weak<dyn CutSource> = Arc::downgrade(this.core) as _;
-            match board.register("shuffle", Some(weak)) {
-                Ok(plan) => {
-                    // Until a restoring lane's buffer is back, its state is
-                    // the cut itself (a batch may leave before that).
-                    let mut core = this.core.lock().unwrap_or_else(|e| e.into_inner());
-                    for (&lane, (_, cut)) in &plan {
-                        core.lanes.entry(lane).or_default().restoring = Some((cut.clone(), 0));
-                    }
-                    *this.restoring = Some(Restoring::new(plan, board));
+        let core = &*this.core;
+        match this
+            .probe
+            .join("shuffle", 1, Some(*this.buffer_size as u64), || {
+                CutRole::Source(Arc::downgrade(core) as Weak<dyn CutSource>)
+            }) {
+            Ok(Some(Joined { board, plan })) => {
+                // Until a restoring lane's buffer is back, its state is
+                // the cut itself (a batch may leave before that).
+                let mut core = this.core.lock().unwrap_or_else(|e| e.into_inner());
+                for (&lane, (_, cut)) in &plan {
+                    core.lanes.entry(lane).or_default().restoring = Some((cut.clone(), 0));
                 }
-                Err(e) => return Poll::Ready(Some(Err(e))),
+                *this.restoring = Some(Restoring::new(plan, board));
             }
+            Ok(None) => {}
+            Err(e) => return Poll::Ready(Some(Err(e))),
         }
         loop {
             {
