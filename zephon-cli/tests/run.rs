@@ -148,3 +148,52 @@ depth = 2
         assert!(!stdout.contains("\"summary\""), "{runner}: {stdout}");
     }
 }
+
+/// `--explain` takes its stages from the operators themselves, so the plan
+/// names them as the metrics of a run do, in the same order.
+#[test]
+fn the_plan_names_the_stages_as_the_metrics_do() {
+    let path = recipe("tokenize_pack.toml");
+    let explain = zephon()
+        .args(["run", "--json", "--explain"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        explain.status.success(),
+        "{}",
+        String::from_utf8_lossy(&explain.stderr)
+    );
+    let plan: serde_json::Value = serde_json::from_slice(&explain.stdout).unwrap();
+    let planned: Vec<String> = plan["plan"]["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap().to_owned())
+        .filter(|n| n != "work_source")
+        .collect();
+    assert!(
+        planned.contains(&"pack_sequences".to_owned()),
+        "{planned:?}"
+    );
+
+    let out = zephon()
+        .args(["run", "--json", "--observe", "60", "--max-batches", "4"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let metrics = stdout
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find_map(|l| l.get("metrics").cloned())
+        .expect("a metrics line");
+    let measured: Vec<String> = metrics["operators"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(planned, measured);
+}

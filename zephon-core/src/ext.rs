@@ -2,7 +2,7 @@
 
 use crate::dataset::Catalog;
 use crate::error::Result;
-use crate::obs::{Explain, PlanDescription};
+use crate::obs::{BoxPipeline, Explain, PlanDescription};
 use crate::ops::batch::{Batch, Batcher};
 use crate::ops::fetch::Fetch;
 use crate::ops::filter::{Filter, FilterMap};
@@ -154,6 +154,29 @@ pub trait PipelineExt: Stream + Sized {
         let mut stages = Vec::new();
         self.describe(&mut stages);
         PlanDescription::new(stages, runner)
+    }
+
+    /// Boxes the pipeline, keeping its description for
+    /// [`explain`](PipelineExt::explain) (a `futures` `.boxed()` stream
+    /// shows as one opaque stage): for pipelines assembled at run time.
+    ///
+    /// ```
+    /// use futures::StreamExt;
+    /// use zephon_core::obs::BoxPipeline;
+    /// use zephon_core::{Dataset, PipelineExt, Record, Runner, WorkSource};
+    /// let ds = Dataset::in_memory("toy", vec![vec![Record::new(); 10]]).unwrap();
+    /// let ws = WorkSource::builder().dataset(ds, 1.0).build().unwrap();
+    /// let records: BoxPipeline<'static, _> = ws.stream().fetch(2).boxed_pipeline();
+    /// let batches = records.map(|r| r).take(8).batch(4);
+    /// let plan = batches.explain(Runner::Inline);
+    /// assert_eq!(plan.stages.iter().map(|s| (s.name.as_str(), s.opaque)).collect::<Vec<_>>(),
+    ///            [("work_source", false), ("fetch", false), ("map", true), ("take", true), ("batch", false)]);
+    /// ```
+    fn boxed_pipeline<'a>(self) -> BoxPipeline<'a, Self::Item>
+    where
+        Self: Explain + Send + 'a,
+    {
+        Box::pin(self)
     }
 
     /// Drives the pipeline from synchronous code with `runner`.

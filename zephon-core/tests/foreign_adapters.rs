@@ -63,6 +63,61 @@ mod with_futures {
             .unwrap();
         assert_eq!(batches, expected());
     }
+    /// `explain()` compiles on a chain with futures' adapters and shows each
+    /// as an opaque stage; a `.boxed()` stream is one opaque stage that
+    /// hides what it wraps, `boxed_pipeline()` keeps it.
+    #[test]
+    fn explain_shows_futures_adapters_as_opaque_stages() {
+        use zephon_core::obs::PlanDescription;
+        let ws = source();
+        let stages = |p: &PlanDescription| -> Vec<(String, bool)> {
+            p.stages
+                .iter()
+                .map(|s| (s.name.clone(), s.opaque))
+                .collect()
+        };
+        let own = |n: &str| (n.to_owned(), false);
+        let opaque = |n: &str| (n.to_owned(), true);
+
+        let plan = ws
+            .stream()
+            .fetch(2)
+            .map(|r| r.map(|r| r.with("x", 1)))
+            .take(30)
+            .batch(4)
+            .boxed()
+            .map(|b| b)
+            .prefetch_batches(2)
+            .explain(Runner::threads());
+        assert_eq!(
+            stages(&plan),
+            [opaque("boxed"), opaque("map"), own("prefetch_batches")]
+        );
+        assert!(plan.to_string().contains("(opaque)"), "{plan}");
+
+        let plan = ws
+            .stream()
+            .fetch(2)
+            .map(|r| r.map(|r| r.with("x", 1)))
+            .take(30)
+            .batch(4)
+            .boxed_pipeline()
+            .map(|b| b)
+            .prefetch_batches(2)
+            .explain(Runner::threads());
+        assert_eq!(
+            stages(&plan),
+            [
+                own("work_source"),
+                own("fetch"),
+                opaque("map"),
+                opaque("take"),
+                own("batch"),
+                opaque("map"),
+                own("prefetch_batches"),
+            ]
+        );
+    }
 }
 
 mod with_tokio_stream {

@@ -14,6 +14,10 @@ pub struct StageDescription {
     pub queue_capacity: Option<u64>,
     /// Other settings, in words.
     pub detail: String,
+    /// An adapter of another crate (or a boxed stream): named, but its
+    /// settings are not known.
+    #[serde(default)]
+    pub opaque: bool,
 }
 
 /// A pipeline's stages from source to consumer, and how it runs.
@@ -59,14 +63,20 @@ impl fmt::Display for PlanDescription {
             } else {
                 write!(f, " {:<12}", "")?;
             }
-            writeln!(f, " {}", s.detail)?;
+            if s.opaque {
+                writeln!(f, " (opaque) {}", s.detail)?;
+            } else {
+                writeln!(f, " {}", s.detail)?;
+            }
         }
         Ok(())
     }
 }
 
 /// Stages that can describe themselves and what feeds them. Every Zephon
-/// operator implements it; a pipeline whose stages all do has `explain()`.
+/// operator implements it, and so do the common adapters of `futures` and
+/// boxed streams, as opaque stages; a pipeline whose stages all do has
+/// `explain()`.
 pub trait Explain {
     /// Appends the stages, source first.
     fn describe(&self, out: &mut Vec<StageDescription>);
@@ -85,6 +95,15 @@ impl StageDescription {
             parallelism,
             queue_capacity,
             detail: detail.into(),
+            opaque: false,
+        }
+    }
+
+    /// An opaque stage: an adapter of another crate, or a boxed stream.
+    pub fn opaque(name: &str, detail: impl Into<String>) -> Self {
+        StageDescription {
+            opaque: true,
+            ..StageDescription::new(name, 1, None, detail)
         }
     }
 }

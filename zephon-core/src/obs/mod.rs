@@ -38,12 +38,14 @@
 //! measured in the same run.
 
 mod explain;
+mod explain_foreign;
 mod fetch_stats;
 mod observed;
 mod probe;
 mod report;
 
 pub use explain::{Explain, PlanDescription, StageDescription};
+pub use explain_foreign::{BoxPipeline, ExplainStream};
 pub use fetch_stats::{FetchStats, GroupRecord};
 pub use observed::Observed;
 pub use probe::{OpStats, Probe, SAMPLE_EVERY};

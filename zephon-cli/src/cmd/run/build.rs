@@ -3,10 +3,9 @@
 
 use super::recipe::{OpSpec, Recipe, RunnerKind, resolve};
 use anyhow::{Context, Result, bail};
-use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
 use std::path::Path;
-use zephon_core::obs::{Explain, PlanDescription, StageDescription};
+use zephon_core::obs::{BoxPipeline, Explain, PlanDescription};
 use zephon_core::{
     Batch, Catalog, PipelineExt, Record, Runner, SamplePtr, WorkSource, WorkSourceBuilder,
 };
@@ -16,7 +15,9 @@ use zephon_ops::{
 };
 use zephon_storage::{PrefetchExt, UriDatasetExt};
 
-type Boxed<T> = BoxStream<'static, zephon_core::Result<T>>;
+// Boxed with their descriptions, so `explain()` names every stage from the
+// operators themselves.
+type Boxed<T> = BoxPipeline<'static, zephon_core::Result<T>>;
 
 /// What flows out of the last operator so far.
 pub enum Stage {
@@ -57,15 +58,15 @@ impl Item {
 
 fn boxed<S, T>(s: S) -> Boxed<T>
 where
-    S: Stream<Item = zephon_core::Result<T>> + Send + 'static,
+    S: Stream<Item = zephon_core::Result<T>> + Explain + Send + 'static,
 {
-    s.boxed()
+    s.boxed_pipeline()
 }
 
 /// A built pipeline, its plan and runner.
 pub struct Built {
     /// The elements.
-    pub stream: Boxed<Item>,
+    pub stream: futures::stream::BoxStream<'static, zephon_core::Result<Item>>,
     /// The plan in words.
     pub plan: PlanDescription,
     /// The runner.
@@ -116,9 +117,7 @@ pub fn build(recipe: &Recipe, base: &Path) -> Result<Built> {
     };
     let lanes = ws.owned_lanes();
     let seed = recipe.work_source.seed;
-    let mut stages = Vec::new();
     let pointers = ws.stream();
-    pointers.describe(&mut stages);
     let mut stage = Stage::Pointers(boxed(pointers), ws.catalog().clone());
     for (i, op) in recipe.ops.iter().enumerate() {
         let at = || format!("ops[{i}] (`{}`)", op.name());
@@ -128,24 +127,12 @@ pub fn build(recipe: &Recipe, base: &Path) -> Result<Built> {
                 at()
             )
         };
-        let mut describe = |name: &str, par: usize, cap: Option<u64>, detail: String| {
-            stages.push(StageDescription::new(name, par, cap, detail));
-        };
         stage = match (op, stage) {
-            (OpSpec::Prefetch(p), Stage::Pointers(s, cat)) => {
-                describe(
-                    "prefetch",
-                    p.parallelism,
-                    Some(p.buffer_size as u64),
-                    "shard warm-up ahead of fetch".into(),
-                );
-                Stage::Pointers(
-                    boxed(s.prefetch_from(cat.clone(), p.buffer_size, p.parallelism)),
-                    cat,
-                )
-            }
+            (OpSpec::Prefetch(p), Stage::Pointers(s, cat)) => Stage::Pointers(
+                boxed(s.prefetch_from(cat.clone(), p.buffer_size, p.parallelism)),
+                cat,
+            ),
             (OpSpec::Fetch(f), Stage::Pointers(s, cat)) => {
-                describe("fetch", f.parallelism, None, String::new());
                 Stage::Records(boxed(s.fetch_from(cat, f.parallelism)))
             }
             (OpSpec::Tokenize(t), Stage::Records(s)) => {
@@ -176,27 +163,13 @@ pub fn build(recipe: &Recipe, base: &Path) -> Result<Built> {
                     };
                     cfg = cfg.max_length(n, overflow);
                 }
-                describe(
-                    "tokenize",
-                    t.parallelism,
-                    None,
-                    format!("{} -> input_ids", t.field),
-                );
                 Stage::Records(boxed(s.tokenize(cfg, t.parallelism)))
             }
-            (OpSpec::Shuffle(sh), Stage::Records(s)) => {
-                describe(
-                    "shuffle",
-                    1,
-                    Some(sh.buffer_size as u64),
-                    format!("{:?}", sh.mode).to_lowercase(),
-                );
-                Stage::Records(boxed(s.shuffle(
-                    sh.buffer_size,
-                    sh.mode,
-                    sh.seed.unwrap_or(seed),
-                )))
-            }
+            (OpSpec::Shuffle(sh), Stage::Records(s)) => Stage::Records(boxed(s.shuffle(
+                sh.buffer_size,
+                sh.mode,
+                sh.seed.unwrap_or(seed),
+            ))),
             (OpSpec::EnsureMixture(m), Stage::Records(s)) => {
                 let weights = recipe
                     .datasets
@@ -211,12 +184,6 @@ pub fn build(recipe: &Recipe, base: &Path) -> Result<Built> {
                     })
                     .max_buffer_size(m.max_buffer_size)
                     .drop_surplus(m.unbounded);
-                describe(
-                    "ensure_mixture",
-                    1,
-                    Some(m.max_buffer_size as u64),
-                    m.weight_by.clone(),
-                );
                 Stage::Records(boxed(s.ensure_mixture(cfg)))
             }
             (OpSpec::Pack(p), Stage::Records(s)) => {
@@ -230,42 +197,29 @@ pub fn build(recipe: &Recipe, base: &Path) -> Result<Built> {
                         at()
                     ),
                 };
-                describe(
-                    "pack",
-                    1,
-                    None,
-                    format!("{} rows of {}", p.algorithm, p.max_length),
-                );
                 Stage::Records(boxed(
                     s.pack_sequences(PackConfig::new(p.max_length, algorithm)),
                 ))
             }
             (OpSpec::Batch(b), Stage::Records(s)) => {
-                describe("batch", 1, None, format!("{} per lane", b.size));
                 Stage::Batches(boxed(s.batch_with(b.size, b.drop_last)))
             }
             (OpSpec::LaneMux(_), Stage::Records(s)) => {
-                describe("lane_mux", 1, None, format!("lanes {lanes:?}"));
                 Stage::Records(boxed(s.lane_mux(lanes.clone())))
             }
             (OpSpec::LaneMux(_), Stage::Batches(s)) => {
-                describe("lane_mux", 1, None, format!("lanes {lanes:?}"));
                 Stage::Batches(boxed(s.lane_mux(lanes.clone())))
             }
             (OpSpec::ToTraining(t), Stage::Batches(s)) => {
-                describe("to_training", 1, None, format!("rows of {}", t.seq_len));
                 let cfg = TrainingConfig::new(t.seq_len).pad_token_id(t.pad_token_id);
                 Stage::Training(boxed(s.to_training(cfg)))
             }
-            (OpSpec::PrefetchBatches(p), stage) => {
-                describe("prefetch_batches", 1, Some(p.depth as u64), String::new());
-                match stage {
-                    Stage::Pointers(s, c) => Stage::Pointers(boxed(s.prefetch_batches(p.depth)), c),
-                    Stage::Records(s) => Stage::Records(boxed(s.prefetch_batches(p.depth))),
-                    Stage::Batches(s) => Stage::Batches(boxed(s.prefetch_batches(p.depth))),
-                    Stage::Training(s) => Stage::Training(boxed(s.prefetch_batches(p.depth))),
-                }
-            }
+            (OpSpec::PrefetchBatches(p), stage) => match stage {
+                Stage::Pointers(s, c) => Stage::Pointers(boxed(s.prefetch_batches(p.depth)), c),
+                Stage::Records(s) => Stage::Records(boxed(s.prefetch_batches(p.depth))),
+                Stage::Batches(s) => Stage::Batches(boxed(s.prefetch_batches(p.depth))),
+                Stage::Training(s) => Stage::Training(boxed(s.prefetch_batches(p.depth))),
+            },
             (op, stage) => {
                 let have = match stage {
                     Stage::Pointers(..) => "pointers",
@@ -290,13 +244,12 @@ pub fn build(recipe: &Recipe, base: &Path) -> Result<Built> {
             }
         };
     }
-    let stream: Boxed<Item> = match stage {
+    let (plan, stream) = match stage {
         Stage::Pointers(..) => bail!("`ops`: the pipeline ends with pointers; add a fetch"),
-        Stage::Records(s) => s.map(|r| r.map(Item::Record)).boxed(),
-        Stage::Batches(s) => s.map(|r| r.map(Item::Batch)).boxed(),
-        Stage::Training(s) => s.map(|r| r.map(Item::Training)).boxed(),
+        Stage::Records(s) => (s.explain(runner), s.map(|r| r.map(Item::Record)).boxed()),
+        Stage::Batches(s) => (s.explain(runner), s.map(|r| r.map(Item::Batch)).boxed()),
+        Stage::Training(s) => (s.explain(runner), s.map(|r| r.map(Item::Training)).boxed()),
     };
-    let plan = PlanDescription::new(stages, runner);
     Ok(Built {
         stream,
         plan,
