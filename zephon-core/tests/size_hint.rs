@@ -3,7 +3,7 @@
 //! arithmetic overflow (a panic in debug builds, a wrapped, too small bound in
 //! release).
 
-use futures::{Stream, StreamExt, executor::block_on};
+use futures::{Stream, StreamExt};
 use zephon_core::{Dataset, PipelineExt, Record, ShuffleMode, WorkSource};
 
 fn endless() -> WorkSource {
@@ -19,6 +19,11 @@ fn endless() -> WorkSource {
         .repeat()
         .build()
         .unwrap()
+}
+
+/// Runs `f` as the inline runner does (`map_par` needs a runtime).
+fn block_on<F: Future>(f: F) -> F::Output {
+    zephon_core::Runner::Inline.runtime().unwrap().block_on(f)
 }
 
 /// Polls `s` a few times, so the adapters hold elements (ready, buffered,

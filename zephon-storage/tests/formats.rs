@@ -21,11 +21,21 @@ fn rec(fields: Vec<(&str, Value)>) -> Record {
     Record::from_fields(fields)
 }
 
+/// Runs a read as the inline runner does: on a current-thread runtime
+/// (reads refuse to run outside any runtime).
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
 /// Every sample of every shard, read with one `read_run` per shard.
 fn sequential(ds: &Dataset) -> Vec<Record> {
     let mut out = Vec::new();
     for s in ds.shards() {
-        out.extend(futures::executor::block_on(s.read_run(0, s.len())).unwrap());
+        out.extend(block_on(s.read_run(0, s.len())).unwrap());
     }
     out
 }
@@ -42,13 +52,13 @@ fn sorted_fields(records: &[Record]) -> Vec<String> {
 /// records sequential reading gives at those positions.
 fn check_random_access(ds: &Dataset) {
     for s in ds.shards() {
-        let all = futures::executor::block_on(s.read_run(0, s.len())).unwrap();
+        let all = block_on(s.read_run(0, s.len())).unwrap();
         let n = s.len();
         let idx: Vec<u64> = (0..n)
             .map(|i| (i * 7 + 3) % n)
             .chain([0, n - 1, 0])
             .collect();
-        let got = futures::executor::block_on(s.read_indices(&idx)).unwrap();
+        let got = block_on(s.read_indices(&idx)).unwrap();
         let want: Vec<Record> = idx.iter().map(|&i| all[i as usize].clone()).collect();
         assert_eq!(fields(&got), fields(&want), "shard {}", s.name());
     }
@@ -382,7 +392,7 @@ fn mds_index_naming_a_missing_shard_names_it() {
         .cache(zephon_storage::CacheOptions::default().enabled(false));
     let rd = RemoteDataset::open("d", &t.path().display().to_string(), &opts).unwrap();
     let s = &rd.dataset().shards()[1];
-    let err = err_of(futures::executor::block_on(s.read_run(0, 1)));
+    let err = err_of(block_on(s.read_run(0, 1)));
     assert!(err.contains("shard.00001.mds.zstd"), "{err}");
 }
 
@@ -432,7 +442,7 @@ fn token_files_over_s3_by_byte_range_read_what_was_written() {
         let uri = format!("s3://bkt/{name}");
         let rd = RemoteDataset::open("d", &uri, &sopts).unwrap();
         let before = rd.cache_stats().bytes_downloaded;
-        let one = futures::executor::block_on(rd.dataset().shards()[0].read_indices(&[1])).unwrap();
+        let one = block_on(rd.dataset().shards()[0].read_indices(&[1])).unwrap();
         let got = rd.cache_stats().bytes_downloaded - before;
         let want_bytes = 2 * one[0].tokens("tokens").unwrap().len() as u64;
         assert_eq!(got, want_bytes, "{name}: one sample, its bytes only");

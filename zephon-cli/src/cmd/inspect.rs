@@ -161,6 +161,9 @@ pub fn inspect(args: &Args) -> Result<Report> {
         total: counts.iter().sum(),
     };
     let mut first: Vec<Record> = Vec::new();
+    // Reads run in place on a current-thread runtime, as under the inline
+    // runner.
+    let rt = zephon_core::Runner::Inline.runtime()?;
     for s in ds.shards() {
         // At least one sample, so the fields are known even with `-n 0`.
         let want = args.samples.max(1).saturating_sub(first.len()) as u64;
@@ -169,7 +172,7 @@ pub fn inspect(args: &Args) -> Result<Report> {
         }
         let n = want.min(s.len());
         if n > 0 {
-            first.extend(futures::executor::block_on(s.read_run(0, n))?);
+            first.extend(rt.block_on(s.read_run(0, n))?);
         }
     }
     let fields = first.first().map_or_else(Vec::new, |r| {

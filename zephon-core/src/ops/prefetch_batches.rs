@@ -23,8 +23,10 @@ enum State<S: Stream> {
 
 /// Drives the upstream on its own task, keeping up to `n` finished elements
 /// (usually batches) ready for the consumer, so short hiccups upstream do not
-/// stall the training loop. The data and its order are unchanged. With `n = 0`,
-/// or outside a tokio runtime, it passes elements straight through. A depth
+/// stall the training loop. The data and its order are unchanged. With `n = 0`
+/// it passes elements straight through; polled outside a tokio runtime it
+/// cannot drive its upstream on a task, and its first item is an
+/// [`Error::Operator`] saying so (then it ends). A depth
 /// beyond [`MAX_DEPTH`] is taken as `MAX_DEPTH` (the queue grows only as
 /// elements arrive, so that is no bound in practice).
 ///
@@ -146,7 +148,14 @@ where
                     let task = handle.spawn(crate::context::in_context(drive));
                     State::Running { rx, task }
                 }
-                Err(_) => State::Inline(s),
+                Err(_) => {
+                    // Passing elements straight through would hide that
+                    // nothing is prefetched.
+                    this.state = State::Taken;
+                    return Poll::Ready(Some(Err(crate::runner::outside_runtime(
+                        "prefetch_batches",
+                    ))));
+                }
             };
         }
         let out = match &mut this.state {
@@ -157,7 +166,8 @@ where
                 }
                 rx.poll_recv(cx)
             }
-            State::Idle(_) | State::Taken => unreachable!("state set above"),
+            State::Taken => Poll::Ready(None),
+            State::Idle(_) => unreachable!("state set above"),
         };
         match &out {
             Poll::Ready(Some(_)) => {

@@ -85,8 +85,14 @@ pub fn num_cpus() -> usize {
 }
 
 /// Runs CPU-heavy `f` off the async reactor when the current runtime has
-/// worker threads (the threads runner), in place otherwise (the inline runner,
-/// or no runtime at all). Operators call this once per micro-batch.
+/// worker threads (the threads runner), in place under a current-thread
+/// runtime (the inline runner). Operators call this once per micro-batch.
+///
+/// Outside any tokio runtime (a bare `futures::executor::block_on`) it is an
+/// [`Error::Operator`] naming `op` that says so, rather than a silent
+/// fallback to sequential work: drive pipelines with
+/// [`into_blocking_iter`](crate::PipelineExt::into_blocking_iter) or inside
+/// a runtime.
 ///
 /// A panic in `f` is caught under every runner and comes back as
 /// [`Error::Panic`] naming `op`, never as an unwinding caller or a silently
@@ -94,8 +100,11 @@ pub fn num_cpus() -> usize {
 ///
 /// ```
 /// use zephon_core::runner::offload;
-/// let r = futures::executor::block_on(offload("my_op", || -> u32 { panic!("boom") }));
+/// let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+/// let r = rt.block_on(async { offload("my_op", || -> u32 { panic!("boom") }).await });
 /// assert_eq!(r.unwrap_err().to_string(), "operator `my_op`: panic in pipeline: boom");
+/// let r = futures::executor::block_on(offload("my_op", || 1));
+/// assert!(r.unwrap_err().to_string().contains("outside a tokio runtime"));
 /// ```
 pub fn offload<F, R>(op: &'static str, f: F) -> BoxFuture<'static, Result<R>>
 where
@@ -117,11 +126,23 @@ where
             .boxed(),
         // The closure owns its input and its result is dropped on a panic,
         // so nothing half-updated is observed afterwards.
-        _ => futures::future::ready(
+        Ok(_) => futures::future::ready(
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
                 .map_err(|payload| Error::panic(Some(op), payload)),
         )
         .boxed(),
+        Err(_) => futures::future::ready(Err(outside_runtime(op))).boxed(),
+    }
+}
+
+/// The error of an operator that needs a tokio runtime and was polled
+/// outside one.
+pub fn outside_runtime(op: &'static str) -> Error {
+    Error::Operator {
+        op,
+        message: "polled outside a tokio runtime; drive the pipeline with \
+                  `into_blocking_iter`, or inside a tokio runtime"
+            .into(),
     }
 }
 
