@@ -100,3 +100,16 @@ fn a_failed_prefetch_is_counted_and_the_reads_still_deliver_everything() {
     assert!(failures >= 1, "failed warm-ups are counted: {failures}");
     assert!(warms.load(Ordering::Relaxed) >= failures);
 }
+
+/// `prefetch` shows its inner stream in `Debug` and hands it out.
+#[test]
+fn prefetch_shows_and_hands_out_its_inner_stream() {
+    let ds = Dataset::in_memory("toy", vec![vec![Record::new(); 4]]).unwrap();
+    let ws = WorkSource::builder().dataset(ds, 1.0).build().unwrap();
+    let mut p = ws.stream().prefetch(8, 2);
+    let shown = format!("{p:?}");
+    assert!(shown.contains("PointerStream"), "{shown}");
+    assert_eq!(p.get_ref().position(), 0);
+    let _ = p.get_mut();
+    assert_eq!(p.into_inner().position(), 0);
+}

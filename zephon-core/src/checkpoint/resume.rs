@@ -107,12 +107,42 @@ impl<S> ResumeFrom<S> {
     }
 }
 
-impl<S> fmt::Debug for ResumeFrom<S> {
+impl<S> ResumeFrom<S> {
+    /// The stream this adapter reads from.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The stream this adapter reads from, mutably. Taking items from it
+    /// directly bypasses this adapter.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The stream this adapter reads from; what the adapter holds
+    /// (buffered or in-flight elements) is dropped.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: fmt::Debug> fmt::Debug for ResumeFrom<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ResumeFrom")
+            .field("inner", &self.inner)
             .field("lanes", &self.skip.len())
             .field("replay_left", &self.replay_left())
             .finish_non_exhaustive()
+    }
+}
+
+impl<S, T> futures::stream::FusedStream for ResumeFrom<S>
+where
+    S: futures::stream::FusedStream<Item = Result<T>>,
+    T: Delivered,
+{
+    fn is_terminated(&self) -> bool {
+        self.inner.is_terminated()
     }
 }
 

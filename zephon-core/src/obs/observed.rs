@@ -74,6 +74,12 @@ impl<S: fmt::Debug> fmt::Debug for Observed<S> {
     }
 }
 
+impl<S: futures::stream::FusedStream> futures::stream::FusedStream for Observed<S> {
+    fn is_terminated(&self) -> bool {
+        self.inner.is_terminated()
+    }
+}
+
 impl<S: Stream> Stream for Observed<S> {
     type Item = S::Item;
 

@@ -165,13 +165,44 @@ impl<S, T> Batcher<S, T> {
     }
 }
 
-impl<S, T> fmt::Debug for Batcher<S, T> {
+impl<S, T> Batcher<S, T> {
+    /// The stream this adapter reads from.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The stream this adapter reads from, mutably. Taking items from it
+    /// directly bypasses this adapter.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The stream this adapter reads from; what the adapter holds
+    /// (buffered or in-flight elements) is dropped.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: fmt::Debug, T> fmt::Debug for Batcher<S, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Batcher")
+            .field("inner", &self.inner)
             .field("size", &self.size)
             .field("drop_last", &self.drop_last)
             .field("open_lanes", &self.open.len())
             .finish_non_exhaustive()
+    }
+}
+
+// Ends after the input did and the partial batches left.
+impl<S, T> futures::stream::FusedStream for Batcher<S, T>
+where
+    S: Stream<Item = Result<T>>,
+    T: Laned,
+{
+    fn is_terminated(&self) -> bool {
+        self.invalid.is_none() && self.done && self.tail.is_empty()
     }
 }
 

@@ -100,9 +100,29 @@ impl<S> Fetch<S> {
     }
 }
 
-impl<S> fmt::Debug for Fetch<S> {
+impl<S> Fetch<S> {
+    /// The stream this adapter reads from.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The stream this adapter reads from, mutably. Taking items from it
+    /// directly bypasses this adapter.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The stream this adapter reads from; what the adapter holds
+    /// (buffered or in-flight elements) is dropped.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: fmt::Debug> fmt::Debug for Fetch<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Fetch")
+            .field("inner", &self.inner)
             .field("parallelism", &self.parallelism)
             .field("max_group", &self.max_group)
             .field("in_flight", &self.in_flight.len())

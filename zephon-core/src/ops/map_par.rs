@@ -138,9 +138,29 @@ impl<S, T, U> MapPar<S, T, U> {
     }
 }
 
-impl<S, T, U> fmt::Debug for MapPar<S, T, U> {
+impl<S, T, U> MapPar<S, T, U> {
+    /// The stream this adapter reads from.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The stream this adapter reads from, mutably. Taking items from it
+    /// directly bypasses this adapter.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The stream this adapter reads from; what the adapter holds
+    /// (buffered or in-flight elements) is dropped.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: fmt::Debug, T, U> fmt::Debug for MapPar<S, T, U> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MapPar")
+            .field("inner", &self.inner)
             .field("parallelism", &self.k)
             .field("micro_batch", &self.micro)
             .field("ordered", &matches!(self.in_flight, InFlight::Ordered(_)))

@@ -69,9 +69,40 @@ impl<S: Stream> PrefetchBatches<S> {
     pub fn depth(&self) -> usize {
         self.depth
     }
+
+    /// The upstream, until the first poll hands it to a task of its own
+    /// (`None` from then on; always there with depth 0).
+    pub fn get_ref(&self) -> Option<&S> {
+        match &self.state {
+            State::Idle(s) | State::Inline(s) => Some(s.as_ref().get_ref()),
+            State::Running { .. } | State::Taken => None,
+        }
+    }
+
+    /// The upstream, pinned (it is boxed inside), mutably; `None` once it
+    /// runs on its own task. Taking items from it directly bypasses the
+    /// buffer.
+    pub fn get_mut(&mut self) -> Option<Pin<&mut S>> {
+        match &mut self.state {
+            State::Idle(s) | State::Inline(s) => Some(s.as_mut()),
+            State::Running { .. } | State::Taken => None,
+        }
+    }
+
+    /// The upstream, boxed; `None` once it runs on its own task (which
+    /// this drops).
+    pub fn into_inner(mut self) -> Option<Pin<Box<S>>> {
+        match std::mem::replace(&mut self.state, State::Taken) {
+            State::Idle(s) | State::Inline(s) => Some(s),
+            running => {
+                self.state = running;
+                None
+            }
+        }
+    }
 }
 
-impl<S: Stream> fmt::Debug for PrefetchBatches<S> {
+impl<S: Stream + fmt::Debug> fmt::Debug for PrefetchBatches<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match &self.state {
             State::Idle(_) => "idle",
@@ -80,6 +111,7 @@ impl<S: Stream> fmt::Debug for PrefetchBatches<S> {
             State::Taken => "taken",
         };
         f.debug_struct("PrefetchBatches")
+            .field("inner", &self.get_ref())
             .field("depth", &self.depth)
             .field("state", &state)
             .finish()

@@ -48,6 +48,25 @@ pub struct PackFlat<S> {
 }
 
 impl<S> PackFlat<S> {
+    /// The stream this adapter reads from.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The stream this adapter reads from, mutably. Taking items from it
+    /// directly bypasses this adapter.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The stream this adapter reads from; what the adapter holds
+    /// (buffered or in-flight elements) is dropped.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S> PackFlat<S> {
     /// Wraps `inner`. `max_length` must lie in [`SEQ_LEN`] (1 to 16 Mi
     /// tokens): any other value makes the first poll return an error naming
     /// `pack_flat.max_length`, and the stream end.

@@ -89,10 +89,30 @@ impl<S> PackSequences<S> {
     }
 }
 
-impl<S> fmt::Debug for PackSequences<S> {
+impl<S> PackSequences<S> {
+    /// The stream this adapter reads from.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The stream this adapter reads from, mutably. Taking items from it
+    /// directly bypasses this adapter.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The stream this adapter reads from; what the adapter holds
+    /// (buffered or in-flight elements) is dropped.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: fmt::Debug> fmt::Debug for PackSequences<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let p = lock(&self.packer);
         f.debug_struct("PackSequences")
+            .field("inner", &self.inner)
             .field("config", p.config())
             .field("ready", &p.ready())
             .field("done", &self.done)

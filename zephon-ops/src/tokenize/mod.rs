@@ -151,9 +151,29 @@ impl<S> Tokenize<S> {
     }
 }
 
-impl<S> fmt::Debug for Tokenize<S> {
+impl<S> Tokenize<S> {
+    /// The stream this adapter reads from.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The stream this adapter reads from, mutably. Taking items from it
+    /// directly bypasses this adapter.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The stream this adapter reads from; what the adapter holds
+    /// (buffered or in-flight elements) is dropped.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: fmt::Debug> fmt::Debug for Tokenize<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("Tokenize");
+        d.field("inner", &self.inner);
         if let Ok(p) = &self.prepared {
             d.field("config", &p.config);
         }

@@ -51,9 +51,41 @@ impl<S, F> Filter<S, F> {
     }
 }
 
-impl<S, F> fmt::Debug for Filter<S, F> {
+impl<S, F> Filter<S, F> {
+    /// The stream this adapter reads from.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The stream this adapter reads from, mutably. Taking items from it
+    /// directly bypasses this adapter.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The stream this adapter reads from; what the adapter holds
+    /// (buffered or in-flight elements) is dropped.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: fmt::Debug, F> fmt::Debug for Filter<S, F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Filter").finish_non_exhaustive()
+        f.debug_struct("Filter")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, T, F> futures::stream::FusedStream for Filter<S, F>
+where
+    S: futures::stream::FusedStream<Item = Result<T>>,
+    F: FnMut(&T) -> bool,
+    T: 'static,
+{
+    fn is_terminated(&self) -> bool {
+        self.inner.is_terminated()
     }
 }
 
@@ -142,9 +174,41 @@ impl<S, F> FilterMap<S, F> {
     }
 }
 
-impl<S, F> fmt::Debug for FilterMap<S, F> {
+impl<S, F> FilterMap<S, F> {
+    /// The stream this adapter reads from.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The stream this adapter reads from, mutably. Taking items from it
+    /// directly bypasses this adapter.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The stream this adapter reads from; what the adapter holds
+    /// (buffered or in-flight elements) is dropped.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: fmt::Debug, F> fmt::Debug for FilterMap<S, F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FilterMap").finish_non_exhaustive()
+        f.debug_struct("FilterMap")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, T, U, F> futures::stream::FusedStream for FilterMap<S, F>
+where
+    S: futures::stream::FusedStream<Item = Result<T>>,
+    F: FnMut(T) -> Result<Option<U>>,
+    T: 'static,
+{
+    fn is_terminated(&self) -> bool {
+        self.inner.is_terminated()
     }
 }
 

@@ -116,9 +116,29 @@ impl<S, T> Shuffle<S, T> {
     }
 }
 
-impl<S, T> fmt::Debug for Shuffle<S, T> {
+impl<S, T> Shuffle<S, T> {
+    /// The stream this adapter reads from.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The stream this adapter reads from, mutably. Taking items from it
+    /// directly bypasses this adapter.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The stream this adapter reads from; what the adapter holds
+    /// (buffered or in-flight elements) is dropped.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: fmt::Debug, T> fmt::Debug for Shuffle<S, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Shuffle")
+            .field("inner", &self.inner)
             .field("buffer_size", &self.buffer_size)
             .field("mode", &self.mode)
             .field("seed", &self.seed)
@@ -140,6 +160,18 @@ pub(crate) fn permute_by_identity<T: Identity>(seed: u64, items: &mut [T]) {
 /// up only the pointers it keeps.
 pub(crate) fn reservoir_slot(seed: u64, lane: LaneId, pos: u64, buffer_size: u64) -> u64 {
     key(&[seed, lane as u64, pos]) % buffer_size
+}
+
+// Ends after the input did and the buffers drained.
+impl<S, T> futures::stream::FusedStream for Shuffle<S, T>
+where
+    S: Stream<Item = Result<T>>,
+    T: Laned + Identity + Send + 'static,
+{
+    fn is_terminated(&self) -> bool {
+        let core = self.core.lock().unwrap_or_else(|e| e.into_inner());
+        self.invalid.is_none() && core.done && core.out.is_empty()
+    }
 }
 
 impl<S, T> Stream for Shuffle<S, T>
