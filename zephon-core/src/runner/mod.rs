@@ -101,7 +101,7 @@ pub fn num_cpus() -> usize {
 /// ```
 /// use zephon_core::runner::offload;
 /// let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-/// let r = rt.block_on(async { offload("my_op", || -> u32 { panic!("boom") }).await });
+/// let r = rt.block_on(offload("my_op", || -> u32 { panic!("boom") }));
 /// assert_eq!(r.unwrap_err().to_string(), "operator `my_op`: panic in pipeline: boom");
 /// let r = futures::executor::block_on(offload("my_op", || 1));
 /// assert!(r.unwrap_err().to_string().contains("outside a tokio runtime"));
@@ -111,28 +111,28 @@ where
     F: FnOnce() -> R + Send + 'static,
     R: Send + 'static,
 {
-    match tokio::runtime::Handle::try_current() {
-        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => h
-            .spawn_blocking(f)
-            .map(move |r| {
-                r.map_err(|e| match e.try_into_panic() {
+    // Decided when first polled, not when created: a read built outside a
+    // runtime and awaited inside one runs there.
+    async move {
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => h
+                .spawn_blocking(f)
+                .await
+                .map_err(|e| match e.try_into_panic() {
                     Ok(payload) => Error::panic(Some(op), payload),
                     Err(_) => Error::Operator {
                         op,
                         message: "task cancelled".into(),
                     },
-                })
-            })
-            .boxed(),
-        // The closure owns its input and its result is dropped on a panic,
-        // so nothing half-updated is observed afterwards.
-        Ok(_) => futures::future::ready(
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+                }),
+            // The closure owns its input and its result is dropped on a
+            // panic, so nothing half-updated is observed afterwards.
+            Ok(_) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
                 .map_err(|payload| Error::panic(Some(op), payload)),
-        )
-        .boxed(),
-        Err(_) => futures::future::ready(Err(outside_runtime(op))).boxed(),
+            Err(_) => Err(outside_runtime(op)),
+        }
     }
+    .boxed()
 }
 
 /// The error of an operator that needs a tokio runtime and was polled
