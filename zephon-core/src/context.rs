@@ -312,15 +312,13 @@ impl Layered {
         &mut self,
         build: impl FnOnce(Option<&PipelineContext>) -> PipelineContext,
     ) -> &PipelineContext {
-        let outer = PipelineContext::current();
-        let fresh = match (&self.outer, &outer) {
-            (None, None) => self.built.is_some(),
-            (Some(a), Some(b)) => a.same(b) && self.built.is_some(),
-            _ => false,
-        };
-        if !fresh {
-            self.built = Some(build(outer.as_ref()));
-            self.outer = outer;
+        // Compared by address without cloning the outer context: the clone
+        // kept in `self.outer` keeps that address from being reused.
+        let outer = CURRENT.try_with(|c| Arc::as_ptr(&c.0)).ok();
+        let kept = self.outer.as_ref().map(|c| Arc::as_ptr(&c.0));
+        if self.built.is_none() || outer != kept {
+            self.outer = PipelineContext::current();
+            self.built = Some(build(self.outer.as_ref()));
         }
         self.built.as_ref().expect("built above")
     }
