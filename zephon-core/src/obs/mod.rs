@@ -180,13 +180,19 @@ impl Observer {
         if self.0.tracking != Tracking::Operator {
             return None;
         }
+        let mut ops = self.0.ops.lock().unwrap_or_else(|e| e.into_inner());
+        // Operators created as the pipeline goes (inside a `flat_map`) end
+        // and start again: counters no probe reports into are taken over,
+        // so their number stays that of the operators alive at once.
+        if let Some(s) = ops
+            .iter()
+            .find(|o| o.take_over(name, parallelism, capacity))
+        {
+            return Some(s.clone());
+        }
         let seq = self.0.seq.fetch_add(1, Ordering::Relaxed);
         let s = Arc::new(OpStats::new(name, parallelism, capacity, seq));
-        self.0
-            .ops
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(s.clone());
+        ops.push(s.clone());
         Some(s)
     }
 

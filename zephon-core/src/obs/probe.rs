@@ -3,7 +3,7 @@
 use crate::context::{CutRole, Joined, PipelineContext};
 use crate::error::Result;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Instant;
 use zephon_metrics::{Counter, DurationCounter, MaxGauge, OperatorMetrics};
 
@@ -39,6 +39,10 @@ pub struct OpStats {
     started: OnceLock<Instant>,
     registered: AtomicU64,
     ticks: AtomicU64,
+    /// Probes reporting into these counters now: counters nobody reports
+    /// into any more are taken over by the next operator of the same name
+    /// and settings (a `flat_map`'s inner streams, one after the other).
+    live: AtomicU32,
 }
 
 impl OpStats {
@@ -63,12 +67,26 @@ impl OpStats {
             started: OnceLock::new(),
             registered: AtomicU64::new(seq),
             ticks: AtomicU64::new(0),
+            live: AtomicU32::new(1),
         }
     }
 
     /// A shared counter for sampling decisions made on worker threads.
     pub fn tick(&self) -> u64 {
         self.ticks.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Takes over these counters for one more probe if no probe reports
+    /// into them now and they describe an operator `name` with these
+    /// settings.
+    pub(crate) fn take_over(&self, name: &str, parallelism: usize, capacity: Option<u64>) -> bool {
+        self.name == name
+            && self.parallelism == parallelism
+            && self.capacity == capacity
+            && self
+                .live
+                .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
     }
 
     pub(crate) fn seq(&self) -> u64 {
@@ -322,5 +340,8 @@ impl Probe {
 impl Drop for Probe {
     fn drop(&mut self) {
         self.publish();
+        if let Some(s) = &self.stats {
+            s.live.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 }
