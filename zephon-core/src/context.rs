@@ -297,6 +297,13 @@ impl<S: futures::stream::FusedStream> futures::stream::FusedStream for InContext
     }
 }
 
+// The context adds no stage: the plan is the inner pipeline's.
+impl<S: crate::obs::Explain> crate::obs::Explain for InContext<S> {
+    fn describe(&self, out: &mut Vec<crate::obs::StageDescription>) {
+        self.inner.describe(out);
+    }
+}
+
 /// A context an adapter installs around its inner stream: the current one
 /// with something added (an observer, a board). Built once and rebuilt only
 /// when the outer context changes, so a poll costs a pointer comparison.

@@ -97,3 +97,22 @@ fn adapters_that_know_their_end_are_fused() {
     assert_eq!((nb, ns), (2, 4));
     assert!(b.is_terminated() && s.is_terminated());
 }
+
+/// Wrappers that add no stage explain as the pipeline they wrap.
+#[test]
+fn wrappers_explain_as_what_they_wrap() {
+    use zephon_core::Runner;
+    let ws = source();
+    let progress = Recipe::new(&ws).start(&ws);
+    let names = |p: zephon_core::obs::PlanDescription| -> Vec<String> {
+        p.stages.into_iter().map(|s| s.name).collect()
+    };
+    let plain = names(ws.stream().fetch(2).batch(2).explain(Runner::Inline));
+    let obs = Observer::new(Tracking::Operator);
+    let observed = obs.observe(ws.stream().fetch(2).batch(2));
+    assert_eq!(names(observed.explain(Runner::Inline)), plain);
+    let scoped = PipelineContext::new(None, None).scope_stream(ws.stream().fetch(2).batch(2));
+    assert_eq!(names(scoped.explain(Runner::Inline)), plain);
+    let counted = ws.stream().fetch(2).batch(2).checkpointed_stream(progress);
+    assert_eq!(names(counted.explain(Runner::Inline)), plain);
+}

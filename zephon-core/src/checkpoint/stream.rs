@@ -113,6 +113,13 @@ where
     }
 }
 
+// Counting deliveries adds no stage: the plan is the inner pipeline's.
+impl<S: crate::obs::Explain> crate::obs::Explain for CheckpointedStream<S> {
+    fn describe(&self, out: &mut Vec<crate::obs::StageDescription>) {
+        self.inner.describe(out);
+    }
+}
+
 /// Adds [`checkpointed_stream`](CheckpointedStreamExt::checkpointed_stream)
 /// to streams of delivered units.
 pub trait CheckpointedStreamExt: Stream + Sized {

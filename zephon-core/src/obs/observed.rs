@@ -116,3 +116,10 @@ impl<S: Stream> Stream for Observed<S> {
         self.inner.size_hint()
     }
 }
+
+// Observing adds no stage: the plan is the inner pipeline's.
+impl<S: super::Explain> super::Explain for Observed<S> {
+    fn describe(&self, out: &mut Vec<super::StageDescription>) {
+        self.inner.describe(out);
+    }
+}
