@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::cloud::{Azurite, GcsEmulator, ObjectServer, put};
+use common::cloud::{AZURITE_ACCOUNT, AZURITE_KEY, Azurite, GcsEmulator, ObjectServer, put};
 use common::{cache_opts, fields, local_order, read_all, write_dataset};
 use serde_json::json;
 use std::path::Path;
@@ -222,4 +222,103 @@ fn a_cloud_uri_without_bucket_or_container_is_refused() {
         let err = Backend::open("d", uri, &StorageOptions::default()).unwrap_err();
         assert!(err.to_string().contains(want), "{uri}: {err}");
     }
+}
+
+/// Environment variables that would otherwise steer the child's backend.
+const CLOUD_ENV: &[&str] = &[
+    "STORAGE_EMULATOR_HOST",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "AZURE_STORAGE_CONNECTION_STRING",
+    "AZURE_STORAGE_ACCOUNT",
+    "AZURE_STORAGE_ACCOUNT_NAME",
+    "AZURE_STORAGE_KEY",
+    "AZURE_STORAGE_ACCOUNT_KEY",
+    "AZURE_STORAGE_SAS_TOKEN",
+];
+
+/// Reads `uri` with `Dataset::from_uri` (no options: endpoint and
+/// credentials from `envs` alone) in a child process, since a test cannot
+/// set its own environment safely; returns the records' fields.
+fn read_in_a_child_with_env(t: &Path, uri: &str, envs: &[(&str, String)]) -> Vec<String> {
+    let out = t.join("child-records.txt");
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--exact",
+        "from_uri_child_reads_with_the_environment_alone",
+        "--ignored",
+        "--nocapture",
+    ]);
+    for k in CLOUD_ENV {
+        cmd.env_remove(k);
+    }
+    // Should the environment not be read, the child must not reach out to
+    // the real services: anything not on loopback goes to a dead proxy.
+    for k in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"] {
+        cmd.env(k, "http://127.0.0.1:9")
+            .env(k.to_ascii_lowercase(), "http://127.0.0.1:9");
+    }
+    cmd.env("NO_PROXY", "127.0.0.1,localhost")
+        .env("no_proxy", "127.0.0.1,localhost");
+    cmd.env("ZEPHON_TEST_CHILD_URI", uri)
+        .env("ZEPHON_TEST_CHILD_OUT", &out)
+        .env("ZEPHON_CACHE_DIR", t.join("child-cache"))
+        .envs(envs.iter().map(|(k, v)| (*k, v)));
+    let status = cmd.output().unwrap();
+    assert!(
+        status.status.success(),
+        "the child failed: {}{}",
+        String::from_utf8_lossy(&status.stdout),
+        String::from_utf8_lossy(&status.stderr)
+    );
+    std::fs::read_to_string(&out)
+        .unwrap_or_else(|e| panic!("the child wrote no records ({e})"))
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The child of [`read_in_a_child_with_env`]; does nothing when run on its own.
+#[test]
+#[ignore = "run by the environment tests in a child process"]
+fn from_uri_child_reads_with_the_environment_alone() {
+    let (Ok(uri), Ok(out)) = (
+        std::env::var("ZEPHON_TEST_CHILD_URI"),
+        std::env::var("ZEPHON_TEST_CHILD_OUT"),
+    ) else {
+        return;
+    };
+    let ds = Dataset::from_uri("env", &uri).unwrap();
+    std::fs::write(out, fields(&read_all(ds, false).unwrap()).join("\n")).unwrap();
+}
+
+#[test]
+fn gcs_takes_the_emulator_from_storage_emulator_host() {
+    let t = tempfile::tempdir().unwrap();
+    let server = GcsEmulator::start(t.path());
+    let data = t.path().join("data");
+    let want = indexed_dataset(&data, 2, 30);
+    server.upload("bkt", "ds", &data);
+    let envs = [(
+        "STORAGE_EMULATOR_HOST",
+        format!("127.0.0.1:{}", server.port),
+    )];
+    let got = read_in_a_child_with_env(t.path(), "gs://bkt/ds", &envs);
+    assert_eq!(got, want);
+}
+
+#[test]
+fn azblob_takes_account_endpoint_and_key_from_the_connection_string() {
+    let t = tempfile::tempdir().unwrap();
+    let server = Azurite::start(t.path());
+    let data = t.path().join("data");
+    let want = indexed_dataset(&data, 2, 30);
+    server.upload("bkt", "ds", &data);
+    let conn = format!(
+        "DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={AZURITE_KEY};\
+         BlobEndpoint={};",
+        server.endpoint()
+    );
+    let envs = [("AZURE_STORAGE_CONNECTION_STRING", conn)];
+    let got = read_in_a_child_with_env(t.path(), "azblob://bkt/ds", &envs);
+    assert_eq!(got, want);
 }
