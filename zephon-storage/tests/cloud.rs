@@ -196,16 +196,19 @@ fn azblob_a_killed_server_gives_an_error_naming_the_uri_within_the_timeout() {
 }
 
 #[test]
-fn azblob_without_the_account_key_is_refused_naming_the_uri() {
+fn azblob_anonymous_reads_a_public_container_and_is_refused_by_a_private_one() {
     let t = tempfile::tempdir().unwrap();
     let server = Azurite::start(t.path());
     let data = t.path().join("data");
-    indexed_dataset(&data, 1, 5);
-    server.upload("bkt", "ds", &data);
-    let uri = server.uri("bkt", "ds");
-    let opts = cache_opts(t.path())
-        .endpoint(&server.endpoint())
-        .anonymous(true);
+    let want = indexed_dataset(&data, 2, 20);
+    server.create_container("open", true);
+    server.upload("open", "ds", &data);
+    server.upload("closed", "ds", &data);
+    // The key would open the private container: anonymous must not send it.
+    let opts = server.opts(cache_opts(t.path())).anonymous(true);
+    let public = Dataset::from_uri_with("d", &server.uri("open", "ds"), &opts).unwrap();
+    assert_eq!(fields(&read_all(public, false).unwrap()), want);
+    let uri = server.uri("closed", "ds");
     let err = match RemoteDataset::open("d", &uri, &opts) {
         Ok(_) => panic!("a private container opened without credentials"),
         Err(e) => e.to_string(),

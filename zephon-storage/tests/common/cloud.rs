@@ -225,13 +225,19 @@ impl Azurite {
         format!("http://127.0.0.1:{}/{AZURITE_ACCOUNT}", self.port)
     }
 
-    /// Creates a container: opendal writes blobs but creates no containers,
-    /// so this request is signed here (Shared Key).
-    fn create_container(&self, name: &str) {
+    /// Creates a container, readable without credentials if `public`:
+    /// opendal writes blobs but creates no containers, so this request is
+    /// signed here (Shared Key).
+    pub fn create_container(&self, name: &str, public: bool) {
+        let access = if public {
+            "x-ms-blob-public-access:container\n"
+        } else {
+            ""
+        };
         let date = http_date(std::time::SystemTime::now());
         let version = "2021-08-06";
         let to_sign = format!(
-            "PUT\n\n\n\n\n\n\n\n\n\n\n\nx-ms-date:{date}\nx-ms-version:{version}\n\
+            "PUT\n\n\n\n\n\n\n\n\n\n\n\n{access}x-ms-date:{date}\nx-ms-version:{version}\n\
              /{AZURITE_ACCOUNT}/{AZURITE_ACCOUNT}/{name}\nrestype:container"
         );
         let sig = shared_key_signature(AZURITE_KEY, &to_sign);
@@ -239,8 +245,9 @@ impl Azurite {
             self.port,
             &format!(
                 "PUT /{AZURITE_ACCOUNT}/{name}?restype=container HTTP/1.1\r\n\
-                 x-ms-date: {date}\r\nx-ms-version: {version}\r\n\
-                 Authorization: SharedKey {AZURITE_ACCOUNT}:{sig}\r\n"
+                 {}x-ms-date: {date}\r\nx-ms-version: {version}\r\n\
+                 Authorization: SharedKey {AZURITE_ACCOUNT}:{sig}\r\n",
+                access.replace(':', ": ").replace('\n', "\r\n")
             ),
             b"",
         );
@@ -263,7 +270,7 @@ impl ObjectServer for Azurite {
     }
 
     fn upload(&self, container: &str, prefix: &str, dir: &Path) {
-        self.create_container(container);
+        self.create_container(container, false);
         let opts = self.opts(StorageOptions::default());
         upload_files(&self.uri(container, prefix), &opts, dir);
     }
