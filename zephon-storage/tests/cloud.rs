@@ -217,6 +217,34 @@ fn azblob_anonymous_reads_a_public_container_and_is_refused_by_a_private_one() {
 }
 
 #[test]
+fn azblob_reads_with_a_sas_token_and_refuses_a_forged_one() {
+    let t = tempfile::tempdir().unwrap();
+    let server = Azurite::start(t.path());
+    let data = t.path().join("data");
+    let want = indexed_dataset(&data, 2, 20);
+    server.upload("bkt", "ds", &data);
+    let uri = server.uri("bkt", "ds");
+    // A wrong key beside the token: the token must be what signs.
+    let wrong_key = "d3Jvbmcga2V5";
+    let with = |sas: &str| {
+        cache_opts(t.path())
+            .endpoint(&server.endpoint())
+            .account_name(AZURITE_ACCOUNT)
+            .account_key(wrong_key)
+            .sas_token(sas)
+    };
+    let sas = Azurite::account_sas(AZURITE_KEY);
+    let ds = Dataset::from_uri_with("d", &uri, &with(&sas)).unwrap();
+    assert_eq!(fields(&read_all(ds, false).unwrap()), want);
+    let forged = Azurite::account_sas(wrong_key);
+    let err = match RemoteDataset::open("d", &uri, &with(&forged)) {
+        Ok(_) => panic!("a forged SAS token opened the container"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains(&uri), "{err}");
+}
+
+#[test]
 fn a_cloud_uri_without_bucket_or_container_is_refused() {
     for (uri, want) in [
         ("gs:///ds", "gs://bucket/prefix"),
