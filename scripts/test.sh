@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command of the README. Installs the servers the storage tests start
-# on 127.0.0.1 (moto_server for S3, nginx for HTTP) when they are missing, runs
+# on 127.0.0.1 (moto_server for S3, nginx for HTTP, gcp-storage-emulator for
+# Google Cloud Storage, Azurite for Azure Blob) when they are missing, runs
 # the guide examples, then every crate's unit, integration and doc tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,14 +10,27 @@ if ! command -v moto_server >/dev/null 2>&1; then
     python3 -m pip install --quiet 'moto[server]'
     command -v pyenv >/dev/null 2>&1 && pyenv rehash || true
 fi
-if ! command -v nginx >/dev/null 2>&1 && ! [ -x /usr/sbin/nginx ]; then
+if ! command -v gcp-storage-emulator >/dev/null 2>&1; then
+    python3 -m pip install --quiet gcp-storage-emulator
+    command -v pyenv >/dev/null 2>&1 && pyenv rehash || true
+fi
+apt_install() {
     if [ "$(id -u)" = 0 ]; then
-        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"
     else
-        sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light
+        sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"
     fi
+}
+if ! command -v nginx >/dev/null 2>&1 && ! [ -x /usr/sbin/nginx ]; then
+    apt_install nginx-light
+fi
+if ! command -v azurite-blob >/dev/null 2>&1; then
+    command -v npm >/dev/null 2>&1 || apt_install npm
+    if [ "$(id -u)" = 0 ]; then npm install --global --silent azurite; else sudo npm install --global --silent azurite; fi
 fi
 export PATH="$PATH:/usr/sbin"
+# Where npm put azurite-blob, if that is not on the PATH already.
+if command -v npm >/dev/null 2>&1; then PATH="$PATH:$(npm prefix --global)/bin"; fi
 
 # The guide examples, one per tuning topic, each a small runnable program.
 for example in fetch_and_batch enable_observability prefetch_shards operator_parallelism prefetch_batches async_loop; do

@@ -227,8 +227,10 @@ async fn discover(
 /// Datasets from URIs: `Dataset::from_uri(name, uri)`.
 pub trait UriDatasetExt: Sized {
     /// Opens the dataset at `uri` (`file://` or a plain path, `s3://`,
-    /// `http(s)://`, `memory://`) with default options: S3 settings from the
-    /// AWS environment variables, the shard cache under `~/.cache/zephon`.
+    /// `gs://`, `azblob://`, `http(s)://`, `memory://`) with default options:
+    /// endpoints and credentials from the environment variables each
+    /// service's own tools read (see [`StorageOptions`]), the shard cache
+    /// under `~/.cache/zephon`.
     ///
     /// A local folder (a plain path or `file://`) is opened as
     /// [`Dataset::from_path_with`](crate::DatasetExt::from_path_with) opens

@@ -9,7 +9,11 @@ use std::time::Duration;
 ///
 /// Unset S3 fields fall back to the usual AWS environment variables
 /// (`AWS_ENDPOINT_URL`, `AWS_REGION` / `AWS_DEFAULT_REGION`,
-/// `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`).
+/// `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`);
+/// Google Cloud Storage reads `STORAGE_EMULATOR_HOST` and
+/// `GOOGLE_APPLICATION_CREDENTIALS`; unset Azure fields fall back to
+/// `AZURE_STORAGE_CONNECTION_STRING`, or `AZURE_STORAGE_ACCOUNT`,
+/// `AZURE_STORAGE_KEY` and `AZURE_STORAGE_SAS_TOKEN`.
 ///
 /// ```
 /// use std::time::Duration;
@@ -23,9 +27,12 @@ use std::time::Duration;
 /// ```
 #[derive(Clone, Debug)]
 pub struct StorageOptions {
-    /// Endpoint of the S3 service (an S3-compatible server) or of Hugging
+    /// Endpoint of the S3 service (an S3-compatible server), of Google Cloud
+    /// Storage or Azure Blob Storage (an emulator, e.g.
+    /// `http://127.0.0.1:10000/devstoreaccount1` for Azurite), or of Hugging
     /// Face (a mirror); `None` means the default or the environment
-    /// (`AWS_ENDPOINT_URL`, `HF_ENDPOINT`).
+    /// (`AWS_ENDPOINT_URL`, `STORAGE_EMULATOR_HOST`, the Azure connection
+    /// string, `HF_ENDPOINT`).
     pub endpoint: Option<String>,
     /// S3 region.
     pub region: Option<String>,
@@ -35,6 +42,15 @@ pub struct StorageOptions {
     pub secret_access_key: Option<String>,
     /// S3 session token.
     pub session_token: Option<String>,
+    /// Azure storage account name.
+    pub account_name: Option<String>,
+    /// Azure storage account key (base64, as the portal shows it).
+    pub account_key: Option<String>,
+    /// Azure shared access signature, the query string without its `?`.
+    pub sas_token: Option<String>,
+    /// Send unsigned requests, loading no credentials: public S3 and GCS
+    /// buckets, public Azure containers, emulators that check nothing.
+    pub anonymous: bool,
     /// Limit for control requests (stat, list).
     pub timeout: Duration,
     /// Limit for each read of a body: a server that stops sending for this
@@ -66,6 +82,10 @@ impl Default for StorageOptions {
             access_key_id: None,
             secret_access_key: None,
             session_token: None,
+            account_name: None,
+            account_key: None,
+            sas_token: None,
+            anonymous: false,
             timeout: Duration::from_secs(30),
             io_timeout: Duration::from_secs(10),
             retries: 3,
@@ -96,7 +116,7 @@ macro_rules! setters {
 }
 
 setters! {
-    /// Sets the S3 (or Hugging Face mirror) endpoint.
+    /// Sets the endpoint (S3, GCS, Azure Blob, Hugging Face mirror).
     endpoint: &str => endpoint (Some);
     /// Sets the S3 region.
     region: &str => region (Some);
@@ -104,6 +124,14 @@ setters! {
     access_key_id: &str => access_key_id (Some);
     /// Sets the S3 secret access key.
     secret_access_key: &str => secret_access_key (Some);
+    /// Sets the Azure storage account name.
+    account_name: &str => account_name (Some);
+    /// Sets the Azure storage account key.
+    account_key: &str => account_key (Some);
+    /// Sets the Azure shared access signature.
+    sas_token: &str => sas_token (Some);
+    /// Turns unsigned (anonymous) requests on or off.
+    anonymous: bool => anonymous;
     /// Sets the control-request timeout.
     timeout: Duration => timeout;
     /// Sets the per-read timeout.

@@ -15,7 +15,7 @@ use zephon_storage::{CacheOptions, DatasetExt, RemoteDataset, StorageOptions};
 /// Arguments of `zephon inspect`.
 #[derive(Debug, Parser)]
 pub struct Args {
-    /// A local folder, or a `file://`, `s3://`, `http(s)://` URI.
+    /// A local folder, or a `file://`, `s3://`, `gs://`, `azblob://`, `http(s)://` URI.
     pub uri: String,
     /// How many samples to print.
     #[arg(long, short = 'n', default_value_t = 3)]
@@ -35,7 +35,8 @@ pub struct Args {
     /// Parquet columns to read (comma-separated; default all).
     #[arg(long, value_delimiter = ',')]
     pub columns: Option<Vec<String>>,
-    /// S3 endpoint (else `AWS_ENDPOINT_URL`).
+    /// S3, GCS or Azure Blob endpoint (else `AWS_ENDPOINT_URL`,
+    /// `STORAGE_EMULATOR_HOST`, `AZURE_STORAGE_CONNECTION_STRING`).
     #[arg(long)]
     pub endpoint: Option<String>,
     /// S3 region (else `AWS_REGION`).

@@ -5,10 +5,13 @@
 //! |---|---|
 //! | `/data/x`, `file:///data/x` | local file system |
 //! | `s3://bucket/prefix` | S3 and S3-compatible servers (path-style when an endpoint is set) |
+//! | `gs://bucket/prefix` (or `gcs://`) | Google Cloud Storage (`STORAGE_EMULATOR_HOST` for an emulator, `GOOGLE_APPLICATION_CREDENTIALS`) |
+//! | `azblob://container/prefix` | Azure Blob Storage (`AZURE_STORAGE_CONNECTION_STRING`, or `AZURE_STORAGE_ACCOUNT` and `AZURE_STORAGE_KEY` / `AZURE_STORAGE_SAS_TOKEN`) |
 //! | `http://host/path/`, `https://...` | plain HTTP(S); cannot list, so needs `index.json` |
 //! | `memory://name` | process memory, one store per URI (tests) |
 //! | `hf://datasets/org/name` | Hugging Face (feature `hf`; `HF_TOKEN`, `HF_ENDPOINT` for a mirror; built in CI, not tested against a hub) |
 
+mod cloud;
 pub mod runtime;
 
 use crate::options::StorageOptions;
@@ -149,7 +152,19 @@ impl Backend {
                 {
                     b = b.session_token(&t);
                 }
+                if opts.anonymous {
+                    b = b.skip_signature();
+                }
                 (Operator::new(b).map_err(ext)?, true)
+            }
+            "gs" | "gcs" => {
+                let (bucket, prefix) = cloud::split_root(&scheme, "bucket", rest).map_err(err)?;
+                (cloud::gcs(bucket, prefix, opts).map_err(ext)?, true)
+            }
+            "azblob" => {
+                let (container, prefix) =
+                    cloud::split_root(&scheme, "container", rest).map_err(err)?;
+                (cloud::azblob(container, prefix, opts).map_err(err)?, true)
             }
             "http" | "https" => {
                 let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
@@ -188,7 +203,7 @@ impl Backend {
             }
             other => {
                 return Err(err(format!(
-                    "unsupported scheme `{other}://` (supported: file, s3, http, https, memory{})",
+                    "unsupported scheme `{other}://` (supported: file, s3, gs, azblob, http, https, memory{})",
                     if cfg!(feature = "hf") { ", hf" } else { "" }
                 )));
             }

@@ -1,6 +1,9 @@
 //! Test support: deterministic JSONL datasets and real servers (moto_server
-//! for S3, nginx for HTTP) on free ports of 127.0.0.1, killed on drop.
+//! for S3, nginx for HTTP, the emulators of [`cloud`]) on free ports of
+//! 127.0.0.1, killed on drop.
 #![allow(dead_code)]
+
+pub mod cloud;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

@@ -64,7 +64,8 @@ pub enum RunnerKind {
 pub struct DatasetSpec {
     /// Name (appears in errors and metrics).
     pub name: String,
-    /// Path (relative to the recipe) or URI (`file://`, `s3://`, `http(s)://`).
+    /// Path (relative to the recipe) or URI (`file://`, `s3://`, `gs://`,
+    /// `azblob://`, `http(s)://`).
     pub uri: String,
     /// Mixture weight (finite and positive).
     #[serde(default = "one")]
