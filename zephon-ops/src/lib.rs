@@ -62,7 +62,7 @@ pub use pack::flat::PackFlat;
 pub use pack::stream::PackSequences;
 pub use pack::{OversizedPolicy, PackAlgorithm, PackConfig, Packer, Seq};
 pub use stats::{TextStats, TextStatsSnapshot};
-pub use to_training::{ToTraining, TrainingConfig};
+pub use to_training::{PositionMode, ToTraining, TrainingConfig};
 pub use tokenize::{OnMissing, Overflow, SpecialTokens, Tokenize, TokenizeConfig};
 pub use tokenize_chat::{ChatTokenizeConfig, TokenizeChat};
 pub use training::{IGNORE_INDEX, IdType, TokenIds, TrainingBatch};

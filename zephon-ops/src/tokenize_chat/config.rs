@@ -11,8 +11,7 @@ use zephon_core::settings::{MICRO_BATCH, SEQ_LEN};
 
 /// The default field holding a conversation: a list of `{role, content}`.
 pub const MESSAGES: &str = "messages";
-/// The default output field of the loss mask: 1 on supervised tokens.
-pub const LOSS_MASK: &str = "loss_mask";
+pub use crate::fields::LOSS_MASK;
 
 /// What [`TokenizeChat`](super::TokenizeChat) does: the tokenizer, its chat
 /// template and special tokens, the fields, which turns carry the loss.
