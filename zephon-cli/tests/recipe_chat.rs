@@ -203,3 +203,20 @@ fn a_template_that_does_not_compile_names_its_line() {
         "{err}"
     );
 }
+
+#[test]
+fn the_example_chat_recipe_runs() {
+    let recipe = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/recipes/chat_sft.toml");
+    let out = run(&["--json"], &recipe);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Six conversations, one without an answer (dropped): three batches of 2, 2, 1.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("\"batches\":3") && stdout.contains("\"samples\":5"),
+        "{stdout}"
+    );
+}
