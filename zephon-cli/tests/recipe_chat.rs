@@ -30,6 +30,7 @@ system_prompt = "Be brief."
 max_length = 200
 loss_on_last_turn_only = false
 parallelism = 2
+template_vars = { enable_thinking = false }
 
 [[ops]]
 op = "batch"
@@ -91,6 +92,12 @@ const CASES: &[(&str, &str, &str, &str)] = &[
         "eos_token = \"<|endoftext|>\"",
         "eos_token = \"<|none|>\"",
         "tokenize_chat.eos_token",
+    ),
+    (
+        CHAT,
+        "template_vars = { enable_thinking = false }",
+        "template_vars = { messages = 1 }",
+        "tokenize_chat.template_vars",
     ),
     (
         CHAT,

@@ -133,6 +133,10 @@ fn bad_configurations_are_the_first_item() {
         (config().eos_token("<|nope|>"), "tokenize_chat.eos_token"),
         (config().max_length(1), "tokenize_chat.max_length"),
         (config().micro_batch(0), "tokenize_chat.micro_batch"),
+        (
+            config().template_var("messages", json!([])),
+            "tokenize_chat.template_vars",
+        ),
         (config().mask_field("input_ids"), "tokenize_chat.mask_field"),
     ];
     for (c, key) in cases {

@@ -4,6 +4,7 @@ use super::prepared::Prepared;
 use super::template::ChatTemplate;
 use crate::error::Error;
 use crate::tokenize::DEFAULT_MICRO_BATCH;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
@@ -29,6 +30,7 @@ pub struct ChatTokenizeConfig {
     pub(super) system_prompt: Option<String>,
     pub(super) keep_messages: bool,
     pub(super) micro_batch: usize,
+    pub(super) vars: BTreeMap<String, serde_json::Value>,
 }
 
 impl fmt::Debug for ChatTokenizeConfig {
@@ -45,6 +47,14 @@ impl fmt::Debug for ChatTokenizeConfig {
             .finish_non_exhaustive()
     }
 }
+
+/// Template variables the operator sets itself.
+const RESERVED: &[&str] = &[
+    "messages",
+    "add_generation_prompt",
+    "bos_token",
+    "eos_token",
+];
 
 /// A special token of `tokenizer_config.json`: a string, or an object with
 /// its `content`.
@@ -74,6 +84,7 @@ impl ChatTokenizeConfig {
             system_prompt: None,
             keep_messages: false,
             micro_batch: DEFAULT_MICRO_BATCH,
+            vars: BTreeMap::new(),
         }
     }
 
@@ -193,6 +204,37 @@ impl ChatTokenizeConfig {
         self
     }
 
+    /// A variable the template reads, the same for every conversation
+    /// (Python Zephon's `chat_template_kwargs`, e.g. `enable_thinking`).
+    /// The operator's own variables (`messages`, `add_generation_prompt`,
+    /// `bos_token`, `eos_token`) cannot be set this way (checked when the
+    /// operator starts).
+    ///
+    /// ```
+    /// use zephon_core::{PipelineExt, Record, Runner, Value};
+    /// use zephon_ops::{ChatTokenizeConfig, TextPipelineExt};
+    /// # let json = include_bytes!("../../tests/fixtures/tokenizer.json");
+    /// let template = "{% for m in messages %}{{ m.role }}: \
+    ///     {% if m.role == 'assistant' %}{% if think %}<think>{% endif %}\
+    ///     {% generation %}{{ m.content }}{% endgeneration %}{% else %}{{ m.content }}{% endif %}\n{% endfor %}";
+    /// let chat = serde_json::json!([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]);
+    /// let ids = |think: bool| -> Result<Vec<u32>, Box<dyn std::error::Error>> {
+    ///     let config = ChatTokenizeConfig::from_bytes(json)?
+    ///         .chat_template(template)
+    ///         .template_var("think", serde_json::json!(think));
+    ///     let mut out = futures::stream::iter([Ok(Record::new().with("messages", Value::Json(chat.clone())))])
+    ///         .tokenize_chat(config, 1)
+    ///         .into_blocking_iter(Runner::Inline)?;
+    ///     Ok(out.next().unwrap()?.tokens("input_ids").unwrap().to_vec())
+    /// };
+    /// assert!(ids(true)?.len() > ids(false)?.len());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn template_var(mut self, name: impl Into<String>, value: serde_json::Value) -> Self {
+        self.vars.insert(name.into(), value);
+        self
+    }
+
     /// Keeps the conversation field in the output record (dropped by
     /// default, to free its memory early).
     pub fn keep_messages(mut self, keep: bool) -> Self {
@@ -245,6 +287,12 @@ impl ChatTokenizeConfig {
                     "`{}`: must be a non-empty name other than `input_ids`",
                     self.mask_field
                 ),
+            ));
+        }
+        if let Some(name) = self.vars.keys().find(|k| RESERVED.contains(&k.as_str())) {
+            return Err(config(
+                "tokenize_chat.template_vars",
+                format!("`{name}` is set by the operator itself"),
             ));
         }
         let source = self.template.as_deref().ok_or_else(|| {

@@ -72,7 +72,7 @@ impl Prepared {
         let special = self.special();
         let render = |flag| {
             self.template
-                .render(&probe, flag, &special)
+                .render(&probe, flag, &special, &self.config.vars)
                 .map_err(|m| Error::Config {
                     key: "tokenize_chat.chat_template",
                     message: format!("rendering a one-message probe: {m}"),
@@ -130,7 +130,9 @@ impl Prepared {
         messages: &Json,
     ) -> std::result::Result<(String, Vec<(usize, usize)>), String> {
         let special = self.special();
-        let (full, spans) = self.template.render(messages, false, &special)?;
+        let (full, spans) = self
+            .template
+            .render(messages, false, &special, &self.config.vars)?;
         if self.template.tagged {
             return Ok((full, spans));
         }
@@ -142,7 +144,12 @@ impl Prepared {
             }
             let part = |n: usize, prompt| {
                 self.template
-                    .render(&Json::Array(list[..n].to_vec()), prompt, &special)
+                    .render(
+                        &Json::Array(list[..n].to_vec()),
+                        prompt,
+                        &special,
+                        &self.config.vars,
+                    )
                     .map(|(t, _)| t)
             };
             let prefix = part(i, true)?;

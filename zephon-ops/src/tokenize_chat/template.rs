@@ -113,11 +113,15 @@ impl ChatTemplate {
         messages: &serde_json::Value,
         add_generation_prompt: bool,
         special: &BTreeMap<&'static str, String>,
+        vars: &BTreeMap<String, serde_json::Value>,
     ) -> Result<(String, Vec<(usize, usize)>), String> {
-        let mut ctx: BTreeMap<&str, Value> = special
-            .iter()
-            .map(|(k, v)| (*k, Value::from(v.as_str())))
-            .collect();
+        let mut ctx: BTreeMap<&str, Value> = BTreeMap::new();
+        for (k, v) in vars {
+            let v = <Value as serde::Deserialize>::deserialize(v)
+                .map_err(|e| format!("template variable `{k}`: {e}"))?;
+            ctx.insert(k, v);
+        }
+        ctx.extend(special.iter().map(|(k, v)| (*k, Value::from(v.as_str()))));
         let messages = <Value as serde::Deserialize>::deserialize(messages)
             .map_err(|e| format!("messages: {e}"))?;
         ctx.insert("messages", messages);
@@ -164,7 +168,7 @@ mod tests {
         src: &str,
         messages: serde_json::Value,
     ) -> Result<(String, Vec<(usize, usize)>), String> {
-        ChatTemplate::new(src)?.render(&messages, false, &BTreeMap::new())
+        ChatTemplate::new(src)?.render(&messages, false, &BTreeMap::new(), &BTreeMap::new())
     }
 
     #[test]

@@ -218,6 +218,9 @@ pub fn build(recipe: &Recipe, base: &Path) -> Result<Built> {
                 if let Some(p) = &t.system_prompt {
                     cfg = cfg.system_prompt(p.clone());
                 }
+                for (name, value) in &t.template_vars {
+                    cfg = cfg.template_var(name.clone(), value.clone());
+                }
                 if let Some(n) = t.max_length {
                     cfg = cfg.max_length(n);
                 }

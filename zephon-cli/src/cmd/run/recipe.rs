@@ -277,6 +277,10 @@ pub struct TokenizeChatSpec {
     pub loss_on_last_turn_only: bool,
     /// A system message for conversations that have none.
     pub system_prompt: Option<String>,
+    /// Variables the template reads, the same for every conversation
+    /// (e.g. `enable_thinking = false`).
+    #[serde(default)]
+    pub template_vars: std::collections::BTreeMap<String, serde_json::Value>,
     /// Micro-batches encoding at once (1 to 4096).
     #[serde(default = "four")]
     pub parallelism: usize,
