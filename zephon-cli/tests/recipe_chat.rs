@@ -101,6 +101,12 @@ const CASES: &[(&str, &str, &str, &str)] = &[
     ),
     (
         CHAT,
+        "loss_on_last_turn_only = false",
+        "raw_content = true",
+        "tokenize_chat.chat_template",
+    ),
+    (
+        CHAT,
         "position_mode = \"sequence\"",
         "position_mode = \"row\"",
         "ops[3].position_mode",

@@ -102,6 +102,31 @@ fn bad_conversations_are_errors_naming_the_sample() {
             )
         );
     }
+    let raw = || {
+        ChatTokenizeConfig::from_bytes(include_bytes!("fixtures/tokenizer.json"))
+            .unwrap()
+            .raw_content()
+            .eos_token("<|endoftext|>")
+    };
+    let cases = [
+        (
+            with(json!([{"role": "user", "content": 5}])),
+            "message 0: content is a number, not text",
+        ),
+        (
+            with(json!([{"role": "user", "content": [{"type": "text"}]}])),
+            "message 0, content part 0: a text part without text",
+        ),
+    ];
+    for (bad, message) in cases {
+        let e = first_error(vec![chat(1), bad], raw());
+        assert_eq!(
+            e,
+            format!(
+                "operator `tokenize_chat`: dataset `chats`, shard `memory://chats/0`, sample 1: {message}"
+            )
+        );
+    }
 }
 
 #[test]

@@ -31,6 +31,7 @@ pub struct ChatTokenizeConfig {
     pub(super) keep_messages: bool,
     pub(super) micro_batch: usize,
     pub(super) vars: BTreeMap<String, serde_json::Value>,
+    pub(super) raw: bool,
 }
 
 impl fmt::Debug for ChatTokenizeConfig {
@@ -85,6 +86,7 @@ impl ChatTokenizeConfig {
             keep_messages: false,
             micro_batch: DEFAULT_MICRO_BATCH,
             vars: BTreeMap::new(),
+            raw: false,
         }
     }
 
@@ -235,6 +237,30 @@ impl ChatTokenizeConfig {
         self
     }
 
+    /// No template: the message contents are joined as they are, each
+    /// assistant turn followed by the EOS token and supervised with it
+    /// (Python Zephon's `apply_chat_template=False`). Needs
+    /// [`eos_token`](Self::eos_token) and no chat template.
+    ///
+    /// ```
+    /// use zephon_core::{PipelineExt, Record, Runner, Value};
+    /// use zephon_ops::{ChatTokenizeConfig, TextPipelineExt};
+    /// # let json = include_bytes!("../../tests/fixtures/tokenizer.json");
+    /// let config = ChatTokenizeConfig::from_bytes(json)?.raw_content().eos_token("<|endoftext|>");
+    /// let chat = serde_json::json!([{"role": "user", "content": "Say hi. "}, {"role": "assistant", "content": "hi"}]);
+    /// let out: Vec<Record> = futures::stream::iter([Ok(Record::new().with("messages", Value::Json(chat)))])
+    ///     .tokenize_chat(config, 1)
+    ///     .into_blocking_iter(Runner::Inline)?
+    ///     .collect::<Result<_, _>>()?;
+    /// let mask = out[0].tokens("loss_mask").unwrap();
+    /// assert_eq!(mask.iter().rev().take_while(|&&m| m == 1).count(), 2); // `hi`, EOS
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn raw_content(mut self) -> Self {
+        self.raw = true;
+        self
+    }
+
     /// Keeps the conversation field in the output record (dropped by
     /// default, to free its memory early).
     pub fn keep_messages(mut self, keep: bool) -> Self {
@@ -295,14 +321,30 @@ impl ChatTokenizeConfig {
                 format!("`{name}` is set by the operator itself"),
             ));
         }
-        let source = self.template.as_deref().ok_or_else(|| {
-            config(
-                "tokenize_chat.chat_template",
-                "none: give one, or a tokenizer_config.json with `chat_template`".into(),
-            )
-        })?;
-        let template =
-            ChatTemplate::new(source).map_err(|m| config("tokenize_chat.chat_template", m))?;
+        let template = match (self.raw, self.template.as_deref()) {
+            (true, None) if self.eos_token.is_none() => {
+                return Err(config(
+                    "tokenize_chat.eos_token",
+                    "none: without a template, an EOS token ends every assistant turn".into(),
+                ));
+            }
+            (true, None) => None,
+            (true, Some(_)) => {
+                return Err(config(
+                    "tokenize_chat.chat_template",
+                    "given, but raw content is asked for: use one or the other".into(),
+                ));
+            }
+            (false, None) => {
+                return Err(config(
+                    "tokenize_chat.chat_template",
+                    "none: give one, or a tokenizer_config.json with `chat_template`".into(),
+                ));
+            }
+            (false, Some(source)) => Some(
+                ChatTemplate::new(source).map_err(|m| config("tokenize_chat.chat_template", m))?,
+            ),
+        };
         let id = |key, token: &Option<String>| -> crate::Result<Option<u32>> {
             token
                 .as_deref()

@@ -21,7 +21,8 @@ pub(crate) enum Encoded {
 /// A resolved configuration: the compiled template and the EOS id.
 pub(crate) struct Prepared {
     pub(super) config: ChatTokenizeConfig,
-    pub(super) template: ChatTemplate,
+    /// `None` for raw content.
+    pub(super) template: Option<ChatTemplate>,
     pub(super) eos_id: Option<u32>,
 }
 
@@ -48,6 +49,17 @@ pub(crate) fn last_run_only(mask: &mut [u32]) {
     }
 }
 
+fn json_kind(v: &Json) -> &'static str {
+    match v {
+        Json::Null => "null",
+        Json::Bool(_) => "a boolean",
+        Json::Number(_) => "a number",
+        Json::String(_) => "text",
+        Json::Array(_) => "a list",
+        Json::Object(_) => "an object",
+    }
+}
+
 impl Prepared {
     fn special(&self) -> BTreeMap<&'static str, String> {
         let c = &self.config;
@@ -65,13 +77,13 @@ impl Prepared {
     /// with a generation prompt ends: a template that ignores the prompt
     /// would supervise the role header.
     pub(super) fn check_generation_prompt(&self) -> crate::Result<()> {
-        if self.template.tagged {
+        let Some(template) = self.template.as_ref().filter(|t| !t.tagged) else {
             return Ok(());
-        }
+        };
         let probe = serde_json::json!([{"role": "user", "content": ""}]);
         let special = self.special();
         let render = |flag| {
-            self.template
+            template
                 .render(&probe, flag, &special, &self.config.vars)
                 .map_err(|m| Error::Config {
                     key: "tokenize_chat.chat_template",
@@ -124,16 +136,67 @@ impl Prepared {
         Ok(Json::Array(list))
     }
 
+    /// The contents joined, each assistant turn followed by EOS; the spans
+    /// cover an assistant turn and its EOS.
+    fn raw_with_spans(
+        &self,
+        messages: &Json,
+    ) -> std::result::Result<(String, Vec<(usize, usize)>), String> {
+        let eos = self.config.eos_token.as_deref().unwrap_or_default();
+        let mut text = String::new();
+        let mut spans = Vec::new();
+        for (i, m) in messages
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
+            .iter()
+            .enumerate()
+        {
+            let start = text.len();
+            match m.get("content") {
+                None => {}
+                Some(Json::String(s)) => text.push_str(s),
+                Some(Json::Array(parts)) => {
+                    for (j, part) in parts.iter().enumerate() {
+                        if part.get("type").and_then(Json::as_str) != Some("text") {
+                            continue;
+                        }
+                        match part.get("text") {
+                            Some(Json::String(s)) => text.push_str(s),
+                            _ => {
+                                return Err(format!(
+                                    "message {i}, content part {j}: a text part without text"
+                                ));
+                            }
+                        }
+                    }
+                }
+                Some(other) => {
+                    return Err(format!(
+                        "message {i}: content is {}, not text",
+                        json_kind(other)
+                    ));
+                }
+            }
+            if m.get("role").and_then(Json::as_str) == Some("assistant") {
+                text.push_str(eos);
+                spans.push((start, text.len()));
+            }
+        }
+        Ok((text, spans))
+    }
+
     /// Rendered text and the byte spans of the assistant turns.
     fn render_with_spans(
         &self,
         messages: &Json,
     ) -> std::result::Result<(String, Vec<(usize, usize)>), String> {
+        let Some(template) = &self.template else {
+            return self.raw_with_spans(messages);
+        };
         let special = self.special();
-        let (full, spans) = self
-            .template
-            .render(messages, false, &special, &self.config.vars)?;
-        if self.template.tagged {
+        let (full, spans) = template.render(messages, false, &special, &self.config.vars)?;
+        if template.tagged {
             return Ok((full, spans));
         }
         let list = messages.as_array().map(Vec::as_slice).unwrap_or(&[]);
@@ -143,7 +206,7 @@ impl Prepared {
                 continue;
             }
             let part = |n: usize, prompt| {
-                self.template
+                template
                     .render(
                         &Json::Array(list[..n].to_vec()),
                         prompt,
@@ -192,6 +255,7 @@ impl Prepared {
         // Templates may leave out the final EOS: add it, supervised as the
         // token before it, unless the cap is reached.
         if let (Some(eos), Some(&last), Some(&m)) = (self.eos_id, ids.last(), mask.last())
+            && self.template.is_some()
             && last != eos
             && self.config.max_length.is_none_or(|cap| ids.len() < cap)
         {

@@ -209,6 +209,9 @@ pub fn build(recipe: &Recipe, base: &Path) -> Result<Built> {
                 if let Some(tmpl) = &t.chat_template {
                     cfg = cfg.chat_template(tmpl.clone());
                 }
+                if t.raw_content {
+                    cfg = cfg.raw_content();
+                }
                 if let Some(b) = &t.bos_token {
                     cfg = cfg.bos_token(b.clone());
                 }

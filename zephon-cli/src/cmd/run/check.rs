@@ -182,11 +182,11 @@ pub fn check(recipe: &Recipe, lines: &KeyLines<'_>) -> Result<()> {
                         ));
                     }
                 }
-                if t.chat_template.is_none() && t.tokenizer_config.is_none() {
+                if !t.raw_content && t.chat_template.is_none() && t.tokenizer_config.is_none() {
                     return Err(at(
                         lines,
                         &key("tokenizer"),
-                        "no chat template: add `chat_template` or `tokenizer_config`",
+                        "no chat template: add `chat_template` or `tokenizer_config`, or set `raw_content = true`",
                     ));
                 }
                 if t.mask_field.is_empty() || t.mask_field == "input_ids" {

@@ -275,6 +275,9 @@ pub struct TokenizeChatSpec {
     /// Loss on the last assistant turn only.
     #[serde(default)]
     pub loss_on_last_turn_only: bool,
+    /// No template: contents joined, EOS after each assistant turn.
+    #[serde(default)]
+    pub raw_content: bool,
     /// A system message for conversations that have none.
     pub system_prompt: Option<String>,
     /// Variables the template reads, the same for every conversation
