@@ -24,6 +24,7 @@ use zephon_core::{Record, Result};
 mod config;
 mod prepared;
 mod template;
+mod tojson;
 
 pub use config::{ChatTokenizeConfig, LOSS_MASK, MESSAGES};
 use prepared::Prepared;

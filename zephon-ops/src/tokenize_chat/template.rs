@@ -101,6 +101,7 @@ impl ChatTemplate {
             },
         );
         env.add_filter(FILTER, |body: String| format!("{OPEN}{body}{CLOSE}"));
+        env.add_filter("tojson", super::tojson::tojson);
         env.add_template_owned(NAME, rewritten)
             .map_err(|e| describe(&e))?;
         Ok(ChatTemplate { env, tagged })
