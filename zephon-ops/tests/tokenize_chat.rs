@@ -130,6 +130,19 @@ fn bad_conversations_are_errors_naming_the_sample() {
 }
 
 #[test]
+fn a_supervised_first_token_is_an_error() {
+    // Packed rows mask labels across documents only because every
+    // conversation starts unsupervised.
+    let all =
+        "{% for m in messages %}{% generation %}{{ m.content }}{% endgeneration %}{% endfor %}";
+    let e = first_error(vec![chat(1)], config().chat_template(all));
+    assert!(
+        e.starts_with("operator `tokenize_chat`: dataset `chats`, shard `memory://chats/0`, sample 0: the first token is supervised"),
+        "{e}"
+    );
+}
+
+#[test]
 fn a_template_that_fails_to_render_names_its_line() {
     let template = "{% for m in messages %}\n{% generation %}{{ m.content }}{% endgeneration %}\n{% if m.role == 'tool' %}{{ raise_exception('no tools here') }}{% endif %}\n{% endfor %}";
     let tool = Record::new().with(
