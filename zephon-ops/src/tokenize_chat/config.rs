@@ -195,6 +195,34 @@ impl ChatTokenizeConfig {
 
     /// The loss on the last contiguous run of assistant tokens only, instead
     /// of every assistant turn.
+    ///
+    /// ```
+    /// use zephon_core::{PipelineExt, Record, Runner, Value};
+    /// use zephon_ops::{ChatTokenizeConfig, TextPipelineExt};
+    /// # let json = include_bytes!("../../tests/fixtures/tokenizer.json");
+    /// let template = "{% for m in messages %}{{ m.role }}: \
+    ///     {% if m.role == 'assistant' %}{% generation %}{{ m.content }}{% endgeneration %}\
+    ///     {% else %}{{ m.content }}{% endif %}\n{% endfor %}";
+    /// let chat = serde_json::json!([
+    ///     {"role": "user", "content": "one?"}, {"role": "assistant", "content": "1"},
+    ///     {"role": "user", "content": "two?"}, {"role": "assistant", "content": "2"},
+    /// ]);
+    /// // The number of supervised runs in the mask.
+    /// let runs = |last: bool| -> Result<usize, Box<dyn std::error::Error>> {
+    ///     let config = ChatTokenizeConfig::from_bytes(json)?
+    ///         .chat_template(template)
+    ///         .loss_on_last_turn_only(last);
+    ///     let r = futures::stream::iter([Ok(Record::new().with("messages", Value::Json(chat.clone())))])
+    ///         .tokenize_chat(config, 1)
+    ///         .into_blocking_iter(Runner::Inline)?
+    ///         .next()
+    ///         .unwrap()?;
+    ///     let mask = r.tokens("loss_mask").unwrap();
+    ///     Ok(mask.windows(2).filter(|w| w == &[0, 1]).count())
+    /// };
+    /// assert_eq!((runs(false)?, runs(true)?), (2, 1));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn loss_on_last_turn_only(mut self, on: bool) -> Self {
         self.last_turn_only = on;
         self
