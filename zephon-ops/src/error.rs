@@ -64,6 +64,14 @@ pub enum Error {
         /// What was wrong.
         message: String,
     },
+    /// A conversation that `tokenize_chat` cannot render or mask.
+    #[error("tokenize_chat: sample {ptr}: {message}")]
+    Chat {
+        /// The record's source pointer.
+        ptr: PtrDisplay,
+        /// What was wrong (the message, or the template line).
+        message: String,
+    },
     /// An invalid option.
     #[error("invalid option `{key}`: {message}")]
     Config {
@@ -97,6 +105,7 @@ impl From<Error> for zephon_core::Error {
                 ptr,
                 format!("encoding field `{field}`: {message}"),
             ),
+            Error::Chat { ptr, message } => sample("tokenize_chat", ptr, message),
             Error::MissingField {
                 op,
                 field,

@@ -6,6 +6,7 @@ use crate::pack::flat::PackFlat;
 use crate::pack::stream::PackSequences;
 use crate::to_training::{ToTraining, TrainingConfig};
 use crate::tokenize::{Tokenize, TokenizeConfig};
+use crate::tokenize_chat::{ChatTokenizeConfig, TokenizeChat};
 use futures::Stream;
 use zephon_core::{Batch, Record, Result};
 
@@ -34,6 +35,18 @@ pub trait TextPipelineExt: Stream + Sized {
         Self: Stream<Item = Result<Record>>,
     {
         Tokenize::new(self, config, parallelism)
+    }
+
+    /// Renders and tokenizes the conversation of each record with a chat
+    /// template, writing ids and an assistant-only loss mask, with up to
+    /// `parallelism` micro-batches encoding at once (1 to 4096; otherwise
+    /// the first item is an error naming it); output order equals input
+    /// order. See [`TokenizeChat`].
+    fn tokenize_chat(self, config: ChatTokenizeConfig, parallelism: usize) -> TokenizeChat<Self>
+    where
+        Self: Stream<Item = Result<Record>>,
+    {
+        TokenizeChat::new(self, config, parallelism)
     }
 
     /// Reorders records so each dataset's token (or sample) share tracks

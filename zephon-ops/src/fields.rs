@@ -11,3 +11,6 @@ pub const ATTENTION_MASK: &str = "attention_mask";
 pub const SEGMENT_IDS: &str = "segment_ids";
 /// Per token of a packed row: the position within its document.
 pub const POSITION_IDS: &str = "position_ids";
+/// Per token of a tokenized conversation: 1 where the model learns the
+/// token (assistant output), 0 elsewhere.
+pub const LOSS_MASK: &str = "loss_mask";

@@ -5,6 +5,8 @@
 //!
 //! - [`tokenize`](TextPipelineExt::tokenize): a Hugging Face
 //!   `tokenizer.json`, micro-batches on worker threads, output in input order;
+//! - [`tokenize_chat`](TextPipelineExt::tokenize_chat): conversations
+//!   rendered with a chat template, ids and an assistant-only loss mask;
 //! - [`ensure_mixture`](TextPipelineExt::ensure_mixture): holds the
 //!   token-level mixture of source datasets;
 //! - [`pack_sequences`](TextPipelineExt::pack_sequences): `first_fit`,
@@ -46,6 +48,7 @@ pub mod pack;
 pub mod stats;
 pub mod to_training;
 pub mod tokenize;
+pub mod tokenize_chat;
 pub mod training;
 
 /// The Hugging Face `tokenizers` crate, re-exported for
@@ -59,6 +62,7 @@ pub use pack::flat::PackFlat;
 pub use pack::stream::PackSequences;
 pub use pack::{OversizedPolicy, PackAlgorithm, PackConfig, Packer, Seq};
 pub use stats::{TextStats, TextStatsSnapshot};
-pub use to_training::{ToTraining, TrainingConfig};
+pub use to_training::{PositionMode, ToTraining, TrainingConfig};
 pub use tokenize::{OnMissing, Overflow, SpecialTokens, Tokenize, TokenizeConfig};
+pub use tokenize_chat::{ChatTokenizeConfig, TokenizeChat};
 pub use training::{IGNORE_INDEX, IdType, TokenIds, TrainingBatch};

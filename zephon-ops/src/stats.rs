@@ -42,6 +42,9 @@ pub struct TextStats {
     pub max_segments_per_row: MaxGauge,
     /// Records dropped by ensure_mixture to hold the mixture exactly.
     pub mixture_dropped: Counter,
+    /// Conversations dropped by tokenize_chat: under two tokens, or no
+    /// supervised token (no assistant turn, or truncated away).
+    pub chat_dropped: Counter,
 }
 
 impl TextStats {
@@ -81,6 +84,7 @@ impl TextStats {
             dropped_tokens: self.dropped_tokens.get(),
             split_sequences: self.split_sequences.get(),
             mixture_dropped: self.mixture_dropped.get(),
+            chat_dropped: self.chat_dropped.get(),
         }
     }
 }
@@ -130,4 +134,7 @@ pub struct TextStatsSnapshot {
     pub split_sequences: u64,
     /// Records dropped by ensure_mixture.
     pub mixture_dropped: u64,
+    /// Conversations dropped by tokenize_chat (nothing to supervise).
+    #[serde(default)]
+    pub chat_dropped: u64,
 }

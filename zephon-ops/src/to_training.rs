@@ -97,7 +97,21 @@ pub(crate) fn collate(
     })
 }
 
-/// How [`ToTraining`] collates: the row length, the pad id, the id type.
+/// How [`TrainingBatch::position_ids`] are numbered.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum PositionMode {
+    /// From 0 at the start of every document of a packed row (padding 0):
+    /// Python Zephon's `preserve` over packed positions.
+    #[default]
+    Document,
+    /// `0..seq_len` across each whole row, padding included: Python
+    /// Zephon's `sequence`, for recipes that number a packed row
+    /// continuously. Document boundaries stay in `cu_seqlens`.
+    Sequence,
+}
+
+/// How [`ToTraining`] collates: the row length, the pad id, the id type,
+/// positions, which labels carry a loss.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TrainingConfig {
     /// Tokens per row; shorter rows are padded.
@@ -106,6 +120,11 @@ pub struct TrainingConfig {
     pub pad_token_id: u32,
     /// `u32` or `i64` ids.
     pub id_type: IdType,
+    /// How positions are numbered.
+    pub position_mode: PositionMode,
+    /// With an EOS id, no loss is taken on the prediction made from an EOS
+    /// token (for packed `[A, EOS, B, EOS]`, the `EOS -> B` label).
+    pub eos_mask_loss: Option<u32>,
 }
 
 impl TrainingConfig {
@@ -129,7 +148,51 @@ impl TrainingConfig {
             seq_len,
             pad_token_id: 0,
             id_type: IdType::U32,
+            position_mode: PositionMode::Document,
+            eos_mask_loss: None,
         }
+    }
+
+    /// Sets how positions are numbered (default: per document).
+    ///
+    /// ```
+    /// use zephon_core::{Batch, Record, Value};
+    /// use zephon_ops::{PositionMode, TrainingConfig};
+    /// let row = Record::new()
+    ///     .with("input_ids", Value::Tokens(vec![5, 6, 7, 8]))
+    ///     .with("segment_ids", Value::Tokens(vec![1, 1, 2, 2]));
+    /// let batch = Batch { lane: 0, index: 0, items: vec![row], cut: None };
+    /// let per_doc = TrainingConfig::new(5).collate(&batch)?;
+    /// assert_eq!(per_doc.position_ids, [0, 1, 0, 1, 0]);
+    /// let per_row = TrainingConfig::new(5).position_mode(PositionMode::Sequence).collate(&batch)?;
+    /// assert_eq!(per_row.position_ids, [0, 1, 2, 3, 4]);
+    /// assert_eq!(per_row.cu_seqlens, per_doc.cu_seqlens);
+    /// # Ok::<(), zephon_ops::Error>(())
+    /// ```
+    pub fn position_mode(mut self, mode: PositionMode) -> Self {
+        self.position_mode = mode;
+        self
+    }
+
+    /// Takes no loss on predictions made from `eos_id` tokens. Matching is
+    /// by id: if BOS and EOS share an id, the prediction after a BOS is
+    /// masked too.
+    ///
+    /// ```
+    /// use zephon_core::{Batch, Record, Value};
+    /// use zephon_ops::{IGNORE_INDEX, TrainingConfig};
+    /// // One row of two documents, each ending with EOS (id 2), not packed
+    /// // by document: the label after the first EOS is the second's start.
+    /// let row = Record::new().with("input_ids", Value::Tokens(vec![10, 11, 2, 12, 2]));
+    /// let batch = Batch { lane: 0, index: 0, items: vec![row], cut: None };
+    /// let b = TrainingConfig::new(5).eos_mask_loss(2).collate(&batch)?;
+    /// assert_eq!(b.labels, [11, 2, IGNORE_INDEX, 2, IGNORE_INDEX]);
+    /// assert_eq!(b.num_valid_tokens(), 3);
+    /// # Ok::<(), zephon_ops::Error>(())
+    /// ```
+    pub fn eos_mask_loss(mut self, eos_id: u32) -> Self {
+        self.eos_mask_loss = Some(eos_id);
+        self
     }
 
     /// Sets the pad id.
@@ -146,8 +209,11 @@ impl TrainingConfig {
 
     /// Collates one batch of records carrying [`fields::INPUT_IDS`] and,
     /// optionally, [`fields::SEGMENT_IDS`] (a record without segment ids is
-    /// one document). A `seq_len` [`validate`](Self::validate) refuses is an
-    /// error.
+    /// one document) and [`fields::LOSS_MASK`] (one 0 or 1 per id, as
+    /// [`tokenize_chat`](crate::TextPipelineExt::tokenize_chat) writes it:
+    /// the label of position `t` is kept only where the mask of `t + 1` is
+    /// 1). A `seq_len` [`validate`](Self::validate) refuses, or a mask of
+    /// another length than its ids, is an error.
     pub fn collate(&self, batch: &Batch<Record>) -> Result<TrainingBatch> {
         self.validate()?;
         let mut owned_segs: Vec<Vec<u32>> = Vec::new();
@@ -183,6 +249,40 @@ impl TrainingConfig {
             batch.index,
         )?;
         out.cut = batch.cut.clone();
+        let l = self.seq_len;
+        for (row, r) in batch.items.iter().enumerate() {
+            let Some(mask) = r.tokens(fields::LOSS_MASK) else {
+                continue;
+            };
+            let n = pairs[row].0.len();
+            if mask.len() != n {
+                return Err(Error::BadRow {
+                    lane: batch.lane,
+                    index: batch.index,
+                    row,
+                    message: format!("{} loss mask values for {n} tokens", mask.len()),
+                });
+            }
+            for t in 0..n.saturating_sub(1) {
+                if mask[t + 1] == 0 {
+                    out.labels[row * l + t] = IGNORE_INDEX;
+                }
+            }
+        }
+        if let Some(eos) = self.eos_mask_loss {
+            let ids = &out.input_ids;
+            for (t, label) in out.labels.iter_mut().enumerate() {
+                if out.attention_mask[t] && ids.get(t) == Some(i64::from(eos)) {
+                    *label = IGNORE_INDEX;
+                }
+            }
+        }
+        out.loss_mask = out.labels.iter().map(|&x| x != IGNORE_INDEX).collect();
+        if self.position_mode == PositionMode::Sequence {
+            for (t, p) in out.position_ids.iter_mut().enumerate() {
+                *p = (t % l.max(1)) as i64;
+            }
+        }
         Ok(out)
     }
 }

@@ -173,6 +173,12 @@ impl TrainingBatch {
         self.attention_mask.iter().filter(|&&m| m).count()
     }
 
+    /// Number of labels that carry a loss (Python Zephon's
+    /// `num_valid_tokens`): what a mean loss over the batch divides by.
+    pub fn num_valid_tokens(&self) -> usize {
+        self.loss_mask.iter().filter(|&&m| m).count()
+    }
+
     /// Collates rows given as `(input_ids, segment_ids)` pairs, where segment
     /// 0 marks padding and any change of segment id starts a new document.
     /// Rows shorter than `seq_len` are padded with id 0; a row longer than

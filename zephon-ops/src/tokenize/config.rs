@@ -24,6 +24,10 @@ pub enum SpecialTokens {
     Eos,
     /// Both.
     BosEos,
+    /// What the tokenizer's own post-processor adds (its
+    /// `add_special_tokens=True` behaviour: BOS for Llama, nothing for
+    /// GPT-2, ...); truncation keeps them, as Hugging Face does.
+    TokenizerDefault,
 }
 
 /// What to do with a document longer than `max_length`.
@@ -53,6 +57,7 @@ const BOS_NAMES: &[&str] = &[
     "[CLS]",
     "<|endoftext|>",
 ];
+const PAD_NAMES: &[&str] = &["<pad>", "<|pad|>", "[PAD]", "<|padding|>"];
 const EOS_NAMES: &[&str] = &["</s>", "<eos>", "<|endoftext|>", "<|end_of_text|>", "[SEP]"];
 
 /// What [`Tokenize`](super::Tokenize) does: the tokenizer, the source field, length handling,
@@ -71,6 +76,8 @@ pub struct TokenizeConfig {
     pub(super) keep_text: bool,
     pub(super) micro_batch: usize,
     pub(super) per_worker: bool,
+    pub(super) padding: bool,
+    pub(super) pad_id: Option<u32>,
 }
 
 impl fmt::Debug for TokenizeConfig {
@@ -126,6 +133,8 @@ impl TokenizeConfig {
             keep_text: false,
             micro_batch: DEFAULT_MICRO_BATCH,
             per_worker: false,
+            padding: false,
+            pad_id: None,
         }
     }
 
@@ -154,6 +163,43 @@ impl TokenizeConfig {
     /// vocabulary under the usual names (`<s>`, `</s>`, `<|endoftext|>`, ...).
     pub fn special_tokens(mut self, s: SpecialTokens) -> Self {
         self.special = s;
+        self
+    }
+
+    /// Pads every output record shorter than `max_length` up to it, at the
+    /// end (as Python Zephon's `padding="max_length"`); the attention mask,
+    /// when on, is 0 there. Needs [`max_length`](Self::max_length) (checked
+    /// when the operator starts). The pad id is [`pad_id`](Self::pad_id), or
+    /// else the vocabulary's pad token (`<pad>`, `<|pad|>`, `[PAD]`, ...),
+    /// or else the EOS token, as Hugging Face falls back to it.
+    ///
+    /// ```
+    /// use zephon_core::{PipelineExt, Record, Runner};
+    /// use zephon_ops::{Overflow, SpecialTokens, TextPipelineExt, TokenizeConfig};
+    /// # let json = include_bytes!("../../tests/fixtures/tokenizer.json");
+    /// let config = TokenizeConfig::from_bytes(json)?
+    ///     .special_tokens(SpecialTokens::Eos)
+    ///     .max_length(16, Overflow::Truncate)
+    ///     .padding(true)
+    ///     .attention_mask(true);
+    /// let pad = config.token_id("<|pad|>").unwrap();
+    /// let out: Vec<Record> = futures::stream::iter([Ok(Record::new().with("text", "short"))])
+    ///     .tokenize(config, 1)
+    ///     .into_blocking_iter(Runner::Inline)?
+    ///     .collect::<Result<_, _>>()?;
+    /// let (ids, mask) = (out[0].tokens("input_ids").unwrap(), out[0].tokens("attention_mask").unwrap());
+    /// assert_eq!((ids.len(), ids[15]), (16, pad));
+    /// assert_eq!(mask.iter().filter(|&&m| m == 1).count(), ids.iter().filter(|&&i| i != pad).count());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn padding(mut self, on: bool) -> Self {
+        self.padding = on;
+        self
+    }
+
+    /// The id [`padding`](Self::padding) fills with.
+    pub fn pad_id(mut self, id: u32) -> Self {
+        self.pad_id = Some(id);
         self
     }
 
@@ -231,7 +277,7 @@ impl TokenizeConfig {
 
     pub(super) fn prepare(&self) -> crate::Result<Prepared> {
         let (bos, eos) = match self.special {
-            SpecialTokens::None => (None, None),
+            SpecialTokens::None | SpecialTokens::TokenizerDefault => (None, None),
             SpecialTokens::Bos => (Some(self.lookup(self.bos_id, BOS_NAMES, "bos_id")?), None),
             SpecialTokens::Eos => (None, Some(self.lookup(self.eos_id, EOS_NAMES, "eos_id")?)),
             SpecialTokens::BosEos => (
@@ -240,7 +286,28 @@ impl TokenizeConfig {
             ),
         };
         Error::in_range(MICRO_BATCH, "tokenize.micro_batch", self.micro_batch)?;
-        let n_special = bos.is_some() as usize + eos.is_some() as usize;
+        let n_special = match self.special {
+            SpecialTokens::TokenizerDefault => self
+                .tokenizer
+                .get_post_processor()
+                .map_or(0, |p| tokenizers::PostProcessor::added_tokens(p, false)),
+            _ => bos.is_some() as usize + eos.is_some() as usize,
+        };
+        let pad = if self.padding {
+            if self.max_length.is_none() {
+                return Err(Error::Config {
+                    key: "tokenize.padding",
+                    message: "pads to max_length, which is not set".into(),
+                });
+            }
+            Some(
+                self.pad_id
+                    .or_else(|| PAD_NAMES.iter().find_map(|n| self.tokenizer.token_to_id(n)))
+                    .map_or_else(|| self.lookup(self.eos_id, EOS_NAMES, "pad_id"), Ok)?,
+            )
+        } else {
+            None
+        };
         if let Some(m) = self.max_length {
             Error::in_range(SEQ_LEN, "tokenize.max_length", m)?;
             let min = if self.overflow == Overflow::Truncate {
@@ -259,6 +326,8 @@ impl TokenizeConfig {
             config: self.clone(),
             bos,
             eos,
+            n_special,
+            pad,
             pool: Mutex::new(Vec::new()),
         })
     }

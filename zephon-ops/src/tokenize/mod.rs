@@ -28,22 +28,22 @@ use prepared::Prepared;
 /// A counting semaphore for worker threads: at most `k` micro-batches
 /// encode at once, however many are queued.
 #[derive(Debug)]
-struct Gate {
+pub(crate) struct Gate {
     free: Mutex<usize>,
     cv: Condvar,
 }
 
-struct Permit<'a>(&'a Gate);
+pub(crate) struct Permit<'a>(&'a Gate);
 
 impl Gate {
-    fn new(k: usize) -> Self {
+    pub(crate) fn new(k: usize) -> Self {
         Gate {
             free: Mutex::new(k),
             cv: Condvar::new(),
         }
     }
 
-    fn enter(&self) -> Permit<'_> {
+    pub(crate) fn enter(&self) -> Permit<'_> {
         // A poisoned lock only means another worker panicked mid-count; the
         // count itself is still right.
         let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
@@ -66,7 +66,7 @@ type Chunk = BoxFuture<'static, (u64, Result<Vec<Result<Record>>>)>;
 
 /// Finished micro-batches held for re-sequencing, per running one: bounds
 /// the memory a slow head-of-line micro-batch can pin.
-const REORDER_SLACK: usize = 4;
+pub(crate) const REORDER_SLACK: usize = 4;
 
 /// Tokenizes the text field of every record into [`fields::INPUT_IDS`], with
 /// up to `parallelism` micro-batches encoding at once on worker threads (in

@@ -1,6 +1,6 @@
 //! A configuration resolved for encoding, and the encoding itself.
 
-use super::config::{OnMissing, Overflow, TokenizeConfig};
+use super::config::{OnMissing, Overflow, SpecialTokens, TokenizeConfig};
 use crate::error::{Error, PtrDisplay};
 use crate::fields;
 use crate::stats::TextStats;
@@ -12,6 +12,11 @@ pub(super) struct Prepared {
     pub(super) config: TokenizeConfig,
     pub(super) bos: Option<u32>,
     pub(super) eos: Option<u32>,
+    /// Special ids per document: BOS and EOS, or what the tokenizer's
+    /// post-processor adds.
+    pub(super) n_special: usize,
+    /// The pad id, when padding to `max_length`.
+    pub(super) pad: Option<u32>,
     // With per-worker tokenizers, one is checked out per micro-batch.
     pub(super) pool: Mutex<Vec<tokenizers::Tokenizer>>,
 }
@@ -89,7 +94,7 @@ impl Prepared {
             drop(text);
         }
         let body = enc.get_ids();
-        let n_special = self.bos.is_some() as usize + self.eos.is_some() as usize;
+        let n_special = self.n_special;
         let body = match (c.max_length, c.overflow) {
             (Some(m), Overflow::Truncate) if body.len() + n_special > m => {
                 stats.truncated_docs.inc();
@@ -100,10 +105,26 @@ impl Prepared {
             }
             _ => body,
         };
-        let mut ids = Vec::with_capacity(body.len() + n_special);
-        ids.extend(self.bos);
-        ids.extend_from_slice(body);
-        ids.extend(self.eos);
+        let ids = if c.special == SpecialTokens::TokenizerDefault {
+            match self.with_default_specials(tok, body) {
+                Ok(ids) => ids,
+                Err(message) => {
+                    out.push(Err(Error::Encode {
+                        field: c.field.clone(),
+                        ptr: PtrDisplay(r.source().copied()),
+                        message,
+                    }
+                    .into()));
+                    return;
+                }
+            }
+        } else {
+            let mut ids = Vec::with_capacity(body.len() + n_special);
+            ids.extend(self.bos);
+            ids.extend_from_slice(body);
+            ids.extend(self.eos);
+            ids
+        };
         stats.docs_tokenized.inc();
         stats.tokens_tokenized.add(ids.len() as u64);
         match c.max_length {
@@ -117,9 +138,40 @@ impl Prepared {
         }
     }
 
-    fn finish(&self, mut r: Record, ids: Vec<u32>) -> Record {
+    /// `body` with the special ids the tokenizer's post-processor adds.
+    fn with_default_specials(
+        &self,
+        tok: &tokenizers::Tokenizer,
+        body: &[u32],
+    ) -> std::result::Result<Vec<u32>, String> {
+        let Some(post) = tok.get_post_processor() else {
+            return Ok(body.to_vec());
+        };
+        let enc = tokenizers::Encoding::new(
+            body.to_vec(),
+            vec![0; body.len()],
+            vec![String::new(); body.len()],
+            vec![None; body.len()],
+            vec![(0, 0); body.len()],
+            vec![0; body.len()],
+            vec![1; body.len()],
+            Vec::new(),
+            Default::default(),
+        );
+        tokenizers::PostProcessor::process(post, enc, None, true)
+            .map(|e| e.get_ids().to_vec())
+            .map_err(|e| e.to_string())
+    }
+
+    fn finish(&self, mut r: Record, mut ids: Vec<u32>) -> Record {
+        let real = ids.len();
+        if let (Some(pad), Some(m)) = (self.pad, self.config.max_length) {
+            ids.resize(m.max(real), pad);
+        }
         if self.config.attention_mask {
-            r.set(fields::ATTENTION_MASK, Value::Tokens(vec![1; ids.len()]));
+            let mut mask = vec![1; real];
+            mask.resize(ids.len(), 0);
+            r.set(fields::ATTENTION_MASK, Value::Tokens(mask));
         }
         r.set(fields::INPUT_IDS, Value::Tokens(ids));
         r

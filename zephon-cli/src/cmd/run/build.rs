@@ -10,8 +10,9 @@ use zephon_core::{
     Batch, Catalog, PipelineExt, Record, Runner, SamplePtr, WorkSource, WorkSourceBuilder,
 };
 use zephon_ops::{
-    MixtureConfig, OnMissing, Overflow, PackAlgorithm, PackConfig, SpecialTokens, TextPipelineExt,
-    TokenizeConfig, TrainingBatch, TrainingConfig, WeightBy,
+    ChatTokenizeConfig, MixtureConfig, OnMissing, Overflow, PackAlgorithm, PackConfig,
+    PositionMode, SpecialTokens, TextPipelineExt, TokenizeConfig, TrainingBatch, TrainingConfig,
+    WeightBy,
 };
 use zephon_storage::{PrefetchExt, UriDatasetExt};
 
@@ -145,8 +146,9 @@ pub fn build(recipe: &Recipe, base: &Path) -> Result<Built> {
                         "bos" => SpecialTokens::Bos,
                         "eos" => SpecialTokens::Eos,
                         "bos_eos" => SpecialTokens::BosEos,
+                        "tokenizer_default" => SpecialTokens::TokenizerDefault,
                         o => bail!(
-                            "{}: special_tokens `{o}` is not one of none, bos, eos, bos_eos",
+                            "{}: special_tokens `{o}` is not one of none, bos, eos, bos_eos, tokenizer_default",
                             at()
                         ),
                     })
@@ -163,7 +165,57 @@ pub fn build(recipe: &Recipe, base: &Path) -> Result<Built> {
                     };
                     cfg = cfg.max_length(n, overflow);
                 }
+                cfg = cfg.padding(t.padding);
+                if let Some(id) = t.pad_token_id {
+                    cfg = cfg.pad_id(id);
+                }
                 Stage::Records(boxed(s.tokenize(cfg, t.parallelism)))
+            }
+            (OpSpec::TokenizeChat(t), Stage::Records(s)) => {
+                let path =
+                    |p: &Path| Path::new(&resolve(base, &p.display().to_string())).to_owned();
+                let tokenizer = path(&t.tokenizer);
+                let bytes = std::fs::read(&tokenizer)
+                    .with_context(|| format!("{}: tokenizer {}", at(), tokenizer.display()))?;
+                let mut cfg = ChatTokenizeConfig::from_bytes(bytes)
+                    .with_context(|| format!("{}: tokenizer {}", at(), tokenizer.display()))?;
+                if let Some(tc) = &t.tokenizer_config {
+                    let tc = path(tc);
+                    let read = std::fs::read(&tc)
+                        .map_err(anyhow::Error::from)
+                        .and_then(|b| Ok(cfg.clone().tokenizer_config(b)?));
+                    cfg = read
+                        .with_context(|| format!("{}: tokenizer_config {}", at(), tc.display()))?;
+                }
+                if let Some(tmpl) = &t.chat_template {
+                    cfg = cfg.chat_template(tmpl.clone());
+                }
+                if t.raw_content {
+                    cfg = cfg.raw_content();
+                }
+                if let Some(b) = &t.bos_token {
+                    cfg = cfg.bos_token(b.clone());
+                }
+                if let Some(e) = &t.eos_token {
+                    cfg = cfg.eos_token(e.clone());
+                }
+                if let Some(p) = &t.system_prompt {
+                    cfg = cfg.system_prompt(p.clone());
+                }
+                for (name, value) in &t.template_vars {
+                    cfg = cfg.template_var(name.clone(), value.clone());
+                }
+                if let Some(n) = t.max_length {
+                    cfg = cfg.max_length(n);
+                }
+                cfg = cfg
+                    .field(t.field.clone())
+                    .mask_field(t.mask_field.clone())
+                    .loss_on_last_turn_only(t.loss_on_last_turn_only);
+                // A template that does not compile is named here, with its
+                // line, before anything runs.
+                cfg.check().with_context(at)?;
+                Stage::Records(boxed(s.tokenize_chat(cfg, t.parallelism)))
             }
             (OpSpec::Shuffle(sh), Stage::Records(s)) => Stage::Records(boxed(s.shuffle(
                 sh.buffer_size,
@@ -211,7 +263,15 @@ pub fn build(recipe: &Recipe, base: &Path) -> Result<Built> {
                 Stage::Batches(boxed(s.lane_mux(lanes.clone())))
             }
             (OpSpec::ToTraining(t), Stage::Batches(s)) => {
-                let cfg = TrainingConfig::new(t.seq_len).pad_token_id(t.pad_token_id);
+                let mut cfg = TrainingConfig::new(t.seq_len)
+                    .pad_token_id(t.pad_token_id)
+                    .position_mode(match t.position_mode.as_str() {
+                        "sequence" => PositionMode::Sequence,
+                        _ => PositionMode::Document,
+                    });
+                if let Some(eos) = t.eos_mask_loss {
+                    cfg = cfg.eos_mask_loss(eos);
+                }
                 Stage::Training(boxed(s.to_training(cfg)))
             }
             (OpSpec::PrefetchBatches(p), stage) => match stage {
@@ -233,6 +293,7 @@ pub fn build(recipe: &Recipe, base: &Path) -> Result<Built> {
                     }
                     OpSpec::Batch(_)
                     | OpSpec::Tokenize(_)
+                    | OpSpec::TokenizeChat(_)
                     | OpSpec::Shuffle(_)
                     | OpSpec::Pack(_)
                     | OpSpec::EnsureMixture(_) => "records (after fetch, before batch)",

@@ -127,6 +127,17 @@ pub fn check(recipe: &Recipe, lines: &KeyLines<'_>) -> Result<()> {
     }
 
     for (i, op) in recipe.ops.iter().enumerate() {
+        let key = |k: &'static str| [Step::Key("ops"), Step::Index(i), Step::Key(k)];
+        let one_of = |k: &'static str, value: &str, allowed: &[&str]| {
+            if allowed.contains(&value) {
+                return Ok(());
+            }
+            Err(at(
+                lines,
+                &key(k),
+                &format!("`{value}` is not one of {}", allowed.join(", ")),
+            ))
+        };
         let check = |key: &'static str, value: usize, range: Range| {
             in_range(
                 lines,
@@ -146,12 +157,54 @@ pub fn check(recipe: &Recipe, lines: &KeyLines<'_>) -> Result<()> {
                 if let Some(n) = t.max_length {
                     check("max_length", n, SEQ_LEN)?;
                 }
+                one_of(
+                    "special_tokens",
+                    &t.special_tokens,
+                    &["none", "bos", "eos", "bos_eos", "tokenizer_default"],
+                )?;
+                if t.padding && t.max_length.is_none() {
+                    return Err(at(
+                        lines,
+                        &key("padding"),
+                        "pads to `max_length`, which is not set",
+                    ));
+                }
+            }
+            OpSpec::TokenizeChat(t) => {
+                check("parallelism", t.parallelism, PARALLELISM)?;
+                if let Some(n) = t.max_length {
+                    check("max_length", n, SEQ_LEN)?;
+                    if n < 2 {
+                        return Err(at(
+                            lines,
+                            &key("max_length"),
+                            &format!("{n} cannot hold a training pair (at least 2)"),
+                        ));
+                    }
+                }
+                if !t.raw_content && t.chat_template.is_none() && t.tokenizer_config.is_none() {
+                    return Err(at(
+                        lines,
+                        &key("tokenizer"),
+                        "no chat template: add `chat_template` or `tokenizer_config`, or set `raw_content = true`",
+                    ));
+                }
+                if t.mask_field.is_empty() || t.mask_field == "input_ids" {
+                    return Err(at(
+                        lines,
+                        &key("mask_field"),
+                        "must be a non-empty name other than `input_ids`",
+                    ));
+                }
             }
             OpSpec::Shuffle(s) => check("buffer_size", s.buffer_size, BUFFER_SIZE)?,
             OpSpec::EnsureMixture(m) => check("max_buffer_size", m.max_buffer_size, BUFFER_SIZE)?,
             OpSpec::Pack(p) => check("max_length", p.max_length, SEQ_LEN)?,
             OpSpec::Batch(b) => check("size", b.size, BATCH_SIZE)?,
-            OpSpec::ToTraining(t) => check("seq_len", t.seq_len, SEQ_LEN)?,
+            OpSpec::ToTraining(t) => {
+                check("seq_len", t.seq_len, SEQ_LEN)?;
+                one_of("position_mode", &t.position_mode, &["document", "sequence"])?;
+            }
             OpSpec::PrefetchBatches(p) => check("depth", p.depth, PREFETCH_DEPTH)?,
             OpSpec::LaneMux(_) => {}
         }

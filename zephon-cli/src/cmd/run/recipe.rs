@@ -152,6 +152,8 @@ pub enum OpSpec {
     Fetch(FetchSpec),
     /// Tokenize a text field.
     Tokenize(TokenizeSpec),
+    /// Render and tokenize conversations with a chat template.
+    TokenizeChat(TokenizeChatSpec),
     /// Buffer shuffle.
     Shuffle(ShuffleSpec),
     /// Hold the token-level mixture.
@@ -175,6 +177,7 @@ impl OpSpec {
             OpSpec::Prefetch(_) => "prefetch",
             OpSpec::Fetch(_) => "fetch",
             OpSpec::Tokenize(_) => "tokenize",
+            OpSpec::TokenizeChat(_) => "tokenize_chat",
             OpSpec::Shuffle(_) => "shuffle",
             OpSpec::EnsureMixture(_) => "ensure_mixture",
             OpSpec::Pack(_) => "pack",
@@ -227,9 +230,16 @@ pub struct TokenizeSpec {
     /// Micro-batches encoding at once (1 to 4096).
     #[serde(default = "four")]
     pub parallelism: usize,
-    /// `none`, `bos`, `eos` or `bos_eos`.
+    /// `none`, `bos`, `eos`, `bos_eos` or `tokenizer_default` (what the
+    /// tokenizer's post-processor adds).
     #[serde(default = "eos")]
     pub special_tokens: String,
+    /// Pad every record shorter than `max_length` up to it.
+    #[serde(default)]
+    pub padding: bool,
+    /// The id padding fills with (default: the vocabulary's pad token, else
+    /// its EOS).
+    pub pad_token_id: Option<u32>,
     /// Longest sequence (1 to 16 Mi); longer documents are cut.
     pub max_length: Option<usize>,
     /// `truncate` or `split` (one document becomes several records).
@@ -238,6 +248,53 @@ pub struct TokenizeSpec {
     /// `error` or `skip` for a record without the field.
     #[serde(default = "error_word")]
     pub on_missing: String,
+}
+
+/// `op = "tokenize_chat"`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenizeChatSpec {
+    /// A `tokenizer.json` (relative to the recipe).
+    pub tokenizer: PathBuf,
+    /// A `tokenizer_config.json` (relative to the recipe) giving the chat
+    /// template, BOS and EOS.
+    pub tokenizer_config: Option<PathBuf>,
+    /// The chat template itself (overrides the tokenizer config's).
+    pub chat_template: Option<String>,
+    /// BOS token text (overrides the tokenizer config's).
+    pub bos_token: Option<String>,
+    /// EOS token text (overrides the tokenizer config's).
+    pub eos_token: Option<String>,
+    /// Field holding the list of messages.
+    #[serde(default = "messages")]
+    pub field: String,
+    /// Output field of the loss mask.
+    #[serde(default = "loss_mask")]
+    pub mask_field: String,
+    /// Longest conversation in tokens (2 to 16 Mi); longer ones are cut.
+    pub max_length: Option<usize>,
+    /// Loss on the last assistant turn only.
+    #[serde(default)]
+    pub loss_on_last_turn_only: bool,
+    /// No template: contents joined, EOS after each assistant turn.
+    #[serde(default)]
+    pub raw_content: bool,
+    /// A system message for conversations that have none.
+    pub system_prompt: Option<String>,
+    /// Variables the template reads, the same for every conversation
+    /// (e.g. `enable_thinking = false`).
+    #[serde(default)]
+    pub template_vars: std::collections::BTreeMap<String, serde_json::Value>,
+    /// Micro-batches encoding at once (1 to 4096).
+    #[serde(default = "four")]
+    pub parallelism: usize,
+}
+
+fn messages() -> String {
+    "messages".into()
+}
+fn loss_mask() -> String {
+    "loss_mask".into()
 }
 
 fn text() -> String {
@@ -318,6 +375,16 @@ pub struct TrainingSpec {
     /// Padding id.
     #[serde(default)]
     pub pad_token_id: u32,
+    /// `document` (positions restart with each document) or `sequence`
+    /// (`0..seq_len` across each row).
+    #[serde(default = "document")]
+    pub position_mode: String,
+    /// An EOS id: no loss on predictions made from it.
+    pub eos_mask_loss: Option<u32>,
+}
+
+fn document() -> String {
+    "document".into()
 }
 
 /// `op = "prefetch_batches"`.

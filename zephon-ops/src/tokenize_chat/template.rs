@@ -1,0 +1,218 @@
+//! A chat template rendered with minijinja the way Hugging Face renders it
+//! with Jinja2: `trim_blocks`, `lstrip_blocks`, loop controls, Python string
+//! methods, `raise_exception`, and `{% generation %}` blocks recorded as
+//! byte spans of the output.
+
+use minijinja::syntax::SyntaxConfig;
+use minijinja::{Environment, ErrorKind, Value};
+use std::collections::BTreeMap;
+use std::fmt;
+
+const NAME: &str = "chat_template";
+const FILTER: &str = "zephon_generation";
+// Private-use code points bracket a generation block in the output; they
+// are removed before tokenizing, and a conversation that carries them
+// itself is refused rather than mis-masked.
+const OPEN: char = '\u{F8F0}';
+const CLOSE: char = '\u{F8F1}';
+
+/// A compiled chat template.
+pub(super) struct ChatTemplate {
+    env: Environment<'static>,
+    /// Whether the source marks assistant output with `{% generation %}`.
+    pub(super) tagged: bool,
+}
+
+impl fmt::Debug for ChatTemplate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ChatTemplate")
+            .field("tagged", &self.tagged)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Rewrites `{% generation %}` / `{% endgeneration %}` (any whitespace
+/// control) into a filter block, so the block keeps Jinja's whitespace rules
+/// for block tags and its output reaches a filter that brackets it.
+fn rewrite_generation(source: &str) -> (String, bool) {
+    let mut out = String::with_capacity(source.len());
+    let mut rest = source;
+    let mut tagged = false;
+    while let Some(start) = rest.find("{%") {
+        out.push_str(&rest[..start]);
+        let tag = &rest[start..];
+        let Some(end) = tag.find("%}") else {
+            out.push_str(tag);
+            return (out, tagged);
+        };
+        let inner = &tag[2..end];
+        let (lead, body) = match inner.strip_prefix(['-', '+']) {
+            Some(b) => (&inner[..1], b),
+            None => ("", inner),
+        };
+        let (body, trail) = match body.strip_suffix(['-', '+']) {
+            Some(b) => (b, &body[body.len() - 1..]),
+            None => (body, ""),
+        };
+        match body.trim() {
+            "generation" => {
+                tagged = true;
+                out.push_str(&format!("{{%{lead} filter {FILTER} {trail}%}}"));
+            }
+            "endgeneration" => out.push_str(&format!("{{%{lead} endfilter {trail}%}}")),
+            _ => out.push_str(&tag[..end + 2]),
+        }
+        rest = &tag[end + 2..];
+    }
+    out.push_str(rest);
+    (out, tagged)
+}
+
+/// "line N: message" for a minijinja error, the line in the template source.
+pub(super) fn describe(e: &minijinja::Error) -> String {
+    let detail = e
+        .detail()
+        .map_or_else(|| e.kind().to_string(), str::to_owned);
+    match e.line() {
+        Some(line) => format!("template line {line}: {detail}"),
+        None => detail,
+    }
+}
+
+impl ChatTemplate {
+    /// Compiles `source`; a syntax error names its line.
+    pub(super) fn new(source: &str) -> Result<Self, String> {
+        let (rewritten, tagged) = rewrite_generation(source);
+        let mut env = Environment::new();
+        let syntax = SyntaxConfig::builder()
+            .trim_blocks(true)
+            .lstrip_blocks(true)
+            .build()
+            .map_err(|e| describe(&e))?;
+        env.set_syntax(syntax);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function(
+            "raise_exception",
+            |message: String| -> Result<Value, minijinja::Error> {
+                Err(minijinja::Error::new(
+                    ErrorKind::InvalidOperation,
+                    format!("raise_exception: {message}"),
+                ))
+            },
+        );
+        env.add_filter(FILTER, |body: String| format!("{OPEN}{body}{CLOSE}"));
+        env.add_filter("tojson", super::tojson::tojson);
+        env.add_template_owned(NAME, rewritten)
+            .map_err(|e| describe(&e))?;
+        Ok(ChatTemplate { env, tagged })
+    }
+
+    /// Renders `messages`; returns the text and the byte spans of its
+    /// generation blocks.
+    pub(super) fn render(
+        &self,
+        messages: &serde_json::Value,
+        add_generation_prompt: bool,
+        special: &BTreeMap<&'static str, String>,
+        vars: &BTreeMap<String, serde_json::Value>,
+    ) -> Result<(String, Vec<(usize, usize)>), String> {
+        let mut ctx: BTreeMap<&str, Value> = BTreeMap::new();
+        for (k, v) in vars {
+            let v = <Value as serde::Deserialize>::deserialize(v)
+                .map_err(|e| format!("template variable `{k}`: {e}"))?;
+            ctx.insert(k, v);
+        }
+        ctx.extend(special.iter().map(|(k, v)| (*k, Value::from(v.as_str()))));
+        let messages = <Value as serde::Deserialize>::deserialize(messages)
+            .map_err(|e| format!("messages: {e}"))?;
+        ctx.insert("messages", messages);
+        ctx.insert("add_generation_prompt", Value::from(add_generation_prompt));
+        let tmpl = self.env.get_template(NAME).map_err(|e| describe(&e))?;
+        let raw = tmpl.render(Value::from(ctx)).map_err(|e| describe(&e))?;
+        if !raw.contains([OPEN, CLOSE]) {
+            return Ok((raw, Vec::new()));
+        }
+        let mut text = String::with_capacity(raw.len());
+        let mut spans = Vec::new();
+        let mut open = None;
+        for c in raw.chars() {
+            match (c, open) {
+                (OPEN, None) => open = Some(text.len()),
+                (CLOSE, Some(start)) => {
+                    spans.push((start, text.len()));
+                    open = None;
+                }
+                (OPEN | CLOSE, _) => {
+                    return Err(format!(
+                        "the conversation contains U+{:04X}, reserved for generation blocks",
+                        c as u32
+                    ));
+                }
+                _ => text.push(c),
+            }
+        }
+        if open.is_some() {
+            return Err(format!(
+                "the conversation contains U+{:04X}, reserved for generation blocks",
+                OPEN as u32
+            ));
+        }
+        Ok((text, spans))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn render(
+        src: &str,
+        messages: serde_json::Value,
+    ) -> Result<(String, Vec<(usize, usize)>), String> {
+        ChatTemplate::new(src)?.render(&messages, false, &BTreeMap::new(), &BTreeMap::new())
+    }
+
+    #[test]
+    fn generation_blocks_become_spans_with_block_whitespace_rules() {
+        let src = "{% for m in messages %}\n  {%- if m.role == 'assistant' -%}\n  A:{% generation %}\n{{ m.content }}{% endgeneration %}\n{%- else %}U:{{ m.content }}\n{% endif %}\n{% endfor %}";
+        let (text, spans) = render(
+            src,
+            serde_json::json!([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]),
+        )
+        .unwrap();
+        assert_eq!(text, "U:hi\nA:yo");
+        assert_eq!(spans, vec![(7, 9)]);
+        assert_eq!(&text[7..9], "yo");
+    }
+
+    #[test]
+    fn errors_name_the_template_line() {
+        let e = ChatTemplate::new("ok\n{% if %}").unwrap_err();
+        assert!(e.starts_with("template line 2:"), "{e}");
+        let e = render(
+            "a\nb\n{{ raise_exception('roles must alternate') }}",
+            serde_json::json!([]),
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("template line 3") && e.contains("roles must alternate"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn python_string_methods_and_reserved_characters() {
+        let (text, _) = render(
+            "{{ messages[0].content.strip() }}",
+            serde_json::json!([{"content": "  x  "}]),
+        )
+        .unwrap();
+        assert_eq!(text, "x");
+        let e = render(
+            "{% generation %}{{ messages[0].content }}{% endgeneration %}",
+            serde_json::json!([{"content": "\u{F8F1}"}]),
+        )
+        .unwrap_err();
+        assert!(e.contains("U+F8F1"), "{e}");
+    }
+}
