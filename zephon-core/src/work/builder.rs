@@ -1,17 +1,19 @@
 //! The work source's builder and options.
 
+use super::policy::{ExhaustedPolicy, Limit, Schedule};
 use super::shuffle::DatasetOrder;
-use super::{BlockShuffle, LaneConfig, Launcher, Mixture, Ownership, Plan, WorkSource};
+use super::{BlockShuffle, LaneConfig, Launcher, Ownership, Plan, WorkSource};
 use crate::dataset::{Catalog, Dataset};
 use crate::error::{Error, Result};
 use crate::hash;
 use crate::settings;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// What happens when a dataset has been read completely.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum Exhaustion {
     /// Stop the stream as soon as any dataset completes this many passes
     /// (so the mixture holds up to the last pointer).
@@ -21,6 +23,20 @@ pub enum Exhaustion {
     },
     /// Never stop; every pass is reshuffled (the pass number keys the shuffles).
     Repeat,
+    /// Every dataset repeats (reshuffled) until each has completed this many
+    /// passes: the stream ends with the sample that completes the last
+    /// dataset's last pass, so that one is read exactly `passes` times and
+    /// the others at least as often, holding the mixture throughout.
+    AllPasses {
+        /// Passes over every dataset (at least 1).
+        passes: u64,
+    },
+    /// Each dataset follows its own [`ExhaustedPolicy`]: the one
+    /// [`WorkConfig::policies`] names for it, else `default`.
+    PerDataset {
+        /// The policy of datasets without one of their own.
+        default: ExhaustedPolicy,
+    },
 }
 
 /// The data-shaping settings of a work source.
@@ -40,6 +56,17 @@ pub struct WorkConfig {
     pub exhaustion: Exhaustion,
     /// Lane layout and this rank's place in it.
     pub lanes: LaneConfig,
+    /// Per-dataset exhaustion policies by dataset name, read under
+    /// [`Exhaustion::PerDataset`] (refused under any other exhaustion).
+    #[serde(default)]
+    pub policies: BTreeMap<String, ExhaustedPolicy>,
+    /// Average tokens per sample by dataset name. Empty: the weights are
+    /// sample shares. Set (for every dataset): the weights are token
+    /// shares, and dataset `d` is scheduled with the sample weight
+    /// `weight / tokens_per_sample`, so the schedule itself holds the token
+    /// mixture. See [`WorkSourceBuilder::estimate_tokens`].
+    #[serde(default)]
+    pub tokens_per_sample: BTreeMap<String, f64>,
 }
 
 impl Default for WorkConfig {
@@ -52,6 +79,8 @@ impl Default for WorkConfig {
             shuffle_block_size: BlockShuffle::Off,
             exhaustion: Exhaustion::Stop { passes: 1 },
             lanes: LaneConfig::default(),
+            policies: BTreeMap::new(),
+            tokens_per_sample: BTreeMap::new(),
         }
     }
 }
@@ -60,8 +89,8 @@ impl Default for WorkConfig {
 #[derive(Clone, Debug, Default)]
 #[must_use]
 pub struct WorkSourceBuilder {
-    datasets: Vec<(Dataset, f64)>,
-    config: WorkConfig,
+    pub(super) datasets: Vec<(Dataset, f64)>,
+    pub(super) config: WorkConfig,
     /// Rank and world size as a launcher exported them.
     launcher: Option<Launcher>,
     /// Whether `rank` / `world_size` were set explicitly, so a launcher that
@@ -111,6 +140,65 @@ impl WorkSourceBuilder {
     /// Repeat forever, reshuffling every pass.
     pub fn repeat(mut self) -> Self {
         self.config.exhaustion = Exhaustion::Repeat;
+        self
+    }
+    /// Repeat every dataset until each has completed `n` passes
+    /// ([`Exhaustion::AllPasses`]; at least 1, checked by [`build`](Self::build)).
+    ///
+    /// ```
+    /// use zephon_core::{Dataset, Record, WorkSource};
+    /// let a = Dataset::in_memory("a", vec![vec![Record::new(); 4]])?;
+    /// let b = Dataset::in_memory("b", vec![vec![Record::new(); 12]])?;
+    /// let ws = WorkSource::builder().dataset(a, 1.0).dataset(b, 1.0).chunk_size(2)
+    ///     .stop_after_passes(1).build()?;
+    /// // `b` is read once; `a`, as fast, three times meanwhile.
+    /// assert_eq!(ws.global_len(), Some(24));
+    /// # Ok::<(), zephon_core::Error>(())
+    /// ```
+    pub fn stop_after_passes(mut self, n: u64) -> Self {
+        self.config.exhaustion = Exhaustion::AllPasses { passes: n };
+        self
+    }
+    /// Every dataset without a policy of its own follows `policy`
+    /// ([`Exhaustion::PerDataset`]); policies already given per dataset stay.
+    pub fn exhausted_policy(mut self, policy: ExhaustedPolicy) -> Self {
+        self.config.exhaustion = Exhaustion::PerDataset { default: policy };
+        self
+    }
+    /// The policy of the dataset named `name` (switching to
+    /// [`Exhaustion::PerDataset`], default [`ExhaustedPolicy::Stop`], unless
+    /// already there). A name no dataset has is refused by
+    /// [`build`](Self::build).
+    ///
+    /// ```
+    /// use zephon_core::work::ExhaustedPolicy;
+    /// use zephon_core::{Dataset, Record, WorkSource};
+    /// let a = Dataset::in_memory("a", vec![vec![Record::new(); 4]])?;
+    /// let b = Dataset::in_memory("b", vec![vec![Record::new(); 12]])?;
+    /// let ws = WorkSource::builder().dataset(a, 1.0).dataset(b, 1.0).chunk_size(2)
+    ///     .dataset_policy("a", ExhaustedPolicy::Redistribute)
+    ///     .dataset_policy("b", ExhaustedPolicy::Redistribute).build()?;
+    /// // Once `a` is done, `b` has the stream to itself: each sample once.
+    /// assert_eq!(ws.global_len(), Some(16));
+    /// # Ok::<(), zephon_core::Error>(())
+    /// ```
+    pub fn dataset_policy(mut self, name: &str, policy: ExhaustedPolicy) -> Self {
+        if !matches!(self.config.exhaustion, Exhaustion::PerDataset { .. }) {
+            self.config.exhaustion = Exhaustion::PerDataset {
+                default: ExhaustedPolicy::Stop,
+            };
+        }
+        self.config.policies.insert(name.to_owned(), policy);
+        self
+    }
+    /// Average tokens per sample of the dataset named `name` (finite and
+    /// positive, checked by [`build`](Self::build)): once given for every
+    /// dataset, the weights are token shares. See
+    /// [`estimate_tokens`](Self::estimate_tokens) to measure it instead.
+    pub fn tokens_per_sample(mut self, name: &str, tokens: f64) -> Self {
+        self.config
+            .tokens_per_sample
+            .insert(name.to_owned(), tokens);
         self
     }
     /// Number of canonical lanes (fixed for a run), in
@@ -245,7 +333,7 @@ impl WorkSourceBuilder {
         settings::WORLD_SIZE.check("world_size", c.lanes.world_size)?;
         c.lanes.validate()?;
         settings::CHUNK_SIZE.check("chunk_size", c.chunk_size)?;
-        if let Exhaustion::Stop { passes: 0 } = c.exhaustion {
+        if let Exhaustion::Stop { passes: 0 } | Exhaustion::AllPasses { passes: 0 } = c.exhaustion {
             return Err(Error::config("passes", "must be at least 1"));
         }
         if c.shuffle_block_size == BlockShuffle::Size(0) {
@@ -264,8 +352,24 @@ impl WorkSourceBuilder {
             }
         }
         let names: Vec<&str> = self.datasets.iter().map(|(d, _)| d.name()).collect();
-        let weights: Vec<f64> = self.datasets.iter().map(|(_, w)| *w).collect();
-        let mixture = Mixture::new(&weights, &names, c.chunk_size)?;
+        check_named(&names, c.policies.keys(), "exhausted_policy")?;
+        check_named(&names, c.tokens_per_sample.keys(), "tokens_per_sample")?;
+        if !c.policies.is_empty() && !matches!(c.exhaustion, Exhaustion::PerDataset { .. }) {
+            return Err(Error::config(
+                "exhausted_policy",
+                format!(
+                    "per-dataset policies need the per-dataset exhaustion, not {:?}",
+                    c.exhaustion
+                ),
+            ));
+        }
+        let tokens = token_weights(c, &names)?;
+        let weights: Vec<f64> = self
+            .datasets
+            .iter()
+            .enumerate()
+            .map(|(d, (_, w))| tokens.as_ref().map_or(*w, |t| w / t[d]))
+            .collect();
         let orders: Vec<DatasetOrder> = self
             .datasets
             .iter()
@@ -281,32 +385,13 @@ impl WorkSourceBuilder {
                 )
             })
             .collect();
-        let end = match c.exhaustion {
-            Exhaustion::Repeat => None,
-            Exhaustion::Stop { passes } => {
-                let mut end = u64::MAX;
-                for (d, o) in orders.iter().enumerate() {
-                    // The stream's length must be countable: a pass count
-                    // whose samples overflow 64 bits is a typo, not a plan.
-                    let too_many = || {
-                        Error::config(
-                            "passes",
-                            format!(
-                                "{passes} passes over dataset `{}` ({} samples) overflow the sample count; use `repeat` for an endless stream",
-                                names[d], o.total
-                            ),
-                        )
-                    };
-                    let samples = passes.checked_mul(o.total).ok_or_else(too_many)?;
-                    end = end.min(
-                        mixture
-                            .checked_global_index(d, samples)
-                            .ok_or_else(too_many)?,
-                    );
-                }
-                Some(end)
-            }
-        };
+        let limits = orders
+            .iter()
+            .enumerate()
+            .map(|(d, o)| limit(c, names[d], o.total))
+            .collect::<Result<Vec<_>>>()?;
+        let schedule = Schedule::new(&weights, &names, c.chunk_size, &limits)?;
+        let end = schedule.end;
         let mut fp = hash::key(&[
             c.seed,
             c.chunk_size,
@@ -318,26 +403,117 @@ impl WorkSourceBuilder {
             fp,
             hash::bytes(format!("{:?}{:?}", c.shuffle_block_size, c.exhaustion).as_bytes()),
         );
-        for ((ds, w), o) in self.datasets.iter().zip(&orders) {
+        for (d, ((ds, w), o)) in self.datasets.iter().zip(&orders).enumerate() {
             fp = hash::combine(fp, hash::bytes(ds.name().as_bytes()));
             fp = hash::combine(fp, w.to_bits());
             for l in &o.shard_lens {
                 fp = hash::combine(fp, *l);
             }
+            // Only settings that change the schedule enter the fingerprint,
+            // so runs from before these settings existed keep theirs.
+            if let Some(p) = c.policies.get(ds.name()) {
+                fp = hash::combine(fp, hash::bytes(format!("{p:?}").as_bytes()));
+            }
+            if let Some(t) = &tokens {
+                fp = hash::combine(fp, t[d].to_bits());
+            }
         }
+        let given: Vec<f64> = self.datasets.iter().map(|(_, w)| *w).collect();
         let catalog: Catalog = self.datasets.into_iter().map(|(d, _)| d).collect();
         Ok(WorkSource {
             plan: Arc::new(Plan {
                 catalog,
                 config: self.config,
-                mixture,
+                schedule,
                 orders,
                 end,
+                weights: given,
+                tokens_per_sample: tokens,
                 fingerprint: fp,
             }),
             next_global: 0,
         })
     }
+}
+
+/// Refuses a per-dataset setting for a name no dataset has.
+fn check_named<'a>(
+    names: &[&str],
+    keys: impl Iterator<Item = &'a String>,
+    key: &str,
+) -> Result<()> {
+    for k in keys {
+        if !names.contains(&k.as_str()) {
+            return Err(Error::config(
+                key,
+                format!(
+                    "names dataset `{k}`, which the work source does not have (it has {names:?})"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Tokens per sample in dataset order, `None` when mixing by samples.
+fn token_weights(c: &WorkConfig, names: &[&str]) -> Result<Option<Vec<f64>>> {
+    if c.tokens_per_sample.is_empty() {
+        return Ok(None);
+    }
+    names
+        .iter()
+        .map(|name| {
+            let t = *c.tokens_per_sample.get(*name).ok_or_else(|| {
+                Error::config(
+                    "tokens_per_sample",
+                    format!("dataset `{name}` has none; give it for every dataset, or for none"),
+                )
+            })?;
+            if !(t.is_finite() && t > 0.0 && t <= settings::MAX_TOKENS_PER_SAMPLE) {
+                return Err(Error::config(
+                    "tokens_per_sample",
+                    format!(
+                        "dataset `{name}` has {t}; it must be finite, positive and at most {}",
+                        settings::MAX_TOKENS_PER_SAMPLE
+                    ),
+                ));
+            }
+            Ok(t)
+        })
+        .collect::<Result<Vec<f64>>>()
+        .map(Some)
+}
+
+/// How far dataset `name` of `total` samples may go under the configuration.
+fn limit(c: &WorkConfig, name: &str, total: u64) -> Result<Limit> {
+    let times = |n: u64, key: &'static str| {
+        n.checked_mul(total).ok_or_else(|| {
+            Error::config(
+                key,
+                format!(
+                    "{n} passes over dataset `{name}` ({total} samples) overflow the sample count; use `repeat` for an endless stream"
+                ),
+            )
+        })
+    };
+    Ok(match c.exhaustion {
+        Exhaustion::Repeat => Limit::Endless,
+        Exhaustion::Stop { passes } => Limit::Stop(times(passes, "passes")?, "passes"),
+        Exhaustion::AllPasses { passes } => Limit::Complete(times(passes, "passes")?),
+        Exhaustion::PerDataset { default } => {
+            match c.policies.get(name).copied().unwrap_or(default) {
+                ExhaustedPolicy::Stop => Limit::Stop(total, "exhausted_policy"),
+                ExhaustedPolicy::Redistribute => Limit::Leave(total),
+                ExhaustedPolicy::Repeat { max_repeats: None } => Limit::Endless,
+                ExhaustedPolicy::Repeat {
+                    max_repeats: Some(m),
+                } => {
+                    settings::MAX_REPEATS.check("max_repeats", m)?;
+                    Limit::Stop(times(m + 1, "max_repeats")?, "max_repeats")
+                }
+            }
+        }
+    })
 }
 
 #[cfg(test)]
@@ -369,6 +545,44 @@ mod tests {
             "shuffle_block_size",
         );
         refused(builder().canonical_lanes(4).world_size(0), "world_size");
+        refused(builder().stop_after_passes(0), "passes");
+        refused(builder().stop_after_passes(u64::MAX), "passes");
+        let e = refused(
+            builder().dataset_policy("nope", ExhaustedPolicy::Redistribute),
+            "exhausted_policy",
+        );
+        assert!(e.contains("`nope`"), "{e}");
+        let mut policy_then_passes = builder()
+            .dataset_policy("toy", ExhaustedPolicy::Stop)
+            .passes(2);
+        refused(policy_then_passes.clone(), "exhausted_policy");
+        policy_then_passes.config.policies.clear();
+        assert!(policy_then_passes.build().is_ok());
+        let capped = |m| ExhaustedPolicy::Repeat {
+            max_repeats: Some(m),
+        };
+        refused(
+            builder().dataset_policy("toy", capped(1 << 41)),
+            "max_repeats",
+        );
+        assert!(
+            builder()
+                .dataset_policy("toy", capped(1 << 40))
+                .build()
+                .is_ok()
+        );
+        for bad in [f64::NAN, 0.0, -1.0, f64::INFINITY, 1e10] {
+            let e = refused(builder().tokens_per_sample("toy", bad), "tokens_per_sample");
+            assert!(e.contains("`toy`"), "{e}");
+        }
+        let two = builder()
+            .dataset(
+                Dataset::in_memory("code", vec![vec![Record::new(); 3]]).unwrap(),
+                1.0,
+            )
+            .tokens_per_sample("toy", 12.0);
+        let e = refused(two, "tokens_per_sample");
+        assert!(e.contains("`code` has none"), "{e}");
         refused(builder().canonical_lanes(4).world_size(4).rank(4), "rank");
     }
 

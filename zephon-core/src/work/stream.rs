@@ -145,7 +145,7 @@ impl crate::obs::Explain for PointerStream {
             .plan
             .catalog
             .iter()
-            .zip(&self.plan.mixture.quotas)
+            .zip(&self.plan.schedule.segments[0].mixture.quotas)
             .map(|(d, q)| format!("{} ({q}/{})", d.name(), c.chunk_size))
             .collect();
         out.push(crate::obs::StageDescription::new(
