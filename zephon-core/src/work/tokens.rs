@@ -7,6 +7,12 @@
 //! holds the token mixture on average, with no buffer downstream; what is
 //! left is the spread of document lengths within a dataset, which
 //! [`token_share_error`] measures on what was delivered.
+//!
+//! A chunk holds whole samples, so each dataset's sample share is rounded to
+//! `1 / chunk_size`; a dataset of long documents gets few samples per chunk,
+//! and that rounding is multiplied by its length in its token share. Give
+//! such a mixture a chunk in which every dataset has tens of samples
+//! (`WorkSource::mixture().quotas` shows them).
 
 use super::WorkSourceBuilder;
 use crate::dataset::Dataset;
