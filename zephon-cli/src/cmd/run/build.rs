@@ -90,16 +90,23 @@ pub fn work_source(recipe: &Recipe, base: &Path) -> Result<WorkSource> {
         .rank(w.rank)
         .world_size(w.world_size)
         .ownership(w.ownership);
-    b = if w.repeat {
-        b.repeat()
-    } else {
-        b.passes(w.passes)
+    let per_dataset = w.per_dataset(&recipe.datasets);
+    b = match w.stop_after_passes {
+        Some(n) => b.stop_after_passes(n),
+        None if w.repeat => b.repeat(),
+        None => b.passes(w.passes),
     };
     for (i, d) in recipe.datasets.iter().enumerate() {
         let uri = resolve(base, &d.uri);
         let ds = zephon_core::Dataset::from_uri(&d.name, &uri)
             .with_context(|| format!("datasets[{i}] (`{}`, {uri})", d.name))?;
         b = b.dataset(ds, d.weight);
+        if per_dataset {
+            b = b.dataset_policy(&d.name, w.policy(d).0);
+        }
+        if let Some(t) = d.tokens_per_sample {
+            b = b.tokens_per_sample(&d.name, t);
+        }
     }
     Ok(b.build()?)
 }
