@@ -122,6 +122,12 @@ const CASES: &[(&str, &str, &str)] = &[
         "max_repeats = 3\nweight = 1.0",
         "datasets[0].max_repeats",
     ),
+    ("seed = 1", "token_samples = 0", "work_source.token_samples"),
+    (
+        "seed = 1",
+        "token_samples = 2000000",
+        "work_source.token_samples",
+    ),
     (
         "weight = 1.0",
         "tokens_per_sample = nan",
@@ -301,6 +307,20 @@ fn exhaustion_policies_and_token_estimates_run() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[test]
+fn token_estimates_come_from_the_recipes_tokenizer() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = write_recipe(dir.path(), "seed = 1", "token_samples = 16");
+    let out = run(&["--explain"], &path);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains(" tokens/sample"), "{text}");
 }
 
 #[test]

@@ -6,7 +6,7 @@ use anyhow::{Result, anyhow};
 use toml::de::{DeTable, DeValue};
 use zephon_core::settings::{
     BATCH_SIZE, BUFFER_SIZE, CANONICAL_LANES, CHUNK_SIZE, MAX_REPEATS, MAX_TOKENS_PER_SAMPLE,
-    PARALLELISM, PREFETCH_DEPTH, Range, SEQ_LEN, WORKERS, WORLD_SIZE,
+    PARALLELISM, PREFETCH_DEPTH, Range, SEQ_LEN, TOKEN_SAMPLES, WORKERS, WORLD_SIZE,
 };
 use zephon_core::work::ExhaustedPolicy;
 
@@ -178,11 +178,29 @@ fn exhaustion(recipe: &Recipe, lines: &KeyLines<'_>) -> Result<()> {
             ));
         }
     }
-    let with_tokens = recipe
-        .datasets
-        .iter()
-        .filter(|d| d.tokens_per_sample.is_some())
-        .count();
+    if let Some(n) = w.token_samples {
+        in_range(lines, &ws("token_samples"), n, TOKEN_SAMPLES)?;
+        if !recipe
+            .ops
+            .iter()
+            .any(|op| matches!(op, OpSpec::Tokenize(_)))
+        {
+            return Err(at(
+                lines,
+                &ws("token_samples"),
+                "estimating tokens per sample needs a tokenize operator",
+            ));
+        }
+    }
+    // An estimate fills in the datasets without a count of their own.
+    let with_tokens = match w.token_samples {
+        Some(_) => 0,
+        None => recipe
+            .datasets
+            .iter()
+            .filter(|d| d.tokens_per_sample.is_some())
+            .count(),
+    };
     for (i, d) in recipe.datasets.iter().enumerate() {
         if let Some(m) = d.max_repeats {
             in_range(lines, &ds(i, "max_repeats"), m, MAX_REPEATS)?;

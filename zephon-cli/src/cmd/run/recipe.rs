@@ -138,6 +138,11 @@ pub struct WorkSourceSpec {
     /// Repeats after the first pass of the datasets that `repeat` without a
     /// `max_repeats` of their own (0 to 2^40).
     pub max_repeats: Option<u64>,
+    /// Estimate the tokens per sample of every dataset without
+    /// `tokens_per_sample` from this many of its records (1 to 1 Mi), with
+    /// the first tokenize operator's tokenizer: the weights become token
+    /// shares.
+    pub token_samples: Option<u64>,
     /// Canonical lanes (1 to 65,536).
     pub canonical_lanes: u32,
     /// This process's rank (below `world_size`).
@@ -161,6 +166,7 @@ impl Default for WorkSourceSpec {
             stop_after_passes: None,
             exhausted_policy: None,
             max_repeats: None,
+            token_samples: None,
             canonical_lanes: 1,
             rank: 0,
             world_size: 1,
