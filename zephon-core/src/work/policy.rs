@@ -55,6 +55,9 @@ impl std::str::FromStr for ExhaustedPolicy {
     }
 }
 
+/// Slots of all segments' chunk schedules together (about 16 bytes each).
+const MAX_SCHEDULE_SLOTS: u64 = 1 << 26;
+
 /// How far a dataset may go, in positions of its own stream.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Limit {
@@ -123,6 +126,18 @@ impl Schedule {
                     segments,
                     end: Some(start),
                 });
+            }
+            // Each segment holds a chunk's schedule: many leaving datasets
+            // with a large chunk would hold gigabytes before the first pointer.
+            let slots = (segments.len() as u64 + 1).saturating_mul(chunk);
+            if slots > MAX_SCHEDULE_SLOTS {
+                return Err(Error::config(
+                    "exhausted_policy",
+                    format!(
+                        "{} datasets leaving the mixture one by one with chunk_size {chunk} hold over {MAX_SCHEDULE_SLOTS} schedule slots; lower chunk_size",
+                        segments.len()
+                    ),
+                ));
             }
             let w: Vec<f64> = active.iter().map(|&d| weights[d]).collect();
             let nm: Vec<&str> = active.iter().map(|&d| names[d]).collect();
