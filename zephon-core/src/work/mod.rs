@@ -13,6 +13,7 @@
 //! for them too.
 
 mod builder;
+mod config;
 mod lanes;
 mod launcher;
 mod mixture;
@@ -23,7 +24,8 @@ mod state;
 mod stream;
 mod tokens;
 
-pub use builder::{Exhaustion, WorkConfig, WorkSourceBuilder};
+pub use builder::WorkSourceBuilder;
+pub use config::{Exhaustion, WorkConfig};
 pub use lanes::{LaneConfig, Ownership};
 pub use launcher::{Launcher, LauncherKind};
 pub use mixture::Mixture;
