@@ -98,6 +98,52 @@ const CASES: &[(&str, &str, &str)] = &[
     ("rank = 0", "rank = 1", "work_source.rank"),
     ("passes = 1", "passes = 0", "work_source.passes"),
     (
+        "passes = 1",
+        "stop_after_passes = 0",
+        "work_source.stop_after_passes",
+    ),
+    (
+        "seed = 1",
+        "stop_after_passes = 2",
+        "work_source.stop_after_passes",
+    ),
+    (
+        "passes = 1",
+        "max_repeats = 1099511627777\nexhausted_policy = \"repeat\"",
+        "work_source.max_repeats",
+    ),
+    (
+        "passes = 1",
+        "max_repeats = 2\nexhausted_policy = \"redistribute\"",
+        "work_source.max_repeats",
+    ),
+    (
+        "weight = 1.0",
+        "max_repeats = 3\nweight = 1.0",
+        "datasets[0].max_repeats",
+    ),
+    ("seed = 1", "token_samples = 0", "work_source.token_samples"),
+    (
+        "seed = 1",
+        "token_samples = 2000000",
+        "work_source.token_samples",
+    ),
+    (
+        "weight = 1.0",
+        "tokens_per_sample = nan",
+        "datasets[0].tokens_per_sample",
+    ),
+    (
+        "weight = 1.0",
+        "tokens_per_sample = 0.0",
+        "datasets[0].tokens_per_sample",
+    ),
+    (
+        "weight = 1.0",
+        "tokens_per_sample = 1e12",
+        "datasets[0].tokens_per_sample",
+    ),
+    (
         "shuffle_block_size = 8",
         "shuffle_block_size = 0",
         "work_source.shuffle_block_size",
@@ -221,4 +267,80 @@ fn bad_run_flags_are_named() {
         assert!(!out.status.success(), "{flag} {value} was accepted: {err}");
         assert!(err.contains(flag), "{flag} {value}: {err}");
     }
+}
+
+/// `GOOD` with the `passes` line replaced by `new`, and `tokens` added to
+/// its dataset.
+fn with_exhaustion(dir: &Path, new: &str, tokens: &str) -> std::path::PathBuf {
+    let (path, _) = write_recipe(dir, "passes = 1", new);
+    if !tokens.is_empty() {
+        let text = std::fs::read_to_string(&path)
+            .unwrap()
+            .replace("weight = 1.0", &format!("weight = 1.0\n{tokens}"));
+        std::fs::write(&path, text).unwrap();
+    }
+    path
+}
+
+#[test]
+fn exhaustion_policies_and_token_estimates_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = with_exhaustion(
+        dir.path(),
+        "exhausted_policy = \"repeat\"\nmax_repeats = 2",
+        "tokens_per_sample = 9.5",
+    );
+    let out = run(&["--explain"], &path);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("9.5 tokens/sample") && text.contains("max_repeats: Some(2)"),
+        "{text}"
+    );
+    let out = run(&["--json"], &path);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn token_estimates_come_from_the_recipes_tokenizer() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = write_recipe(dir.path(), "seed = 1", "token_samples = 16");
+    let out = run(&["--explain"], &path);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains(" tokens/sample"), "{text}");
+}
+
+#[test]
+fn contradicting_exhaustion_settings_are_named_with_their_line() {
+    let dir = tempfile::tempdir().unwrap();
+    // `passes` stays written (line 17) while a policy is set.
+    let (path, _) = write_recipe(dir.path(), "seed = 1", "exhausted_policy = \"stop\"");
+    let out = run(&["--explain"], &path);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("`work_source.passes`") && err.contains("line 17"),
+        "{err}"
+    );
+    let path = with_exhaustion(dir.path(), "exhausted_policy = \"sometimes\"", "");
+    let out = run(&["--explain"], &path);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("sometimes") && err.contains("line 17") && !err.contains("panicked"),
+        "{err}"
+    );
 }

@@ -123,6 +123,20 @@ pub const SEQ_LEN: Range = Range::new(1, 1 << 24, "a row of tokens is allocated 
 /// The mixture's chunk size: one chunk's schedule is materialised.
 pub const CHUNK_SIZE: Range = Range::new(1, 1 << 24, "one chunk's schedule is held in memory");
 
+/// A dataset's `max_repeats` (passes after its first): far beyond any
+/// training run, low enough that a typo is an error, not an endless run by
+/// another name.
+pub const MAX_REPEATS: Range = Range::new(0, 1 << 40, "passes after the first over one dataset");
+
+/// Records read per dataset to estimate its tokens per sample: each is read
+/// and handed to the estimator at build time.
+pub const TOKEN_SAMPLES: Range = Range::new(1, 1 << 20, "records read per dataset at build time");
+
+/// The largest average tokens per sample a dataset may be given (a float
+/// setting; finite and positive too): a sample of over 2^32 tokens is a
+/// mistake in units.
+pub const MAX_TOKENS_PER_SAMPLE: f64 = 4_294_967_296.0;
+
 #[cfg(test)]
 mod tests {
     use super::*;

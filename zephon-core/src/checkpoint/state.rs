@@ -234,7 +234,7 @@ impl Checkpoint {
         if self.work_fingerprint != recipe.work_fingerprint() {
             return Err(err(
                 origin,
-                "work source fingerprint differs: the datasets, weights, shuffles or passes are not those of the checkpointed run",
+                "work source fingerprint differs: the datasets, weights, shuffles, passes, exhaustion policies or tokens per sample are not those of the checkpointed run",
             ));
         }
         if self.positions != recipe.positions() {

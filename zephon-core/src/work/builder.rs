@@ -1,67 +1,21 @@
 //! The work source's builder and options.
 
+use super::config::{check_named, limit, token_weights};
+use super::policy::{ExhaustedPolicy, Schedule};
 use super::shuffle::DatasetOrder;
-use super::{BlockShuffle, LaneConfig, Launcher, Mixture, Ownership, Plan, WorkSource};
+use super::{BlockShuffle, Exhaustion, Launcher, Ownership, Plan, WorkConfig, WorkSource};
 use crate::dataset::{Catalog, Dataset};
 use crate::error::{Error, Result};
 use crate::hash;
 use crate::settings;
-use serde::{Deserialize, Serialize};
 use std::sync::Arc;
-
-/// What happens when a dataset has been read completely.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Exhaustion {
-    /// Stop the stream as soon as any dataset completes this many passes
-    /// (so the mixture holds up to the last pointer).
-    Stop {
-        /// Passes over each dataset.
-        passes: u64,
-    },
-    /// Never stop; every pass is reshuffled (the pass number keys the shuffles).
-    Repeat,
-}
-
-/// The data-shaping settings of a work source.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct WorkConfig {
-    /// Seed of every shuffle.
-    pub seed: u64,
-    /// Mixture chunk size: each chunk holds exact largest-remainder quotas.
-    pub chunk_size: u64,
-    /// Shuffle the order of shards in each pass (default on).
-    pub shuffle_shards: bool,
-    /// Shuffle samples within each shard (default on).
-    pub shuffle_within_shard: bool,
-    /// Block shuffle over the pass (default off).
-    pub shuffle_block_size: BlockShuffle,
-    /// Passes and exhaustion policy (default: stop after one pass).
-    pub exhaustion: Exhaustion,
-    /// Lane layout and this rank's place in it.
-    pub lanes: LaneConfig,
-}
-
-impl Default for WorkConfig {
-    fn default() -> Self {
-        WorkConfig {
-            seed: 0,
-            chunk_size: 1024,
-            shuffle_shards: true,
-            shuffle_within_shard: true,
-            shuffle_block_size: BlockShuffle::Off,
-            exhaustion: Exhaustion::Stop { passes: 1 },
-            lanes: LaneConfig::default(),
-        }
-    }
-}
 
 /// Builds a [`WorkSource`].
 #[derive(Clone, Debug, Default)]
 #[must_use]
 pub struct WorkSourceBuilder {
-    datasets: Vec<(Dataset, f64)>,
-    config: WorkConfig,
+    pub(super) datasets: Vec<(Dataset, f64)>,
+    pub(super) config: WorkConfig,
     /// Rank and world size as a launcher exported them.
     launcher: Option<Launcher>,
     /// Whether `rank` / `world_size` were set explicitly, so a launcher that
@@ -111,6 +65,65 @@ impl WorkSourceBuilder {
     /// Repeat forever, reshuffling every pass.
     pub fn repeat(mut self) -> Self {
         self.config.exhaustion = Exhaustion::Repeat;
+        self
+    }
+    /// Repeat every dataset until each has completed `n` passes
+    /// ([`Exhaustion::AllPasses`]; at least 1, checked by [`build`](Self::build)).
+    ///
+    /// ```
+    /// use zephon_core::{Dataset, Record, WorkSource};
+    /// let a = Dataset::in_memory("a", vec![vec![Record::new(); 4]])?;
+    /// let b = Dataset::in_memory("b", vec![vec![Record::new(); 12]])?;
+    /// let ws = WorkSource::builder().dataset(a, 1.0).dataset(b, 1.0).chunk_size(2)
+    ///     .stop_after_passes(1).build()?;
+    /// // `b` is read once; `a`, as fast, three times meanwhile.
+    /// assert_eq!(ws.global_len(), Some(24));
+    /// # Ok::<(), zephon_core::Error>(())
+    /// ```
+    pub fn stop_after_passes(mut self, n: u64) -> Self {
+        self.config.exhaustion = Exhaustion::AllPasses { passes: n };
+        self
+    }
+    /// Every dataset without a policy of its own follows `policy`
+    /// ([`Exhaustion::PerDataset`]); policies already given per dataset stay.
+    pub fn exhausted_policy(mut self, policy: ExhaustedPolicy) -> Self {
+        self.config.exhaustion = Exhaustion::PerDataset { default: policy };
+        self
+    }
+    /// The policy of the dataset named `name` (switching to
+    /// [`Exhaustion::PerDataset`], default [`ExhaustedPolicy::Stop`], unless
+    /// already there). A name no dataset has is refused by
+    /// [`build`](Self::build).
+    ///
+    /// ```
+    /// use zephon_core::work::ExhaustedPolicy;
+    /// use zephon_core::{Dataset, Record, WorkSource};
+    /// let a = Dataset::in_memory("a", vec![vec![Record::new(); 4]])?;
+    /// let b = Dataset::in_memory("b", vec![vec![Record::new(); 12]])?;
+    /// let ws = WorkSource::builder().dataset(a, 1.0).dataset(b, 1.0).chunk_size(2)
+    ///     .dataset_policy("a", ExhaustedPolicy::Redistribute)
+    ///     .dataset_policy("b", ExhaustedPolicy::Redistribute).build()?;
+    /// // Once `a` is done, `b` has the stream to itself: each sample once.
+    /// assert_eq!(ws.global_len(), Some(16));
+    /// # Ok::<(), zephon_core::Error>(())
+    /// ```
+    pub fn dataset_policy(mut self, name: &str, policy: ExhaustedPolicy) -> Self {
+        if !matches!(self.config.exhaustion, Exhaustion::PerDataset { .. }) {
+            self.config.exhaustion = Exhaustion::PerDataset {
+                default: ExhaustedPolicy::Stop,
+            };
+        }
+        self.config.policies.insert(name.to_owned(), policy);
+        self
+    }
+    /// Average tokens per sample of the dataset named `name` (finite and
+    /// positive, checked by [`build`](Self::build)): once given for every
+    /// dataset, the weights are token shares. See
+    /// [`estimate_tokens`](Self::estimate_tokens) to measure it instead.
+    pub fn tokens_per_sample(mut self, name: &str, tokens: f64) -> Self {
+        self.config
+            .tokens_per_sample
+            .insert(name.to_owned(), tokens);
         self
     }
     /// Number of canonical lanes (fixed for a run), in
@@ -245,7 +258,7 @@ impl WorkSourceBuilder {
         settings::WORLD_SIZE.check("world_size", c.lanes.world_size)?;
         c.lanes.validate()?;
         settings::CHUNK_SIZE.check("chunk_size", c.chunk_size)?;
-        if let Exhaustion::Stop { passes: 0 } = c.exhaustion {
+        if let Exhaustion::Stop { passes: 0 } | Exhaustion::AllPasses { passes: 0 } = c.exhaustion {
             return Err(Error::config("passes", "must be at least 1"));
         }
         if c.shuffle_block_size == BlockShuffle::Size(0) {
@@ -264,8 +277,24 @@ impl WorkSourceBuilder {
             }
         }
         let names: Vec<&str> = self.datasets.iter().map(|(d, _)| d.name()).collect();
-        let weights: Vec<f64> = self.datasets.iter().map(|(_, w)| *w).collect();
-        let mixture = Mixture::new(&weights, &names, c.chunk_size)?;
+        check_named(&names, c.policies.keys(), "exhausted_policy")?;
+        check_named(&names, c.tokens_per_sample.keys(), "tokens_per_sample")?;
+        if !c.policies.is_empty() && !matches!(c.exhaustion, Exhaustion::PerDataset { .. }) {
+            return Err(Error::config(
+                "exhausted_policy",
+                format!(
+                    "per-dataset policies need the per-dataset exhaustion, not {:?}",
+                    c.exhaustion
+                ),
+            ));
+        }
+        let tokens = token_weights(c, &names)?;
+        let weights: Vec<f64> = self
+            .datasets
+            .iter()
+            .enumerate()
+            .map(|(d, (_, w))| tokens.as_ref().map_or(*w, |t| w / t[d]))
+            .collect();
         let orders: Vec<DatasetOrder> = self
             .datasets
             .iter()
@@ -281,32 +310,13 @@ impl WorkSourceBuilder {
                 )
             })
             .collect();
-        let end = match c.exhaustion {
-            Exhaustion::Repeat => None,
-            Exhaustion::Stop { passes } => {
-                let mut end = u64::MAX;
-                for (d, o) in orders.iter().enumerate() {
-                    // The stream's length must be countable: a pass count
-                    // whose samples overflow 64 bits is a typo, not a plan.
-                    let too_many = || {
-                        Error::config(
-                            "passes",
-                            format!(
-                                "{passes} passes over dataset `{}` ({} samples) overflow the sample count; use `repeat` for an endless stream",
-                                names[d], o.total
-                            ),
-                        )
-                    };
-                    let samples = passes.checked_mul(o.total).ok_or_else(too_many)?;
-                    end = end.min(
-                        mixture
-                            .checked_global_index(d, samples)
-                            .ok_or_else(too_many)?,
-                    );
-                }
-                Some(end)
-            }
-        };
+        let limits = orders
+            .iter()
+            .enumerate()
+            .map(|(d, o)| limit(c, names[d], o.total))
+            .collect::<Result<Vec<_>>>()?;
+        let schedule = Schedule::new(&weights, &names, c.chunk_size, &limits)?;
+        let end = schedule.end;
         let mut fp = hash::key(&[
             c.seed,
             c.chunk_size,
@@ -318,21 +328,32 @@ impl WorkSourceBuilder {
             fp,
             hash::bytes(format!("{:?}{:?}", c.shuffle_block_size, c.exhaustion).as_bytes()),
         );
-        for ((ds, w), o) in self.datasets.iter().zip(&orders) {
+        for (d, ((ds, w), o)) in self.datasets.iter().zip(&orders).enumerate() {
             fp = hash::combine(fp, hash::bytes(ds.name().as_bytes()));
             fp = hash::combine(fp, w.to_bits());
             for l in &o.shard_lens {
                 fp = hash::combine(fp, *l);
             }
+            // Only settings that change the schedule enter the fingerprint,
+            // so runs from before these settings existed keep theirs.
+            if let Some(p) = c.policies.get(ds.name()) {
+                fp = hash::combine(fp, hash::bytes(format!("{p:?}").as_bytes()));
+            }
+            if let Some(t) = &tokens {
+                fp = hash::combine(fp, t[d].to_bits());
+            }
         }
+        let given: Vec<f64> = self.datasets.iter().map(|(_, w)| *w).collect();
         let catalog: Catalog = self.datasets.into_iter().map(|(d, _)| d).collect();
         Ok(WorkSource {
             plan: Arc::new(Plan {
                 catalog,
                 config: self.config,
-                mixture,
+                schedule,
                 orders,
                 end,
+                weights: given,
+                tokens_per_sample: tokens,
                 fingerprint: fp,
             }),
             next_global: 0,
@@ -369,6 +390,44 @@ mod tests {
             "shuffle_block_size",
         );
         refused(builder().canonical_lanes(4).world_size(0), "world_size");
+        refused(builder().stop_after_passes(0), "passes");
+        refused(builder().stop_after_passes(u64::MAX), "passes");
+        let e = refused(
+            builder().dataset_policy("nope", ExhaustedPolicy::Redistribute),
+            "exhausted_policy",
+        );
+        assert!(e.contains("`nope`"), "{e}");
+        let mut policy_then_passes = builder()
+            .dataset_policy("toy", ExhaustedPolicy::Stop)
+            .passes(2);
+        refused(policy_then_passes.clone(), "exhausted_policy");
+        policy_then_passes.config.policies.clear();
+        assert!(policy_then_passes.build().is_ok());
+        let capped = |m| ExhaustedPolicy::Repeat {
+            max_repeats: Some(m),
+        };
+        refused(
+            builder().dataset_policy("toy", capped(1 << 41)),
+            "max_repeats",
+        );
+        assert!(
+            builder()
+                .dataset_policy("toy", capped(1 << 40))
+                .build()
+                .is_ok()
+        );
+        for bad in [f64::NAN, 0.0, -1.0, f64::INFINITY, 1e10] {
+            let e = refused(builder().tokens_per_sample("toy", bad), "tokens_per_sample");
+            assert!(e.contains("`toy`"), "{e}");
+        }
+        let two = builder()
+            .dataset(
+                Dataset::in_memory("code", vec![vec![Record::new(); 3]]).unwrap(),
+                1.0,
+            )
+            .tokens_per_sample("toy", 12.0);
+        let e = refused(two, "tokens_per_sample");
+        assert!(e.contains("`code` has none"), "{e}");
         refused(builder().canonical_lanes(4).world_size(4).rank(4), "rank");
     }
 

@@ -114,6 +114,13 @@ impl Mixture {
         (pos / q) * self.chunk_size() + self.slots_of[d][(pos % q) as usize] as u64
     }
 
+    /// How many of the first `g` global indices belong to dataset `d`.
+    pub fn count_before(&self, d: usize, g: u64) -> u64 {
+        let c = self.chunk_size();
+        let within = self.slots_of[d].partition_point(|&s| (s as u64) < g % c) as u64;
+        (g / c) * self.quotas[d] + within
+    }
+
     /// [`global_index`](Mixture::global_index), or `None` where it does not
     /// fit in 64 bits.
     pub fn checked_global_index(&self, d: usize, pos: u64) -> Option<u64> {
@@ -143,6 +150,7 @@ mod tests {
         for g in 0..200 {
             let (d, pos) = m.locate(g);
             assert_eq!(m.global_index(d as usize, pos), g);
+            assert_eq!(m.count_before(d as usize, g), pos);
         }
     }
 

@@ -6,23 +6,34 @@
 //! seed and the pass number) says which sample that is; the lane is
 //! `g % canonical_lanes`. A rank emits the pointers of the lanes it owns. No
 //! state but the next `g` is needed to resume.
+//!
+//! Exhaustion policies that change the mixture part-way (a dataset that
+//! leaves and gives its weight to the others) split the schedule into
+//! segments computed from the configuration at build time, so this holds
+//! for them too.
 
 mod builder;
+mod config;
 mod lanes;
 mod launcher;
 mod mixture;
+mod policy;
 mod restore;
 mod shuffle;
 mod state;
 mod stream;
+mod tokens;
 
-pub use builder::{Exhaustion, WorkConfig, WorkSourceBuilder};
+pub use builder::WorkSourceBuilder;
+pub use config::{Exhaustion, WorkConfig};
 pub use lanes::{LaneConfig, Ownership};
 pub use launcher::{Launcher, LauncherKind};
 pub use mixture::Mixture;
+pub use policy::{ExhaustedPolicy, Segment};
 pub use shuffle::BlockShuffle;
 pub use state::{WORK_STATE_VERSION, WorkState};
 pub use stream::{Catalogued, PointerStream};
+pub use tokens::{ShareError, ShareReport, token_share_error};
 
 use crate::dataset::Catalog;
 use crate::error::{Error, Result};
@@ -34,9 +45,13 @@ use std::sync::Arc;
 struct Plan {
     catalog: Catalog,
     config: WorkConfig,
-    mixture: Mixture,
+    schedule: policy::Schedule,
     orders: Vec<DatasetOrder>,
     end: Option<u64>,
+    /// The weights as given, in dataset order.
+    weights: Vec<f64>,
+    /// Tokens per sample in dataset order, when the weights are token shares.
+    tokens_per_sample: Option<Vec<f64>>,
     fingerprint: u64,
 }
 
@@ -76,9 +91,51 @@ impl WorkSource {
         &self.plan.config
     }
 
-    /// The mixture schedule.
+    /// The mixture schedule of the first segment (the whole run unless a
+    /// dataset leaves under [`ExhaustedPolicy::Redistribute`]).
     pub fn mixture(&self) -> &Mixture {
-        &self.plan.mixture
+        &self.plan.schedule.segments[0].mixture
+    }
+
+    /// Every segment of the schedule, in global order: one static mixture
+    /// each, a new one wherever a dataset leaves the mixture.
+    ///
+    /// ```
+    /// use zephon_core::work::ExhaustedPolicy;
+    /// use zephon_core::{Dataset, Record, WorkSource};
+    /// let a = Dataset::in_memory("a", vec![vec![Record::new(); 4]])?;
+    /// let b = Dataset::in_memory("b", vec![vec![Record::new(); 40]])?;
+    /// let ws = WorkSource::builder().dataset(a, 1.0).dataset(b, 1.0).chunk_size(2)
+    ///     .exhausted_policy(ExhaustedPolicy::Redistribute).build()?;
+    /// let s = ws.segments();
+    /// assert_eq!((s.len(), s[1].start, s[1].active.clone()), (2, 8, vec![1]));
+    /// # Ok::<(), zephon_core::Error>(())
+    /// ```
+    pub fn segments(&self) -> &[Segment] {
+        &self.plan.schedule.segments
+    }
+
+    /// Average tokens per sample of each dataset (catalog order) when the
+    /// weights are token shares, `None` when they are sample shares.
+    pub fn tokens_per_sample(&self) -> Option<&[f64]> {
+        self.plan.tokens_per_sample.as_deref()
+    }
+
+    /// How far `delivered_tokens` (per dataset, catalog order) are from the
+    /// token shares the weights ask for (see [`token_share_error`]).
+    ///
+    /// ```
+    /// use zephon_core::{Dataset, Record, WorkSource};
+    /// let a = Dataset::in_memory("a", vec![vec![Record::new(); 4]])?;
+    /// let b = Dataset::in_memory("b", vec![vec![Record::new(); 4]])?;
+    /// let ws = WorkSource::builder().dataset(a, 3.0).dataset(b, 1.0).build()?;
+    /// let r = ws.token_share_error(&[600, 400])?;
+    /// assert!((r.max_abs_error - 0.15).abs() < 1e-9);
+    /// # Ok::<(), zephon_core::Error>(())
+    /// ```
+    pub fn token_share_error(&self, delivered_tokens: &[u64]) -> Result<ShareReport> {
+        let names: Vec<&str> = self.plan.catalog.iter().map(|d| d.name()).collect();
+        token_share_error(&names, &self.plan.weights, delivered_tokens)
     }
 
     /// The lanes this rank owns.
@@ -125,6 +182,7 @@ impl WorkSource {
             seed: self.plan.config.seed,
             canonical_lanes: self.plan.config.lanes.canonical_lanes,
             next_global: self.next_global,
+            tokens_per_sample: self.plan.tokens_per_sample.clone().unwrap_or_default(),
         }
     }
 
@@ -153,6 +211,16 @@ impl WorkSource {
                 format!(
                     "checkpoint has {} lanes, this run {}",
                     state.canonical_lanes, c.lanes.canonical_lanes
+                ),
+            ));
+        }
+        let ours = self.plan.tokens_per_sample.as_deref().unwrap_or_default();
+        if state.tokens_per_sample != ours {
+            return Err(Error::config(
+                "tokens_per_sample",
+                format!(
+                    "checkpoint has {:?} tokens per sample, this run {ours:?}: give the checkpoint's estimate (WorkState::tokens_per_sample) to continue its schedule",
+                    state.tokens_per_sample
                 ),
             ));
         }
@@ -195,7 +263,7 @@ fn count_lane(from: u64, end: u64, lane: u64, l: u64) -> u64 {
 
 impl Plan {
     fn pointer_at(&self, g: u64, cache: &mut [Option<PassLayout>]) -> SamplePtr {
-        let (d, pos) = self.mixture.locate(g);
+        let (d, pos) = self.schedule.locate(g);
         let order = &self.orders[d as usize];
         let pass = pos / order.total;
         let layout = match &mut cache[d as usize] {

@@ -10,7 +10,7 @@ pub const WORK_STATE_VERSION: u32 = 1;
 /// run (seed, lanes, a fingerprint of the datasets and the data-shaping
 /// settings), so a restore into a different run is refused, not silently
 /// accepted.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct WorkState {
     /// Layout version.
     pub version: u32,
@@ -22,4 +22,10 @@ pub struct WorkState {
     pub canonical_lanes: u32,
     /// The next global index to emit (over all lanes).
     pub next_global: u64,
+    /// Average tokens per sample of each dataset (catalog order) the
+    /// schedule was built with, empty when the weights are sample shares:
+    /// an estimate measured at build time is kept here, so a resumed run
+    /// can be given the same one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tokens_per_sample: Vec<f64>,
 }

@@ -145,18 +145,29 @@ impl crate::obs::Explain for PointerStream {
             .plan
             .catalog
             .iter()
-            .zip(&self.plan.mixture.quotas)
-            .map(|(d, q)| format!("{} ({q}/{})", d.name(), c.chunk_size))
+            .enumerate()
+            .zip(&self.plan.schedule.segments[0].mixture.quotas)
+            .map(|((i, d), q)| {
+                let mut s = format!("{} ({q}/{}", d.name(), c.chunk_size);
+                if let Some(t) = &self.plan.tokens_per_sample {
+                    s += &format!(", {:.1} tokens/sample", t[i]);
+                }
+                if let Some(p) = c.policies.get(d.name()) {
+                    s += &format!(", {p:?}");
+                }
+                s + ")"
+            })
             .collect();
         out.push(crate::obs::StageDescription::new(
             "work_source",
             1,
             None,
             format!(
-                "{}; seed {}; {:?}; lanes {:?} of {}",
+                "{}; seed {}; {:?} ({} segment(s)); lanes {:?} of {}",
                 datasets.join(", "),
                 c.seed,
                 c.exhaustion,
+                self.plan.schedule.segments.len(),
                 c.lanes.owned_lanes(),
                 c.lanes.canonical_lanes
             ),

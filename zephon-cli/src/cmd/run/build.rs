@@ -91,18 +91,61 @@ pub fn work_source(recipe: &Recipe, base: &Path) -> Result<WorkSource> {
         .rank(w.rank)
         .world_size(w.world_size)
         .ownership(w.ownership);
-    b = if w.repeat {
-        b.repeat()
-    } else {
-        b.passes(w.passes)
+    let per_dataset = w.per_dataset(&recipe.datasets);
+    b = match w.stop_after_passes {
+        Some(n) => b.stop_after_passes(n),
+        None if w.repeat => b.repeat(),
+        None => b.passes(w.passes),
     };
     for (i, d) in recipe.datasets.iter().enumerate() {
         let uri = resolve(base, &d.uri);
         let ds = zephon_core::Dataset::from_uri(&d.name, &uri)
             .with_context(|| format!("datasets[{i}] (`{}`, {uri})", d.name))?;
         b = b.dataset(ds, d.weight);
+        if per_dataset {
+            b = b.dataset_policy(&d.name, w.policy(d).0);
+        }
+        if let Some(t) = d.tokens_per_sample {
+            b = b.tokens_per_sample(&d.name, t);
+        }
+    }
+    if let Some(n) = w.token_samples {
+        b = estimate_tokens(recipe, base, b, n)?;
     }
     Ok(b.build()?)
+}
+
+/// Estimates the tokens per sample of the datasets without one, with the
+/// tokenizer and field of the recipe's first tokenize operator (special
+/// tokens left out: they are the same few for every document).
+fn estimate_tokens(
+    recipe: &Recipe,
+    base: &Path,
+    b: WorkSourceBuilder,
+    samples: u64,
+) -> Result<WorkSourceBuilder> {
+    let Some(t) = recipe.ops.iter().find_map(|op| match op {
+        OpSpec::Tokenize(t) => Some(t),
+        _ => None,
+    }) else {
+        bail!("work_source.token_samples: estimating tokens needs a tokenize operator");
+    };
+    let path = Path::new(&resolve(base, &t.tokenizer.display().to_string())).to_owned();
+    let cfg = TokenizeConfig::from_file(&path)
+        .with_context(|| format!("work_source.token_samples: tokenizer {}", path.display()))?;
+    let field = t.field.clone();
+    let count = |r: &Record| -> zephon_core::Result<u64> {
+        let text = r.text(&field).ok_or_else(|| {
+            zephon_core::Error::config("tokenize.field", format!("no text field `{field}`"))
+        })?;
+        let encoding = cfg
+            .tokenizer()
+            .encode(text, false)
+            .map_err(|e| zephon_core::Error::config("tokenizer", e.to_string()))?;
+        Ok(encoding.len() as u64)
+    };
+    let rt = Runner::Inline.runtime()?;
+    Ok(rt.block_on(b.estimate_tokens(samples, count))?)
 }
 
 /// Builds the whole pipeline.

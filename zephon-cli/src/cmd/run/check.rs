@@ -5,9 +5,10 @@ use super::recipe::{BlockSpec, OpSpec, Recipe};
 use anyhow::{Result, anyhow};
 use toml::de::{DeTable, DeValue};
 use zephon_core::settings::{
-    BATCH_SIZE, BUFFER_SIZE, CANONICAL_LANES, CHUNK_SIZE, PARALLELISM, PREFETCH_DEPTH, Range,
-    SEQ_LEN, WORKERS, WORLD_SIZE,
+    BATCH_SIZE, BUFFER_SIZE, CANONICAL_LANES, CHUNK_SIZE, MAX_REPEATS, MAX_TOKENS_PER_SAMPLE,
+    PARALLELISM, PREFETCH_DEPTH, Range, SEQ_LEN, TOKEN_SAMPLES, WORKERS, WORLD_SIZE,
 };
+use zephon_core::work::ExhaustedPolicy;
 
 /// One step of a key's path: a table key or an array index.
 #[derive(Clone, Copy)]
@@ -105,6 +106,7 @@ pub fn check(recipe: &Recipe, lines: &KeyLines<'_>) -> Result<()> {
             "0 passes; use at least 1, or `repeat = true`",
         ));
     }
+    exhaustion(recipe, lines)?;
     if let BlockSpec::Size(0) = w.shuffle_block_size {
         return Err(at(
             lines,
@@ -208,6 +210,117 @@ pub fn check(recipe: &Recipe, lines: &KeyLines<'_>) -> Result<()> {
             OpSpec::PrefetchBatches(p) => check("depth", p.depth, PREFETCH_DEPTH)?,
             OpSpec::LaneMux(_) => {}
         }
+    }
+    Ok(())
+}
+
+/// The exhaustion settings: one way of ending the run, `max_repeats` only
+/// where a dataset repeats, tokens per sample for every dataset or none.
+fn exhaustion(recipe: &Recipe, lines: &KeyLines<'_>) -> Result<()> {
+    let w = &recipe.work_source;
+    let ws = |k| [Step::Key("work_source"), Step::Key(k)];
+    let ds = |i, k| [Step::Key("datasets"), Step::Index(i), Step::Key(k)];
+    let repeats = |d| matches!(w.policy(d).0, ExhaustedPolicy::Repeat { .. });
+    if let Some(m) = w.max_repeats {
+        in_range(lines, &ws("max_repeats"), m, MAX_REPEATS)?;
+        if !recipe.datasets.iter().any(repeats) {
+            return Err(at(
+                lines,
+                &ws("max_repeats"),
+                "no dataset has exhausted_policy = \"repeat\"",
+            ));
+        }
+    }
+    if let Some(n) = w.token_samples {
+        in_range(lines, &ws("token_samples"), n, TOKEN_SAMPLES)?;
+        if !recipe
+            .ops
+            .iter()
+            .any(|op| matches!(op, OpSpec::Tokenize(_)))
+        {
+            return Err(at(
+                lines,
+                &ws("token_samples"),
+                "estimating tokens per sample needs a tokenize operator",
+            ));
+        }
+    }
+    // An estimate fills in the datasets without a count of their own.
+    let with_tokens = match w.token_samples {
+        Some(_) => 0,
+        None => recipe
+            .datasets
+            .iter()
+            .filter(|d| d.tokens_per_sample.is_some())
+            .count(),
+    };
+    for (i, d) in recipe.datasets.iter().enumerate() {
+        if let Some(m) = d.max_repeats {
+            in_range(lines, &ds(i, "max_repeats"), m, MAX_REPEATS)?;
+            if !repeats(d) {
+                return Err(at(
+                    lines,
+                    &ds(i, "max_repeats"),
+                    &format!(
+                        "`{}` does not repeat: max_repeats needs exhausted_policy = \"repeat\"",
+                        d.name
+                    ),
+                ));
+            }
+        }
+        match d.tokens_per_sample {
+            Some(t) if !(t.is_finite() && t > 0.0 && t <= MAX_TOKENS_PER_SAMPLE) => {
+                return Err(at(
+                    lines,
+                    &ds(i, "tokens_per_sample"),
+                    &format!(
+                        "{t} for `{}`: must be finite, positive and at most {MAX_TOKENS_PER_SAMPLE}",
+                        d.name
+                    ),
+                ));
+            }
+            None if with_tokens > 0 => {
+                return Err(at(
+                    lines,
+                    &ds(i, "tokens_per_sample"),
+                    &format!(
+                        "`{}` has none, but {with_tokens} other dataset(s) do: give it for every dataset, or for none",
+                        d.name
+                    ),
+                ));
+            }
+            _ => {}
+        }
+    }
+    // Settings that contradict each other are named last, so a value out
+    // of its own range is named first.
+    let passes_written = lines.line(&ws("passes")).is_some();
+    let per_dataset = w.per_dataset(&recipe.datasets);
+    if let Some(n) = w.stop_after_passes {
+        if n == 0 {
+            return Err(at(
+                lines,
+                &ws("stop_after_passes"),
+                "0 passes; use at least 1",
+            ));
+        }
+        if w.repeat || passes_written || per_dataset {
+            return Err(at(
+                lines,
+                &ws("stop_after_passes"),
+                &format!(
+                    "ends the run once every dataset has completed {n} passes: not with `passes`, `repeat`, `exhausted_policy` or `max_repeats`"
+                ),
+            ));
+        }
+    }
+    if per_dataset && (w.repeat || passes_written) {
+        let key = if w.repeat { "repeat" } else { "passes" };
+        return Err(at(
+            lines,
+            &ws(key),
+            "not with exhaustion policies: use exhausted_policy = \"repeat\" and max_repeats",
+        ));
     }
     Ok(())
 }

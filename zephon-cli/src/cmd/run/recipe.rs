@@ -5,6 +5,7 @@
 use anyhow::{Context, Result};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
+use zephon_core::work::ExhaustedPolicy;
 use zephon_core::{BlockShuffle, Ownership, ShuffleMode, Tracking};
 
 /// A whole recipe.
@@ -67,9 +68,33 @@ pub struct DatasetSpec {
     /// Path (relative to the recipe) or URI (`file://`, `s3://`, `gs://`,
     /// `azblob://`, `http(s)://`).
     pub uri: String,
-    /// Mixture weight (finite and positive).
+    /// Mixture weight (finite and positive): a share of samples, or of
+    /// tokens once every dataset has `tokens_per_sample`.
     #[serde(default = "one")]
     pub weight: f64,
+    /// What this dataset does when read completely (over the work source's
+    /// `exhausted_policy`).
+    #[serde(default)]
+    pub exhausted_policy: Option<PolicyKind>,
+    /// Repeats after the first pass under `repeat` (0 to 2^40).
+    #[serde(default)]
+    pub max_repeats: Option<u64>,
+    /// Average tokens per sample (finite, positive, at most 2^32): given for
+    /// every dataset, the weights are token shares.
+    #[serde(default)]
+    pub tokens_per_sample: Option<f64>,
+}
+
+/// An `exhausted_policy` value.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum PolicyKind {
+    /// The stream ends where the dataset asks past its pass.
+    Stop,
+    /// Another pass, reshuffled (up to `max_repeats`).
+    Repeat,
+    /// The dataset leaves the mixture; its weight goes to the others.
+    Redistribute,
 }
 
 fn one() -> f64 {
@@ -104,6 +129,21 @@ pub struct WorkSourceSpec {
     pub passes: u64,
     /// Repeat forever, reshuffling every pass.
     pub repeat: bool,
+    /// Repeat every dataset until each has completed this many passes (at
+    /// least 1; not with `passes`, `repeat` or the per-dataset policies).
+    pub stop_after_passes: Option<u64>,
+    /// What a dataset does when read completely (`stop`, `repeat`,
+    /// `redistribute`), unless its `[[datasets]]` entry says otherwise;
+    /// setting any policy replaces `passes` and `repeat`.
+    pub exhausted_policy: Option<PolicyKind>,
+    /// Repeats after the first pass of the datasets that `repeat` without a
+    /// `max_repeats` of their own (0 to 2^40).
+    pub max_repeats: Option<u64>,
+    /// Estimate the tokens per sample of every dataset without
+    /// `tokens_per_sample` from this many of its records (1 to 1 Mi), with
+    /// the first tokenize operator's tokenizer: the weights become token
+    /// shares.
+    pub token_samples: Option<u64>,
     /// Canonical lanes (1 to 65,536).
     pub canonical_lanes: u32,
     /// This process's rank (below `world_size`).
@@ -124,6 +164,10 @@ impl Default for WorkSourceSpec {
             shuffle_block_size: BlockSpec::Word("off".into()),
             passes: 1,
             repeat: false,
+            stop_after_passes: None,
+            exhausted_policy: None,
+            max_repeats: None,
+            token_samples: None,
             canonical_lanes: 1,
             rank: 0,
             world_size: 1,
@@ -133,6 +177,30 @@ impl Default for WorkSourceSpec {
 }
 
 impl WorkSourceSpec {
+    /// Whether any exhaustion policy is set, here or on a dataset.
+    pub fn per_dataset(&self, datasets: &[DatasetSpec]) -> bool {
+        self.exhausted_policy.is_some()
+            || self.max_repeats.is_some()
+            || datasets
+                .iter()
+                .any(|d| d.exhausted_policy.is_some() || d.max_repeats.is_some())
+    }
+
+    /// The policy of `d` (`stop` unless set), and whether its `max_repeats`
+    /// was set on the dataset itself.
+    pub fn policy(&self, d: &DatasetSpec) -> (ExhaustedPolicy, bool) {
+        match d.exhausted_policy.or(self.exhausted_policy) {
+            None | Some(PolicyKind::Stop) => (ExhaustedPolicy::Stop, false),
+            Some(PolicyKind::Redistribute) => (ExhaustedPolicy::Redistribute, false),
+            Some(PolicyKind::Repeat) => (
+                ExhaustedPolicy::Repeat {
+                    max_repeats: d.max_repeats.or(self.max_repeats),
+                },
+                d.max_repeats.is_some(),
+            ),
+        }
+    }
+
     /// The block shuffle setting.
     pub fn block(&self) -> Result<BlockShuffle> {
         Ok(match &self.shuffle_block_size {
