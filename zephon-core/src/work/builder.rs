@@ -333,6 +333,7 @@ impl WorkSourceBuilder {
                 mixture,
                 orders,
                 end,
+                epoch_len: end,
                 fingerprint: fp,
             }),
             next_global: 0,

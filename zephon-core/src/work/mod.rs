@@ -8,6 +8,7 @@
 //! state but the next `g` is needed to resume.
 
 mod builder;
+mod epoch;
 mod lanes;
 mod launcher;
 mod mixture;
@@ -30,13 +31,15 @@ use crate::pointer::{LaneId, SamplePtr};
 use shuffle::{DatasetOrder, PassLayout};
 use std::sync::Arc;
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Plan {
     catalog: Catalog,
     config: WorkConfig,
     mixture: Mixture,
     orders: Vec<DatasetOrder>,
     end: Option<u64>,
+    /// Global pointers of one run as configured (`end` of epoch 0).
+    epoch_len: Option<u64>,
     fingerprint: u64,
 }
 
