@@ -39,3 +39,8 @@ for example in fetch_and_batch enable_observability prefetch_shards operator_par
 done
 
 cargo test --workspace
+
+# Burn's Learner fed by Zephon loaders (feature `train`, which nothing in
+# the workspace turns on, so `--workspace` does not build it).
+cargo test -p zephon-burn --features train --test learner
+cargo test -p zephon-burn --features train --doc train

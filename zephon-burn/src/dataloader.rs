@@ -1,13 +1,14 @@
 //! Burn's [`DataLoader`] over a Zephon pipeline, and a plain iterator of
 //! tensor batches for custom training loops.
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use burn::data::dataloader::{DataLoader, DataLoaderIterator, Progress};
 use burn::data::dataset::DatasetError;
 use burn::tensor::Device;
 use std::ops::Range;
 use std::sync::Arc;
-use zephon_core::{Batch, BlockingIter};
+use std::sync::atomic::{AtomicU64, Ordering};
+use zephon_core::{Batch, BlockingIter, LaneId, WorkSource};
 use zephon_ops::TrainingBatch;
 
 /// A host-side batch whose items can be counted and cut, so a loader can
@@ -88,16 +89,39 @@ impl HostBatch for TrainingBatch {
     }
 }
 
-type Build<H> = Arc<dyn Fn() -> zephon_core::Result<BlockingIter<H>> + Send + Sync>;
+type Build<H> = Arc<dyn Fn(WorkSource) -> zephon_core::Result<BlockingIter<H>> + Send + Sync>;
 type Convert<H, O> = Arc<dyn Fn(H, &Device) -> Result<O> + Send + Sync>;
 
-/// Burn's [`DataLoader`] over a Zephon pipeline: each `iter()` builds the
-/// pipeline afresh (same seed, same batches) and converts every host batch
-/// to tensors on the loader's device.
+/// Burn's [`DataLoader`] over a Zephon pipeline built on a
+/// [`WorkSource`]: every `iter()` is the next epoch.
 ///
-/// `num_items` must be the exact number of items the pipeline yields (for a
-/// [`WorkSource`](zephon_core::WorkSource) without drops: its `len()`);
-/// Burn uses it for progress and to split the loader.
+/// - **Epochs.** The `e`-th `iter()` (from 0) builds the pipeline on
+///   [`WorkSource::epoch`]`(e)`, so each epoch is reshuffled as the work
+///   source's passes are, and the same epoch is the same order on any run.
+///   [`starting_at_epoch`](Self::starting_at_epoch) resumes the count.
+/// - **Slices.** Burn splits a loader over the devices of a multi-device
+///   strategy with [`DataLoader::slice`]. A slice is served by a share of
+///   the loader's lanes, not by replaying and skipping: lane `k` of the `m`
+///   lanes the loader owns belongs to the slice holding item `k * N / m` of
+///   its `N` items, and the slice builds its own pipeline on those lanes
+///   ([`WorkSource::lane_part`]), as that many more ranks would. So every
+///   item is produced once, batches keep their size, and all slices of one
+///   epoch share it (each counts its own `iter()` calls, from the epoch of
+///   the loader it was cut from). A slice whose lanes are not an equal,
+///   aligned share (Burn's `n` equal ranges where `n` does not divide the
+///   lanes) serves one error naming the lanes and the range.
+/// - **Item count.** [`num_items`](DataLoader::num_items) is the number of
+///   pointers the loader's lanes hold in its next epoch, and the items
+///   served ([`HostBatch::num_items`]) are checked against it: a pipeline
+///   that serves more or fewer (a filter, packing) ends the epoch with an
+///   error naming both counts, the epoch and the lanes, instead of
+///   truncating or leaving progress incomplete.
+///
+/// `build` must build the whole pipeline on the work source it is given
+/// (use its [`owned_lanes`](WorkSource::owned_lanes) for `lane_mux`), and
+/// `convert` turns each host batch into tensors on the loader's device.
+/// For Burn's `Learner`, the model lives on `device.autodiff()` while the
+/// loaders may stay on the plain device.
 ///
 /// ```
 /// use burn::data::dataloader::DataLoader;
@@ -106,33 +130,44 @@ type Convert<H, O> = Arc<dyn Fn(H, &Device) -> Result<O> + Send + Sync>;
 /// use zephon_burn::ZephonDataLoader;
 /// use zephon_core::{Dataset, PipelineExt, Record, Runner, WorkSource};
 ///
-/// let recs: Vec<Record> = (0..10).map(|i| Record::new().with("x", f32_bytes(&[i as f32, 1.0]))).collect();
-/// let ws = WorkSource::builder().dataset(Dataset::in_memory("d", vec![recs])?, 1.0).seed(1).build()?;
+/// let recs: Vec<Record> = (0..16).map(|i| Record::new().with("x", f32_bytes(&[i as f32, 1.0]))).collect();
+/// let ws = WorkSource::builder().dataset(Dataset::in_memory("d", vec![recs])?, 1.0)
+///     .seed(1).canonical_lanes(2).build()?;
 /// let loader = ZephonDataLoader::new(
-///     10,
+///     ws,
 ///     Device::flex(),
-///     move || ws.stream().fetch(2).batch(4).into_blocking_iter(Runner::Inline),
+///     |ws: WorkSource| { let lanes = ws.owned_lanes(); ws.stream().fetch(2).batch(4).lane_mux(lanes).into_blocking_iter(Runner::Inline) },
 ///     |b: zephon_core::RecordBatch, device: &Device| float_rows(&b.items, "x", 2, device, FloatDType::F32),
-/// );
-/// let shapes: Vec<[usize; 2]> = loader.iter().map(|t| t.unwrap().dims()).collect();
-/// assert_eq!(shapes, vec![[4, 2], [4, 2], [2, 2]]);
-/// assert_eq!(loader.slice(3, 9).iter().map(|t| t.unwrap().dims()[0]).sum::<usize>(), 6);
-/// # Ok::<(), zephon_core::Error>(())
+/// )?;
+/// assert_eq!(loader.num_items(), 16);
+/// let first: Vec<f32> = loader.iter().flat_map(|t| t.unwrap().into_data().to_vec::<f32>().unwrap()).collect();
+/// let second: Vec<f32> = loader.iter().flat_map(|t| t.unwrap().into_data().to_vec::<f32>().unwrap()).collect();
+/// assert_ne!(first, second, "epoch 1 is reshuffled");
+/// // Two devices: one lane each, batches of 4 kept.
+/// let half = loader.slice(8, 16);
+/// assert_eq!(half.num_items(), 8);
+/// assert!(half.iter().all(|t| t.unwrap().dims() == [4, 2]));
+/// # Ok::<(), zephon_burn::Error>(())
 /// ```
 pub struct ZephonDataLoader<H, O> {
+    source: WorkSource,
     build: Build<H>,
     convert: Convert<H, O>,
-    range: Range<usize>,
     device: Device,
+    next_epoch: AtomicU64,
+    /// Why this slice cannot be served, served by its iterator.
+    broken: Option<Arc<str>>,
 }
 
 impl<H, O> Clone for ZephonDataLoader<H, O> {
     fn clone(&self) -> Self {
         ZephonDataLoader {
+            source: self.source.clone(),
             build: self.build.clone(),
             convert: self.convert.clone(),
-            range: self.range.clone(),
             device: self.device.clone(),
+            next_epoch: AtomicU64::new(self.next_epoch()),
+            broken: self.broken.clone(),
         }
     }
 }
@@ -140,27 +175,18 @@ impl<H, O> Clone for ZephonDataLoader<H, O> {
 impl<H, O> std::fmt::Debug for ZephonDataLoader<H, O> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ZephonDataLoader")
-            .field("range", &self.range)
+            .field("lanes", &self.source.owned_lanes())
+            .field("next_epoch", &self.next_epoch())
             .field("device", &self.device)
+            .field("broken", &self.broken)
             .finish_non_exhaustive()
     }
 }
 
-impl<H: HostBatch + 'static, O: 'static> ZephonDataLoader<H, O> {
-    /// A loader of `num_items` items: `build` makes the pipeline, `convert`
-    /// turns each of its batches into tensors on the device.
-    pub fn new(
-        num_items: usize,
-        device: Device,
-        build: impl Fn() -> zephon_core::Result<BlockingIter<H>> + Send + Sync + 'static,
-        convert: impl Fn(H, &Device) -> Result<O> + Send + Sync + 'static,
-    ) -> Self {
-        ZephonDataLoader {
-            build: Arc::new(build),
-            convert: Arc::new(convert),
-            range: 0..num_items,
-            device,
-        }
+impl<H, O> ZephonDataLoader<H, O> {
+    /// The epoch the next `iter()` (or [`batches`](Self::batches)) serves.
+    pub fn next_epoch(&self) -> u64 {
+        self.next_epoch.load(Ordering::Relaxed)
     }
 
     /// The device batches are put on.
@@ -168,39 +194,136 @@ impl<H: HostBatch + 'static, O: 'static> ZephonDataLoader<H, O> {
         &self.device
     }
 
-    /// A plain iterator over the tensor batches, for custom loops. The
-    /// pipeline is built here; an error building it is returned at once.
-    pub fn batches(&self) -> Result<TensorBatches<H, O>> {
-        Ok(TensorBatches {
-            inner: (self.build)()?,
-            convert: self.convert.clone(),
-            device: self.device.clone(),
-            range: self.range.clone(),
-            seen: 0,
-            processed: 0,
-            done: false,
-        })
+    /// The work source as given (or this slice's share of its lanes).
+    pub fn work_source(&self) -> &WorkSource {
+        &self.source
     }
 }
 
-/// The iterator of a [`ZephonDataLoader`]: host batches from the pipeline,
-/// cut to the loader's item range, converted on the device.
+impl<H: HostBatch + 'static, O: 'static> ZephonDataLoader<H, O> {
+    /// A loader over the epochs of `source`: `build` makes the pipeline on
+    /// the work source of an epoch (and of a slice's lanes), `convert` turns
+    /// each of its batches into tensors on `device`.
+    ///
+    /// An endless source ([`repeat`](zephon_core::WorkSourceBuilder::repeat))
+    /// has no epochs and is refused with an [`Error::Config`].
+    pub fn new(
+        source: WorkSource,
+        device: Device,
+        build: impl Fn(WorkSource) -> zephon_core::Result<BlockingIter<H>> + Send + Sync + 'static,
+        convert: impl Fn(H, &Device) -> Result<O> + Send + Sync + 'static,
+    ) -> Result<Self> {
+        source.epoch(0)?;
+        Ok(ZephonDataLoader {
+            source,
+            build: Arc::new(build),
+            convert: Arc::new(convert),
+            device,
+            next_epoch: AtomicU64::new(0),
+            broken: None,
+        })
+    }
+
+    /// Starts the epoch count at `epoch`, to resume a run after that many
+    /// epochs (Burn's `SupervisedTraining::checkpoint(epoch)`).
+    #[must_use]
+    pub fn starting_at_epoch(self, epoch: u64) -> Self {
+        self.next_epoch.store(epoch, Ordering::Relaxed);
+        self
+    }
+
+    /// Items (pointers of the loader's lanes) of epoch `epoch`.
+    pub fn items_in_epoch(&self, epoch: u64) -> Result<usize> {
+        let n = self.source.epoch(epoch)?.len().unwrap_or(0);
+        usize::try_from(n).map_err(|_| {
+            Error::DataLoader(format!("{n} items do not fit in this platform's usize"))
+        })
+    }
+
+    /// A plain iterator over the tensor batches of the next epoch, for
+    /// custom loops. The pipeline is built here; an error building it is
+    /// returned at once.
+    pub fn batches(&self) -> Result<TensorBatches<H, O>> {
+        let epoch = self.next_epoch.fetch_add(1, Ordering::Relaxed);
+        if let Some(why) = &self.broken {
+            return Err(Error::DataLoader(why.to_string()));
+        }
+        let ws = self.source.epoch(epoch)?;
+        let expected = self.items_in_epoch(epoch)?;
+        Ok(TensorBatches {
+            lanes: ws.owned_lanes(),
+            inner: (self.build)(ws)?,
+            convert: self.convert.clone(),
+            device: self.device.clone(),
+            epoch,
+            expected,
+            served: 0,
+            done: false,
+        })
+    }
+
+    /// The share of this loader's lanes that serves items `start..end`, or
+    /// why there is none.
+    fn lanes_for(&self, start: usize, end: usize) -> std::result::Result<WorkSource, String> {
+        let n = self
+            .items_in_epoch(self.next_epoch())
+            .map_err(|e| e.to_string())? as u128;
+        let lanes = self.source.owned_lanes();
+        let m = lanes.len() as u128;
+        let mine: Vec<u128> = (0..m)
+            .filter(|&k| (start as u128..end as u128).contains(&(k * n / m)))
+            .collect();
+        let b = mine.len() as u128;
+        let refuse = |why: &str| {
+            format!(
+                "slice {start}..{end} of {n} items over lanes {lanes:?}: {why}; split over a number of devices that divides the {m} lanes"
+            )
+        };
+        if b == 0 || !m.is_multiple_of(b) || !mine[0].is_multiple_of(b) {
+            return Err(refuse("its lanes are not an equal, aligned share"));
+        }
+        self.source
+            .lane_part((mine[0] / b) as u32, (m / b) as u32)
+            .map_err(|e| refuse(&e.to_string()))
+    }
+}
+
+/// The iterator of a [`ZephonDataLoader`]: one epoch's host batches from
+/// the pipeline, converted on the device, counted against the epoch's items.
 pub struct TensorBatches<H, O> {
     inner: BlockingIter<H>,
     convert: Convert<H, O>,
     device: Device,
-    range: Range<usize>,
-    seen: usize,
-    processed: usize,
+    lanes: Vec<LaneId>,
+    epoch: u64,
+    expected: usize,
+    served: usize,
     done: bool,
 }
 
 impl<H, O> std::fmt::Debug for TensorBatches<H, O> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TensorBatches")
-            .field("range", &self.range)
-            .field("processed", &self.processed)
+            .field("epoch", &self.epoch)
+            .field("lanes", &self.lanes)
+            .field("served", &self.served)
+            .field("expected", &self.expected)
             .finish_non_exhaustive()
+    }
+}
+
+impl<H, O> TensorBatches<H, O> {
+    /// The epoch this iterator serves.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    fn mismatch(&mut self, what: &str) -> Option<Result<O>> {
+        self.done = true;
+        Some(Err(Error::DataLoader(format!(
+            "epoch {} over lanes {:?}: the pipeline served {} items {what}, but the work source holds {}; a pipeline that drops, adds or packs samples does not fit a per-sample loader",
+            self.epoch, self.lanes, self.served, self.expected
+        ))))
     }
 }
 
@@ -208,41 +331,33 @@ impl<H: HostBatch, O> Iterator for TensorBatches<H, O> {
     type Item = Result<O>;
 
     fn next(&mut self) -> Option<Result<O>> {
-        while !self.done {
-            let batch = match self.inner.next() {
-                None => break,
-                Some(Err(e)) => {
-                    self.done = true;
-                    return Some(Err(e.into()));
-                }
-                Some(Ok(b)) => b,
-            };
-            let (start, n) = (self.seen, batch.num_items());
-            self.seen += n;
-            if self.seen <= self.range.start {
-                continue;
-            }
-            if start >= self.range.end {
-                break;
-            }
-            let lo = self.range.start.saturating_sub(start);
-            let hi = (self.range.end - start).min(n);
-            let batch = if lo == 0 && hi == n {
-                batch
-            } else {
-                batch.keep(lo..hi)
-            };
-            self.processed += hi - lo;
-            return Some((self.convert)(batch, &self.device));
+        if self.done {
+            return None;
         }
-        self.done = true;
-        None
+        match self.inner.next() {
+            None if self.served != self.expected => self.mismatch("by its end"),
+            None => {
+                self.done = true;
+                None
+            }
+            Some(Err(e)) => {
+                self.done = true;
+                Some(Err(e.into()))
+            }
+            Some(Ok(batch)) => {
+                self.served += batch.num_items();
+                if self.served > self.expected {
+                    return self.mismatch("so far");
+                }
+                Some((self.convert)(batch, &self.device))
+            }
+        }
     }
 }
 
 impl<H: HostBatch, O> DataLoaderIterator<O> for BurnIter<H, O> {
     fn progress(&self) -> Progress {
-        Progress::new(self.0.processed, self.0.range.len(), Some("items".into()))
+        Progress::new(self.0.served, self.0.expected, Some("items".into()))
     }
 }
 
@@ -262,18 +377,22 @@ where
     O: 'static,
 {
     fn iter<'a>(&'a self) -> Box<dyn DataLoaderIterator<O> + 'a> {
+        let total = self.num_items();
         match self.batches() {
             Ok(it) => Box::new(BurnIter(it)),
             Err(e) => Box::new(FailedOf::<O>(
                 Some(DatasetError::new(e)),
-                self.range.len(),
+                total,
                 std::marker::PhantomData,
             )),
         }
     }
 
     fn num_items(&self) -> usize {
-        self.range.len()
+        if self.broken.is_some() {
+            return 0;
+        }
+        self.items_in_epoch(self.next_epoch()).unwrap_or(0)
     }
 
     fn to_device(&self, device: &Device) -> Arc<dyn DataLoader<O>> {
@@ -284,9 +403,12 @@ where
 
     fn slice(&self, start: usize, end: usize) -> Arc<dyn DataLoader<O>> {
         let mut l = self.clone();
-        let s = (self.range.start + start).min(self.range.end);
-        let e = (self.range.start + end).clamp(s, self.range.end);
-        l.range = s..e;
+        if l.broken.is_none() {
+            match self.lanes_for(start, end) {
+                Ok(ws) => l.source = ws,
+                Err(why) => l.broken = Some(why.into()),
+            }
+        }
         Arc::new(l)
     }
 }

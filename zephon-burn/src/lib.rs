@@ -16,6 +16,8 @@
 //!   the data pipeline's checkpoint saved and restored together.
 //! - [`models`]: the autoencoder and the small transformer LM the harness
 //!   ships with.
+//! - `train` (feature `train`): Burn's `Learner` on the shipped models,
+//!   fed by [`ZephonDataLoader`]s (burn-train without its terminal UI).
 //!
 //! The harness and the models sit behind the `harness` feature (on by
 //! default) with the YAML, plotting and progress-bar crates they need; a
@@ -50,6 +52,8 @@ pub mod harness;
 #[cfg(feature = "harness")]
 pub mod models;
 pub mod resume;
+#[cfg(feature = "train")]
+pub mod train;
 
 #[cfg(feature = "harness")]
 pub use config::{TimingConfig, TimingOptions, TimingReport, run_timing};

@@ -1,12 +1,14 @@
 //! The DataLoader adapter feeds a Burn training loop from a Zephon pipeline.
 
 use burn::data::dataloader::DataLoader;
+use burn::data::dataloader::split::split_dataloader;
 use burn::module::Module;
 use burn::nn::loss::{MseLoss, Reduction};
 use burn::nn::{Linear, LinearConfig};
 use burn::optim::{AdamConfig, GradientsParams};
 use burn::tensor::{Device, FloatDType, Tensor};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use zephon_burn::convert::{f32_bytes, float_rows};
 use zephon_burn::harness::{self, HarnessConfig, LoaderSource, TimedModel};
 use zephon_burn::{DeviceChoice, ZephonDataLoader};
@@ -30,9 +32,9 @@ fn loader(device: &Device) -> ZephonDataLoader<RecordBatch, XY> {
         .build()
         .unwrap();
     ZephonDataLoader::new(
-        60,
+        ws,
         device.clone(),
-        move || {
+        |ws: WorkSource| {
             ws.stream()
                 .fetch(2)
                 .shuffle(16, ShuffleMode::Reservoir, 9)
@@ -46,6 +48,7 @@ fn loader(device: &Device) -> ZephonDataLoader<RecordBatch, XY> {
             ))
         },
     )
+    .unwrap()
 }
 
 #[derive(Module, Debug)]
@@ -95,19 +98,139 @@ fn a_burn_training_loop_learns_from_the_adapter() {
     assert!(epoch_loss[29] < 0.05 * epoch_loss[0], "{epoch_loss:?}");
 }
 
+/// `n` records with an `id`, on `lanes` lanes, batches of 4 per lane; the
+/// loader serves the ids of each batch and counts the records fetched.
+fn id_loader(
+    n: i64,
+    lanes: u32,
+    keep: fn(i64) -> bool,
+) -> (ZephonDataLoader<RecordBatch, Vec<i64>>, Arc<AtomicUsize>) {
+    let recs: Vec<Record> = (0..n).map(|i| Record::new().with("id", i)).collect();
+    let ws = WorkSource::builder()
+        .dataset(Dataset::in_memory("ids", vec![recs]).unwrap(), 1.0)
+        .seed(3)
+        .canonical_lanes(lanes)
+        .build()
+        .unwrap();
+    let fetched = Arc::new(AtomicUsize::new(0));
+    let count = fetched.clone();
+    let loader = ZephonDataLoader::new(
+        ws,
+        Device::flex(),
+        move |ws: WorkSource| {
+            let lanes = ws.owned_lanes();
+            let count = count.clone();
+            ws.stream()
+                .fetch(2)
+                .map_par(
+                    move |r: Record| {
+                        count.fetch_add(1, Ordering::Relaxed);
+                        Ok(r)
+                    },
+                    2,
+                )
+                .filter_ok(move |r: &Record| keep(id_of(r)))
+                .batch(4)
+                .lane_mux(lanes)
+                .into_blocking_iter(Runner::threads())
+        },
+        |b: RecordBatch, _: &Device| Ok(b.items.iter().map(id_of).collect()),
+    )
+    .unwrap();
+    (loader, fetched)
+}
+
+fn id_of(r: &Record) -> i64 {
+    r.get("id").and_then(|v| v.as_int()).unwrap()
+}
+
+fn epoch_ids(loader: &dyn DataLoader<Vec<i64>>) -> Vec<Vec<i64>> {
+    loader.iter().map(|b| b.unwrap()).collect()
+}
+
 #[test]
-fn slices_and_device_moves_keep_exact_item_counts() {
-    let device = Device::flex();
-    let l = loader(&device);
-    let s = l.slice(10, 25);
-    assert_eq!(s.num_items(), 15);
-    let rows: usize = s.iter().map(|b| b.unwrap().0.dims()[0]).sum();
-    assert_eq!(rows, 15);
-    let moved = s.to_device(&device);
-    assert_eq!(moved.num_items(), 15);
-    assert_eq!(l.slice(50, 90).num_items(), 10);
-    // The plain iterator for custom loops.
-    assert_eq!(l.batches().unwrap().count(), 8);
+fn every_iter_is_the_next_epoch_reshuffled() {
+    let (loader, fetched) = id_loader(40, 4, |_| true);
+    assert_eq!(loader.num_items(), 40);
+    let first: Vec<i64> = epoch_ids(&loader).concat();
+    let second: Vec<i64> = epoch_ids(&loader).concat();
+    assert_ne!(first, second, "epoch 1 must be reshuffled");
+    for ids in [&first, &second] {
+        let mut sorted = ids.clone();
+        sorted.sort();
+        assert_eq!(sorted, (0..40).collect::<Vec<_>>());
+    }
+    assert_eq!(fetched.load(Ordering::Relaxed), 80);
+    assert_eq!(loader.next_epoch(), 2);
+    // The same epoch is the same order, in a fresh loader or a resumed one.
+    let (fresh, _) = id_loader(40, 4, |_| true);
+    assert_eq!(epoch_ids(&fresh).concat(), first);
+    let (resumed, _) = id_loader(40, 4, |_| true);
+    let resumed = resumed.starting_at_epoch(1);
+    assert_eq!(epoch_ids(&resumed).concat(), second);
+}
+
+#[test]
+fn device_slices_split_the_lanes_each_item_once_in_full_batches() {
+    let (loader, fetched) = id_loader(64, 8, |_| true);
+    let loader: Arc<dyn DataLoader<Vec<i64>>> = Arc::new(loader);
+    let devices = [Device::flex(), Device::flex()];
+    let slices = split_dataloader(loader.clone(), &devices);
+    for epoch in 0..2 {
+        let mut all = Vec::new();
+        for s in &slices {
+            assert_eq!(s.num_items(), 32);
+            let mut it = s.iter();
+            for batch in it.by_ref() {
+                let batch = batch.unwrap();
+                assert_eq!(batch.len(), 4, "a slice keeps the batch size");
+                all.extend(batch);
+            }
+            let p = it.progress();
+            assert_eq!((p.items_processed, p.items_total), (32, 32));
+        }
+        all.sort();
+        assert_eq!(all, (0..64).collect::<Vec<_>>(), "epoch {epoch}");
+    }
+    // Each item was produced once per epoch: no replay, no skip.
+    assert_eq!(fetched.load(Ordering::Relaxed), 128);
+    // The slices' epoch 1 is the whole loader's epoch 1.
+    let (whole, _) = id_loader(64, 8, |_| true);
+    let whole = whole.starting_at_epoch(1);
+    let mut expected = epoch_ids(&whole).concat();
+    let (again, _) = id_loader(64, 8, |_| true);
+    let again: Arc<dyn DataLoader<Vec<i64>>> = Arc::new(again.starting_at_epoch(1));
+    let mut got: Vec<i64> = split_dataloader(again, &devices)
+        .iter()
+        .flat_map(|s| epoch_ids(s.as_ref()).concat())
+        .collect();
+    expected.sort();
+    got.sort();
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn a_split_the_lanes_cannot_take_is_an_error_naming_them() {
+    let (loader, _) = id_loader(64, 8, |_| true);
+    let loader: Arc<dyn DataLoader<Vec<i64>>> = Arc::new(loader);
+    let slices = split_dataloader(loader, &[Device::flex(), Device::flex(), Device::flex()]);
+    let e = slices[0].iter().next().unwrap().unwrap_err().to_string();
+    assert!(
+        e.contains("slice 0..21 of 64 items over lanes [0, 1, 2, 3, 4, 5, 6, 7]"),
+        "{e}"
+    );
+}
+
+#[test]
+fn served_items_that_differ_from_the_work_source_are_an_error() {
+    let (loader, _) = id_loader(40, 2, |id| id % 3 != 0);
+    let batches: Vec<_> = loader.iter().collect();
+    let last = batches.last().unwrap().as_ref().unwrap_err().to_string();
+    assert!(
+        last.contains("epoch 0 over lanes [0, 1]: the pipeline served 26 items by its end, but the work source holds 40"),
+        "{last}"
+    );
+    assert!(batches[..batches.len() - 1].iter().all(|b| b.is_ok()));
 }
 
 #[test]

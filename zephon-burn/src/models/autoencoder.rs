@@ -154,16 +154,31 @@ impl DummyData {
     }
 
     /// The pipeline of epoch `epoch`: in-memory ids -> fetch -> map_par
-    /// (generate features) -> batch.
+    /// (generate features) -> batch, on a one-lane work source seeded
+    /// `seed + epoch`.
     pub fn pipeline(&self, epoch: usize) -> zephon_core::Result<BlockingIter<RecordBatch>> {
+        self.pipeline_on(self.work_source(self.seed.wrapping_add(epoch as u64), 1)?)
+    }
+
+    /// The work source of the samples (ids `0..num_samples`, one shard,
+    /// shuffled by `seed`), dealt into `canonical_lanes` lanes, for a
+    /// [`ZephonDataLoader`](crate::ZephonDataLoader) that walks its epochs.
+    pub fn work_source(&self, seed: u64, canonical_lanes: u32) -> zephon_core::Result<WorkSource> {
         let ids: Vec<Record> = (0..self.num_samples as i64)
             .map(|i| Record::new().with("id", i))
             .collect();
-        let ws = WorkSource::builder()
+        WorkSource::builder()
             .dataset(Dataset::in_memory("dummy", vec![ids])?, 1.0)
-            .seed(self.seed.wrapping_add(epoch as u64))
+            .seed(seed)
             .shuffle_within_shard(true)
-            .build()?;
+            .canonical_lanes(canonical_lanes)
+            .build()
+    }
+
+    /// The pipeline on `ws` (a [`work_source`](Self::work_source), or an
+    /// epoch or lane share of one): fetch -> map_par (generate features)
+    /// -> batch per lane -> the owned lanes in round robin.
+    pub fn pipeline_on(&self, ws: WorkSource) -> zephon_core::Result<BlockingIter<RecordBatch>> {
         let (dim, seed) = (self.input_dim, self.seed);
         let features = move |mut r: Record| {
             let id = r.get("id").and_then(|v| v.as_int()).unwrap_or(0) as u64;
@@ -181,12 +196,22 @@ impl DummyData {
         } else {
             Runner::Inline
         };
-        ws.stream()
+        let lanes = ws.owned_lanes();
+        let batches = ws
+            .stream()
             .fetch(self.workers)
             .map_par(features, self.workers)
-            .batch(self.batch_size)
-            .prefetch_batches(4)
-            .into_blocking_iter(runner)
+            .batch(self.batch_size);
+        // One lane needs no multiplexer; the harness's operator breakdown
+        // stays as it was.
+        if lanes.len() == 1 {
+            batches.prefetch_batches(4).into_blocking_iter(runner)
+        } else {
+            batches
+                .lane_mux(lanes)
+                .prefetch_batches(4)
+                .into_blocking_iter(runner)
+        }
     }
 
     /// A harness batch source over [`DummyData::pipeline`].

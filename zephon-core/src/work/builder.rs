@@ -354,6 +354,7 @@ impl WorkSourceBuilder {
                 end,
                 weights: given,
                 tokens_per_sample: tokens,
+                epoch_len: end,
                 fingerprint: fp,
             }),
             next_global: 0,

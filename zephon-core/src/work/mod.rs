@@ -14,6 +14,7 @@
 
 mod builder;
 mod config;
+mod epoch;
 mod lanes;
 mod launcher;
 mod mixture;
@@ -41,7 +42,7 @@ use crate::pointer::{LaneId, SamplePtr};
 use shuffle::{DatasetOrder, PassLayout};
 use std::sync::Arc;
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Plan {
     catalog: Catalog,
     config: WorkConfig,
@@ -52,6 +53,8 @@ struct Plan {
     weights: Vec<f64>,
     /// Tokens per sample in dataset order, when the weights are token shares.
     tokens_per_sample: Option<Vec<f64>>,
+    /// Global pointers of one run as configured (`end` of epoch 0).
+    epoch_len: Option<u64>,
     fingerprint: u64,
 }
 
