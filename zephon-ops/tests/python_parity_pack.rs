@@ -141,7 +141,15 @@ fn assert_row_eq(py: &Json, ours: &Record, what: &str) {
 /// and never labels across a document boundary (nor from the last one).
 /// `eos_masked`: every boundary in these rows follows an EOS, so with it
 /// both agree on the first `L - 1` labels exactly.
-fn assert_training(py: &[Json], ours: &[TrainingBatch], eos_masked: bool, what: &str) {
+/// A row's `loss_mask` (Python's too) takes the label of `t` off where the
+/// mask of `t + 1` is 0, across a boundary as well.
+fn assert_training(
+    py: &[Json],
+    ours: &[TrainingBatch],
+    packed: &[Record],
+    eos_masked: bool,
+    what: &str,
+) {
     assert_eq!(py.len(), ours.len(), "{what}: batches");
     let l = MAX_LENGTH;
     for (k, (p, o)) in py.iter().zip(ours).enumerate() {
@@ -156,16 +164,19 @@ fn assert_training(py: &[Json], ours: &[TrainingBatch], eos_masked: bool, what: 
             let py_ids = i64s(&p["input_ids"][b]);
             assert_eq!(py_ids, ids[at(0)..at(l - 1)], "{what}: ids");
             let py_labels = i64s(&p["labels"][b]);
+            let mask = packed[k * BATCH + b].tokens("loss_mask");
             for t in 0..l - 1 {
-                let crosses =
-                    o.attention_mask[at(t + 1)] && o.segment_ids[at(t + 1)] != o.segment_ids[at(t)];
+                let supervised = mask.is_none_or(|m| m[t + 1] == 1);
+                let crosses = o.attention_mask[at(t + 1)]
+                    && o.segment_ids[at(t + 1)] != o.segment_ids[at(t)]
+                    && supervised;
                 let want = if crosses && !(eos_masked && ids[at(t)] == i64::from(EOS)) {
                     ids[at(t + 1)]
                 } else {
                     o.labels[at(t)]
                 };
                 assert_eq!(py_labels[t], want, "{what}: label {t}");
-                if crosses {
+                if crosses || !supervised {
                     assert_eq!(o.labels[at(t)], IGNORE_INDEX, "{what}: label {t}");
                 }
             }
@@ -229,11 +240,12 @@ fn first_fit_rows_and_batches_equal_pythons() {
         assert_row_eq(p, o, &format!("first_fit row {i}"));
     }
     let batches = py["training"].as_array().unwrap();
-    assert_training(batches, &collate(&rows, false), false, "first_fit");
+    assert_training(batches, &collate(&rows, false), &rows, false, "first_fit");
     let batches = py["training_eos_masked"].as_array().unwrap();
     assert_training(
         batches,
         &collate(&rows, true),
+        &rows,
         true,
         "first_fit, EOS masked",
     );
@@ -252,9 +264,15 @@ fn wrap_equals_python_with_the_remainder_dropped() {
         assert_row_eq(p, o, &format!("wrap row {i}"));
     }
     let batches = py["training"].as_array().unwrap();
-    assert_training(batches, &collate(&rows, false), false, "wrap");
+    assert_training(batches, &collate(&rows, false), &rows, false, "wrap");
     let batches = py["training_eos_masked"].as_array().unwrap();
-    assert_training(batches, &collate(&rows, true), true, "wrap, EOS masked");
+    assert_training(
+        batches,
+        &collate(&rows, true),
+        &rows,
+        true,
+        "wrap, EOS masked",
+    );
     // Python always drops the short last row; ours keeps it by default.
     let total: usize = docs.iter().map(Vec::len).sum();
     let kept = pack(&docs, None, config);
@@ -362,4 +380,38 @@ fn best_fit_wrap_fills_the_same_rows_with_other_pieces() {
         u32s(&py_rows[0]["input_ids"])
     );
     assert_eq!(u32s(&py_rows[0]["input_ids"]), docs[0][..MAX_LENGTH]);
+}
+
+/// A `loss_mask` (as `tokenize_chat` writes it) is cut and joined with the
+/// ids, padded with 0, and applied by `to_training`: as Python's.
+#[test]
+fn loss_masks_travel_through_packing_as_pythons_do() {
+    let fx = fixture();
+    let docs = docs(&fx, "masked_docs");
+    let masks: Vec<Vec<u32>> = fx["masks"].as_array().unwrap().iter().map(u32s).collect();
+    assert!(masks.iter().any(|m| m.contains(&0)));
+    for (algorithm, config) in [
+        (
+            "first_fit",
+            PackConfig::new(MAX_LENGTH, PackAlgorithm::FirstFit).num_bins(64),
+        ),
+        (
+            "wrap",
+            PackConfig::new(MAX_LENGTH, PackAlgorithm::Wrap).drop_remainder(true),
+        ),
+    ] {
+        let py = case(&fx, "masked_cases", algorithm);
+        let py_rows = py["rows"].as_array().unwrap();
+        let rows = pack(&docs, Some(&masks), config);
+        assert_eq!(rows.len(), py_rows.len(), "{algorithm}");
+        assert!(py_rows.iter().all(|r| r.get("loss_mask").is_some()));
+        for (i, (p, o)) in py_rows.iter().zip(&rows).enumerate() {
+            assert_row_eq(p, o, &format!("masked {algorithm} row {i}"));
+        }
+        let what = format!("masked {algorithm}");
+        let batches = py["training"].as_array().unwrap();
+        assert_training(batches, &collate(&rows, false), &rows, false, &what);
+        let batches = py["training_eos_masked"].as_array().unwrap();
+        assert_training(batches, &collate(&rows, true), &rows, true, &what);
+    }
 }

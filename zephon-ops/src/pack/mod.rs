@@ -186,6 +186,8 @@ pub(crate) struct Row {
     pub seg_lens: Vec<u32>,
     pub lineage: Lineage,
     pub pieces: Vec<RowPiece>,
+    /// One 0 or 1 per id, once a segment with a [`fields::LOSS_MASK`] is in.
+    pub loss_mask: Option<Vec<u32>>,
 }
 
 impl Row {
@@ -195,11 +197,35 @@ impl Row {
             seg_lens: Vec::new(),
             lineage: Lineage::new(),
             pieces: Vec::new(),
+            loss_mask: None,
         }
     }
 
     /// Appends `ids`, tokens `start..` of the document with `lineage`.
     pub(crate) fn push(&mut self, ids: &[u32], lineage: &Lineage, start: u32) {
+        self.push_masked(ids, None, lineage, start);
+    }
+
+    /// [`push`](Self::push) with the piece's loss mask, if it has one. A
+    /// piece without a mask beside masked ones is all supervised, as
+    /// `to_training` reads an unmasked record.
+    pub(crate) fn push_masked(
+        &mut self,
+        ids: &[u32],
+        mask: Option<&[u32]>,
+        lineage: &Lineage,
+        start: u32,
+    ) {
+        match (&mut self.loss_mask, mask) {
+            (Some(m), Some(add)) => m.extend_from_slice(add),
+            (Some(m), None) => m.extend(std::iter::repeat_n(1, ids.len())),
+            (None, Some(add)) => {
+                let mut m = vec![1; self.ids.len()];
+                m.extend_from_slice(add);
+                self.loss_mask = Some(m);
+            }
+            (None, None) => {}
+        }
         self.ids.extend_from_slice(ids);
         self.seg_lens.push(ids.len() as u32);
         self.lineage.extend(lineage.iter().copied());
@@ -224,7 +250,25 @@ impl Row {
         r.set(fields::INPUT_IDS, Value::Tokens(self.ids));
         r.set(fields::SEGMENT_IDS, Value::Tokens(segs));
         r.set(fields::POSITION_IDS, Value::Tokens(pos));
+        if let Some(m) = self.loss_mask {
+            r.set(fields::LOSS_MASK, Value::Tokens(m));
+        }
         r
+    }
+}
+
+/// Loss masks of the sequences a lane holds (a bin window or a candidate
+/// pool), in the same order; `None` for a sequence without one.
+pub(crate) type Masks = VecDeque<Option<Vec<u32>>>;
+
+/// Lines `masks` up with the `n` sequences held: sequences put back from a
+/// checkpoint come without masks and sit at the front.
+pub(crate) fn align(masks: &mut Masks, n: usize) {
+    if masks.len() > n {
+        masks.clear();
+    }
+    while masks.len() < n {
+        masks.push_front(None);
     }
 }
 
@@ -258,6 +302,8 @@ enum LaneState {
 pub struct Packer {
     config: PackConfig,
     lanes: BTreeMap<LaneId, LaneState>,
+    /// Per lane: the loss masks of the sequences its bins or pool hold.
+    masks: BTreeMap<LaneId, Masks>,
     /// Finished rows, with where their segments came from (for checkpoints).
     out: VecDeque<(Record, Vec<RowPiece>)>,
     /// Per lane: documents pushed, and the identity of the last; kept only
@@ -275,6 +321,7 @@ impl Packer {
         Packer {
             config,
             lanes: BTreeMap::new(),
+            masks: BTreeMap::new(),
             out: VecDeque::new(),
             consumed: BTreeMap::new(),
             emitted: BTreeMap::new(),
@@ -313,8 +360,12 @@ impl Packer {
         Some(r)
     }
 
-    /// Adds a record carrying [`fields::INPUT_IDS`]; other fields are
-    /// dropped. A configuration [`PackConfig::validate`] refuses is an error.
+    /// Adds a record carrying [`fields::INPUT_IDS`] and, optionally, a
+    /// [`fields::LOSS_MASK`] (one value per id, as `tokenize_chat` writes
+    /// it), which is cut and joined with the ids so each row keeps its
+    /// pieces' masks; other fields are dropped. A configuration
+    /// [`PackConfig::validate`] refuses, or a mask of another length than
+    /// the ids, is an error.
     pub fn push(&mut self, mut r: Record) -> crate::Result<()> {
         // A few comparisons: an out-of-range row length would otherwise
         // make empty rows forever or allocate without bound.
@@ -333,6 +384,28 @@ impl Packer {
                 return Err(Error::missing(
                     "pack_sequences",
                     fields::INPUT_IDS,
+                    "tokens",
+                    &r,
+                ));
+            }
+        };
+        let mask = match r.take(fields::LOSS_MASK) {
+            None => None,
+            Some(Value::Tokens(m)) if m.len() == ids.len() => Some(m),
+            Some(Value::Tokens(m)) => {
+                return Err(Error::Misaligned {
+                    op: "pack_sequences",
+                    field: fields::LOSS_MASK.into(),
+                    ptr: PtrDisplay(r.source().copied()),
+                    len: m.len(),
+                    ids: ids.len(),
+                });
+            }
+            Some(v) => {
+                r.set(fields::LOSS_MASK, v);
+                return Err(Error::missing(
+                    "pack_sequences",
+                    fields::LOSS_MASK,
                     "tokens",
                     &r,
                 ));
@@ -379,11 +452,12 @@ impl Packer {
                 LaneState::BestFitWrap(wrap::BestFitWrapPacker::default())
             }
         });
+        let masks = self.masks.entry(lane).or_default();
         let mut rows = Vec::new();
         match state {
-            LaneState::Bins(p) => p.push(seq, &c, &mut rows),
-            LaneState::Wrap(p) => p.push(seq, &c, st, &mut rows),
-            LaneState::BestFitWrap(p) => p.push(seq, &c, st, &mut rows),
+            LaneState::Bins(p) => p.push(seq, mask, masks, &c, &mut rows),
+            LaneState::Wrap(p) => p.push(seq, mask.as_deref(), &c, st, &mut rows),
+            LaneState::BestFitWrap(p) => p.push(seq, mask, masks, &c, st, &mut rows),
         }
         self.emit(lane, rows);
         Ok(())
@@ -393,12 +467,14 @@ impl Packer {
     pub fn finish(&mut self) {
         let c = self.config;
         let lanes = std::mem::take(&mut self.lanes);
+        let mut all_masks = std::mem::take(&mut self.masks);
         for (lane, state) in lanes {
+            let mut masks = all_masks.remove(&lane).unwrap_or_default();
             let mut rows = Vec::new();
             match state {
-                LaneState::Bins(mut p) => p.flush(&c, &mut rows),
+                LaneState::Bins(mut p) => p.flush(&mut masks, &c, &mut rows),
                 LaneState::Wrap(p) => p.finish(&c, &self.stats, &mut rows),
-                LaneState::BestFitWrap(p) => p.finish(&c, &self.stats, &mut rows),
+                LaneState::BestFitWrap(p) => p.finish(&mut masks, &c, &self.stats, &mut rows),
             }
             self.emit(lane, rows);
         }
