@@ -1,0 +1,148 @@
+//! `tokenize_chat` -> `pack_sequences` -> `to_training`: each packed row
+//! keeps its pieces' loss masks, so assistant-only loss survives packing
+//! under every algorithm.
+
+use serde_json::json;
+use zephon_core::{Lineage, PipelineExt, Record, Runner, SamplePtr, Value};
+use zephon_ops::{
+    ChatTokenizeConfig, IGNORE_INDEX, PackAlgorithm, PackConfig, TextPipelineExt, TrainingConfig,
+};
+
+const CHATML: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n\
+    {% if m.role == 'assistant' %}{% generation %}{{ m.content }}<|im_end|>{% endgeneration %}\
+    {% else %}{{ m.content }}<|im_end|>{% endif %}\n{% endfor %}";
+const ROW: usize = 192;
+
+fn config() -> ChatTokenizeConfig {
+    ChatTokenizeConfig::from_bytes(include_bytes!("fixtures/tokenizer.json"))
+        .unwrap()
+        .chat_template(CHATML)
+        .eos_token("<|endoftext|>")
+}
+
+/// Conversation `i`, with a pointer of its own: 1 to 3 exchanges.
+fn chat(i: u64) -> Record {
+    let mut m = vec![json!({"role": "system", "content": format!("you answer question {i}")})];
+    for t in 0..1 + i % 3 {
+        m.push(json!({"role": "user", "content": format!("what is {t} plus {i}?")}));
+        m.push(json!({"role": "assistant", "content": format!("it is {}", t + i)}));
+    }
+    let mut r = Record::new().with("messages", Value::Json(json!(m)));
+    r.lineage = Lineage::from_elem(
+        SamplePtr {
+            dataset: 0,
+            shard: 0,
+            sample: i,
+            lane: 0,
+        },
+        1,
+    );
+    r
+}
+
+fn chats() -> impl futures::Stream<Item = zephon_core::Result<Record>> {
+    futures::stream::iter((0..12).map(|i| Ok(chat(i)))).tokenize_chat(config(), 2)
+}
+
+#[test]
+fn packed_rows_take_loss_only_on_assistant_tokens() {
+    // The documents as tokenize_chat gives them: ids and mask per pointer.
+    let docs: Vec<(Vec<u32>, Vec<u32>)> = chats()
+        .into_blocking_iter(Runner::Inline)
+        .unwrap()
+        .map(|r| {
+            let r = r.unwrap();
+            let t = |k| r.tokens(k).unwrap().to_vec();
+            (t("input_ids"), t("loss_mask"))
+        })
+        .collect();
+    assert!(
+        docs.iter().any(|(ids, _)| ids.len() > ROW),
+        "a document spans rows"
+    );
+    for algorithm in [
+        PackAlgorithm::FirstFit,
+        PackAlgorithm::BestFit,
+        PackAlgorithm::Wrap,
+        PackAlgorithm::BestFitWrap,
+    ] {
+        let pack = PackConfig::new(ROW, algorithm).num_bins(3);
+        let rows: Vec<Record> = chats()
+            .pack_sequences(pack)
+            .into_blocking_iter(Runner::Inline)
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        // Each row's mask, piece by piece, is its documents' mask.
+        let mut pieces: Vec<(Vec<u32>, Vec<u32>)> = vec![Default::default(); docs.len()];
+        for r in &rows {
+            let (ids, mask, segs) = (
+                r.tokens("input_ids").unwrap(),
+                r.tokens("loss_mask").unwrap(),
+                r.tokens("segment_ids").unwrap(),
+            );
+            for (k, ptr) in r.lineage.iter().enumerate() {
+                let d = &mut pieces[ptr.sample as usize];
+                for t in (0..ids.len()).filter(|&t| segs[t] == k as u32 + 1) {
+                    d.0.push(ids[t]);
+                    d.1.push(mask[t]);
+                }
+            }
+        }
+        let kept = |i: usize| {
+            algorithm.ne(&PackAlgorithm::FirstFit) && algorithm.ne(&PackAlgorithm::BestFit)
+                || docs[i].0.len() <= ROW
+        };
+        for (i, doc) in docs.iter().enumerate() {
+            if kept(i) {
+                assert_eq!(&pieces[i], doc, "{algorithm:?}: document {i}");
+            }
+        }
+        let unmasked: Vec<Record> = rows
+            .iter()
+            .cloned()
+            .map(|mut r| {
+                r.take("loss_mask");
+                r
+            })
+            .collect();
+        let collate = |rows: Vec<Record>| {
+            futures::stream::iter(rows.into_iter().map(Ok))
+                .batch(4)
+                .to_training(TrainingConfig::new(ROW))
+                .into_blocking_iter(Runner::Inline)
+                .unwrap()
+                .collect::<Result<Vec<_>, _>>()
+                .unwrap()
+        };
+        let (masked, plain) = (collate(rows.clone()), collate(unmasked));
+        let mut dropped = 0;
+        for (b, p) in masked.iter().zip(&plain) {
+            let ids = b.input_ids.to_i64();
+            for t in 0..b.labels.len() {
+                let (row, col) = (t / ROW, t % ROW);
+                let r = &rows[(b.index as usize) * 4 + row];
+                let mask = r.tokens("loss_mask").unwrap();
+                let next_supervised = col + 1 < mask.len() && mask[col + 1] == 1;
+                // A label survives only where the plain one does and the next
+                // token is an assistant token.
+                let want = if next_supervised {
+                    p.labels[t]
+                } else {
+                    IGNORE_INDEX
+                };
+                assert_eq!(
+                    b.labels[t], want,
+                    "{algorithm:?}: batch {}, position {t}",
+                    b.index
+                );
+                if b.labels[t] != IGNORE_INDEX {
+                    assert_eq!(b.labels[t], ids[t + 1]);
+                }
+                dropped += usize::from(p.labels[t] != IGNORE_INDEX && !next_supervised);
+            }
+            assert!(b.num_valid_tokens() < p.num_valid_tokens(), "{algorithm:?}");
+        }
+        assert!(dropped > 100, "{algorithm:?}: {dropped} labels masked");
+    }
+}
