@@ -146,3 +146,37 @@ fn packed_rows_take_loss_only_on_assistant_tokens() {
         assert!(dropped > 100, "{algorithm:?}: {dropped} labels masked");
     }
 }
+
+fn doc(ids: Vec<u32>, mask: Option<Vec<u32>>) -> Record {
+    let r = Record::new().with("input_ids", Value::Tokens(ids));
+    match mask {
+        Some(m) => r.with("loss_mask", Value::Tokens(m)),
+        None => r,
+    }
+}
+
+#[test]
+fn a_piece_without_a_mask_is_all_supervised_and_a_misaligned_mask_is_refused() {
+    let rows: Vec<Record> = futures::stream::iter([
+        Ok(doc(vec![5, 6, 7], None)),
+        Ok(doc(vec![8, 9, 10, 11], Some(vec![0, 0, 1, 1]))),
+        Ok(doc(vec![12, 13], None)),
+    ])
+    .pack_sequences(PackConfig::new(4, PackAlgorithm::Wrap))
+    .into_blocking_iter(Runner::Inline)
+    .unwrap()
+    .collect::<Result<_, _>>()
+    .unwrap();
+    let masks: Vec<Option<&[u32]>> = rows.iter().map(|r| r.tokens("loss_mask")).collect();
+    assert_eq!(
+        masks,
+        [Some(&[1, 1, 1, 0][..]), Some(&[0, 1, 1, 1][..]), None]
+    );
+    let out: Vec<_> = futures::stream::iter([Ok(doc(vec![1, 2, 3], Some(vec![1, 1])))])
+        .pack_sequences(PackConfig::new(4, PackAlgorithm::FirstFit))
+        .into_blocking_iter(Runner::Inline)
+        .unwrap()
+        .collect();
+    let e = out[0].as_ref().unwrap_err().to_string();
+    assert!(e.contains("2 values in `loss_mask` for 3 input ids"), "{e}");
+}
