@@ -95,7 +95,9 @@ fn collate(rows: &[Record], eos_mask_loss: bool) -> Vec<TrainingBatch> {
     if eos_mask_loss {
         config = config.eos_mask_loss(EOS);
     }
-    futures::stream::iter(rows.to_vec().into_iter().map(Ok))
+    // The blocking iterator owns its stream.
+    let owned: Vec<Record> = rows.to_vec();
+    futures::stream::iter(owned.into_iter().map(Ok))
         .batch(BATCH)
         .to_training(config)
         .into_blocking_iter(Runner::Inline)
