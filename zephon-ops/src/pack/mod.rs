@@ -8,6 +8,7 @@
 pub mod bins;
 mod cut;
 pub mod flat;
+mod masks;
 pub mod stream;
 pub mod wrap;
 
