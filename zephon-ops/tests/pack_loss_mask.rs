@@ -180,3 +180,83 @@ fn a_piece_without_a_mask_is_all_supervised_and_a_misaligned_mask_is_refused() {
     let e = out[0].as_ref().unwrap_err().to_string();
     assert!(e.contains("2 values in `loss_mask` for 3 input ids"), "{e}");
 }
+
+/// One run over the chat dataset, from `checkpoint` or fresh: up to `take`
+/// training batches (labels included), and the checkpoint after them.
+fn chat_run(
+    algorithm: PackAlgorithm,
+    checkpoint: Option<&zephon_core::checkpoint::Checkpoint>,
+    take: usize,
+) -> (
+    Vec<zephon_ops::TrainingBatch>,
+    zephon_core::checkpoint::Checkpoint,
+) {
+    use zephon_core::checkpoint::{Recipe, ResumeExt};
+    use zephon_core::{Dataset, WorkSource};
+    let records = (0..16).map(|i| {
+        let mut r = chat(i);
+        // Fetching gives each record its pointer.
+        r.lineage = Lineage::new();
+        r
+    });
+    let ws = WorkSource::builder()
+        .dataset(
+            Dataset::in_memory("chat", vec![records.collect()]).unwrap(),
+            1.0,
+        )
+        .seed(3)
+        .canonical_lanes(2)
+        .build()
+        .unwrap();
+    let recipe = Recipe::new(&ws).setting("pack", PackConfig::new(ROW, algorithm).num_bins(3));
+    let mut progress = match checkpoint {
+        Some(c) => recipe.resume(&ws, c).unwrap(),
+        None => recipe.start(&ws),
+    };
+    let mut out = Vec::new();
+    for b in ws
+        .stream()
+        .fetch(1)
+        .tokenize_chat(config(), 2)
+        .pack_sequences(PackConfig::new(ROW, algorithm).num_bins(3))
+        .batch(2)
+        .resume_from(&progress)
+        .lane_mux_from(&progress)
+        .to_training(TrainingConfig::new(ROW))
+        .into_blocking_iter(Runner::Inline)
+        .unwrap()
+        .take(take)
+    {
+        let b = b.unwrap();
+        progress.record_delivered(&b);
+        out.push(b);
+    }
+    (out, progress.checkpoint())
+}
+
+#[test]
+fn a_resumed_run_takes_the_loss_on_the_same_tokens() {
+    for algorithm in [
+        PackAlgorithm::FirstFit,
+        PackAlgorithm::BestFit,
+        PackAlgorithm::Wrap,
+        PackAlgorithm::BestFitWrap,
+    ] {
+        let (whole, _) = chat_run(algorithm, None, usize::MAX);
+        assert!(whole.len() >= 4, "{algorithm:?}: {} batches", whole.len());
+        for k in [1, whole.len() / 2] {
+            let (mut resumed, checkpoint) = chat_run(algorithm, None, k);
+            resumed.extend(chat_run(algorithm, Some(&checkpoint), usize::MAX).0);
+            let labels = |b: &[zephon_ops::TrainingBatch]| {
+                b.iter()
+                    .map(|b| (b.lane, b.index, b.input_ids.to_i64(), b.labels.clone()))
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(
+                labels(&resumed),
+                labels(&whole),
+                "{algorithm:?}, cut after {k}"
+            );
+        }
+    }
+}
