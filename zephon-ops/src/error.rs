@@ -52,6 +52,20 @@ pub enum Error {
         /// The row length.
         max_length: usize,
     },
+    /// A per-token field whose length is not its record's number of ids.
+    #[error("{op}: sample {ptr} has {len} values in `{field}` for {ids} input ids")]
+    Misaligned {
+        /// Operator name.
+        op: &'static str,
+        /// The field.
+        field: String,
+        /// The record's source pointer.
+        ptr: PtrDisplay,
+        /// Values in the field.
+        len: usize,
+        /// Input ids of the record.
+        ids: usize,
+    },
     /// A row that does not fit the batch being collated.
     #[error("to_training: row {row} of batch (lane {lane}, index {index}): {message}")]
     BadRow {
@@ -113,6 +127,17 @@ impl From<Error> for zephon_core::Error {
                 found,
                 ptr,
             } => sample(op, ptr, format!("no {expected} field `{field}`{found}")),
+            Error::Misaligned {
+                op,
+                field,
+                ptr,
+                len,
+                ids,
+            } => sample(
+                op,
+                ptr,
+                format!("{len} values in `{field}` for {ids} input ids"),
+            ),
             Error::Oversized {
                 ptr,
                 len,

@@ -7,7 +7,7 @@
 //! keeps the first-fit packing of any window where best fit decreasing would
 //! use more bins, `best_fit` never pads more than `first_fit` on the same input.
 
-use super::{PackAlgorithm, PackConfig, Row, Seq};
+use super::{Masks, PackAlgorithm, PackConfig, Row, Seq, align};
 
 /// The per-lane window.
 #[derive(Debug, Default)]
@@ -17,15 +17,25 @@ pub struct BinPacker {
 }
 
 impl BinPacker {
-    pub(crate) fn push(&mut self, seq: Seq, c: &PackConfig, out: &mut Vec<Row>) {
+    pub(crate) fn push(
+        &mut self,
+        seq: Seq,
+        mask: Option<Vec<u32>>,
+        masks: &mut Masks,
+        c: &PackConfig,
+        out: &mut Vec<Row>,
+    ) {
+        align(masks, self.window.len());
+        masks.push_back(mask);
         self.tokens += seq.ids.len();
         self.window.push(seq);
         if self.tokens >= c.num_bins.saturating_mul(c.max_length) {
-            self.flush(c, out);
+            self.flush(masks, c, out);
         }
     }
 
-    pub(crate) fn flush(&mut self, c: &PackConfig, out: &mut Vec<Row>) {
+    pub(crate) fn flush(&mut self, masks: &mut Masks, c: &PackConfig, out: &mut Vec<Row>) {
+        align(masks, self.window.len());
         let lens: Vec<usize> = self.window.iter().map(|s| s.ids.len()).collect();
         let assignment = match c.algorithm {
             PackAlgorithm::BestFit => {
@@ -39,10 +49,11 @@ impl BinPacker {
             let mut row = Row::with_capacity(c.max_length);
             for i in bin {
                 let s = &self.window[i];
-                row.push(&s.ids, &s.lineage, s.offset);
+                row.push_masked(&s.ids, masks[i].as_deref(), &s.lineage, s.offset);
             }
             out.push(row);
         }
+        masks.clear();
         self.window.clear();
         self.tokens = 0;
     }

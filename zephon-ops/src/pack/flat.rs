@@ -10,7 +10,7 @@ use zephon_core::settings::SEQ_LEN;
 use zephon_core::{Record, Result, Value};
 
 /// Pads every row to `max_length`: `input_ids` with `pad_token_id`,
-/// `segment_ids` and `position_ids` with 0, and adds an
+/// `segment_ids`, `position_ids` and a `loss_mask` (if any) with 0, and adds an
 /// [`fields::ATTENTION_MASK`] (1 for real tokens, 0 for padding). A row
 /// without segment ids is one document. A row longer than `max_length` is an
 /// error naming its source.
@@ -121,6 +121,10 @@ pub fn pad_row(r: &mut Record, max_length: usize, pad_token_id: u32) -> crate::R
         );
     }
     pad(r, fields::POSITION_IDS, 0, 0);
+    // A loss mask of another length is left for `to_training` to refuse.
+    if r.tokens(fields::LOSS_MASK).is_some_and(|m| m.len() == ids) {
+        pad(r, fields::LOSS_MASK, 0, 0);
+    }
     let mut mask = vec![1u32; ids];
     mask.resize(max_length, 0);
     r.set(fields::ATTENTION_MASK, Value::Tokens(mask));

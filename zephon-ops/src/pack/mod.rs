@@ -3,13 +3,19 @@
 //!
 //! - [`bins`]: `first_fit` and `best_fit` (a sequence is never split);
 //! - [`wrap`]: `wrap` (a continuous stream cut into rows) and `best_fit_wrap`;
-//! - [`stream`]: the stream adapter; [`flat`]: padding rows to `max_length`.
+//! - [`stream`]: the stream adapter; [`flat`]: padding rows to `max_length`;
+//! - `row`: a row being filled (ids, segments, loss mask); `cut` and
+//!   `masks`: a lane's part in a checkpoint.
 
 pub mod bins;
 mod cut;
 pub mod flat;
+mod masks;
+mod row;
 pub mod stream;
 pub mod wrap;
+
+pub(crate) use row::{Row, RowPiece};
 
 use crate::error::{Error, PtrDisplay};
 use crate::fields;
@@ -156,75 +162,18 @@ pub struct Seq {
     pub offset: u32,
 }
 
-/// Where a row's segment came from: the document (when its lineage is one
-/// pointer) and the token range within it.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) struct RowPiece {
-    pub ptr: Option<zephon_core::SamplePtr>,
-    pub start: u32,
-    pub end: u32,
-}
+/// Loss masks of the sequences a lane holds (a bin window or a candidate
+/// pool), in the same order; `None` for a sequence without one.
+pub(crate) type Masks = VecDeque<Option<Vec<u32>>>;
 
-impl RowPiece {
-    pub(crate) fn of(lineage: &Lineage, start: u32, len: usize) -> Self {
-        RowPiece {
-            ptr: match lineage.as_slice() {
-                [p] => Some(*p),
-                _ => None,
-            },
-            start,
-            end: start + len as u32,
-        }
+/// Lines `masks` up with the `n` sequences held: sequences put back from a
+/// checkpoint come without masks and sit at the front.
+pub(crate) fn align(masks: &mut Masks, n: usize) {
+    if masks.len() > n {
+        masks.clear();
     }
-}
-
-/// A row being filled: ids, the length of each segment, and the lineage of
-/// every segment's source.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub(crate) struct Row {
-    pub ids: Vec<u32>,
-    pub seg_lens: Vec<u32>,
-    pub lineage: Lineage,
-    pub pieces: Vec<RowPiece>,
-}
-
-impl Row {
-    pub(crate) fn with_capacity(n: usize) -> Self {
-        Row {
-            ids: Vec::with_capacity(n),
-            seg_lens: Vec::new(),
-            lineage: Lineage::new(),
-            pieces: Vec::new(),
-        }
-    }
-
-    /// Appends `ids`, tokens `start..` of the document with `lineage`.
-    pub(crate) fn push(&mut self, ids: &[u32], lineage: &Lineage, start: u32) {
-        self.ids.extend_from_slice(ids);
-        self.seg_lens.push(ids.len() as u32);
-        self.lineage.extend(lineage.iter().copied());
-        self.pieces.push(RowPiece::of(lineage, start, ids.len()));
-    }
-
-    /// The packed record: ids, segment ids from 1, positions restarting at
-    /// every segment.
-    pub(crate) fn into_record(self, lane: LaneId) -> Record {
-        let n = self.ids.len();
-        let mut segs = Vec::with_capacity(n);
-        let mut pos = Vec::with_capacity(n);
-        for (i, &len) in self.seg_lens.iter().enumerate() {
-            segs.extend(std::iter::repeat_n(i as u32 + 1, len as usize));
-            pos.extend(0..len);
-        }
-        let mut r = Record {
-            lane,
-            lineage: self.lineage,
-            ..Record::new()
-        };
-        r.set(fields::INPUT_IDS, Value::Tokens(self.ids));
-        r.set(fields::SEGMENT_IDS, Value::Tokens(segs));
-        r.set(fields::POSITION_IDS, Value::Tokens(pos));
-        r
+    while masks.len() < n {
+        masks.push_front(None);
     }
 }
 
@@ -258,6 +207,8 @@ enum LaneState {
 pub struct Packer {
     config: PackConfig,
     lanes: BTreeMap<LaneId, LaneState>,
+    /// Per lane: the loss masks of the sequences its bins or pool hold.
+    masks: BTreeMap<LaneId, Masks>,
     /// Finished rows, with where their segments came from (for checkpoints).
     out: VecDeque<(Record, Vec<RowPiece>)>,
     /// Per lane: documents pushed, and the identity of the last; kept only
@@ -275,6 +226,7 @@ impl Packer {
         Packer {
             config,
             lanes: BTreeMap::new(),
+            masks: BTreeMap::new(),
             out: VecDeque::new(),
             consumed: BTreeMap::new(),
             emitted: BTreeMap::new(),
@@ -313,8 +265,12 @@ impl Packer {
         Some(r)
     }
 
-    /// Adds a record carrying [`fields::INPUT_IDS`]; other fields are
-    /// dropped. A configuration [`PackConfig::validate`] refuses is an error.
+    /// Adds a record carrying [`fields::INPUT_IDS`] and, optionally, a
+    /// [`fields::LOSS_MASK`] (one value per id, as `tokenize_chat` writes
+    /// it), which is cut and joined with the ids so each row keeps its
+    /// pieces' masks; other fields are dropped. A configuration
+    /// [`PackConfig::validate`] refuses, or a mask of another length than
+    /// the ids, is an error.
     pub fn push(&mut self, mut r: Record) -> crate::Result<()> {
         // A few comparisons: an out-of-range row length would otherwise
         // make empty rows forever or allocate without bound.
@@ -333,6 +289,28 @@ impl Packer {
                 return Err(Error::missing(
                     "pack_sequences",
                     fields::INPUT_IDS,
+                    "tokens",
+                    &r,
+                ));
+            }
+        };
+        let mask = match r.take(fields::LOSS_MASK) {
+            None => None,
+            Some(Value::Tokens(m)) if m.len() == ids.len() => Some(m),
+            Some(Value::Tokens(m)) => {
+                return Err(Error::Misaligned {
+                    op: "pack_sequences",
+                    field: fields::LOSS_MASK.into(),
+                    ptr: PtrDisplay(r.source().copied()),
+                    len: m.len(),
+                    ids: ids.len(),
+                });
+            }
+            Some(v) => {
+                r.set(fields::LOSS_MASK, v);
+                return Err(Error::missing(
+                    "pack_sequences",
+                    fields::LOSS_MASK,
                     "tokens",
                     &r,
                 ));
@@ -379,11 +357,12 @@ impl Packer {
                 LaneState::BestFitWrap(wrap::BestFitWrapPacker::default())
             }
         });
+        let masks = self.masks.entry(lane).or_default();
         let mut rows = Vec::new();
         match state {
-            LaneState::Bins(p) => p.push(seq, &c, &mut rows),
-            LaneState::Wrap(p) => p.push(seq, &c, st, &mut rows),
-            LaneState::BestFitWrap(p) => p.push(seq, &c, st, &mut rows),
+            LaneState::Bins(p) => p.push(seq, mask, masks, &c, &mut rows),
+            LaneState::Wrap(p) => p.push(seq, mask.as_deref(), &c, st, &mut rows),
+            LaneState::BestFitWrap(p) => p.push(seq, mask, masks, &c, st, &mut rows),
         }
         self.emit(lane, rows);
         Ok(())
@@ -393,12 +372,14 @@ impl Packer {
     pub fn finish(&mut self) {
         let c = self.config;
         let lanes = std::mem::take(&mut self.lanes);
+        let mut all_masks = std::mem::take(&mut self.masks);
         for (lane, state) in lanes {
+            let mut masks = all_masks.remove(&lane).unwrap_or_default();
             let mut rows = Vec::new();
             match state {
-                LaneState::Bins(mut p) => p.flush(&c, &mut rows),
+                LaneState::Bins(mut p) => p.flush(&mut masks, &c, &mut rows),
                 LaneState::Wrap(p) => p.finish(&c, &self.stats, &mut rows),
-                LaneState::BestFitWrap(p) => p.finish(&c, &self.stats, &mut rows),
+                LaneState::BestFitWrap(p) => p.finish(&mut masks, &c, &self.stats, &mut rows),
             }
             self.emit(lane, rows);
         }

@@ -179,10 +179,12 @@ where
                                 if docs.len() == need {
                                     let docs = this.restored_docs.remove(&lane).unwrap_or_default();
                                     rs.done(lane);
-                                    if let Err(e) = lock(this.packer).restore_lane(lane, &cut, docs)
-                                    {
+                                    let masks = super::masks::doc_masks(&docs);
+                                    let mut p = lock(this.packer);
+                                    if let Err(e) = p.restore_lane(lane, &cut, docs) {
                                         return Poll::Ready(Some(Err(e)));
                                     }
+                                    p.restore_masks(lane, &cut, &masks);
                                 }
                                 match normal {
                                     Some(r) => r,

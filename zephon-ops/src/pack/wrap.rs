@@ -1,7 +1,7 @@
 //! `wrap` and `best_fit_wrap`: rows filled to exactly `max_length`, cutting
 //! sequences where needed.
 
-use super::{PackConfig, Row, Seq};
+use super::{Masks, PackConfig, Row, Seq, align};
 use crate::stats::TextStats;
 use std::collections::VecDeque;
 
@@ -13,7 +13,14 @@ pub struct WrapPacker {
 }
 
 impl WrapPacker {
-    pub(crate) fn push(&mut self, seq: Seq, c: &PackConfig, st: &TextStats, out: &mut Vec<Row>) {
+    pub(crate) fn push(
+        &mut self,
+        seq: Seq,
+        mask: Option<&[u32]>,
+        c: &PackConfig,
+        st: &TextStats,
+        out: &mut Vec<Row>,
+    ) {
         let mut rest = seq.ids.as_slice();
         if rest.len() > c.max_length - self.row.ids.len() {
             st.split_sequences.inc();
@@ -23,8 +30,11 @@ impl WrapPacker {
                 self.row = Row::with_capacity(c.max_length);
             }
             let take = rest.len().min(c.max_length - self.row.ids.len());
-            let start = seq.offset + (seq.ids.len() - rest.len()) as u32;
-            self.row.push(&rest[..take], &seq.lineage, start);
+            let done = seq.ids.len() - rest.len();
+            let piece_mask = mask.map(|m| &m[done..done + take]);
+            let start = seq.offset + done as u32;
+            self.row
+                .push_masked(&rest[..take], piece_mask, &seq.lineage, start);
             rest = &rest[take..];
             if self.row.ids.len() == c.max_length {
                 out.push(std::mem::take(&mut self.row));
@@ -59,17 +69,34 @@ pub struct BestFitWrapPacker {
 }
 
 impl BestFitWrapPacker {
-    pub(crate) fn push(&mut self, seq: Seq, c: &PackConfig, st: &TextStats, out: &mut Vec<Row>) {
+    pub(crate) fn push(
+        &mut self,
+        seq: Seq,
+        mask: Option<Vec<u32>>,
+        masks: &mut Masks,
+        c: &PackConfig,
+        st: &TextStats,
+        out: &mut Vec<Row>,
+    ) {
+        align(masks, self.pool.len());
+        masks.push_back(mask);
         self.pool.push_back(seq);
         while self.pool.len() > c.num_bins {
-            let row = self.fill(c, st);
+            let row = self.fill(masks, c, st);
             out.push(row);
         }
     }
 
-    pub(crate) fn finish(mut self, c: &PackConfig, st: &TextStats, out: &mut Vec<Row>) {
+    pub(crate) fn finish(
+        mut self,
+        masks: &mut Masks,
+        c: &PackConfig,
+        st: &TextStats,
+        out: &mut Vec<Row>,
+    ) {
+        align(masks, self.pool.len());
         while !self.pool.is_empty() {
-            let row = self.fill(c, st);
+            let row = self.fill(masks, c, st);
             if self.pool.is_empty() {
                 finish_row(row, c, st, out);
             } else {
@@ -78,7 +105,7 @@ impl BestFitWrapPacker {
         }
     }
 
-    fn fill(&mut self, c: &PackConfig, st: &TextStats) -> Row {
+    fn fill(&mut self, masks: &mut Masks, c: &PackConfig, st: &TextStats) -> Row {
         let mut row = Row::with_capacity(c.max_length);
         while row.seg_lens.len() < c.seq_limit() && !self.pool.is_empty() {
             let room = c.max_length - row.ids.len();
@@ -93,8 +120,8 @@ impl BestFitWrapPacker {
                 .filter(|(_, s)| s.ids.len() <= room)
                 .max_by_key(|&(i, s)| (s.ids.len(), std::cmp::Reverse(i)))
                 .map(|(i, _)| i);
-            match best.and_then(|i| self.pool.remove(i)) {
-                Some(s) => row.push(&s.ids, &s.lineage, s.offset),
+            match best.and_then(|i| Some((self.pool.remove(i)?, masks.remove(i)?))) {
+                Some((s, m)) => row.push_masked(&s.ids, m.as_deref(), &s.lineage, s.offset),
                 None => {
                     // Nothing fits: the oldest candidate fills the row and
                     // its tail waits at the front of the pool.
@@ -102,7 +129,12 @@ impl BestFitWrapPacker {
                         break;
                     };
                     st.split_sequences.inc();
-                    row.push(&head.ids[..room], &head.lineage, head.offset);
+                    let mask = masks.front_mut().and_then(Option::as_mut);
+                    let head_mask = mask.as_ref().map(|m| &m[..room]);
+                    row.push_masked(&head.ids[..room], head_mask, &head.lineage, head.offset);
+                    if let Some(m) = mask {
+                        m.drain(..room);
+                    }
                     head.ids.drain(..room);
                     head.offset += room as u32;
                     break;
