@@ -1,8 +1,8 @@
-//! The disk tier: verified shard files in one folder that every process of a
-//! node shares.
+//! The disk tier: verified entries (blocks of shards, or whole decoded
+//! shards) in one folder that every process of a node shares.
 //!
-//! Each shard is one file, `<hash>.shard`, holding a header (magic, length,
-//! SHA-256 of the body) and the decompressed bytes. A file appears only by
+//! Each entry is one file, `<hash>.shard`, holding a header (magic, length,
+//! CRC32C of the body, computed from the bytes as downloaded) and the body. A file appears only by
 //! `rename` of a finished, fsynced temp file, so a reader sees a whole entry
 //! or none; a process killed mid-write leaves `<hash>.tmp`, which no reader
 //! opens and the next eviction scan removes. Reads check the header, so a
@@ -18,9 +18,10 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-const MAGIC: &[u8; 16] = b"ZEPHON-SHARD-v1\n";
+// v1 entries (whole shards, SHA-256) read as damaged: dropped and fetched again.
+const MAGIC: &[u8; 16] = b"ZEPHON-SHARD-v2\n";
 /// Bytes of an entry's header.
-pub(crate) const HEADER: usize = MAGIC.len() + 8 + 32;
+pub(crate) const HEADER: usize = MAGIC.len() + 8 + 4;
 const SHARD: &str = "shard";
 const TEMP: &str = "tmp";
 /// Held while a process evicts and publishes, so two processes cannot both
@@ -219,7 +220,7 @@ fn write_entry(temp: &Path, bytes: &Bytes) -> io::Result<()> {
         .open(temp)?;
     f.write_all(MAGIC)?;
     f.write_all(&(bytes.len() as u64).to_le_bytes())?;
-    f.write_all(&Sha256::digest(bytes))?;
+    f.write_all(&crc32c::crc32c(bytes).to_le_bytes())?;
     f.write_all(bytes)?;
     f.sync_all()
 }
@@ -230,7 +231,7 @@ fn decode(data: &[u8]) -> Option<usize> {
     let len = u64::from_le_bytes(header[16..24].try_into().ok()?);
     (header[..16] == MAGIC[..]
         && len == body.len() as u64
-        && Sha256::digest(body)[..] == header[24..])
+        && crc32c::crc32c(body).to_le_bytes()[..] == header[24..])
         .then_some(HEADER)
 }
 

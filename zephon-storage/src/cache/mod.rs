@@ -1,8 +1,12 @@
-//! The shard cache: whole, verified, decompressed shards, in a foyer memory
-//! tier for hot shards and a disk tier under the cache root that survives
-//! restarts and that every process of a node shares.
+//! The shard cache: fixed-size blocks of uncompressed remote shards (and
+//! whole decoded shards for compressed ones, which cannot be read by range),
+//! in a foyer memory tier for hot entries and a disk tier under the cache
+//! root that survives restarts and that every process of a node shares.
+//! Entries are keyed by shard and block ([`crate::blocks`] builds the keys),
+//! so a shard of any size streams through both tiers, each bounded by its
+//! capacity; what follows says "shard" for an entry of either kind.
 //!
-//! - One download per shard however many readers ask at once: in a process,
+//! - One download per entry however many readers ask at once: in a process,
 //!   foyer's `get_or_fetch` makes concurrent misses of a key wait on one
 //!   fetch; across the processes of a node (the ranks sharing the folder), a
 //!   file lock per shard elects the one that downloads and publishes, and
@@ -47,6 +51,7 @@ pub struct ShardCache {
     disk_off: AtomicBool,
     lock_wait: std::time::Duration,
     lock_warned: AtomicBool,
+    block_bytes: u64,
 }
 
 impl std::fmt::Debug for ShardCache {
@@ -121,6 +126,21 @@ impl ShardCache {
         self.live_disk().map_or(0, DiskTier::capacity)
     }
 
+    /// The size of the blocks uncompressed shards are cached in.
+    pub fn block_bytes(&self) -> u64 {
+        self.block_bytes
+    }
+
+    /// The memory tier's capacity in bytes.
+    pub fn memory_capacity(&self) -> u64 {
+        self.memory.capacity() as u64
+    }
+
+    /// The bytes the memory tier holds now (keys included).
+    pub fn memory_usage(&self) -> u64 {
+        self.memory.usage() as u64
+    }
+
     /// The counters.
     pub fn metrics(&self) -> &Arc<CacheMetrics> {
         &self.metrics
@@ -165,6 +185,9 @@ impl ShardCache {
                 this.fetch(&owned_key, fut, &flag).await
             })
             .await;
+        self.metrics
+            .memory_peak_bytes
+            .observe(self.memory.usage() as u64);
         match entry {
             Ok(e) => {
                 if leader.load(Ordering::Relaxed) {
