@@ -24,6 +24,15 @@ const MAGIC: &[u8; 16] = b"ZEPHON-SHARD-v2\n";
 pub(crate) const HEADER: usize = MAGIC.len() + 8 + 4;
 const SHARD: &str = "shard";
 const TEMP: &str = "tmp";
+/// The filesystem's allocation unit as entries are counted: a file takes
+/// whole pages, which for blocks of 64 KiB is several percent over its length.
+const PAGE: u64 = 4096;
+
+/// The bytes a file of `len` bytes is counted as taking on disk.
+pub(crate) fn on_disk(len: u64) -> u64 {
+    len.div_ceil(PAGE) * PAGE
+}
+
 /// Held while a process evicts and publishes, so two processes cannot both
 /// count the same free room.
 const FOLDER_LOCK: &str = "folder.lock";
@@ -108,7 +117,7 @@ impl DiskTier {
     /// used entries first; returns how many were evicted. Call with the key
     /// lock held. On error nothing is published and the temp file is gone.
     pub(crate) async fn publish(&self, key: &str, bytes: &Bytes) -> io::Result<u64> {
-        let need = (HEADER + bytes.len()) as u64;
+        let need = on_disk((HEADER + bytes.len()) as u64);
         if need > self.capacity {
             return Err(io::Error::other(format!(
                 "a shard of {} bytes does not fit the disk tier's {} bytes",
@@ -158,10 +167,10 @@ impl DiskTier {
             let Ok(meta) = e.metadata() else { continue };
             match path.extension().and_then(|x| x.to_str()) {
                 Some(SHARD) => {
-                    used += meta.len();
+                    used += on_disk(meta.len());
                     entries.push((
                         meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
-                        meta.len(),
+                        on_disk(meta.len()),
                         path,
                     ));
                 }
@@ -171,7 +180,7 @@ impl DiskTier {
                     if lock::try_lock(&path.with_extension("lock"))?.is_some() {
                         let _ = fs::remove_file(&path);
                     } else {
-                        used += meta.len();
+                        used += on_disk(meta.len());
                     }
                 }
                 _ => {}
@@ -205,7 +214,7 @@ pub(crate) fn used_bytes(dir: &Path) -> io::Result<u64> {
             e.path().extension().and_then(|x| x.to_str()),
             Some(SHARD | TEMP)
         ) {
-            used += e.metadata().map_or(0, |m| m.len());
+            used += e.metadata().map_or(0, |m| on_disk(m.len()));
         }
     }
     Ok(used)
@@ -272,7 +281,7 @@ mod tests {
     async fn the_least_recently_used_entries_go_first() {
         let t = tempfile::tempdir().unwrap();
         let one = Bytes::from(vec![7u8; 1000]);
-        let d = tier(t.path(), 3 * (HEADER as u64 + 1000));
+        let d = tier(t.path(), 3 * on_disk(HEADER as u64 + 1000));
         for k in ["a", "b", "c"] {
             assert_eq!(d.publish(k, &one).await.unwrap(), 0);
             std::thread::sleep(std::time::Duration::from_millis(20));
@@ -284,7 +293,7 @@ mod tests {
         for k in ["a", "c", "d"] {
             assert!(matches!(d.read(k).unwrap(), Lookup::Found(_)), "{k}");
         }
-        let too_big = Bytes::from(vec![0u8; 4 * 1000]);
+        let too_big = Bytes::from(vec![0u8; 4 * PAGE as usize]);
         assert!(d.publish("e", &too_big).await.is_err());
     }
 }

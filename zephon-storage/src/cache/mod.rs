@@ -117,7 +117,10 @@ impl ShardCache {
     /// ```
     /// use zephon_storage::{CacheOptions, ShardCache, backend::runtime};
     /// let dir = tempfile::tempdir().unwrap();
-    /// let opts = CacheOptions::default().root(dir.path()).limit_bytes(1 << 20);
+    /// let opts = CacheOptions::default()
+    ///     .root(dir.path())
+    ///     .limit_bytes(1 << 20)
+    ///     .block_bytes(256 << 10);
     /// let cache = runtime::block_on(ShardCache::open(&opts, "memory://doc", 1000)).unwrap();
     /// assert!(cache.disk_capacity() > 0 && cache.disk_capacity() <= 1 << 20);
     /// assert!(!cache.metrics().snapshot().disk_degraded);

@@ -69,7 +69,9 @@ impl ShardCache {
             // eighth of the capacity and evicts only its own entries, so a
             // tier of 8 blocks could keep fewer than one per foyer shard.
             .with_shards(1)
-            .with_weighter(|k: &String, v: &Bytes| k.len() + v.len())
+            // Values only: a block of `block_bytes` then fits a tier of
+            // `block_bytes`, the smallest one validation allows.
+            .with_weighter(|_: &String, v: &Bytes| v.len())
             .with_event_listener(Arc::new(EvictionCounter(metrics.clone())))
             .build();
         let cache = ShardCache {
@@ -93,7 +95,7 @@ impl ShardCache {
             .map_err(|e| e.to_string());
         let capacity = match room {
             Ok(room) if room >= opts.limit_bytes => opts.limit_bytes,
-            Ok(room) if room >= largest_shard + disk::HEADER as u64 => {
+            Ok(room) if room >= disk::on_disk(largest_shard + disk::HEADER as u64) => {
                 cache.degrade(&format!(
                     "the filesystem has room for {room} bytes, less than cache.limit_bytes ({}); \
                      the disk tier keeps to {room} bytes",
