@@ -153,8 +153,8 @@ impl BlockFile {
     }
 
     /// The bytes of each range `(from, to)` (sorted by `from`, within the
-    /// shard): ranges sharing a block are merged into one span, every block is fetched once, [`BLOCK_PARALLELISM`] at a
-    /// time. Returns each span's start and bytes, in offset order; a range's
+    /// shard): ranges sharing a block are merged into one span, every block
+    /// is fetched once, 16 at a time. Returns each span's start and bytes, in offset order; a range's
     /// bytes lie in the last span starting at or before it.
     pub async fn read_spans(
         self: Arc<Self>,
@@ -264,7 +264,7 @@ impl BlockFile {
 
     /// The line index of a JSONL shard, built by reading its blocks in
     /// order (they enter the cache on the way), on the storage runtime.
-    /// Memory holds [`INDEX_READ_AHEAD`] blocks and the index.
+    /// Memory holds a few blocks (4) and the index.
     pub async fn line_index(self: &Arc<Self>) -> Result<LineIndex> {
         let this = self.clone();
         runtime::spawn(self.uri.clone(), async move {

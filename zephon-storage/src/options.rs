@@ -164,8 +164,8 @@ pub struct CacheOptions {
     /// Capacity of the memory tier, in bytes; at least `block_bytes`.
     pub memory_bytes: u64,
     /// Size of the blocks uncompressed remote shards are cached in, in
-    /// bytes: [`BLOCK_BYTES`] (64 KiB to 256 MiB), at most `memory_bytes` and
-    /// `limit_bytes`. Default 4 MiB: large enough that a block costs one
+    /// bytes: [`BLOCK_BYTES`] (64 KiB to 256 MiB), at most `memory_bytes`,
+    /// and at most `limit_bytes` less 4 KiB (a disk entry's header page). Default 4 MiB: large enough that a block costs one
     /// request at full bandwidth, small enough that a random sample does not
     /// pull much more than itself.
     pub block_bytes: u64,
@@ -232,8 +232,8 @@ impl CacheOptions {
         self
     }
 
-    /// Checks the settings: `block_bytes` in [`BLOCK_BYTES`], and no larger
-    /// than either tier. The error names the key at fault.
+    /// Checks the settings: `block_bytes` in [`BLOCK_BYTES`], and a block
+    /// fits either tier (see [`block_bytes`](CacheOptions::block_bytes)). The error names the key at fault.
     ///
     /// ```
     /// use zephon_storage::CacheOptions;
@@ -245,16 +245,21 @@ impl CacheOptions {
     /// ```
     pub fn validate(&self) -> zephon_core::Result<()> {
         BLOCK_BYTES.check("cache.block_bytes", self.block_bytes)?;
-        for (key, v) in [
-            ("cache.memory_bytes", self.memory_bytes),
-            ("cache.limit_bytes", self.limit_bytes),
+        // A disk entry takes a page more than its block: its header.
+        for (key, v, need) in [
+            ("cache.memory_bytes", self.memory_bytes, self.block_bytes),
+            (
+                "cache.limit_bytes",
+                self.limit_bytes,
+                self.block_bytes + 4096,
+            ),
         ] {
-            if v < self.block_bytes {
+            if v < need {
                 return Err(zephon_core::Error::config(
                     key,
                     format!(
-                        "{v} bytes cannot hold one block of cache.block_bytes ({} bytes); \
-                         raise it or lower cache.block_bytes",
+                        "{v} bytes cannot hold one block of cache.block_bytes ({} bytes, \
+                         {need} bytes with what the tier adds); raise it or lower cache.block_bytes",
                         self.block_bytes
                     ),
                 ));

@@ -72,6 +72,11 @@ impl ShardCache {
             // Values only: a block of `block_bytes` then fits a tier of
             // `block_bytes`, the smallest one validation allows.
             .with_weighter(|_: &String, v: &Bytes| v.len())
+            // SIEVE, not foyer's default LRU: LRU pins the entries readers
+            // hold, and eviction skips pinned ones, so under concurrent reads
+            // the tier overran its capacity by a block or more. SIEVE only
+            // marks a read entry as visited.
+            .with_eviction_config(foyer::SieveConfig)
             .with_event_listener(Arc::new(EvictionCounter(metrics.clone())))
             .build();
         let cache = ShardCache {
