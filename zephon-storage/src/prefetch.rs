@@ -1,5 +1,8 @@
 //! `prefetch`: look ahead in a pointer stream and warm the shards it will
-//! read, so downloads overlap with the reads and the training step.
+//! read, so downloads overlap with the reads and the training step. A
+//! remote shard read by blocks warms its line index and its leading blocks,
+//! as many as a quarter of the cache holds (all of them for a shard that
+//! small), so warming never evicts blocks it warmed before they are read.
 
 use crate::backend::runtime;
 use crate::metrics::PrefetchMetrics;
