@@ -254,12 +254,40 @@ impl BlockFile {
         .await
     }
 
+    /// Downloads into the cache the blocks holding `ranges` (given in the
+    /// order they will be read), in that order, on the storage runtime; no
+    /// more blocks than a quarter of the cache holds, so a warm-up cannot
+    /// evict what it warmed itself. Ranges outside the shard are skipped
+    /// (the read reports them).
+    pub async fn warm_ranges(self: &Arc<Self>, ranges: Vec<(u64, u64)>) -> Result<()> {
+        let mut seen = std::collections::HashSet::new();
+        let mut wanted: Vec<u64> = ranges
+            .iter()
+            .filter(|&&(from, to)| from < to && to <= self.entry.bytes)
+            .flat_map(|&(from, to)| from / self.block..to.div_ceil(self.block))
+            .filter(|&i| seen.insert(i))
+            .collect();
+        wanted.truncate((self.room() / self.block).max(1) as usize);
+        let this = self.clone();
+        runtime::spawn(self.uri.clone(), async move {
+            futures::stream::iter(wanted)
+                .map(|i| this.clone().block(i))
+                .buffered(BLOCK_PARALLELISM)
+                .try_for_each(|_| futures::future::ready(Ok(())))
+                .await
+        })
+        .await
+    }
+
+    /// A quarter of the cache's larger tier: what one warm-up may fill.
+    fn room(&self) -> u64 {
+        self.cache.disk_capacity().max(self.cache.memory_capacity()) / 4
+    }
+
     /// Warms the leading blocks that fit a quarter of the cache (the larger
     /// tier), so that warming never evicts what it warmed before it is read.
     pub async fn warm_share(self: &Arc<Self>) -> Result<()> {
-        let c = &self.cache;
-        let room = c.disk_capacity().max(c.memory_capacity()) / 4;
-        self.warm(room / self.block).await
+        self.warm(self.room() / self.block).await
     }
 
     /// The line index of a JSONL shard, built by reading its blocks in

@@ -104,6 +104,10 @@ pub struct PrefetchMetrics {
     pub max_in_flight: MaxGauge,
     /// Time from start to end of warm-ups.
     pub warm_time: DurationCounter,
+    /// Block warm-ups by sample started ([`Shard::warm_samples`](zephon_core::Shard::warm_samples)).
+    pub sample_warms: Counter,
+    /// Block warm-ups by sample that failed (not fatal: the read retries).
+    pub sample_warm_failures: Counter,
 }
 
 /// A snapshot of [`PrefetchMetrics`].
@@ -119,6 +123,10 @@ pub struct PrefetchStats {
     pub max_in_flight: u64,
     /// Total warm-up time.
     pub warm_time: Duration,
+    /// Block warm-ups by sample started.
+    pub sample_warms: u64,
+    /// Block warm-ups by sample failed.
+    pub sample_warm_failures: u64,
 }
 
 impl PrefetchMetrics {
@@ -130,6 +138,8 @@ impl PrefetchMetrics {
             failures: self.failures.get(),
             max_in_flight: self.max_in_flight.get(),
             warm_time: self.warm_time.total(),
+            sample_warms: self.sample_warms.get(),
+            sample_warm_failures: self.sample_warm_failures.get(),
         }
     }
 }

@@ -359,6 +359,21 @@ impl Shard for CachedShard {
         }
     }
 
+    /// Downloads the blocks of samples `indices` (a shard read by blocks;
+    /// nothing otherwise, as [`warm`](Shard::warm) covers whole shards).
+    fn warm_samples<'a>(&'a self, indices: &'a [u64]) -> BoxFuture<'a, Result<()>> {
+        async move {
+            let Some(b) = &self.blocks else {
+                return Ok(());
+            };
+            check_indices(&self.dataset, &self.uri, self.len(), indices)?;
+            let index = self.block_index(b).await?;
+            let ranges = indices.iter().map(|&i| index.byte_range(i, 1)).collect();
+            b.warm_ranges(ranges).await
+        }
+        .boxed()
+    }
+
     /// Without a cache every read downloads anyway: there is nothing to warm.
     fn is_warm(&self) -> bool {
         self.cache.is_none() || self.is_cached()

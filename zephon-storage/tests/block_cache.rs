@@ -11,7 +11,7 @@ use zephon_core::{Dataset, PipelineExt, Runner, WorkSource};
 use zephon_storage::backend::{Backend, runtime};
 use zephon_storage::format::{FormatOptions, TokenDtype};
 use zephon_storage::scan::build_index;
-use zephon_storage::{CacheOptions, DatasetExt, RemoteDataset, StorageOptions};
+use zephon_storage::{CacheOptions, DatasetExt, PrefetchExt, RemoteDataset, StorageOptions};
 
 /// Writes the manifest and line-index sidecars of the local folder `dir`.
 fn index(dir: &Path) {
@@ -219,6 +219,49 @@ fn a_token_file_larger_than_the_cache_reads_by_blocks() {
     let s = rd.cache_stats();
     assert!(s.memory_peak_bytes <= 128 << 10, "{s:?}");
     assert!(disk_entries(t.path()).1 <= limit);
+}
+
+#[test]
+fn prefetch_warms_the_blocks_of_the_samples_ahead() {
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    let written = write_dataset(&data, 1, 20_000);
+    index(&data);
+    let moto = Moto::start(t.path());
+    moto.upload("bkt", "ds", &data);
+    // Eight blocks on disk: a whole-shard warm-up fills two of them (a
+    // quarter), and the rest of the shard's twenty is warmed by sample.
+    let limit = 8 * (68 << 10);
+    let opts = moto.opts(small_cache(t.path(), 128 << 10, limit));
+    let rd = RemoteDataset::open("d", "s3://bkt/ds", &opts).unwrap();
+    let blocks = rd.manifest().shards[0].bytes.div_ceil(64 << 10);
+    let ws = WorkSource::builder()
+        .dataset(rd.dataset().clone(), 1.0)
+        .shuffle_within_shard(false)
+        .build()
+        .unwrap();
+    let pre = ws.stream().prefetch(512, 2);
+    let metrics = pre.metrics();
+    let got: Vec<_> = pre
+        .fetch(4)
+        .into_blocking_iter(Runner::Threads { workers: 2 })
+        .unwrap()
+        .collect::<zephon_core::Result<_>>()
+        .unwrap();
+    let mut got = fields(&got);
+    got.sort();
+    assert_eq!(got, written);
+    // One warm-up per 256 pointers, but for the last few, which the reads
+    // overtake (the stream ends before they start).
+    let p = metrics.snapshot();
+    assert!(
+        p.sample_warms > 20_000 / 256 - 8 && p.sample_warm_failures == 0,
+        "{p:?}"
+    );
+    // Warm-ups and reads share each block's one download: nothing warmed
+    // was evicted before its read.
+    let s = rd.cache_stats();
+    assert_eq!((s.misses, s.redownloads), (blocks, 0), "{s:?}");
 }
 
 #[test]

@@ -196,6 +196,16 @@ impl DiskTier {
                 Ok(()) => {
                     used -= len;
                     evicted += 1;
+                    // Its lock file goes too when no process holds it, so
+                    // the folder does not fill with the lock files of every
+                    // block ever read. Should another process have opened
+                    // it meanwhile, two may download the block at once: a
+                    // clash of their writes fails the entry's checksum and
+                    // is fetched again, never served.
+                    let lock = path.with_extension("lock");
+                    if let Ok(Some(_held)) = lock::try_lock(&lock) {
+                        let _ = fs::remove_file(&lock);
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::NotFound => used -= len,
                 Err(e) => return Err(e),

@@ -45,7 +45,9 @@ pub struct ShardCache {
     disk: Option<DiskTier>,
     dir: PathBuf,
     metrics: Arc<CacheMetrics>,
-    downloads: Mutex<HashMap<String, u64>>,
+    /// Downloads per entry, by a 64-bit hash of its key: a process that
+    /// streams millions of blocks keeps 16 bytes for each, not its key.
+    downloads: Mutex<HashMap<u64, u64>>,
     warned: AtomicBool,
     /// Set once the disk tier failed: from then on only the memory tier serves.
     disk_off: AtomicBool,
@@ -292,7 +294,11 @@ impl ShardCache {
     fn note_download(&self, key: &str, context: &str) {
         let n = {
             let mut d = self.downloads.lock().unwrap_or_else(|p| p.into_inner());
-            let n = d.entry(key.to_owned()).or_insert(0);
+            let h = {
+                use std::hash::{BuildHasher, BuildHasherDefault};
+                BuildHasherDefault::<std::hash::DefaultHasher>::default().hash_one(key)
+            };
+            let n = d.entry(h).or_insert(0);
             *n += 1;
             *n
         };

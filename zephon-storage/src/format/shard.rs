@@ -412,6 +412,24 @@ impl Shard for FormatShard {
         }
     }
 
+    /// Downloads the blocks of samples `indices` (a shard read by blocks;
+    /// nothing otherwise, as [`warm`](Shard::warm) covers whole shards).
+    fn warm_samples<'a>(&'a self, indices: &'a [u64]) -> BoxFuture<'a, Result<()>> {
+        async move {
+            let Source::Blocks { file, .. } = &self.source else {
+                return Ok(());
+            };
+            let index = self.index(&Bytes::new()).await?;
+            let ranges = indices
+                .iter()
+                .filter(|&&i| i < self.len)
+                .filter_map(|&i| index.byte_range(i))
+                .collect();
+            file.warm_ranges(ranges).await
+        }
+        .boxed()
+    }
+
     fn is_warm(&self) -> bool {
         match &self.source {
             Source::Local(_) => true,
