@@ -60,6 +60,16 @@ pub trait Shard: Send + Sync + fmt::Debug {
         Box::pin(std::future::ready(Ok(())))
     }
 
+    /// Makes later reads of samples `indices` cheap, for shards that are
+    /// cached in parts (blocks of a remote shard): shard prefetching calls
+    /// this with the samples it sees ahead, in the order they will be read.
+    /// A failure is not fatal (the read tries again). The default does
+    /// nothing: [`warm`](Shard::warm) covers shards warmed whole.
+    fn warm_samples<'a>(&'a self, indices: &'a [u64]) -> BoxFuture<'a, Result<()>> {
+        let _ = indices;
+        Box::pin(std::future::ready(Ok(())))
+    }
+
     /// Whether a read would start without first opening or downloading the
     /// shard (it is local, or in the cache). Fetch counts cache hits and
     /// misses with it, and times [`warm`](Shard::warm) as the open time of a

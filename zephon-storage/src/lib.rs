@@ -2,8 +2,8 @@
 //!
 //! Where Zephon's bytes come from: datasets on local disk and, through
 //! opendal, in object stores (`s3://`), on web servers (`http(s)://`) and in
-//! memory (`memory://`); the cache of whole shards (a foyer memory tier
-//! and a disk tier the processes of a node share); compressed
+//! memory (`memory://`); the block cache of remote shards (a foyer memory
+//! tier and a disk tier the processes of a node share); compressed
 //! shards; the `index.json` manifest; shard prefetch and byte-range reads.
 //!
 //! Shard formats ([`format`](mod@format)): JSONL, Parquet (feature `parquet`, on by
@@ -30,6 +30,7 @@
 #![warn(missing_docs)]
 
 pub mod backend;
+pub mod blocks;
 pub mod cache;
 pub mod download;
 pub mod format;

@@ -8,10 +8,10 @@ use zephon_metrics::{Counter, DurationCounter, MaxGauge};
 /// Cache and download counters of one opened dataset.
 #[derive(Debug, Default)]
 pub struct CacheMetrics {
-    /// Shard requests served without a download (memory or disk tier).
+    /// Shard or block requests served without a download (memory or disk tier).
     pub hits: Counter,
-    /// Shard requests that needed a download (each download counts once,
-    /// however many readers waited for it).
+    /// Shard or block requests that needed a download (each download counts
+    /// once, however many readers waited for it).
     pub misses: Counter,
     /// Downloads that failed (network, timeout, size, checksum, decompression).
     pub failures: Counter,
@@ -21,8 +21,10 @@ pub struct CacheMetrics {
     pub download_time: DurationCounter,
     /// Time spent decompressing and verifying.
     pub decode_time: DurationCounter,
-    /// Shards that left the memory tier to make room.
+    /// Shards or blocks that left the memory tier to make room.
     pub memory_evictions: Counter,
+    /// Most bytes the memory tier held, measured after each insert.
+    pub memory_peak_bytes: MaxGauge,
     /// Downloads of a shard that had been cached before (it was evicted from
     /// both tiers while still needed).
     pub redownloads: Counter,
@@ -52,10 +54,12 @@ pub struct CacheStats {
     pub decode_time: Duration,
     /// Memory-tier evictions.
     pub memory_evictions: u64,
+    /// Most bytes the memory tier held.
+    pub memory_peak_bytes: u64,
     /// Re-downloads of previously cached shards.
     pub redownloads: u64,
-    /// Whether the cache thrashes: some shard was downloaded three or more
-    /// times, so the cache is too small for the working set.
+    /// Whether the cache thrashes: some shard or block was downloaded three
+    /// or more times, so the cache is too small for the working set.
     pub thrashing: bool,
     /// Disk-tier evictions by this process.
     pub disk_evictions: u64,
@@ -64,7 +68,7 @@ pub struct CacheStats {
     pub disk_degraded: bool,
 }
 
-/// A shard downloaded this many times marks the cache as thrashing.
+/// A shard or block downloaded this many times marks the cache as thrashing.
 pub const THRASH_DOWNLOADS: u64 = 3;
 
 impl CacheMetrics {
@@ -78,6 +82,7 @@ impl CacheMetrics {
             download_time: self.download_time.total(),
             decode_time: self.decode_time.total(),
             memory_evictions: self.memory_evictions.get(),
+            memory_peak_bytes: self.memory_peak_bytes.get(),
             redownloads: self.redownloads.get(),
             thrashing: self.max_downloads_per_shard.get() >= THRASH_DOWNLOADS,
             disk_evictions: self.disk_evictions.get(),
@@ -99,6 +104,10 @@ pub struct PrefetchMetrics {
     pub max_in_flight: MaxGauge,
     /// Time from start to end of warm-ups.
     pub warm_time: DurationCounter,
+    /// Block warm-ups by sample started ([`Shard::warm_samples`](zephon_core::Shard::warm_samples)).
+    pub sample_warms: Counter,
+    /// Block warm-ups by sample that failed (not fatal: the read retries).
+    pub sample_warm_failures: Counter,
 }
 
 /// A snapshot of [`PrefetchMetrics`].
@@ -114,6 +123,10 @@ pub struct PrefetchStats {
     pub max_in_flight: u64,
     /// Total warm-up time.
     pub warm_time: Duration,
+    /// Block warm-ups by sample started.
+    pub sample_warms: u64,
+    /// Block warm-ups by sample failed.
+    pub sample_warm_failures: u64,
 }
 
 impl PrefetchMetrics {
@@ -125,6 +138,8 @@ impl PrefetchMetrics {
             failures: self.failures.get(),
             max_in_flight: self.max_in_flight.get(),
             warm_time: self.warm_time.total(),
+            sample_warms: self.sample_warms.get(),
+            sample_warm_failures: self.sample_warm_failures.get(),
         }
     }
 }

@@ -74,11 +74,25 @@ impl RemoteDataset {
                 && opts.byte_range
                 && Compression::from_path(&e.path) == Compression::None
         };
+        // Uncompressed shards of these formats are read by blocks; the
+        // others enter the cache whole.
+        let blocked = |e: &crate::manifest::ShardEntry| {
+            matches!(
+                manifest.format,
+                FormatSpec::Jsonl | FormatSpec::Tokens { .. } | FormatSpec::Megatron
+            ) && Compression::from_path(&e.path) == Compression::None
+        };
         let largest = manifest
             .shards
             .iter()
             .filter(|e| !ranged(e))
-            .map(|e| e.decoded_bytes().unwrap_or(e.bytes.saturating_mul(8)))
+            .map(|e| {
+                if blocked(e) {
+                    0
+                } else {
+                    e.decoded_bytes().unwrap_or(e.bytes.saturating_mul(8))
+                }
+            })
             .max();
         let cache = match largest {
             Some(l) if opts.cache.enabled => {
@@ -105,6 +119,22 @@ impl RemoteDataset {
             if let Some(s) = ranged_format {
                 shards.push(Arc::new(s));
                 cached.push(None);
+            } else if let Some(s) = cache
+                .as_ref()
+                .filter(|_| blocked(e) && !manifest.format.is_jsonl())
+                .and_then(|c| {
+                    FormatShard::blocks(
+                        &name,
+                        manifest.format.clone(),
+                        backend.clone(),
+                        e.clone(),
+                        c.clone(),
+                        metrics.clone(),
+                    )
+                })
+            {
+                shards.push(Arc::new(s));
+                cached.push(None);
             } else if !manifest.format.is_jsonl() {
                 shards.push(Arc::new(FormatShard::remote(
                     &name,
@@ -124,13 +154,16 @@ impl RemoteDataset {
                 )?));
                 cached.push(None);
             } else {
-                let s = Arc::new(CachedShard::new(
-                    &name,
-                    backend.clone(),
-                    e.clone(),
-                    cache.clone(),
-                    metrics.clone(),
-                ));
+                let s = Arc::new(
+                    CachedShard::new(
+                        &name,
+                        backend.clone(),
+                        e.clone(),
+                        cache.clone(),
+                        metrics.clone(),
+                    )
+                    .with_blocks(),
+                );
                 shards.push(s.clone());
                 cached.push(Some(s));
             }

@@ -152,7 +152,20 @@ setters! {
     format: FormatOptions => format;
 }
 
-/// The shard cache: a memory tier for hot shards and a disk tier under `root`.
+/// Allowed values of [`CacheOptions::block_bytes`]: 64 KiB to 256 MiB.
+pub const BLOCK_BYTES: zephon_core::settings::Range = zephon_core::settings::Range::new(
+    64 << 10,
+    256 << 20,
+    "a block is downloaded, verified and held in memory whole",
+);
+
+/// The shard cache: a memory tier for hot blocks and a disk tier under `root`.
+///
+/// Uncompressed remote shards are cached in fixed-size blocks of
+/// `block_bytes` (a shard no larger than one block is one block), so a shard
+/// of any size streams through both tiers. Compressed shards (`.zst`, `.gz`)
+/// cannot be read by range: each is decoded whole and cached as one entry,
+/// so its decoded size must fit `limit_bytes`.
 ///
 /// ```
 /// use zephon_storage::CacheOptions;
@@ -176,8 +189,14 @@ pub struct CacheOptions {
     /// folder as a whole, whichever processes wrote its entries; less when
     /// the filesystem has less room when the cache opens.
     pub limit_bytes: u64,
-    /// Capacity of the memory tier, in bytes.
+    /// Capacity of the memory tier, in bytes; at least `block_bytes`.
     pub memory_bytes: u64,
+    /// Size of the blocks uncompressed remote shards are cached in, in
+    /// bytes: [`BLOCK_BYTES`] (64 KiB to 256 MiB), at most `memory_bytes`,
+    /// and at most `limit_bytes` less 4 KiB (a disk entry's header page). Default 4 MiB: large enough that a block costs one
+    /// request at full bandwidth, small enough that a random sample does not
+    /// pull much more than itself.
+    pub block_bytes: u64,
     /// Longest wait for another process that is downloading the same shard
     /// into the shared folder; past it this process downloads the shard
     /// itself, without publishing it, so a stalled process cannot hang the
@@ -198,6 +217,7 @@ impl Default for CacheOptions {
             root,
             limit_bytes: 16 << 30,
             memory_bytes: 1 << 30,
+            block_bytes: 4 << 20,
             lock_wait: Duration::from_secs(600),
         }
     }
@@ -232,5 +252,47 @@ impl CacheOptions {
     pub fn lock_wait(mut self, v: Duration) -> Self {
         self.lock_wait = v;
         self
+    }
+
+    /// Sets the block size in bytes (see [`block_bytes`](CacheOptions::block_bytes)).
+    pub fn block_bytes(mut self, v: u64) -> Self {
+        self.block_bytes = v;
+        self
+    }
+
+    /// Checks the settings: `block_bytes` in [`BLOCK_BYTES`], and a block
+    /// fits either tier (see [`block_bytes`](CacheOptions::block_bytes)). The error names the key at fault.
+    ///
+    /// ```
+    /// use zephon_storage::CacheOptions;
+    /// assert!(CacheOptions::default().validate().is_ok());
+    /// let e = CacheOptions::default().block_bytes(1).validate().unwrap_err();
+    /// assert!(e.to_string().contains("cache.block_bytes"));
+    /// let e = CacheOptions::default().memory_bytes(1 << 20).validate().unwrap_err();
+    /// assert!(e.to_string().contains("cache.memory_bytes"));
+    /// ```
+    pub fn validate(&self) -> zephon_core::Result<()> {
+        BLOCK_BYTES.check("cache.block_bytes", self.block_bytes)?;
+        // A disk entry takes a page more than its block: its header.
+        for (key, v, need) in [
+            ("cache.memory_bytes", self.memory_bytes, self.block_bytes),
+            (
+                "cache.limit_bytes",
+                self.limit_bytes,
+                self.block_bytes + 4096,
+            ),
+        ] {
+            if v < need {
+                return Err(zephon_core::Error::config(
+                    key,
+                    format!(
+                        "{v} bytes cannot hold one block of cache.block_bytes ({} bytes, \
+                         {need} bytes with what the tier adds); raise it or lower cache.block_bytes",
+                        self.block_bytes
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 }

@@ -1,12 +1,15 @@
 //! `prefetch`: look ahead in a pointer stream and warm the shards it will
-//! read, so downloads overlap with the reads and the training step.
+//! read, so downloads overlap with the reads and the training step. A
+//! remote shard read by blocks warms its line index and its leading blocks,
+//! as many as a quarter of the cache holds (all of them for a shard that
+//! small), so warming never evicts blocks it warmed before they are read.
 
 use crate::backend::runtime;
 use crate::metrics::PrefetchMetrics;
 use futures::stream::FuturesUnordered;
 use futures::{Stream, StreamExt};
 use pin_project::pin_project;
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -51,18 +54,31 @@ fn timing_snapshot(
 /// Most pointers `prefetch` pulls from upstream per element it passes on.
 const LOOKAHEAD_STEP: usize = 1024;
 
+/// Samples of one shard seen ahead that make one block warm-up
+/// ([`Shard::warm_samples`]).
+const SAMPLE_GROUP: usize = 256;
+
+/// A warm-up to start: a whole shard, or the blocks of some of its samples.
+enum Job {
+    Shard((u32, u32)),
+    Samples((u32, u32), Vec<u64>),
+}
+
 struct Warming {
     shard: (u32, u32),
+    /// A whole-shard warm-up (counted in requests and successes), not a
+    /// block warm-up.
+    whole: bool,
     handle: tokio::task::JoinHandle<Result<()>>,
 }
 
 impl Future for Warming {
-    type Output = ((u32, u32), bool);
+    type Output = ((u32, u32), bool, bool);
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let shard = self.shard;
+        let (shard, whole) = (self.shard, self.whole);
         Pin::new(&mut self.handle)
             .poll(cx)
-            .map(|r| (shard, matches!(r, Ok(Ok(())))))
+            .map(|r| (shard, whole, matches!(r, Ok(Ok(())))))
     }
 }
 
@@ -74,6 +90,9 @@ impl Drop for Warming {
 
 /// Looks `buffer_size` pointers ahead and warms the shards they name (in
 /// first-seen order, each once) with up to `parallelism` warm-ups at once.
+/// Shards cached in blocks are also warmed by sample: every 256 pointers
+/// of a shard seen ahead start a warm-up of the blocks that hold them, in
+/// the order they will be read ([`Shard::warm_samples`]).
 /// Pointers pass through unchanged and in order; a failed warm-up is counted
 /// and forgotten (the read itself downloads again and reports any error).
 ///
@@ -98,8 +117,9 @@ pub struct Prefetch<S> {
     buffer_size: usize,
     parallelism: usize,
     buffer: VecDeque<Result<SamplePtr>>,
-    queued: VecDeque<(u32, u32)>,
+    queued: VecDeque<Job>,
     seen: HashSet<(u32, u32)>,
+    pending: HashMap<(u32, u32), Vec<u64>>,
     in_flight: FuturesUnordered<Warming>,
     metrics: Arc<PrefetchMetrics>,
     done: bool,
@@ -142,6 +162,7 @@ impl<S> Prefetch<S> {
             buffer: VecDeque::new(),
             queued: VecDeque::new(),
             seen: HashSet::new(),
+            pending: HashMap::new(),
             in_flight: FuturesUnordered::new(),
             metrics: Arc::new(PrefetchMetrics::default()),
             probe: Probe::default(),
@@ -246,26 +267,33 @@ where
             budget -= 1;
             match this.inner.as_mut().poll_next(cx) {
                 Poll::Ready(Some(item)) => {
-                    if let Ok(p) = &item
-                        && this.seen.insert((p.dataset, p.shard))
-                    {
-                        this.queued.push_back((p.dataset, p.shard));
+                    if let Ok(p) = &item {
+                        let key = (p.dataset, p.shard);
+                        if this.seen.insert(key) {
+                            this.queued.push_back(Job::Shard(key));
+                        }
+                        let group = this.pending.entry(key).or_default();
+                        group.push(p.sample);
+                        if group.len() >= SAMPLE_GROUP {
+                            let group = std::mem::take(group);
+                            this.queued.push_back(Job::Samples(key, group));
+                        }
                     }
                     this.probe.input();
                     this.buffer.push_back(item);
                 }
-                Poll::Ready(None) => *this.done = true,
+                Poll::Ready(None) => {
+                    *this.done = true;
+                    for (key, group) in this.pending.drain() {
+                        this.queued.push_back(Job::Samples(key, group));
+                    }
+                }
                 Poll::Pending => break,
             }
         }
         // Reap finished warm-ups; a failed shard may be warmed again later.
-        while let Poll::Ready(Some((shard, ok))) = this.in_flight.poll_next_unpin(cx) {
-            if ok {
-                this.metrics.successes.inc();
-            } else {
-                this.metrics.failures.inc();
-                this.seen.remove(&shard);
-            }
+        while let Poll::Ready(Some(done)) = this.in_flight.poll_next_unpin(cx) {
+            reaped(this.metrics, this.seen, done);
         }
         // Slow start: the first shard downloads alone (the first batch waits
         // for it, and concurrent downloads would share its bandwidth), then
@@ -273,31 +301,43 @@ where
         let finished = this.metrics.successes.get() + this.metrics.failures.get();
         let limit = (*this.parallelism).min(1 + finished as usize);
         while this.in_flight.len() < limit
-            && let Some(key) = this.queued.pop_front()
+            && let Some(job) = this.queued.pop_front()
         {
+            let (key, samples) = match job {
+                Job::Shard(key) => (key, None),
+                Job::Samples(key, group) => (key, Some(group)),
+            };
             let Some(shard) = shard_of(this.catalog, key) else {
                 continue; // fetch reports unknown pointers
             };
-            this.metrics.requests.inc();
             let metrics = this.metrics.clone();
-            let handle = runtime::runtime().spawn(async move {
-                let started = Instant::now();
-                let r = shard.warm().await;
-                metrics.warm_time.record(started.elapsed());
-                r
+            let whole = samples.is_none();
+            let handle = match samples {
+                None => {
+                    this.metrics.requests.inc();
+                    runtime::runtime().spawn(async move {
+                        let started = Instant::now();
+                        let r = shard.warm().await;
+                        metrics.warm_time.record(started.elapsed());
+                        r
+                    })
+                }
+                Some(group) => {
+                    this.metrics.sample_warms.inc();
+                    runtime::runtime().spawn(async move { shard.warm_samples(&group).await })
+                }
+            };
+            this.in_flight.push(Warming {
+                shard: key,
+                whole,
+                handle,
             });
-            this.in_flight.push(Warming { shard: key, handle });
             this.metrics
                 .max_in_flight
                 .observe(this.in_flight.len() as u64);
             // Register the new task's waker.
-            if let Poll::Ready(Some((shard, ok))) = this.in_flight.poll_next_unpin(cx) {
-                if ok {
-                    this.metrics.successes.inc();
-                } else {
-                    this.metrics.failures.inc();
-                    this.seen.remove(&shard);
-                }
+            if let Poll::Ready(Some(done)) = this.in_flight.poll_next_unpin(cx) {
+                reaped(this.metrics, this.seen, done);
             }
         }
         if let Some(s) = this.probe.stats() {
@@ -323,6 +363,28 @@ where
         let (lo, hi) = self.inner.size_hint();
         let n = self.buffer.len();
         (lo.saturating_add(n), hi.and_then(|h| h.checked_add(n)))
+    }
+}
+
+/// Counts a finished warm-up; a failed whole-shard one lets the shard be
+/// warmed again later. A failed block warm-up is forgotten: the read
+/// downloads what it needs.
+fn reaped(
+    metrics: &PrefetchMetrics,
+    seen: &mut HashSet<(u32, u32)>,
+    done: ((u32, u32), bool, bool),
+) {
+    match done {
+        (_, false, ok) => {
+            if !ok {
+                metrics.sample_warm_failures.inc();
+            }
+        }
+        (_, true, true) => metrics.successes.inc(),
+        (shard, true, false) => {
+            metrics.failures.inc();
+            seen.remove(&shard);
+        }
     }
 }
 

@@ -1,9 +1,12 @@
-//! Shards of remote datasets: [`CachedShard`] reads whole shards through the
-//! shard cache; [`RangeShard`] reads just the bytes of the samples asked for.
+//! Shards of remote datasets: [`CachedShard`] reads JSONL shards through the
+//! shard cache (by blocks when uncompressed, whole when compressed);
+//! [`RangeShard`] reads just the bytes of the samples asked for, uncached.
 
 use crate::backend::{Backend, runtime};
+use crate::blocks::BlockFile;
 use crate::cache::ShardCache;
 use crate::download::{download, shard_error};
+use crate::format::compression::Compression;
 use crate::format::jsonl::{LineIndex, parse_line, parse_run};
 use crate::manifest::{ShardEntry, decode_index};
 use crate::metrics::CacheMetrics;
@@ -113,7 +116,11 @@ fn runs(indices: &[u64]) -> Vec<(u64, u64)> {
     out
 }
 
-/// A shard read whole: downloaded once (through the cache when it is on),
+/// A JSONL shard read through the shard cache (or downloaded whole when the
+/// cache is off). Uncompressed, with [`with_blocks`](CachedShard::with_blocks),
+/// it is read by blocks: its line index comes from its sidecar, or from one
+/// pass over its blocks, and a read fetches the blocks covering its lines.
+/// Otherwise it is downloaded whole (decoded, for `.zst` and `.gz`),
 /// indexed in memory, then parsed line by line.
 #[derive(Debug)]
 pub struct CachedShard {
@@ -125,6 +132,8 @@ pub struct CachedShard {
     cache: Option<Arc<ShardCache>>,
     metrics: Arc<CacheMetrics>,
     index: OnceLock<Arc<LineIndex>>,
+    blocks: Option<Arc<BlockFile>>,
+    block_index: tokio::sync::OnceCell<Arc<LineIndex>>,
 }
 
 impl CachedShard {
@@ -151,7 +160,79 @@ impl CachedShard {
             cache,
             metrics,
             index: OnceLock::new(),
+            blocks: None,
+            block_index: tokio::sync::OnceCell::new(),
         }
+    }
+
+    /// Reads the shard by blocks of the cache when it is uncompressed and
+    /// the cache is on (unchanged otherwise).
+    pub fn with_blocks(mut self) -> Self {
+        if let Some(c) = &self.cache
+            && Compression::from_path(&self.entry.path) == Compression::None
+        {
+            self.blocks = Some(Arc::new(BlockFile::new(
+                &self.dataset,
+                self.backend.clone(),
+                self.entry.clone(),
+                &self.key,
+                c.clone(),
+                self.metrics.clone(),
+            )));
+        }
+        self
+    }
+
+    /// The line index of a shard read by blocks: its sidecar's, or one
+    /// built from its blocks, checked against the manifest either way.
+    async fn block_index(&self, blocks: &Arc<BlockFile>) -> Result<Arc<LineIndex>> {
+        self.block_index
+            .get_or_try_init(|| async {
+                let index = match &self.entry.index {
+                    Some(p) => {
+                        read_line_index(&self.backend, &self.dataset, &self.entry, p).await?
+                    }
+                    None => Arc::new(blocks.line_index().await?),
+                };
+                if index.len() != self.entry.samples {
+                    return Err(shard_error(
+                        &self.dataset,
+                        &self.uri,
+                        format!(
+                            "has {} lines but the manifest says {} samples",
+                            index.len(),
+                            self.entry.samples
+                        ),
+                    ));
+                }
+                Ok(index)
+            })
+            .await
+            .cloned()
+    }
+
+    /// Samples `indices` of a shard read by blocks.
+    async fn read_blocks(&self, blocks: &Arc<BlockFile>, indices: &[u64]) -> Result<Vec<Record>> {
+        let index = self.block_index(blocks).await?;
+        let runs = runs(indices);
+        let mut ranges: Vec<(u64, u64)> =
+            runs.iter().map(|&(f, n)| index.byte_range(f, n)).collect();
+        ranges.sort_unstable();
+        let chunks = blocks.fetch_spans(ranges).await?;
+        let (dataset, uri) = (self.dataset.clone(), self.uri.clone());
+        offload("fetch", move || {
+            let mut out = Vec::new();
+            for (first, n) in runs {
+                let (from, to) = index.byte_range(first, n);
+                // The last span starting at or before `from` holds the run.
+                let k = chunks.partition_point(|(start, _)| *start <= from) - 1;
+                let (start, b) = &chunks[k];
+                let slice = &b[(from - start) as usize..(to - start) as usize];
+                out.extend(parse_run(slice, first, &dataset, &uri)?);
+            }
+            Ok(out)
+        })
+        .await?
     }
 
     /// The cache key of this shard.
@@ -159,9 +240,13 @@ impl CachedShard {
         &self.key
     }
 
-    /// Whether the shard is in the cache.
+    /// Whether the shard is in the cache (every block of it, when read by
+    /// blocks).
     pub fn is_cached(&self) -> bool {
-        self.cache.as_ref().is_some_and(|c| c.contains(&self.key))
+        match &self.blocks {
+            Some(b) => (0..b.blocks()).all(|i| b.is_cached(i)),
+            None => self.cache.as_ref().is_some_and(|c| c.contains(&self.key)),
+        }
     }
 
     /// The shard's decompressed bytes: from the cache, or downloaded.
@@ -236,6 +321,9 @@ impl Shard for CachedShard {
     fn read_indices<'a>(&'a self, indices: &'a [u64]) -> BoxFuture<'a, Result<Vec<Record>>> {
         async move {
             check_indices(&self.dataset, &self.uri, self.len(), indices)?;
+            if let Some(b) = &self.blocks {
+                return self.read_blocks(b, indices).await;
+            }
             let data = self.load().await?;
             let index = self.index_of(&data)?;
             let runs = runs(indices);
@@ -258,8 +346,32 @@ impl Shard for CachedShard {
         .boxed()
     }
 
+    /// A shard read by blocks warms its index and its leading blocks (see
+    /// [`BlockFile::warm_share`]).
     fn warm(&self) -> BoxFuture<'_, Result<()>> {
-        self.load().map(|r| r.map(|_| ())).boxed()
+        match &self.blocks {
+            Some(b) => async move {
+                self.block_index(b).await?;
+                b.warm_share().await
+            }
+            .boxed(),
+            None => self.load().map(|r| r.map(|_| ())).boxed(),
+        }
+    }
+
+    /// Downloads the blocks of samples `indices` (a shard read by blocks;
+    /// nothing otherwise, as [`warm`](Shard::warm) covers whole shards).
+    fn warm_samples<'a>(&'a self, indices: &'a [u64]) -> BoxFuture<'a, Result<()>> {
+        async move {
+            let Some(b) = &self.blocks else {
+                return Ok(());
+            };
+            check_indices(&self.dataset, &self.uri, self.len(), indices)?;
+            let index = self.block_index(b).await?;
+            let ranges = indices.iter().map(|&i| index.byte_range(i, 1)).collect();
+            b.warm_ranges(ranges).await
+        }
+        .boxed()
     }
 
     /// Without a cache every read downloads anyway: there is nothing to warm.
@@ -335,40 +447,44 @@ impl RangeShard {
     async fn index(&self) -> Result<Arc<LineIndex>> {
         self.index
             .get_or_try_init(|| {
-                let (op, path) = (self.backend.op.clone(), self.index_path.clone());
-                let (dataset, uri, entry) = (
-                    self.dataset.clone(),
-                    self.backend.uri_of(&self.index_path),
-                    self.entry.clone(),
-                );
-                runtime::spawn(uri.clone(), async move {
-                    let data = op
-                        .read(&path)
-                        .await
-                        .map_err(|e| {
-                            shard_error(&dataset, &uri, format!("cannot read the index: {e}"))
-                        })?
-                        .to_bytes();
-                    let index = decode_index(&data)
-                        .filter(|i| {
-                            i.len() == entry.samples && i.starts.last() == Some(&entry.bytes)
-                        })
-                        .ok_or_else(|| {
-                            shard_error(
-                                &dataset,
-                                &uri,
-                                format!(
-                                    "index does not match the manifest ({} samples, {} bytes)",
-                                    entry.samples, entry.bytes
-                                ),
-                            )
-                        })?;
-                    Ok(Arc::new(index))
-                })
+                read_line_index(&self.backend, &self.dataset, &self.entry, &self.index_path)
             })
             .await
             .cloned()
     }
+}
+
+/// Reads and checks the line-offset index sidecar `path` of `entry`, on
+/// the storage runtime.
+async fn read_line_index(
+    backend: &Backend,
+    dataset: &str,
+    entry: &ShardEntry,
+    path: &str,
+) -> Result<Arc<LineIndex>> {
+    let (op, path) = (backend.op.clone(), path.to_owned());
+    let (dataset, uri, entry) = (dataset.to_owned(), backend.uri_of(&path), entry.clone());
+    runtime::spawn(uri.clone(), async move {
+        let data = op
+            .read(&path)
+            .await
+            .map_err(|e| shard_error(&dataset, &uri, format!("cannot read the index: {e}")))?
+            .to_bytes();
+        let index = decode_index(&data)
+            .filter(|i| i.len() == entry.samples && i.starts.last() == Some(&entry.bytes))
+            .ok_or_else(|| {
+                shard_error(
+                    &dataset,
+                    &uri,
+                    format!(
+                        "index does not match the manifest ({} samples, {} bytes)",
+                        entry.samples, entry.bytes
+                    ),
+                )
+            })?;
+        Ok(Arc::new(index))
+    })
+    .await
 }
 
 impl Shard for RangeShard {

@@ -136,17 +136,23 @@ fn size_disagreeing_with_manifest_is_an_error_and_nothing_is_cached() {
 }
 
 #[test]
-fn cache_smaller_than_a_shard_is_refused_at_open() {
+fn cache_smaller_than_a_compressed_shard_is_refused_at_open() {
     let t = tempfile::tempdir().unwrap();
     let data = t.path().join("data");
-    write_dataset(&data, 1, 2000);
+    write_dataset(&data, 1, 8000);
+    // Decoded whole (it cannot be read by range): about 600 KB to cache.
+    let plain = data.join("000.jsonl");
+    let packed = zstd::encode_all(&std::fs::read(&plain).unwrap()[..], 3).unwrap();
+    std::fs::write(data.join("000.jsonl.zst"), packed).unwrap();
+    std::fs::remove_file(&plain).unwrap();
     let mut opts = cache_opts(t.path());
-    opts.cache.limit_bytes = 1000;
+    opts.cache.limit_bytes = 256 << 10;
+    opts.cache.block_bytes = 64 << 10;
     let err = RemoteDataset::open("d", &data.display().to_string(), &opts)
         .unwrap_err()
         .to_string();
     assert!(
-        err.contains("cache.limit_bytes") && err.contains("largest shard"),
+        err.contains("cache.limit_bytes") && err.contains("largest compressed shard"),
         "{err}"
     );
 }

@@ -151,7 +151,8 @@ fn a_cache_on_a_filesystem_smaller_than_its_limit_keeps_to_the_room_there_is() {
         CacheOptions::default()
             .root(&root)
             .limit_bytes(64 << 20)
-            .memory_bytes(64 << 10),
+            .memory_bytes(64 << 10)
+            .block_bytes(64 << 10),
     );
     let rd = RemoteDataset::open("d", "s3://bkt/ds", &opts).unwrap();
     for pass in 0..2 {
@@ -188,7 +189,8 @@ fn a_full_cache_disk_degrades_to_memory_with_one_warning() {
         CacheOptions::default()
             .root(&root)
             .limit_bytes(2 << 20)
-            .memory_bytes(64 << 10),
+            .memory_bytes(64 << 10)
+            .block_bytes(64 << 10),
     );
     let rd = RemoteDataset::open("d", "s3://bkt/ds", &opts).unwrap();
     let dir = rd.cache().unwrap().dir().to_owned();
@@ -234,7 +236,8 @@ fn a_cache_folder_that_cannot_be_written_degrades_to_memory() {
             CacheOptions::default()
                 .root(root)
                 .limit_bytes(4 << 20)
-                .memory_bytes(16 << 10),
+                .memory_bytes(64 << 10)
+                .block_bytes(64 << 10),
         )
     };
 

@@ -100,9 +100,9 @@ fn a_server_stopped_mid_pass_fails_naming_the_uri_and_a_restart_completes_the_pa
 fn a_cache_too_small_for_the_working_set_is_reported_as_thrashing() {
     let t = tempfile::tempdir().unwrap();
     let data = t.path().join("data");
-    // Four shards of about 1.9 MB: the disk tier keeps whole shards in blocks
-    // of 3 MiB, so a 6 MiB cache holds two of them, and a memory tier of
-    // 1 MiB none.
+    // Four shards of about 1.9 MB, two blocks of 1 MiB each: a 6 MiB cache
+    // holds three shards' blocks, not four, and a memory tier of 1 MiB one
+    // block.
     indexed_dataset(&data, 4, 30_000);
     let local = Dataset::from_path("d", &data).unwrap();
     let nginx = Nginx::start(t.path(), &data);
@@ -110,7 +110,8 @@ fn a_cache_too_small_for_the_working_set_is_reported_as_thrashing() {
         zephon_storage::CacheOptions::default()
             .root(t.path().join("small-cache"))
             .limit_bytes(6 << 20)
-            .memory_bytes(1 << 20),
+            .memory_bytes(1 << 20)
+            .block_bytes(1 << 20),
     );
     let rd = RemoteDataset::open("d", &nginx.uri(), &opts).unwrap();
     // Shard after shard, one read at a time: a cyclic scan larger than the

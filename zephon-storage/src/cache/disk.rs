@@ -1,8 +1,8 @@
-//! The disk tier: verified shard files in one folder that every process of a
-//! node shares.
+//! The disk tier: verified entries (blocks of shards, or whole decoded
+//! shards) in one folder that every process of a node shares.
 //!
-//! Each shard is one file, `<hash>.shard`, holding a header (magic, length,
-//! SHA-256 of the body) and the decompressed bytes. A file appears only by
+//! Each entry is one file, `<hash>.shard`, holding a header (magic, length,
+//! CRC32C of the body, computed from the bytes as downloaded) and the body. A file appears only by
 //! `rename` of a finished, fsynced temp file, so a reader sees a whole entry
 //! or none; a process killed mid-write leaves `<hash>.tmp`, which no reader
 //! opens and the next eviction scan removes. Reads check the header, so a
@@ -18,11 +18,21 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-const MAGIC: &[u8; 16] = b"ZEPHON-SHARD-v1\n";
+// v1 entries (whole shards, SHA-256) read as damaged: dropped and fetched again.
+const MAGIC: &[u8; 16] = b"ZEPHON-SHARD-v2\n";
 /// Bytes of an entry's header.
-pub(crate) const HEADER: usize = MAGIC.len() + 8 + 32;
+pub(crate) const HEADER: usize = MAGIC.len() + 8 + 4;
 const SHARD: &str = "shard";
 const TEMP: &str = "tmp";
+/// The filesystem's allocation unit as entries are counted: a file takes
+/// whole pages, which for blocks of 64 KiB is several percent over its length.
+const PAGE: u64 = 4096;
+
+/// The bytes a file of `len` bytes is counted as taking on disk.
+pub(crate) fn on_disk(len: u64) -> u64 {
+    len.div_ceil(PAGE) * PAGE
+}
+
 /// Held while a process evicts and publishes, so two processes cannot both
 /// count the same free room.
 const FOLDER_LOCK: &str = "folder.lock";
@@ -107,7 +117,7 @@ impl DiskTier {
     /// used entries first; returns how many were evicted. Call with the key
     /// lock held. On error nothing is published and the temp file is gone.
     pub(crate) async fn publish(&self, key: &str, bytes: &Bytes) -> io::Result<u64> {
-        let need = (HEADER + bytes.len()) as u64;
+        let need = on_disk((HEADER + bytes.len()) as u64);
         if need > self.capacity {
             return Err(io::Error::other(format!(
                 "a shard of {} bytes does not fit the disk tier's {} bytes",
@@ -157,10 +167,10 @@ impl DiskTier {
             let Ok(meta) = e.metadata() else { continue };
             match path.extension().and_then(|x| x.to_str()) {
                 Some(SHARD) => {
-                    used += meta.len();
+                    used += on_disk(meta.len());
                     entries.push((
                         meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
-                        meta.len(),
+                        on_disk(meta.len()),
                         path,
                     ));
                 }
@@ -170,7 +180,7 @@ impl DiskTier {
                     if lock::try_lock(&path.with_extension("lock"))?.is_some() {
                         let _ = fs::remove_file(&path);
                     } else {
-                        used += meta.len();
+                        used += on_disk(meta.len());
                     }
                 }
                 _ => {}
@@ -186,6 +196,16 @@ impl DiskTier {
                 Ok(()) => {
                     used -= len;
                     evicted += 1;
+                    // Its lock file goes too when no process holds it, so
+                    // the folder does not fill with the lock files of every
+                    // block ever read. Should another process have opened
+                    // it meanwhile, two may download the block at once: a
+                    // clash of their writes fails the entry's checksum and
+                    // is fetched again, never served.
+                    let lock = path.with_extension("lock");
+                    if let Ok(Some(_held)) = lock::try_lock(&lock) {
+                        let _ = fs::remove_file(&lock);
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::NotFound => used -= len,
                 Err(e) => return Err(e),
@@ -204,7 +224,7 @@ pub(crate) fn used_bytes(dir: &Path) -> io::Result<u64> {
             e.path().extension().and_then(|x| x.to_str()),
             Some(SHARD | TEMP)
         ) {
-            used += e.metadata().map_or(0, |m| m.len());
+            used += e.metadata().map_or(0, |m| on_disk(m.len()));
         }
     }
     Ok(used)
@@ -219,7 +239,7 @@ fn write_entry(temp: &Path, bytes: &Bytes) -> io::Result<()> {
         .open(temp)?;
     f.write_all(MAGIC)?;
     f.write_all(&(bytes.len() as u64).to_le_bytes())?;
-    f.write_all(&Sha256::digest(bytes))?;
+    f.write_all(&crc32c::crc32c(bytes).to_le_bytes())?;
     f.write_all(bytes)?;
     f.sync_all()
 }
@@ -230,7 +250,7 @@ fn decode(data: &[u8]) -> Option<usize> {
     let len = u64::from_le_bytes(header[16..24].try_into().ok()?);
     (header[..16] == MAGIC[..]
         && len == body.len() as u64
-        && Sha256::digest(body)[..] == header[24..])
+        && crc32c::crc32c(body).to_le_bytes()[..] == header[24..])
         .then_some(HEADER)
 }
 
@@ -271,7 +291,7 @@ mod tests {
     async fn the_least_recently_used_entries_go_first() {
         let t = tempfile::tempdir().unwrap();
         let one = Bytes::from(vec![7u8; 1000]);
-        let d = tier(t.path(), 3 * (HEADER as u64 + 1000));
+        let d = tier(t.path(), 3 * on_disk(HEADER as u64 + 1000));
         for k in ["a", "b", "c"] {
             assert_eq!(d.publish(k, &one).await.unwrap(), 0);
             std::thread::sleep(std::time::Duration::from_millis(20));
@@ -283,7 +303,7 @@ mod tests {
         for k in ["a", "c", "d"] {
             assert!(matches!(d.read(k).unwrap(), Lookup::Found(_)), "{k}");
         }
-        let too_big = Bytes::from(vec![0u8; 4 * 1000]);
+        let too_big = Bytes::from(vec![0u8; 4 * PAGE as usize]);
         assert!(d.publish("e", &too_big).await.is_err());
     }
 }

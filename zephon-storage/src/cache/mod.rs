@@ -1,8 +1,12 @@
-//! The shard cache: whole, verified, decompressed shards, in a foyer memory
-//! tier for hot shards and a disk tier under the cache root that survives
-//! restarts and that every process of a node shares.
+//! The shard cache: fixed-size blocks of uncompressed remote shards (and
+//! whole decoded shards for compressed ones, which cannot be read by range),
+//! in a foyer memory tier for hot entries and a disk tier under the cache
+//! root that survives restarts and that every process of a node shares.
+//! Entries are keyed by shard and block ([`crate::blocks`] builds the keys),
+//! so a shard of any size streams through both tiers, each bounded by its
+//! capacity; what follows says "shard" for an entry of either kind.
 //!
-//! - One download per shard however many readers ask at once: in a process,
+//! - One download per entry however many readers ask at once: in a process,
 //!   foyer's `get_or_fetch` makes concurrent misses of a key wait on one
 //!   fetch; across the processes of a node (the ranks sharing the folder), a
 //!   file lock per shard elects the one that downloads and publishes, and
@@ -41,12 +45,15 @@ pub struct ShardCache {
     disk: Option<DiskTier>,
     dir: PathBuf,
     metrics: Arc<CacheMetrics>,
-    downloads: Mutex<HashMap<String, u64>>,
+    /// Downloads per entry, by a 64-bit hash of its key: a process that
+    /// streams millions of blocks keeps 16 bytes for each, not its key.
+    downloads: Mutex<HashMap<u64, u64>>,
     warned: AtomicBool,
     /// Set once the disk tier failed: from then on only the memory tier serves.
     disk_off: AtomicBool,
     lock_wait: std::time::Duration,
     lock_warned: AtomicBool,
+    block_bytes: u64,
 }
 
 impl std::fmt::Debug for ShardCache {
@@ -112,13 +119,31 @@ impl ShardCache {
     /// ```
     /// use zephon_storage::{CacheOptions, ShardCache, backend::runtime};
     /// let dir = tempfile::tempdir().unwrap();
-    /// let opts = CacheOptions::default().root(dir.path()).limit_bytes(1 << 20);
+    /// let opts = CacheOptions::default()
+    ///     .root(dir.path())
+    ///     .limit_bytes(1 << 20)
+    ///     .block_bytes(256 << 10);
     /// let cache = runtime::block_on(ShardCache::open(&opts, "memory://doc", 1000)).unwrap();
     /// assert!(cache.disk_capacity() > 0 && cache.disk_capacity() <= 1 << 20);
     /// assert!(!cache.metrics().snapshot().disk_degraded);
     /// ```
     pub fn disk_capacity(&self) -> u64 {
         self.live_disk().map_or(0, DiskTier::capacity)
+    }
+
+    /// The size of the blocks uncompressed shards are cached in.
+    pub fn block_bytes(&self) -> u64 {
+        self.block_bytes
+    }
+
+    /// The memory tier's capacity in bytes.
+    pub fn memory_capacity(&self) -> u64 {
+        self.memory.capacity() as u64
+    }
+
+    /// The bytes the memory tier holds now (keys included).
+    pub fn memory_usage(&self) -> u64 {
+        self.memory.usage() as u64
     }
 
     /// The counters.
@@ -165,6 +190,9 @@ impl ShardCache {
                 this.fetch(&owned_key, fut, &flag).await
             })
             .await;
+        self.metrics
+            .memory_peak_bytes
+            .observe(self.memory.usage() as u64);
         match entry {
             Ok(e) => {
                 if leader.load(Ordering::Relaxed) {
@@ -266,7 +294,11 @@ impl ShardCache {
     fn note_download(&self, key: &str, context: &str) {
         let n = {
             let mut d = self.downloads.lock().unwrap_or_else(|p| p.into_inner());
-            let n = d.entry(key.to_owned()).or_insert(0);
+            let h = {
+                use std::hash::{BuildHasher, BuildHasherDefault};
+                BuildHasherDefault::<std::hash::DefaultHasher>::default().hash_one(key)
+            };
+            let n = d.entry(h).or_insert(0);
             *n += 1;
             *n
         };

@@ -18,9 +18,11 @@ use zephon_core::{Error, Result};
 static OPEN: Mutex<Option<HashMap<PathBuf, Weak<ShardCache>>>> = Mutex::new(None);
 
 impl ShardCache {
-    /// Opens (or joins) the cache for dataset `location`, whose largest shard
-    /// decompresses to `largest_shard` bytes. A disk tier too small for that
-    /// shard is a configuration error; a filesystem with less room than the
+    /// Opens (or joins) the cache for dataset `location`, whose largest
+    /// entry (a block, or a compressed shard decoded whole) takes
+    /// `largest_shard` bytes. Settings out of range
+    /// ([`CacheOptions::validate`]) and a disk tier too small for that entry
+    /// are configuration errors; a filesystem with less room than the
     /// configured capacity shrinks the disk tier (or turns it off) with a
     /// warning naming the folder.
     pub async fn open(
@@ -28,12 +30,15 @@ impl ShardCache {
         location: &str,
         largest_shard: u64,
     ) -> Result<Arc<Self>> {
+        opts.validate()?;
+        let largest_shard = largest_shard.max(opts.block_bytes);
         if opts.limit_bytes < largest_shard {
             return Err(Error::config(
                 "cache.limit_bytes",
                 format!(
-                    "{} bytes cannot hold the largest shard of `{location}` ({largest_shard} bytes); \
-                     raise the limit, or read by byte range",
+                    "{} bytes cannot hold the largest compressed shard of `{location}` decoded \
+                     ({largest_shard} bytes), which is cached whole; raise the limit, or store it \
+                     uncompressed so that it is cached in blocks",
                     opts.limit_bytes
                 ),
             ));
@@ -59,12 +64,19 @@ impl ShardCache {
         let metrics = Arc::new(CacheMetrics::default());
         let memory = CacheBuilder::new(opts.memory_bytes as usize)
             .with_name("zephon-shards")
-            // One shard: entries are whole dataset shards, few and large. With
-            // foyer's default of 8, each holds an eighth of the capacity and
-            // evicts only its own entries, so up to 8 shards could stay in a
-            // memory tier meant for one.
+            // One shard: entries are blocks of a few MB or whole decoded
+            // shards, few and large. With foyer's default of 8, each holds an
+            // eighth of the capacity and evicts only its own entries, so a
+            // tier of 8 blocks could keep fewer than one per foyer shard.
             .with_shards(1)
-            .with_weighter(|k: &String, v: &Bytes| k.len() + v.len())
+            // Values only: a block of `block_bytes` then fits a tier of
+            // `block_bytes`, the smallest one validation allows.
+            .with_weighter(|_: &String, v: &Bytes| v.len())
+            // SIEVE, not foyer's default LRU: LRU pins the entries readers
+            // hold, and eviction skips pinned ones, so under concurrent reads
+            // the tier overran its capacity by a block or more. SIEVE only
+            // marks a read entry as visited.
+            .with_eviction_config(foyer::SieveConfig)
             .with_event_listener(Arc::new(EvictionCounter(metrics.clone())))
             .build();
         let cache = ShardCache {
@@ -77,6 +89,7 @@ impl ShardCache {
             disk_off: AtomicBool::new(false),
             lock_wait: opts.lock_wait,
             lock_warned: AtomicBool::new(false),
+            block_bytes: opts.block_bytes,
         };
         // Room the filesystem can give: what the folder's entries use now
         // plus what is free. Less than the capacity asked for, and the disk
@@ -87,7 +100,7 @@ impl ShardCache {
             .map_err(|e| e.to_string());
         let capacity = match room {
             Ok(room) if room >= opts.limit_bytes => opts.limit_bytes,
-            Ok(room) if room >= largest_shard + disk::HEADER as u64 => {
+            Ok(room) if room >= disk::on_disk(largest_shard + disk::HEADER as u64) => {
                 cache.degrade(&format!(
                     "the filesystem has room for {room} bytes, less than cache.limit_bytes ({}); \
                      the disk tier keeps to {room} bytes",

@@ -2,6 +2,7 @@
 
 use super::{FormatSpec, ShardIndex, open_index, open_range_index};
 use crate::backend::{Backend, runtime};
+use crate::blocks::BlockFile;
 use crate::cache::ShardCache;
 use crate::download::shard_error;
 use crate::manifest::ShardEntry;
@@ -32,6 +33,13 @@ enum Source {
         backend: Backend,
         entry: ShardEntry,
         metrics: Arc<CacheMetrics>,
+    },
+    /// Just the blocks covering the samples asked for, through the shard
+    /// cache (uncompressed token files).
+    Blocks {
+        file: Arc<BlockFile>,
+        backend: Backend,
+        entry: ShardEntry,
     },
 }
 
@@ -168,6 +176,56 @@ impl FormatShard {
         })
     }
 
+    /// A remote shard read by blocks through `cache`, for formats whose
+    /// samples can be read alone (flat token files, Megatron) when the
+    /// shard is uncompressed; `None` otherwise.
+    pub fn blocks(
+        dataset: &str,
+        spec: FormatSpec,
+        backend: Backend,
+        entry: ShardEntry,
+        cache: Arc<ShardCache>,
+        metrics: Arc<CacheMetrics>,
+    ) -> Option<Self> {
+        if !matches!(spec, FormatSpec::Tokens { .. } | FormatSpec::Megatron)
+            || super::compression::Compression::from_path(&entry.path)
+                != super::compression::Compression::None
+        {
+            return None;
+        }
+        // The same key a whole-shard entry would have, so blocks name the
+        // shard's size and checksum.
+        let key = CachedShard::new(
+            dataset,
+            backend.clone(),
+            entry.clone(),
+            None,
+            metrics.clone(),
+        )
+        .key()
+        .to_owned();
+        let file = Arc::new(BlockFile::new(
+            dataset,
+            backend.clone(),
+            entry.clone(),
+            &key,
+            cache,
+            metrics,
+        ));
+        Some(FormatShard {
+            dataset: dataset.into(),
+            name: backend.uri_of(&entry.path),
+            spec,
+            len: entry.samples,
+            source: Source::Blocks {
+                file,
+                backend,
+                entry,
+            },
+            index: tokio::sync::OnceCell::new(),
+        })
+    }
+
     /// The format.
     pub fn spec(&self) -> &FormatSpec {
         &self.spec
@@ -177,7 +235,7 @@ impl FormatShard {
         match &self.source {
             Source::Local(b) => Ok(b.clone()),
             Source::Remote { shard, .. } => shard.load().await,
-            Source::Range { .. } => Ok(Bytes::new()),
+            Source::Range { .. } | Source::Blocks { .. } => Ok(Bytes::new()),
         }
     }
 
@@ -188,11 +246,12 @@ impl FormatShard {
                     Source::Remote {
                         backend, sidecar, ..
                     } => (backend, sidecar.clone()),
-                    Source::Range { backend, entry, .. } => (backend, entry.index.clone()),
+                    Source::Range { backend, entry, .. }
+                    | Source::Blocks { backend, entry, .. } => (backend, entry.index.clone()),
                     Source::Local(_) => unreachable!("local shards are indexed when opened"),
                 };
                 let stored = match &self.source {
-                    Source::Range { entry, .. } => Some(entry.bytes),
+                    Source::Range { entry, .. } | Source::Blocks { entry, .. } => Some(entry.bytes),
                     _ => None,
                 };
                 let side = match &sidecar {
@@ -241,13 +300,11 @@ impl FormatShard {
 
 impl FormatShard {
     /// Samples close together in the file are fetched by one request (see
-    /// [`fetch_spans`]).
+    /// [`fetch_spans`]), or, read by blocks, share their blocks (see
+    /// [`BlockFile::read_spans`]).
     async fn read_ranges(
         &self,
         index: Arc<dyn ShardIndex>,
-        backend: &Backend,
-        entry: &ShardEntry,
-        metrics: &CacheMetrics,
         indices: &[u64],
     ) -> Result<Vec<Record>> {
         let range = |i: u64| {
@@ -260,15 +317,25 @@ impl FormatShard {
         wanted.dedup();
         let mut ranges = wanted.into_iter().map(range).collect::<Result<Vec<_>>>()?;
         ranges.sort_unstable();
-        let chunks = fetch_spans(
-            backend,
-            &entry.path,
-            &self.dataset,
-            &self.name,
-            ranges,
-            metrics,
-        )
-        .await?;
+        let chunks = match &self.source {
+            Source::Range {
+                backend,
+                entry,
+                metrics,
+            } => {
+                fetch_spans(
+                    backend,
+                    &entry.path,
+                    &self.dataset,
+                    &self.name,
+                    ranges,
+                    metrics,
+                )
+                .await?
+            }
+            Source::Blocks { file, .. } => file.fetch_spans(ranges).await?,
+            _ => unreachable!("only shards read by range or block read ranges"),
+        };
         let (dataset, name, wanted) = (self.dataset.clone(), self.name.clone(), indices.to_vec());
         offload("fetch", move || {
             wanted
@@ -312,16 +379,9 @@ impl Shard for FormatShard {
                     len: self.len,
                 });
             }
-            if let Source::Range {
-                backend,
-                entry,
-                metrics,
-            } = &self.source
-            {
+            if let Source::Range { .. } | Source::Blocks { .. } = &self.source {
                 let index = self.index(&Bytes::new()).await?;
-                return self
-                    .read_ranges(index, backend, entry, metrics, indices)
-                    .await;
+                return self.read_ranges(index, indices).await;
             }
             let data = self.data().await?;
             let index = self.index(&data).await?;
@@ -344,7 +404,30 @@ impl Shard for FormatShard {
                 async move { self.index(&Bytes::new()).await.map(|_| ()) }.boxed()
             }
             Source::Remote { shard, .. } => shard.warm(),
+            Source::Blocks { file, .. } => async move {
+                self.index(&Bytes::new()).await?;
+                file.warm_share().await
+            }
+            .boxed(),
         }
+    }
+
+    /// Downloads the blocks of samples `indices` (a shard read by blocks;
+    /// nothing otherwise, as [`warm`](Shard::warm) covers whole shards).
+    fn warm_samples<'a>(&'a self, indices: &'a [u64]) -> BoxFuture<'a, Result<()>> {
+        async move {
+            let Source::Blocks { file, .. } = &self.source else {
+                return Ok(());
+            };
+            let index = self.index(&Bytes::new()).await?;
+            let ranges = indices
+                .iter()
+                .filter(|&&i| i < self.len)
+                .filter_map(|&i| index.byte_range(i))
+                .collect();
+            file.warm_ranges(ranges).await
+        }
+        .boxed()
     }
 
     fn is_warm(&self) -> bool {
@@ -352,6 +435,7 @@ impl Shard for FormatShard {
             Source::Local(_) => true,
             Source::Range { .. } => self.index.initialized(),
             Source::Remote { shard, .. } => shard.is_cached(),
+            Source::Blocks { file, .. } => (0..file.blocks()).all(|i| file.is_cached(i)),
         }
     }
 }

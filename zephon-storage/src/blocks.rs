@@ -1,0 +1,319 @@
+//! Random access to an uncompressed remote shard through the block cache.
+//!
+//! The shard is cut into blocks of [`ShardCache::block_bytes`]; a byte
+//! range fetches the blocks that cover it, each at most once per read and
+//! through the cache, so concurrent readers (in this process or in others
+//! sharing the cache folder) share one download per block. Neighbouring
+//! ranges that touch the same or adjacent blocks are read as one span.
+//!
+//! A shard no larger than one block is one block, downloaded whole and
+//! checked against the manifest's size and SHA-256. A larger shard's blocks
+//! are range reads whose length is checked; the whole-shard SHA-256 cannot
+//! be checked block by block. Every block, once downloaded, carries a CRC32C
+//! in the disk tier that is checked when it is read back.
+
+use crate::backend::{Backend, runtime};
+use crate::cache::ShardCache;
+use crate::download::{download, shard_error};
+use crate::format::jsonl::LineIndex;
+use crate::manifest::ShardEntry;
+use crate::metrics::CacheMetrics;
+use bytes::{Bytes, BytesMut};
+use futures::{StreamExt, TryStreamExt};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+use zephon_core::Result;
+
+/// Blocks of one read downloaded at once.
+const BLOCK_PARALLELISM: usize = 16;
+
+/// Blocks read ahead while a shard is indexed from its blocks; each is
+/// held in memory until its turn, so this bounds that scan's memory.
+const INDEX_READ_AHEAD: usize = 4;
+
+/// An uncompressed remote shard read by blocks through the shard cache.
+#[derive(Debug)]
+pub struct BlockFile {
+    dataset: Arc<str>,
+    uri: String,
+    key: String,
+    entry: ShardEntry,
+    backend: Backend,
+    cache: Arc<ShardCache>,
+    metrics: Arc<CacheMetrics>,
+    block: u64,
+}
+
+impl BlockFile {
+    /// The shard `entry` of `backend`, cached under `key` (which names the
+    /// shard's URI, size and checksum) in blocks of the cache's block size.
+    pub fn new(
+        dataset: &str,
+        backend: Backend,
+        entry: ShardEntry,
+        key: &str,
+        cache: Arc<ShardCache>,
+        metrics: Arc<CacheMetrics>,
+    ) -> Self {
+        BlockFile {
+            dataset: dataset.into(),
+            uri: backend.uri_of(&entry.path),
+            key: key.to_owned(),
+            block: cache.block_bytes(),
+            entry,
+            backend,
+            cache,
+            metrics,
+        }
+    }
+
+    /// The shard's size in bytes.
+    pub fn len(&self) -> u64 {
+        self.entry.bytes
+    }
+
+    /// Whether the shard is empty.
+    pub fn is_empty(&self) -> bool {
+        self.entry.bytes == 0
+    }
+
+    /// Number of blocks (an empty shard has none).
+    pub fn blocks(&self) -> u64 {
+        self.entry.bytes.div_ceil(self.block)
+    }
+
+    /// The byte range of block `i`.
+    fn span(&self, i: u64) -> (u64, u64) {
+        let from = i * self.block;
+        (from, (from + self.block).min(self.entry.bytes))
+    }
+
+    /// The cache key of block `i`; it names the block size, so processes
+    /// with different sizes sharing a folder never mix their blocks.
+    fn block_key(&self, i: u64) -> String {
+        format!("{}#block{}#{i}", self.key, self.block)
+    }
+
+    /// Whether block `i` is in the memory or the disk tier.
+    pub fn is_cached(&self, i: u64) -> bool {
+        self.cache.contains(&self.block_key(i))
+    }
+
+    /// Block `i`, from the cache or downloaded into it.
+    pub async fn block(self: Arc<Self>, i: u64) -> Result<Bytes> {
+        let key = self.block_key(i);
+        if let Some(b) = self.cache.get_in_memory(&key) {
+            return Ok(b);
+        }
+        let (from, to) = self.span(i);
+        let context = format!(
+            "dataset `{}`, shard `{}`, block {i} (bytes {from}..{to})",
+            self.dataset, self.uri
+        );
+        let this = self.clone();
+        self.cache
+            .get_or_download(&key, &context, move || async move {
+                this.download_block(i, from, to).await
+            })
+            .await
+    }
+
+    async fn download_block(&self, i: u64, from: u64, to: u64) -> Result<Bytes> {
+        if self.blocks() == 1 {
+            return download(&self.backend, &self.dataset, &self.entry, &self.metrics).await;
+        }
+        let started = Instant::now();
+        let fail = |m: String| {
+            self.metrics.failures.inc();
+            shard_error(
+                &self.dataset,
+                &self.uri,
+                format!("block {i} (bytes {from}..{to}): {m}"),
+            )
+        };
+        let b = self
+            .backend
+            .op
+            .read_with(&self.entry.path)
+            .range(from..to)
+            .await
+            .map_err(|e| fail(format!("range read failed: {e}")))?
+            .to_bytes();
+        if b.len() as u64 != to - from {
+            return Err(fail(format!(
+                "range read returned {} bytes; is the shard shorter than the manifest's {} bytes?",
+                b.len(),
+                self.entry.bytes
+            )));
+        }
+        self.metrics.download_time.record(started.elapsed());
+        self.metrics.bytes_downloaded.add(b.len() as u64);
+        Ok(b)
+    }
+
+    /// The bytes of each range `(from, to)` (sorted by `from`, within the
+    /// shard): ranges sharing a block are merged into one span, every block
+    /// is fetched once, 16 at a time. Returns each span's start and bytes, in offset order; a range's
+    /// bytes lie in the last span starting at or before it.
+    pub async fn read_spans(
+        self: Arc<Self>,
+        ranges: impl IntoIterator<Item = (u64, u64)>,
+    ) -> Result<Vec<(u64, Bytes)>> {
+        let mut spans: Vec<(u64, u64)> = Vec::new();
+        for (from, to) in ranges {
+            if to > self.entry.bytes || from > to {
+                return Err(shard_error(
+                    &self.dataset,
+                    &self.uri,
+                    format!(
+                        "bytes {from}..{to} lie outside the shard's {} bytes",
+                        self.entry.bytes
+                    ),
+                ));
+            }
+            match spans.last_mut() {
+                // Sharing a block, not merely adjacent: a span across blocks
+                // is copied together, gap included.
+                Some(s) if from / self.block <= s.1.saturating_sub(1) / self.block => {
+                    s.1 = s.1.max(to)
+                }
+                _ => spans.push((from, to)),
+            }
+        }
+        let mut wanted: Vec<u64> = spans
+            .iter()
+            .filter(|(from, to)| from < to)
+            .flat_map(|&(from, to)| from / self.block..to.div_ceil(self.block))
+            .collect();
+        wanted.dedup();
+        let this = self.clone();
+        let blocks: HashMap<u64, Bytes> = futures::stream::iter(wanted)
+            .map(|i| {
+                let this = this.clone();
+                async move { Ok::<_, zephon_core::Error>((i, this.block(i).await?)) }
+            })
+            .buffered(BLOCK_PARALLELISM)
+            .try_collect()
+            .await?;
+        Ok(spans
+            .into_iter()
+            .map(|(from, to)| (from, self.assemble(&blocks, from, to)))
+            .collect())
+    }
+
+    /// Bytes `from..to` out of the fetched `blocks` (a slice when one block
+    /// holds them, no copy).
+    fn assemble(&self, blocks: &HashMap<u64, Bytes>, from: u64, to: u64) -> Bytes {
+        if from == to {
+            return Bytes::new();
+        }
+        let (first, last) = (from / self.block, (to - 1) / self.block);
+        let part = |i: u64| {
+            let start = i * self.block;
+            let b = &blocks[&i];
+            let lo = from.saturating_sub(start) as usize;
+            let hi = ((to - start) as usize).min(b.len());
+            b.slice(lo..hi)
+        };
+        if first == last {
+            return part(first);
+        }
+        let mut out = BytesMut::with_capacity((to - from) as usize);
+        for i in first..=last {
+            out.extend_from_slice(&part(i));
+        }
+        out.freeze()
+    }
+
+    /// Runs [`read_spans`](BlockFile::read_spans) on the storage runtime.
+    pub async fn fetch_spans(
+        self: &Arc<Self>,
+        ranges: Vec<(u64, u64)>,
+    ) -> Result<Vec<(u64, Bytes)>> {
+        let this = self.clone();
+        runtime::spawn(
+            self.uri.clone(),
+            async move { this.read_spans(ranges).await },
+        )
+        .await
+    }
+
+    /// Downloads blocks `0 .. n` (those not cached) into the cache, on the
+    /// storage runtime.
+    pub async fn warm(self: &Arc<Self>, n: u64) -> Result<()> {
+        let this = self.clone();
+        let n = n.min(self.blocks());
+        runtime::spawn(self.uri.clone(), async move {
+            futures::stream::iter(0..n)
+                .map(|i| this.clone().block(i))
+                .buffered(BLOCK_PARALLELISM)
+                .try_for_each(|_| futures::future::ready(Ok(())))
+                .await
+        })
+        .await
+    }
+
+    /// Downloads into the cache the blocks holding `ranges` (given in the
+    /// order they will be read), in that order, on the storage runtime; no
+    /// more blocks than a quarter of the cache holds, so a warm-up cannot
+    /// evict what it warmed itself. Ranges outside the shard are skipped
+    /// (the read reports them).
+    pub async fn warm_ranges(self: &Arc<Self>, ranges: Vec<(u64, u64)>) -> Result<()> {
+        let mut seen = std::collections::HashSet::new();
+        let mut wanted: Vec<u64> = ranges
+            .iter()
+            .filter(|&&(from, to)| from < to && to <= self.entry.bytes)
+            .flat_map(|&(from, to)| from / self.block..to.div_ceil(self.block))
+            .filter(|&i| seen.insert(i))
+            .collect();
+        wanted.truncate((self.room() / self.block).max(1) as usize);
+        let this = self.clone();
+        runtime::spawn(self.uri.clone(), async move {
+            futures::stream::iter(wanted)
+                .map(|i| this.clone().block(i))
+                .buffered(BLOCK_PARALLELISM)
+                .try_for_each(|_| futures::future::ready(Ok(())))
+                .await
+        })
+        .await
+    }
+
+    /// A quarter of the cache's larger tier: what one warm-up may fill.
+    fn room(&self) -> u64 {
+        self.cache.disk_capacity().max(self.cache.memory_capacity()) / 4
+    }
+
+    /// Warms the leading blocks that fit a quarter of the cache (the larger
+    /// tier), so that warming never evicts what it warmed before it is read.
+    pub async fn warm_share(self: &Arc<Self>) -> Result<()> {
+        self.warm(self.room() / self.block).await
+    }
+
+    /// The line index of a JSONL shard, built by reading its blocks in
+    /// order (they enter the cache on the way), on the storage runtime.
+    /// Memory holds a few blocks (4) and the index.
+    pub async fn line_index(self: &Arc<Self>) -> Result<LineIndex> {
+        let this = self.clone();
+        runtime::spawn(self.uri.clone(), async move {
+            let mut starts = vec![0u64];
+            let mut last = b'\n';
+            let mut blocks = futures::stream::iter(0..this.blocks())
+                .map(|i| {
+                    let this = this.clone();
+                    async move { Ok::<_, zephon_core::Error>((i, this.block(i).await?)) }
+                })
+                .buffered(INDEX_READ_AHEAD);
+            while let Some((i, b)) = blocks.try_next().await? {
+                let at = i * this.block;
+                starts.extend(memchr::memchr_iter(b'\n', &b).map(|nl| at + nl as u64 + 1));
+                last = b.last().copied().unwrap_or(last);
+            }
+            if last != b'\n' {
+                starts.push(this.entry.bytes);
+            }
+            Ok(LineIndex { starts })
+        })
+        .await
+    }
+}

@@ -1,0 +1,304 @@
+//! The block cache against a real S3 server (moto_server): shards larger
+//! than the memory tier and than the whole cache stream through it by
+//! blocks, each block downloaded once however many readers ask, and a
+//! damaged block on disk is fetched again, never served.
+
+mod common;
+
+use common::{Moto, cache_opts, fields, local_order, read_all, write_dataset};
+use std::path::Path;
+use zephon_core::{Dataset, PipelineExt, Runner, WorkSource};
+use zephon_storage::backend::{Backend, runtime};
+use zephon_storage::format::{FormatOptions, TokenDtype};
+use zephon_storage::scan::build_index;
+use zephon_storage::{CacheOptions, DatasetExt, PrefetchExt, RemoteDataset, StorageOptions};
+
+/// Writes the manifest and line-index sidecars of the local folder `dir`.
+fn index(dir: &Path) {
+    let b = Backend::open("d", &dir.display().to_string(), &Default::default()).unwrap();
+    runtime::block_on(build_index(&b, "d")).unwrap();
+}
+
+/// A small cache: 64 KiB blocks, `memory` and `limit` bytes in the tiers.
+fn small_cache(dir: &Path, memory: u64, limit: u64) -> StorageOptions {
+    cache_opts(dir).cache(
+        CacheOptions::default()
+            .root(dir.join("cache"))
+            .block_bytes(64 << 10)
+            .memory_bytes(memory)
+            .limit_bytes(limit),
+    )
+}
+
+/// Files of the disk tier (under `dir/cache`) and the bytes they hold.
+fn disk_entries(dir: &Path) -> (usize, u64) {
+    let mut out = (0, 0);
+    let mut todo = vec![dir.join("cache")];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else if p.extension().is_some_and(|x| x == "shard") {
+                out.0 += 1;
+                out.1 += e.metadata().unwrap().len();
+            }
+        }
+    }
+    out
+}
+
+/// GETs of `needle` the server answered, whole (200) or by range (206).
+fn gets(moto: &Moto, needle: &str) -> usize {
+    std::fs::read_to_string(&moto.log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| {
+            l.contains("\"GET ")
+                && l.contains(needle)
+                && (l.contains("\" 200 ") || l.contains("\" 206 "))
+        })
+        .count()
+}
+
+#[test]
+fn a_shard_larger_than_the_whole_cache_reads_like_the_local_copy() {
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    // Two shards of about 1.3 MB, no manifest: each line index is built
+    // from the shard's blocks. The memory tier holds two blocks, the disk
+    // tier eight: neither holds a shard.
+    let written = write_dataset(&data, 2, 20_000);
+    let want = local_order(&data, &written);
+    let moto = Moto::start(t.path());
+    moto.upload("bkt", "ds", &data);
+    let (memory, limit) = (128 << 10, 8 * (68 << 10));
+    let opts = moto.opts(small_cache(t.path(), memory, limit));
+    let rd = RemoteDataset::open("d", "s3://bkt/ds", &opts).unwrap();
+    assert!(rd.manifest().shards.iter().all(|e| e.bytes > limit));
+    for pass in 0..2 {
+        let got = fields(&read_all(rd.dataset().clone(), pass == 1).unwrap());
+        assert_eq!(got, want, "pass {pass}");
+    }
+    let cache = rd.cache().unwrap();
+    let s = rd.cache_stats();
+    assert_eq!(cache.memory_capacity(), memory);
+    assert!(
+        s.memory_peak_bytes > 0 && s.memory_peak_bytes <= memory,
+        "the memory tier keeps to its {memory} bytes: {s:?}"
+    );
+    assert!(cache.memory_usage() <= memory);
+    assert!(s.memory_evictions > 0 && s.disk_evictions > 0, "{s:?}");
+    let (entries, used) = disk_entries(t.path());
+    assert!(
+        entries > 0 && used <= limit,
+        "{entries} entries, {used} bytes in a disk tier of {limit}"
+    );
+}
+
+#[test]
+fn concurrent_readers_download_each_block_once() {
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    let written = write_dataset(&data, 1, 15_000);
+    index(&data);
+    let want = local_order(&data, &written);
+    let moto = Moto::start(t.path());
+    moto.upload("bkt", "ds", &data);
+    let opts = moto.opts(small_cache(t.path(), 16 << 20, 64 << 20));
+    let rd = RemoteDataset::open("d", "s3://bkt/ds", &opts).unwrap();
+    let bytes = rd.manifest().shards[0].bytes;
+    let blocks = bytes.div_ceil(64 << 10);
+    assert!(blocks > 4, "{bytes} bytes");
+    let shard = rd.dataset().shards()[0].clone();
+    let n = shard.len();
+    let reads: Vec<_> = (0..8)
+        .map(|_| {
+            let shard = shard.clone();
+            std::thread::spawn(move || runtime::block_on(shard.read_run(0, n)).unwrap())
+        })
+        .collect();
+    for r in reads {
+        let mut got = fields(&r.join().unwrap());
+        got.sort();
+        assert_eq!(got, written);
+    }
+    let s = rd.cache_stats();
+    assert_eq!(s.misses, blocks, "one download per block: {s:?}");
+    assert_eq!(gets(&moto, "000.jsonl HTTP"), blocks as usize);
+    assert_eq!(s.bytes_downloaded, bytes);
+    assert!(rd.is_cached(0));
+    // Read again in work-source order: every block is a hit.
+    assert_eq!(
+        fields(&read_all(rd.dataset().clone(), false).unwrap()),
+        want
+    );
+    assert_eq!(rd.cache_stats().misses, blocks);
+}
+
+#[test]
+fn a_damaged_block_on_disk_is_fetched_again() {
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    let written = write_dataset(&data, 1, 5_000);
+    index(&data);
+    let want = local_order(&data, &written);
+    let moto = Moto::start(t.path());
+    moto.upload("bkt", "ds", &data);
+    let opts = moto.opts(small_cache(t.path(), 16 << 20, 64 << 20));
+    let rd = RemoteDataset::open("d", "s3://bkt/ds", &opts).unwrap();
+    assert_eq!(
+        fields(&read_all(rd.dataset().clone(), false).unwrap()),
+        want
+    );
+    let blocks = rd.cache_stats().misses;
+    assert!(blocks > 2);
+    drop(rd);
+    // One byte of one block's body flipped on disk.
+    let mut files: Vec<_> = std::fs::read_dir(t.path().join("cache"))
+        .unwrap()
+        .flat_map(|d| std::fs::read_dir(d.unwrap().path()).unwrap())
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "shard"))
+        .collect();
+    files.sort();
+    assert_eq!(files.len() as u64, blocks);
+    let mut raw = std::fs::read(&files[0]).unwrap();
+    let at = raw.len() - 100;
+    raw[at] ^= 0x20;
+    std::fs::write(&files[0], &raw).unwrap();
+    // A fresh memory tier: every block comes from disk, the damaged one
+    // from the server.
+    let rd = RemoteDataset::open("d", "s3://bkt/ds", &opts).unwrap();
+    assert_eq!(
+        fields(&read_all(rd.dataset().clone(), false).unwrap()),
+        want
+    );
+    let s = rd.cache_stats();
+    assert_eq!(s.misses, 1, "only the damaged block is downloaded: {s:?}");
+    assert_ne!(
+        std::fs::read(&files[0]).unwrap(),
+        raw,
+        "and published again"
+    );
+}
+
+#[test]
+fn a_token_file_larger_than_the_cache_reads_by_blocks() {
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let tokens: Vec<u8> = (0..400_000u32)
+        .flat_map(|i| ((i * 7919) as u16).to_le_bytes())
+        .collect();
+    std::fs::write(data.join("train.bin"), &tokens).unwrap();
+    let format = FormatOptions::default().seq_len(333).dtype(TokenDtype::U16);
+    let read = |ds: Dataset| {
+        let ws = WorkSource::builder()
+            .dataset(ds, 1.0)
+            .seed(3)
+            .build()
+            .unwrap();
+        let it = ws
+            .stream()
+            .fetch(4)
+            .into_blocking_iter(Runner::Threads { workers: 2 })
+            .unwrap();
+        fields(&it.collect::<zephon_core::Result<Vec<_>>>().unwrap())
+    };
+    let want = read(Dataset::from_path_with("d", &data, &format).unwrap());
+    let moto = Moto::start(t.path());
+    moto.upload("bkt", "ds", &data);
+    let limit = 4 * (68 << 10);
+    let opts = moto
+        .opts(small_cache(t.path(), 128 << 10, limit))
+        .format(format);
+    let rd = RemoteDataset::open("d", "s3://bkt/ds", &opts).unwrap();
+    assert!(rd.manifest().shards[0].bytes > limit);
+    assert_eq!(read(rd.dataset().clone()), want);
+    let s = rd.cache_stats();
+    assert!(s.memory_peak_bytes <= 128 << 10, "{s:?}");
+    assert!(disk_entries(t.path()).1 <= limit);
+}
+
+#[test]
+fn prefetch_warms_the_blocks_of_the_samples_ahead() {
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    let written = write_dataset(&data, 1, 20_000);
+    index(&data);
+    let moto = Moto::start(t.path());
+    moto.upload("bkt", "ds", &data);
+    // Eight blocks on disk: a whole-shard warm-up fills two of them (a
+    // quarter), and the rest of the shard's twenty is warmed by sample.
+    let limit = 8 * (68 << 10);
+    let opts = moto.opts(small_cache(t.path(), 128 << 10, limit));
+    let rd = RemoteDataset::open("d", "s3://bkt/ds", &opts).unwrap();
+    let blocks = rd.manifest().shards[0].bytes.div_ceil(64 << 10);
+    let ws = WorkSource::builder()
+        .dataset(rd.dataset().clone(), 1.0)
+        .shuffle_within_shard(false)
+        .build()
+        .unwrap();
+    let pre = ws.stream().prefetch(512, 2);
+    let metrics = pre.metrics();
+    let got: Vec<_> = pre
+        .fetch(4)
+        .into_blocking_iter(Runner::Threads { workers: 2 })
+        .unwrap()
+        .collect::<zephon_core::Result<_>>()
+        .unwrap();
+    let mut got = fields(&got);
+    got.sort();
+    assert_eq!(got, written);
+    // One warm-up per 256 pointers, but for the last few, which the reads
+    // overtake (the stream ends before they start).
+    let p = metrics.snapshot();
+    assert!(
+        p.sample_warms > 20_000 / 256 - 8 && p.sample_warm_failures == 0,
+        "{p:?}"
+    );
+    // Warm-ups and reads share each block's one download: nothing warmed
+    // was evicted before its read.
+    let s = rd.cache_stats();
+    assert_eq!((s.misses, s.redownloads), (blocks, 0), "{s:?}");
+}
+
+#[test]
+fn block_settings_out_of_range_are_refused_naming_the_key() {
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    write_dataset(&data, 1, 10);
+    let uri = data.display().to_string();
+    let open = |c: CacheOptions| {
+        let opts = cache_opts(t.path()).cache(c.root(t.path().join("cache")));
+        RemoteDataset::open("d", &uri, &opts)
+            .map(|_| ())
+            .unwrap_err()
+            .to_string()
+    };
+    let base = CacheOptions::default();
+    for (c, key) in [
+        (base.clone().block_bytes(1000), "cache.block_bytes"),
+        (base.clone().block_bytes(1 << 30), "cache.block_bytes"),
+        (
+            base.clone().block_bytes(1 << 20).memory_bytes(512 << 10),
+            "cache.memory_bytes",
+        ),
+        (
+            base.clone().block_bytes(1 << 20).limit_bytes(512 << 10),
+            "cache.limit_bytes",
+        ),
+    ] {
+        let err = open(c);
+        assert!(err.contains(key), "{key}: {err}");
+    }
+    // In range, it opens.
+    let opts = cache_opts(t.path()).cache(
+        base.root(t.path().join("cache"))
+            .block_bytes(64 << 10)
+            .memory_bytes(64 << 10)
+            .limit_bytes(68 << 10),
+    );
+    RemoteDataset::open("d", &uri, &opts).unwrap();
+}
