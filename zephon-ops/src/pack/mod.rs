@@ -6,7 +6,7 @@
 //! - [`stream`]: the stream adapter; [`flat`]: padding rows to `max_length`.
 
 pub mod bins;
-mod cut;
+pub(crate) mod cut;
 pub mod flat;
 pub mod stream;
 pub mod wrap;
