@@ -658,14 +658,11 @@ fn a_filtered_pipeline_restores_from_cuts() {
             let (head, ckpt) = run_ranks(&shape, exec, 2, None, k);
             assert_eq!(ckpt.cuts.len(), 8, "{mode:?}: every lane was cut");
             let shuffle = &ckpt.cuts[&0].ops[1];
+            assert_eq!(shuffle.op, "shuffle");
             assert!(
-                matches!(
-                    &shuffle.cut,
-                    zephon_core::checkpoint::OpCut::Shuffle {
-                        listed: Some(_),
-                        ..
-                    }
-                ),
+                shuffle.preamble.computed == 0
+                    && shuffle.preamble.listed.len() as u64 > shuffle.preamble.in_flight
+                    && shuffle.state.value()["listed"] == true,
                 "{mode:?}: the shuffle listed its buffer"
             );
             let json = Checkpoint::from_json(&ckpt.to_json()).unwrap();
@@ -769,9 +766,39 @@ fn a_cut_that_does_not_fit_the_work_source_falls_back_to_a_replay() {
     assert_eq!([head, rest].concat(), full);
 }
 
-/// An operator of another crate whose state a cut cannot describe registers
-/// as uncuttable: its pipeline's checkpoints carry no cuts, and a restore
-/// replays the lanes, with the same output.
+/// A pipeline whose shuffle differs from the checkpoint's (under a recipe
+/// that does not name it) is refused by the shuffle's own check of its cut,
+/// before anything is emitted, not replayed.
+#[test]
+fn a_cut_of_other_shuffle_settings_is_refused() {
+    let shape = epochs_shape();
+    let (_, ckpt) = run_ranks(&shape, Exec::single(4), 2, None, 2);
+    let ws = shape.work(0, 1, Ownership::Contiguous);
+    let progress = shape.recipe(&ws).resume(&ws, &ckpt).unwrap();
+    let e = ws
+        .stream()
+        .fetch(2)
+        .shuffle(shape.buffer + 2, shape.mode, shape.seed)
+        .batch(4)
+        .resume_from(&progress)
+        .lane_mux_from(&progress)
+        .into_blocking_iter(Runner::Inline)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("the checkpoint shuffled Reservoir with 7 slots")
+            && e.contains("this pipeline Reservoir with 9"),
+        "{e}"
+    );
+}
+
+/// An operator that does not describe its cut registers as uncuttable: its
+/// pipeline's checkpoints carry no cuts, and a restore replays the lanes,
+/// with the same output. (One that does, from another crate, is the
+/// `dedup-window` example's.)
 #[test]
 fn an_uncuttable_operator_makes_the_lanes_replay() {
     use futures::{Stream, StreamExt};
@@ -851,11 +878,9 @@ fn a_map_between_shuffle_and_batch_keeps_its_elements_in_flight() {
         listed += ckpt
             .cuts
             .values()
-            .filter_map(|c| match &c.ops[1].cut {
-                zephon_core::checkpoint::OpCut::Shuffle { in_flight, .. } => Some(in_flight.len()),
-                _ => None,
-            })
-            .sum::<usize>();
+            .filter(|c| c.ops[1].op == "shuffle")
+            .map(|c| c.ops[1].preamble.in_flight)
+            .sum::<u64>();
         let lanes_cut = ckpt.cuts.len() as u64;
         let (rest, _, replayed) = run(Some(&ckpt), 1000);
         head.extend(rest);

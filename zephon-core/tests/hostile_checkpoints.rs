@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use zephon_core::checkpoint::{
-    CHECKPOINT_VERSION, Checkpoint, CheckpointedExt, OpCut, Progress, Recipe, ResumeExt,
+    CHECKPOINT_VERSION, Checkpoint, CheckpointedExt, OpState, Progress, Recipe, ResumeExt,
 };
 use zephon_core::hash::mix64;
 use zephon_core::{Dataset, PipelineExt, Record, Runner, ShuffleMode, WorkSource};
@@ -314,23 +314,50 @@ fn binary_trailing_bytes_are_named_as_such() {
 fn older_versions_are_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();
     let mut old = merged(false);
-    old.version = CHECKPOINT_VERSION - 1;
-    for (file, data) in [
-        ("v3.ckpt", old.to_bytes()),
-        ("v3.json", old.to_json().into_bytes()),
-    ] {
+    let v = CHECKPOINT_VERSION - 1;
+    old.version = v;
+    let refused = |file: &str, data: &[u8]| {
         let path = dir.path().join(file);
         std::fs::write(&path, data).unwrap();
         let e = Checkpoint::load(&path).unwrap_err().to_string();
         assert!(
             e.contains(file)
                 && e.contains(&format!(
-                    "format version {} is not supported (this build reads version {CHECKPOINT_VERSION})",
-                    CHECKPOINT_VERSION - 1
-                )),
+                    "format version {v} is not supported (this build reads version {CHECKPOINT_VERSION})"
+                ))
+                && e.contains("earlier Zephon"),
             "{e}"
         );
-    }
+    };
+    refused("v4.ckpt", &old.to_bytes());
+    refused("v4.json", old.to_json().as_bytes());
+    // A file as version 4 wrote it, with its closed set of operator
+    // variants: refused for its version, not for its layout.
+    let v4 = r#"{
+  "version": 4,
+  "step": 1,
+  "positions": 120,
+  "recipe_fingerprint": 1,
+  "work_fingerprint": 2,
+  "seed": 9,
+  "canonical_lanes": 1,
+  "settings": {},
+  "lanes": {"0": {"batches": 1, "items": 3, "ended": false}},
+  "cuts": {"0": {"ops": [
+    {"op": "batch", "consumed": 3, "emitted": null, "last_identity": null, "cut": "Batch"},
+    {"op": "pack_sequences", "consumed": 4, "emitted": 3, "last_identity": 77,
+     "cut": {"Pieces": {"docs": [], "ready": [], "open": []}}}
+  ]}},
+  "checksum": "crc32c:00000000"
+}"#;
+    assert_eq!(v, 4, "the literal is of the version before this one");
+    refused("genuine_v4.json", v4.as_bytes());
+    // The binary form: the magic, then the version, then a layout this
+    // build cannot decode.
+    let mut bin = b"ZPCK".to_vec();
+    bin.push(4);
+    bin.extend([0xFF; 24]);
+    refused("genuine_v4.ckpt", &bin);
 }
 
 /// Saves each part as `NAME.ckpt` and loads them all together.
@@ -426,13 +453,31 @@ fn contradicting_fields_are_refused_under_a_valid_checksum() {
     let mut c = base.clone();
     c.settings.insert("pack".into(), 1);
     cases.push(("settings", c, "recipe fingerprint does not match"));
+    // A state only the shuffle understands, checked on load all the same.
     let mut c = base.clone();
-    if let Some(op) = c.cuts.get_mut(&3).unwrap().ops.last_mut()
-        && let OpCut::Shuffle { held, .. } = &mut op.cut
-    {
-        *held = 9;
-    }
+    let shuffle = c.cuts.get_mut(&3).unwrap().ops.last_mut().unwrap();
+    assert_eq!(shuffle.op, "shuffle");
+    let mut value = shuffle.state.value().clone();
+    value["held"] = 9.into();
+    shuffle.state = OpState::from_value(shuffle.state.version(), value).unwrap();
     cases.push(("shuffle_held", c, "holds 9 elements in a buffer of 8"));
+    let mut c = base.clone();
+    let shuffle = c.cuts.get_mut(&1).unwrap().ops.last_mut().unwrap();
+    shuffle.state = OpState::from_value(7, shuffle.state.value().clone()).unwrap();
+    cases.push((
+        "shuffle_state_version",
+        c,
+        "state is of layout version 7, this build reads version 1",
+    ));
+    let mut c = base.clone();
+    let shuffle = c.cuts.get_mut(&2).unwrap().ops.last_mut().unwrap();
+    shuffle.preamble.computed += 1;
+    cases.push(("shuffle_preamble", c, "computed for"));
+    // The layout every operator's cut shares.
+    let mut c = base.clone();
+    let batch = &mut c.cuts.get_mut(&0).unwrap().ops[0];
+    batch.preamble.in_flight = 1;
+    cases.push(("in_flight", c, "1 elements in flight but 0 listed"));
     let mut c = base.clone();
     c.cuts.get_mut(&0).unwrap().ops.clear();
     cases.push(("empty_cut", c, "lane 0's cut: no operator"));

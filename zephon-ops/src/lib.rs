@@ -66,3 +66,18 @@ pub use to_training::{PositionMode, ToTraining, TrainingConfig};
 pub use tokenize::{OnMissing, Overflow, SpecialTokens, Tokenize, TokenizeConfig};
 pub use tokenize_chat::{ChatTokenizeConfig, TokenizeChat};
 pub use training::{IGNORE_INDEX, IdType, TokenIds, TrainingBatch};
+
+/// Has checkpoints check the cuts of this crate's stateful operators
+/// (`pack_sequences`, `ensure_mixture`) when they are loaded, besides the
+/// checks every cut gets (see
+/// [`register_state_check`](zephon_core::checkpoint::cut::register_state_check)).
+/// Building either operator does it; call it to check files loaded
+/// before. The operators check their cuts on restore regardless.
+pub fn register_checkpoint_checks() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        use zephon_core::checkpoint::cut::register_state_check;
+        register_state_check(pack::cut::NAME, pack::cut::check_state);
+        register_state_check(ensure_mixture::cut::NAME, ensure_mixture::cut::check_state);
+    });
+}

@@ -334,6 +334,63 @@ fn elastic_resume_on_4_and_1_ranks_across_epochs() {
     }
 }
 
+/// Packing and the mixture describe their cuts through the open protocol:
+/// documents and queues as preamble pointers, the rest as a state of their
+/// own, which a checkpoint still checks on load (the checks they register)
+/// and refuses with the file's name when it contradicts itself.
+#[test]
+fn packing_and_mixture_cuts_are_checked_on_load() {
+    use zephon_core::checkpoint::OpState;
+    let r = Run {
+        algorithm: PackAlgorithm::BestFit,
+        lanes: 2,
+        passes: 1,
+        mixture: true,
+        filter: false,
+        flat: false,
+        late_tokenize: false,
+    };
+    let (_, _, ckpt) = run(r, (0, 1), 3, 1, None, 4, None);
+    let find = |c: &Checkpoint, name: &str| -> (LaneId, usize) {
+        let (lane, cut) = c
+            .cuts
+            .iter()
+            .find(|(_, cut)| {
+                cut.ops
+                    .iter()
+                    .any(|o| o.op == name && !o.preamble.listed.is_empty())
+            })
+            .expect("a cut holding documents");
+        (*lane, cut.ops.iter().position(|o| o.op == name).unwrap())
+    };
+    let edit = |name: &str, f: &dyn Fn(&mut serde_json::Value)| {
+        let mut c = ckpt.clone();
+        let (lane, i) = find(&c, name);
+        let op = &mut c.cuts.get_mut(&lane).unwrap().ops[i];
+        assert_eq!(op.preamble.computed, 0, "{name} lists its preamble");
+        let mut v = op.state.value().clone();
+        f(&mut v);
+        op.state = OpState::from_value(op.state.version(), v).unwrap();
+        Checkpoint::from_slice(&c.to_bytes(), "step4.ckpt")
+            .unwrap_err()
+            .to_string()
+    };
+    let e = edit("pack_sequences", &|v| {
+        v["open"] = serde_json::json!([[999, 0, 1]])
+    });
+    assert!(
+        e.contains("step4.ckpt") && e.contains("`pack_sequences`") && e.contains("of document 999"),
+        "{e}"
+    );
+    let e = edit("ensure_mixture", &|v| v["pending"] = 1000.into());
+    assert!(
+        e.contains("step4.ckpt") && e.contains("`ensure_mixture`") && e.contains("1000 pending"),
+        "{e}"
+    );
+    // Untouched, it loads.
+    Checkpoint::from_slice(&ckpt.to_bytes(), "step4.ckpt").unwrap();
+}
+
 #[test]
 fn micro_batch_size_changed_on_restore_keeps_the_rows() {
     let r = Run {

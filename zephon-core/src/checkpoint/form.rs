@@ -266,10 +266,16 @@ fn mismatch(bytes: &[u8], stored: u32, computed: u32) -> String {
 
 pub(super) fn check_version(version: u64, origin: &str) -> Result<()> {
     if version != CHECKPOINT_VERSION as u64 {
+        let why = if version < CHECKPOINT_VERSION as u64 {
+            "it was written by an earlier Zephon, in a layout this build does not read; \
+             restore it with that build, or restart the run"
+        } else {
+            "it was written by a later Zephon; restore it with that build"
+        };
         return Err(err(
             origin,
             format!(
-                "format version {version} is not supported (this build reads version {CHECKPOINT_VERSION})"
+                "format version {version} is not supported (this build reads version {CHECKPOINT_VERSION}): {why}"
             ),
         ));
     }

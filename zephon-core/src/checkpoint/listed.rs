@@ -32,6 +32,8 @@ enum Repr {
         all: Arc<Vec<SamplePtr>>,
         from: usize,
     },
+    /// Several lists, one after the other.
+    Concat(Arc<[PtrList]>),
 }
 
 impl PtrList {
@@ -57,10 +59,50 @@ impl PtrList {
         PtrList(Repr::Suffix { all, from })
     }
 
+    /// The lists `parts`, one after the other, without copying them.
+    ///
+    /// ```
+    /// use zephon_core::SamplePtr;
+    /// use zephon_core::checkpoint::PtrList;
+    /// let p = |i| SamplePtr { dataset: 0, shard: 0, sample: i, lane: 0 };
+    /// let list = PtrList::concat(vec![PtrList::new(vec![p(1)]), PtrList::new(vec![p(2), p(3)])]);
+    /// assert_eq!(list.len(), 3);
+    /// assert_eq!(list.get(2), Some(p(3)));
+    /// assert_eq!(list.to_vec(), vec![p(1), p(2), p(3)]);
+    /// ```
+    pub fn concat(parts: Vec<PtrList>) -> Self {
+        let mut parts: Vec<PtrList> = parts.into_iter().filter(|p| !p.is_empty()).collect();
+        match parts.len() {
+            0 => PtrList::default(),
+            1 => parts.remove(0),
+            _ => PtrList(Repr::Concat(parts.into())),
+        }
+    }
+
+    /// The `i`-th pointer. Cheap for a plain list or a concatenation of
+    /// them; a journal's snapshot is copied out first.
+    pub fn get(&self, i: usize) -> Option<SamplePtr> {
+        match &self.0 {
+            Repr::Suffix { all, from } => all.get(from.checked_add(i)?).copied(),
+            Repr::Journal { .. } => self.to_vec().get(i).copied(),
+            Repr::Concat(parts) => {
+                let mut i = i;
+                for p in parts.iter() {
+                    if i < p.len() {
+                        return p.get(i);
+                    }
+                    i -= p.len();
+                }
+                None
+            }
+        }
+    }
+
     /// The pointers, copied out.
     pub fn to_vec(&self) -> Vec<SamplePtr> {
         match &self.0 {
             Repr::Suffix { all, from } => all.get(*from..).unwrap_or_default().to_vec(),
+            Repr::Concat(parts) => parts.iter().flat_map(PtrList::to_vec).collect(),
             Repr::Journal {
                 base, changes, len, ..
             } => {
@@ -77,6 +119,7 @@ impl PtrList {
         match &self.0 {
             Repr::Suffix { all, from } => all.len().saturating_sub(*from),
             Repr::Journal { size, .. } => *size,
+            Repr::Concat(parts) => parts.iter().map(PtrList::len).sum(),
         }
     }
 
@@ -95,6 +138,13 @@ fn apply(out: &mut Vec<SamplePtr>, changes: &[(u32, SamplePtr)]) {
         } else if let Some(s) = out.get_mut(slot) {
             *s = p;
         }
+    }
+}
+
+impl Default for PtrList {
+    /// The empty list.
+    fn default() -> Self {
+        PtrList::new(Vec::new())
     }
 }
 

@@ -25,8 +25,11 @@
 //! held, which flows through fetch and tokenize like any data, and each
 //! operator takes its part back; then the lane continues where it stopped.
 //! So the time to the first new batch is about that of a fresh start
-//! (refilling the buffers), whatever the run's progress. See [`cut`] for the
-//! details and the checks that keep it exact.
+//! (refilling the buffers), whatever the run's progress. Every stateful
+//! operator takes part through one public protocol, whatever its crate: it
+//! describes its lane cut (counts, identity, preamble, and a state it
+//! serializes itself) and takes it back; see [`cut`] for the protocol, the
+//! checks that keep it exact, and an operator written outside zephon.
 //!
 //! A lane without a cut is replayed instead: [`ResumeFrom`] rebuilds it
 //! from the lane's start and drops what was already delivered. That happens
@@ -95,6 +98,7 @@
 //! # Ok::<(), zephon_core::Error>(())
 //! ```
 
+mod compact;
 pub mod cut;
 mod form;
 mod listed;
@@ -105,7 +109,7 @@ mod state;
 mod stream;
 mod validate;
 
-pub use cut::{CutContext, LaneCut, Listed, OpCut, OpLaneCut, Piece};
+pub use cut::{CutContext, CutSource, LaneCut, OpLaneCut, OpState, Preamble};
 pub use listed::{PtrJournal, PtrList};
 pub use progress::{Checkpointed, CheckpointedExt, Delivered, Progress};
 pub use recipe::Recipe;

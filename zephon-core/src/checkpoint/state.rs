@@ -9,8 +9,11 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Version of the [`Checkpoint`] layout this build writes and reads.
-/// Version 4 added the step and the checksum of both forms.
-pub const CHECKPOINT_VERSION: u32 = 4;
+/// Version 4 added the step and the checksum of both forms; version 5 made
+/// lane cuts open to any operator (a preamble and a state each operator
+/// serializes itself, see [`cut`](super::cut)) instead of a fixed set of
+/// operator variants.
+pub const CHECKPOINT_VERSION: u32 = 5;
 
 /// What one lane has delivered to the consumer.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,6 +85,7 @@ pub struct Checkpoint {
     /// Per lane, what its stateful operators held after its last delivered
     /// batch, so a restore refills them rather than replaying the lane. A
     /// lane without a cut is replayed from its start.
+    #[serde(with = "super::compact")]
     pub cuts: BTreeMap<LaneId, LaneCut>,
 }
 

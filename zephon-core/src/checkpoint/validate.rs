@@ -2,11 +2,11 @@
 //! run restores from it: its fields must agree with each other, whatever a
 //! hand-made or damaged file says.
 
-use super::cut::{LaneCut, OpCut};
+use super::cut::{LaneCut, state_check};
 use super::recipe::fingerprint_of;
 use super::state::{Checkpoint, err};
 use crate::error::Result;
-use crate::pointer::{LaneId, SamplePtr};
+use crate::pointer::LaneId;
 
 impl Checkpoint {
     /// Refuses internal contradictions: a lane count of 0, lanes outside
@@ -77,64 +77,46 @@ impl Checkpoint {
     }
 }
 
-/// A lane cut's operators and pointers agree with each other and the lane.
+/// A lane cut's operators and pointers agree with each other and the lane:
+/// the layout every operator's cut shares, then what a check registered for
+/// the operator says (see [`StateCheck`](super::cut::StateCheck)).
 fn check_cut(lane: LaneId, cut: &LaneCut) -> std::result::Result<(), String> {
     if cut.ops.is_empty() {
         return Err("no operator".into());
     }
     for (i, op) in cut.ops.iter().enumerate() {
         let at = |m: String| format!("operator {i} (`{}`): {m}", op.op);
-        let ptrs = |what: &str, ps: &[SamplePtr]| match ps.iter().find(|p| p.lane != lane) {
-            Some(p) => Err(at(format!("{what} holds {p}, of another lane"))),
-            None => Ok(()),
-        };
-        match &op.cut {
-            OpCut::Shuffle {
-                buffer_size,
-                held,
-                pending,
-                listed,
-                in_flight,
-                ..
-            } => {
-                if held > buffer_size {
-                    return Err(at(format!(
-                        "holds {held} elements in a buffer of {buffer_size}"
-                    )));
-                }
-                ptrs("in_flight", in_flight)?;
-                if let Some(l) = listed
-                    && l.pending.len() as u64 != *pending
-                {
-                    return Err(at(format!(
-                        "lists {} pending elements but counts {pending}",
-                        l.pending.len()
-                    )));
-                }
-            }
-            OpCut::Pieces { docs, ready, open } => {
-                ptrs("docs", docs)?;
-                for piece in ready.iter().flatten().chain(open) {
-                    if piece.doc as usize >= docs.len() || piece.start > piece.end {
-                        return Err(at(format!(
-                            "piece {}..{} of document {} (it holds {} documents)",
-                            piece.start,
-                            piece.end,
-                            piece.doc,
-                            docs.len()
-                        )));
-                    }
-                }
-            }
-            OpCut::Mixture {
-                pending, queues, ..
-            } => {
-                ptrs("pending", pending)?;
-                for (_, q) in queues {
-                    ptrs("a queue", q)?;
-                }
-            }
-            OpCut::Batch | OpCut::Filter { .. } => {}
+        if op.op.is_empty() {
+            return Err(at("an operator without a name".into()));
+        }
+        let p = &op.preamble;
+        let listed = p.listed.len() as u64;
+        // One pass over the list: it may hold many pointers.
+        if let Some(other) = p.listed.to_vec().iter().find(|q| q.lane != lane) {
+            return Err(at(format!("its preamble holds {other}, of another lane")));
+        }
+        if listed.checked_add(p.computed).is_none() {
+            return Err(at(format!(
+                "a preamble of {listed} listed and {} computed pointers",
+                p.computed
+            )));
+        }
+        if p.in_flight > listed {
+            return Err(at(format!(
+                "{} elements in flight but {listed} listed",
+                p.in_flight
+            )));
+        }
+        if let Some(emitted) = op.emitted
+            && emitted < p.in_flight
+        {
+            return Err(at(format!(
+                "{} elements in flight but {emitted} emitted",
+                p.in_flight
+            )));
+        }
+        if let Some(check) = state_check(&op.op) {
+            check(lane, op).map_err(at)?;
         }
     }
     Ok(())

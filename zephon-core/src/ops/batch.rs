@@ -1,7 +1,7 @@
 //! `batch`: group elements of one lane into batches.
 
 use crate::checkpoint::cut::{
-    Arrival, Board, CutContext, CutSource, LaneCut, OpCut, OpLaneCut, Restoring,
+    Arrival, Board, CutContext, CutSource, LaneCut, OpLaneCut, Restoring,
 };
 use crate::context::{CutRole, Joined};
 use crate::error::{Error, Result};
@@ -127,13 +127,11 @@ impl BatchLanes {
 impl CutSource for BatchLanes {
     fn cut(&self, lane: LaneId, _: CutContext) -> Option<OpLaneCut> {
         let lanes = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        Some(OpLaneCut {
-            op: "batch".into(),
-            consumed: lanes.get(&lane).copied().unwrap_or(0),
-            emitted: None,
-            last_identity: None,
-            cut: OpCut::Batch,
-        })
+        // A batch boundary holds nothing: no preamble, no state.
+        Some(OpLaneCut::new(
+            "batch",
+            lanes.get(&lane).copied().unwrap_or(0),
+        ))
     }
 }
 

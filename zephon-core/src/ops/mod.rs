@@ -8,3 +8,9 @@ pub mod map_par;
 pub mod micro_batch;
 pub mod prefetch_batches;
 pub mod shuffle;
+
+/// The checks of zephon-core's own operators' cut states that need no
+/// operator (see [`StateCheck`](crate::checkpoint::cut::StateCheck)): run on
+/// every checkpoint loaded.
+pub(crate) const STATE_CHECKS: &[(&str, crate::checkpoint::cut::StateCheck)] =
+    &[(shuffle::NAME, shuffle::check_state)];

@@ -1,12 +1,70 @@
 //! `ensure_mixture`'s state, shared with the checkpoint board: per lane the
-//! queues and the weight emitted per dataset; its lane cut, and putting a
-//! cut back.
+//! queues and the weight emitted per dataset; its lane cut, through
+//! zephon-core's open lane-cut protocol (see
+//! [`zephon_core::checkpoint::cut`]) as any crate's operator takes part, and
+//! putting a cut back.
 
 use super::{LaneMix, MixtureConfig, weight};
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
-use zephon_core::checkpoint::cut::{CutContext, CutSource, OpCut, OpLaneCut, element_pointer};
-use zephon_core::{Error, LaneId, Record, Result};
+use zephon_core::checkpoint::PtrList;
+use zephon_core::checkpoint::cut::{
+    CutContext, CutSource, OpLaneCut, OpState, Preamble, element_pointer,
+};
+use zephon_core::{Error, LaneId, Record, Result, SamplePtr};
+
+/// The name the operator registers under.
+pub(crate) const NAME: &str = "ensure_mixture";
+
+/// Layout version of [`MixState`].
+const STATE_VERSION: u32 = 1;
+
+/// What a mixture cut holds besides its preamble, which lists the records
+/// ready to leave (next first), then each queue (oldest first) in the order
+/// of `queues`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct MixState {
+    /// Records ready to leave: the first this many of the preamble.
+    pending: u64,
+    /// Per dataset (ascending) with a queue, its length.
+    queues: Vec<(u32, u64)>,
+    /// Per dataset, the weight emitted so far (`f64::to_bits`, so the
+    /// restored deficits are exactly the same).
+    emitted: Vec<(u32, u64)>,
+    /// The total weight emitted (`f64::to_bits`).
+    total: u64,
+}
+
+/// A mixture cut's counts add up to its preamble.
+pub(crate) fn check_state(lane: LaneId, cut: &OpLaneCut) -> std::result::Result<(), String> {
+    let s: MixState = cut
+        .decode_state(lane, NAME, STATE_VERSION)
+        .map_err(|e| match e {
+            Error::Checkpoint { message, .. } => message,
+            e => e.to_string(),
+        })?;
+    check(&s, &cut.preamble)
+}
+
+fn check(s: &MixState, p: &Preamble) -> std::result::Result<(), String> {
+    let counted = s
+        .queues
+        .iter()
+        .try_fold(s.pending, |n, (_, q)| n.checked_add(*q));
+    if p.computed != 0 || p.in_flight != 0 || counted != Some(p.listed.len() as u64) {
+        return Err(format!(
+            "{} pending and queues of {:?} records, but a preamble of {} listed, {} computed, {} in flight",
+            s.pending,
+            s.queues.iter().map(|q| q.1).collect::<Vec<_>>(),
+            p.listed.len(),
+            p.computed,
+            p.in_flight
+        ));
+    }
+    Ok(())
+}
 
 /// The operator's state: per lane, and the records ready to leave.
 #[derive(Debug, Default)]
@@ -15,8 +73,9 @@ pub(super) struct State {
     pub(super) out: VecDeque<Record>,
     pub(super) done: bool,
     /// Per lane during a restore: the cut being put back (the lane's state
-    /// until it is) and how many of its records arrived.
-    pub(super) restoring: BTreeMap<LaneId, (OpLaneCut, usize)>,
+    /// until it is), its state once decoded, and how many of its records
+    /// arrived.
+    pub(super) restoring: BTreeMap<LaneId, (OpLaneCut, Option<MixState>, usize)>,
 }
 
 fn restore_error(lane: LaneId, message: impl Into<String>) -> Error {
@@ -41,7 +100,7 @@ impl Shared {
 impl CutSource for Shared {
     fn cut(&self, lane: LaneId, _: CutContext) -> Option<OpLaneCut> {
         let st = self.lock();
-        if let Some((cut, _)) = st.restoring.get(&lane) {
+        if let Some((cut, _, _)) = st.restoring.get(&lane) {
             return Some(cut.clone());
         }
         let pending = st
@@ -49,7 +108,7 @@ impl CutSource for Shared {
             .iter()
             .filter(|r| r.lane == lane)
             .map(element_pointer)
-            .collect::<Option<Vec<_>>>()?;
+            .collect::<Option<Vec<SamplePtr>>>()?;
         let empty = LaneMix::default();
         let l = st.lanes.get(&lane).unwrap_or(&empty);
         let queues = l
@@ -61,22 +120,32 @@ impl CutSource for Shared {
                     d,
                     q.iter()
                         .map(|(r, _)| element_pointer(r))
-                        .collect::<Option<_>>()?,
+                        .collect::<Option<Vec<SamplePtr>>>()?,
                 ))
             })
             .collect::<Option<Vec<_>>>()?;
-        Some(OpLaneCut {
-            op: "ensure_mixture".into(),
-            consumed: l.consumed,
-            emitted: Some(l.sent),
-            last_identity: l.last,
-            cut: OpCut::Mixture {
-                pending,
-                queues,
-                emitted: l.emitted.iter().map(|(&d, w)| (d, w.to_bits())).collect(),
-                total: l.total.to_bits(),
-            },
-        })
+        let mut listed: Vec<SamplePtr> = pending;
+        let mut lens = Vec::with_capacity(queues.len());
+        for (d, q) in queues {
+            lens.push((d, q.len() as u64));
+            listed.extend(q);
+        }
+        let state = MixState {
+            pending: listed.len() as u64 - lens.iter().map(|q| q.1).sum::<u64>(),
+            queues: lens,
+            emitted: l.emitted.iter().map(|(&d, w)| (d, w.to_bits())).collect(),
+            total: l.total.to_bits(),
+        };
+        Some(
+            OpLaneCut::new(NAME, l.consumed)
+                .with_emitted(l.sent)
+                .with_last_identity(l.last)
+                .with_preamble(Preamble {
+                    listed: PtrList::new(listed),
+                    ..Preamble::default()
+                })
+                .with_state(OpState::new(STATE_VERSION, &state).ok()?),
+        )
     }
 }
 
@@ -99,39 +168,30 @@ impl State {
         cut: &OpLaneCut,
         r: Record,
     ) -> Result<(Restored, bool)> {
-        let OpCut::Mixture {
-            pending,
-            queues,
-            emitted,
-            total,
-        } = &cut.cut
-        else {
-            return Err(restore_error(
-                lane,
-                "the checkpoint holds another operator's cut",
-            ));
+        // Out of the map while this record is put back, so the lane's
+        // state can change; back in unless the section is complete.
+        let (held, decoded, k) = self
+            .restoring
+            .remove(&lane)
+            .unwrap_or_else(|| (cut.clone(), None, 0));
+        let state = match decoded {
+            Some(s) => s,
+            None => {
+                let s: MixState = cut.decode_state(lane, NAME, STATE_VERSION)?;
+                check(&s, &cut.preamble).map_err(|m| restore_error(lane, m))?;
+                s
+            }
         };
-        let section = cut.cut.preamble_len() as usize;
+        let section = cut.preamble_len() as usize;
         if section == 0 {
-            self.finish(lane, cut, emitted, *total);
+            self.finish(lane, cut, &state);
             return Ok((Restored::Normal(r), true));
         }
-        let seen = &mut self
-            .restoring
-            .entry(lane)
-            .or_insert_with(|| (cut.clone(), 0))
-            .1;
-        let k = *seen;
-        *seen += 1;
         if k == 0 {
             // The pending records are counted as they leave again.
             self.lanes.entry(lane).or_default().sent = cut.emitted.unwrap_or(0);
         }
-        let expected = pending
-            .iter()
-            .chain(queues.iter().flat_map(|(_, q)| q))
-            .nth(k)
-            .copied();
+        let expected = cut.preamble.listed.get(k);
         if element_pointer(&r).map(|p| (p.dataset, p.shard, p.sample))
             != expected.map(|p| (p.dataset, p.shard, p.sample))
         {
@@ -140,17 +200,19 @@ impl State {
                 format!("record {k} of the preamble is not the one the checkpoint held"),
             ));
         }
-        if k < pending.len() {
+        let pending = state.pending as usize;
+        if k < pending {
             self.out.push_back(r);
         } else {
-            let mut i = k - pending.len();
-            let d = queues
+            let mut i = (k - pending) as u64;
+            let d = state
+                .queues
                 .iter()
-                .find_map(|(d, q)| {
-                    if i < q.len() {
-                        Some(*d)
+                .find_map(|&(d, q)| {
+                    if i < q {
+                        Some(d)
                     } else {
-                        i -= q.len();
+                        i -= q;
                         None
                     }
                 })
@@ -162,22 +224,25 @@ impl State {
         }
         let finished = k + 1 == section;
         if finished {
-            self.finish(lane, cut, emitted, *total);
+            self.finish(lane, cut, &state);
+        } else {
+            self.restoring.insert(lane, (held, Some(state), k + 1));
         }
         Ok((Restored::Absorbed, finished))
     }
 
-    fn finish(&mut self, lane: LaneId, cut: &OpLaneCut, emitted: &[(u32, u64)], total: u64) {
+    fn finish(&mut self, lane: LaneId, cut: &OpLaneCut, state: &MixState) {
         self.restoring.remove(&lane);
         let l = self.lanes.entry(lane).or_default();
-        l.emitted = emitted
+        l.emitted = state
+            .emitted
             .iter()
             .map(|&(d, w)| (d, f64::from_bits(w)))
             .collect();
-        l.total = f64::from_bits(total);
+        l.total = f64::from_bits(state.total);
         l.consumed = cut.consumed;
         l.last = cut.last_identity;
-        if cut.cut.preamble_len() == 0 {
+        if cut.preamble_len() == 0 {
             l.sent = cut.emitted.unwrap_or(0);
         }
     }

@@ -7,7 +7,7 @@
 //! lineage) and emits, with smooth weighted round robin over what has been
 //! emitted so far, the dataset furthest behind its target share.
 
-mod cut;
+pub(crate) mod cut;
 
 use crate::fields;
 use crate::stats::TextStats;
@@ -282,6 +282,7 @@ impl<S> EnsureMixture<S> {
     /// Wraps `inner`. A `config` that [`MixtureConfig::validate`] refuses
     /// makes the first poll return that error, and the stream end.
     pub fn new(inner: S, config: MixtureConfig) -> Self {
+        crate::register_checkpoint_checks();
         EnsureMixture {
             invalid: config.validate().err(),
             inner,
@@ -364,7 +365,7 @@ where
                 // itself (a batch may leave before that).
                 let mut st = this.state.lock();
                 for (&lane, (_, cut)) in &plan {
-                    st.restoring.insert(lane, (cut.clone(), 0));
+                    st.restoring.insert(lane, (cut.clone(), None, 0));
                 }
                 *this.restoring = Some(Restoring::new(plan, board));
             }

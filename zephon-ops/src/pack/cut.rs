@@ -1,14 +1,93 @@
-//! Packing's part in a checkpoint: a lane's finished-but-not-taken rows and
-//! open bins as pieces of documents (pointer and token range), and putting
-//! them back from the re-read documents on restore.
+//! Packing's part in a checkpoint, through zephon-core's open lane-cut
+//! protocol (see [`zephon_core::checkpoint::cut`]), as any crate's operator
+//! takes part: a lane's finished-but-not-taken rows and open bins as
+//! pieces of documents (token ranges), the documents themselves as the
+//! preamble (their pointers), and putting them back from the re-read
+//! documents on restore.
 
 use super::bins::BinPacker;
 use super::wrap::{BestFitWrapPacker, WrapPacker};
 use super::{LaneState, PackAlgorithm, Packer, Row, RowPiece, Seq};
 use crate::fields;
+use serde::{Deserialize, Serialize};
 use std::sync::Mutex;
-use zephon_core::checkpoint::cut::{CutContext, CutSource, OpCut, OpLaneCut, Piece};
+use zephon_core::checkpoint::PtrList;
+use zephon_core::checkpoint::cut::{CutContext, CutSource, OpLaneCut, OpState, Preamble};
 use zephon_core::{Error, LaneId, Lineage, Record, Result, SamplePtr, Value};
+
+/// The name packing registers under.
+pub(crate) const NAME: &str = "pack_sequences";
+
+/// Layout version of [`PackState`].
+const STATE_VERSION: u32 = 1;
+
+/// Tokens `start..end` of document `doc` (an index into the cut's
+/// preamble), written `[doc, start, end]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Piece(u32, u32, u32);
+
+impl Piece {
+    pub(crate) fn doc(self) -> u32 {
+        self.0
+    }
+    pub(crate) fn start(self) -> u32 {
+        self.1
+    }
+    pub(crate) fn end(self) -> u32 {
+        self.2
+    }
+}
+
+/// The ready rows and the open pieces of a packing cut (`None` for a cut
+/// that is not packing's, or of another layout).
+pub(crate) fn cut_pieces(lane: LaneId, cut: &OpLaneCut) -> Option<(Vec<Vec<Piece>>, Vec<Piece>)> {
+    let s: PackState = cut.decode_state(lane, NAME, STATE_VERSION).ok()?;
+    Some((s.ready, s.open))
+}
+
+/// What a packing cut holds besides its preamble (the documents, each by
+/// its pointer): rows ready to leave, then the open bins or pool, in the
+/// packer's own layout.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PackState {
+    /// Finished rows not yet handed downstream, oldest first.
+    ready: Vec<Vec<Piece>>,
+    /// The open state.
+    open: Vec<Piece>,
+}
+
+/// Every piece of a packing cut is of one of its documents, and a range.
+pub(crate) fn check_state(lane: LaneId, cut: &OpLaneCut) -> std::result::Result<(), String> {
+    let s: PackState = cut
+        .decode_state(lane, NAME, STATE_VERSION)
+        .map_err(|e| match e {
+            Error::Checkpoint { message, .. } => message,
+            e => e.to_string(),
+        })?;
+    check(&s, &cut.preamble)
+}
+
+fn check(s: &PackState, p: &Preamble) -> std::result::Result<(), String> {
+    if p.computed != 0 || p.in_flight != 0 {
+        return Err(format!(
+            "a preamble of {} computed and {} in flight: packing lists its documents only",
+            p.computed, p.in_flight
+        ));
+    }
+    let docs = p.listed.len();
+    for piece in s.ready.iter().flatten().chain(&s.open) {
+        if piece.doc() as usize >= docs || piece.start() > piece.end() {
+            return Err(format!(
+                "piece {}..{} of document {} (it holds {docs} documents)",
+                piece.start(),
+                piece.end(),
+                piece.doc(),
+            ));
+        }
+    }
+    Ok(())
+}
 
 fn seq_piece(s: &Seq) -> RowPiece {
     RowPiece::of(&s.lineage, s.offset, s.ids.len())
@@ -25,11 +104,7 @@ fn index(docs: &mut Vec<SamplePtr>, p: &RowPiece) -> Option<Piece> {
             docs.len() - 1
         }
     };
-    Some(Piece {
-        doc: doc as u32,
-        start: p.start,
-        end: p.end,
-    })
+    Some(Piece(doc as u32, p.start, p.end))
 }
 
 fn restore_error(lane: LaneId, message: impl Into<String>) -> Error {
@@ -65,13 +140,17 @@ impl Packer {
             .iter()
             .map(|p| index(&mut docs, p))
             .collect::<Option<Vec<_>>>()?;
-        Some(OpLaneCut {
-            op: "pack_sequences".into(),
-            consumed,
-            emitted: Some(self.emitted.get(&lane).copied().unwrap_or(0)),
-            last_identity: (consumed > 0).then_some(last),
-            cut: OpCut::Pieces { docs, ready, open },
-        })
+        let state = OpState::new(STATE_VERSION, &PackState { ready, open }).ok()?;
+        Some(
+            OpLaneCut::new(NAME, consumed)
+                .with_emitted(self.emitted.get(&lane).copied().unwrap_or(0))
+                .with_last_identity((consumed > 0).then_some(last))
+                .with_preamble(Preamble {
+                    listed: PtrList::new(docs),
+                    ..Preamble::default()
+                })
+                .with_state(state),
+        )
     }
 
     /// Puts `lane` back as `cut` says, from its documents re-read and
@@ -82,17 +161,10 @@ impl Packer {
         cut: &OpLaneCut,
         docs: Vec<Record>,
     ) -> Result<()> {
-        let OpCut::Pieces {
-            docs: ptrs,
-            ready,
-            open,
-        } = &cut.cut
-        else {
-            return Err(restore_error(
-                lane,
-                "the checkpoint holds another operator's cut",
-            ));
-        };
+        let state: PackState = cut.decode_state(lane, NAME, STATE_VERSION)?;
+        check(&state, &cut.preamble).map_err(|m| restore_error(lane, m))?;
+        let PackState { ready, open } = &state;
+        let ptrs = cut.preamble.listed.to_vec();
         let mut ids: Vec<(Vec<u32>, Lineage)> = Vec::with_capacity(docs.len());
         for (i, mut r) in docs.into_iter().enumerate() {
             let want = ptrs.get(i).map(|p| (p.dataset, p.shard, p.sample));
@@ -121,16 +193,16 @@ impl Packer {
             ids.push((t, r.lineage));
         }
         let slice = |p: &Piece| -> Result<(&[u32], &Lineage)> {
-            let (t, lineage) = ids.get(p.doc as usize).ok_or_else(|| {
-                restore_error(lane, format!("piece of unknown document {}", p.doc))
+            let (t, lineage) = ids.get(p.doc() as usize).ok_or_else(|| {
+                restore_error(lane, format!("piece of unknown document {}", p.doc()))
             })?;
-            let tokens = t.get(p.start as usize..p.end as usize).ok_or_else(|| {
+            let tokens = t.get(p.start() as usize..p.end() as usize).ok_or_else(|| {
                 restore_error(
                     lane,
                     format!(
                         "tokens {}..{} of a document of {} tokens: the tokenizer differs from the checkpointed run's",
-                        p.start,
-                        p.end,
+                        p.start(),
+                        p.end(),
                         t.len()
                     ),
                 )
@@ -142,7 +214,7 @@ impl Packer {
             let mut row = Row::with_capacity(c.max_length);
             for p in pieces {
                 let (tokens, lineage) = slice(p)?;
-                row.push(tokens, lineage, p.start);
+                row.push(tokens, lineage, p.start());
             }
             Ok(row)
         };
@@ -158,7 +230,7 @@ impl Packer {
                     Ok(Seq {
                         ids: tokens.to_vec(),
                         lineage: lineage.clone(),
-                        offset: p.start,
+                        offset: p.start(),
                     })
                 })
                 .collect()

@@ -5,9 +5,10 @@
 //! ranges of the re-read documents' [`fields::LOSS_MASK`], so a resumed run
 //! takes the loss on the same tokens as an uninterrupted one.
 
+use super::cut::{Piece, cut_pieces};
 use super::{LaneState, Packer};
 use crate::fields;
-use zephon_core::checkpoint::cut::{OpCut, OpLaneCut, Piece};
+use zephon_core::checkpoint::cut::OpLaneCut;
 use zephon_core::{LaneId, Record, Value};
 
 /// The masks of documents re-read for a cut, in the cut's order.
@@ -25,7 +26,7 @@ fn joined(pieces: &[Piece], slice: &impl Fn(&Piece) -> Option<Vec<u32>>) -> Opti
         pieces
             .iter()
             .zip(parts)
-            .flat_map(|(p, m)| m.unwrap_or_else(|| vec![1; (p.end - p.start) as usize]))
+            .flat_map(|(p, m)| m.unwrap_or_else(|| vec![1; (p.end() - p.start()) as usize]))
             .collect()
     })
 }
@@ -40,15 +41,16 @@ impl Packer {
         cut: &OpLaneCut,
         masks: &[Option<Vec<u32>>],
     ) {
-        let OpCut::Pieces { ready, open, .. } = &cut.cut else {
+        let Some((ready, open)) = cut_pieces(lane, cut) else {
             return;
         };
         if masks.iter().all(Option::is_none) {
             return;
         }
         let slice = |p: &Piece| -> Option<Vec<u32>> {
-            let m = masks.get(p.doc as usize)?.as_ref()?;
-            m.get(p.start as usize..p.end as usize).map(<[u32]>::to_vec)
+            let m = masks.get(p.doc() as usize)?.as_ref()?;
+            m.get(p.start() as usize..p.end() as usize)
+                .map(<[u32]>::to_vec)
         };
         // `restore_lane` has just appended the lane's ready rows, in order.
         let first = self.out.len().saturating_sub(ready.len());
@@ -58,7 +60,7 @@ impl Packer {
             }
         }
         match self.lanes.get_mut(&lane) {
-            Some(LaneState::Wrap(w)) => w.row.loss_mask = joined(open, &slice),
+            Some(LaneState::Wrap(w)) => w.row.loss_mask = joined(&open, &slice),
             Some(LaneState::Bins(_) | LaneState::BestFitWrap(_)) => {
                 self.masks.insert(lane, open.iter().map(slice).collect());
             }
@@ -70,7 +72,6 @@ impl Packer {
 #[cfg(test)]
 mod tests {
     use crate::{PackAlgorithm, PackConfig, Packer};
-    use zephon_core::checkpoint::cut::OpCut;
     use zephon_core::{Lineage, Record, SamplePtr, Value};
 
     /// Document `i`: ids `100 * i + j`, the first half unsupervised.
@@ -122,14 +123,8 @@ mod tests {
                 whole.push(r.clone()).unwrap();
             }
             let cut = whole.lane_cut(0).unwrap();
-            let OpCut::Pieces {
-                docs: ptrs,
-                ready,
-                open,
-            } = &cut.cut
-            else {
-                panic!("{cut:?}");
-            };
+            let (ready, open) = super::cut_pieces(0, &cut).expect("a packing cut");
+            let ptrs = cut.preamble.listed.to_vec();
             assert!(!ready.is_empty() || !open.is_empty(), "{algorithm:?}");
             for r in &docs[6..] {
                 whole.push(r.clone()).unwrap();

@@ -8,7 +8,7 @@
 //!   `masks`: a lane's part in a checkpoint.
 
 pub mod bins;
-mod cut;
+pub(crate) mod cut;
 pub mod flat;
 mod masks;
 mod row;

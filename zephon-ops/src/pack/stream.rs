@@ -61,6 +61,7 @@ impl<S> PackSequences<S> {
     /// Wraps `inner`. A `config` that [`PackConfig::validate`] refuses
     /// makes the first poll return that error, and the stream end.
     pub fn new(inner: S, config: PackConfig) -> Self {
+        crate::register_checkpoint_checks();
         PackSequences {
             invalid: config.validate().err(),
             inner,
@@ -166,7 +167,7 @@ where
                             Arrival::Pass => return Poll::Ready(Some(Ok(r))),
                             Arrival::Own(cut) => {
                                 let cut = cut.clone();
-                                let need = cut.cut.preamble_len() as usize;
+                                let need = cut.preamble_len() as usize;
                                 let docs = this.restored_docs.entry(lane).or_default();
                                 // An empty section: the cut applies before this
                                 // element, which is then packed as usual.

@@ -3,15 +3,18 @@
 //! a lane whose elements were filtered.
 
 use crate::checkpoint::cut::{
-    Arrival, CutContext, CutSource, OpCut, OpLaneCut, Restoring, element_key, keyed_type,
+    Arrival, CutContext, CutSource, OpLaneCut, OpState, Restoring, element_key, keyed_type,
 };
 use crate::context::{CutRole, Joined};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::obs::Probe;
 use crate::pointer::LaneId;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+
+/// Layout version of a filter's cut state (the elements it passed).
+const STATE_VERSION: u32 = 1;
 
 /// One passed element: its number among the passed (1-based), its position
 /// in the filter's input and its identity.
@@ -72,13 +75,13 @@ impl CutSource for Lanes {
         // A filter maps what the next operator consumed to what it read
         // itself: without a next operator there is nothing to map.
         let taken = ctx.downstream_consumed?;
-        let cut = |consumed, last_identity| OpLaneCut {
-            op: self.name.into(),
-            consumed,
-            // The log maps what the next operator took; nothing is lost.
-            emitted: None,
-            last_identity,
-            cut: OpCut::Filter { passed: taken },
+        // The log maps what the next operator took; nothing is lost, so
+        // `emitted` is not counted. The state: elements passed up to the cut.
+        let state = OpState::from_value(STATE_VERSION, taken.into()).ok()?;
+        let cut = |consumed, last_identity| {
+            OpLaneCut::new(self.name, consumed)
+                .with_last_identity(last_identity)
+                .with_state(state.clone())
         };
         if taken == 0 {
             return Some(cut(0, None));
@@ -171,15 +174,7 @@ impl FilterCut {
         match st.restoring.arrive(lane) {
             Arrival::Pass => return Ok(Gate::Pass),
             Arrival::Own(cut) => {
-                let OpCut::Filter { passed } = cut.cut else {
-                    return Err(Error::Checkpoint {
-                        origin: "restore".into(),
-                        message: format!(
-                            "{}, lane {lane}: the checkpoint holds another operator's cut",
-                            st.lanes.name
-                        ),
-                    });
-                };
+                let passed: u64 = cut.decode_state(lane, st.lanes.name, STATE_VERSION)?;
                 let (consumed, last) = (cut.consumed, cut.last_identity);
                 st.restoring.done(lane);
                 st.lanes.restore(lane, passed, consumed, last);

@@ -10,7 +10,8 @@ use crate::hash::{combine, key};
 use crate::obs::{Explain, Probe, StageDescription};
 use crate::pointer::{Identity, LaneId, Laned};
 use crate::settings::BUFFER_SIZE;
-use cut::{Core, Restored};
+use cut::{Core, LaneRestore, Restored};
+pub(crate) use cut::{NAME, check_state};
 use futures::Stream;
 use pin_project::pin_project;
 use rand::SeedableRng;
@@ -103,6 +104,7 @@ impl<S, T> Shuffle<S, T> {
                 out_lane: None,
                 out_ptrs: None,
                 done: false,
+                refused: None,
             })),
             restoring: None,
             probe: Probe::default(),
@@ -147,7 +149,7 @@ impl<S: fmt::Debug, T> fmt::Debug for Shuffle<S, T> {
     }
 }
 
-pub(crate) fn permute_by_identity<T: Identity>(seed: u64, items: &mut [T]) {
+fn permute_by_identity<T: Identity>(seed: u64, items: &mut [T]) {
     let h = items.iter().fold(key(&[seed, items.len() as u64]), |h, x| {
         combine(h, x.identity())
     });
@@ -158,7 +160,7 @@ pub(crate) fn permute_by_identity<T: Identity>(seed: u64, items: &mut [T]) {
 /// replaces (once the buffer is full). A function of the position, not of the
 /// element: a restore finds what a buffer holds from hashes alone, and looks
 /// up only the pointers it keeps.
-pub(crate) fn reservoir_slot(seed: u64, lane: LaneId, pos: u64, buffer_size: u64) -> u64 {
+fn reservoir_slot(seed: u64, lane: LaneId, pos: u64, buffer_size: u64) -> u64 {
     key(&[seed, lane as u64, pos]) % buffer_size
 }
 
@@ -198,7 +200,8 @@ where
                 // the cut itself (a batch may leave before that).
                 let mut core = this.core.lock().unwrap_or_else(|e| e.into_inner());
                 for (&lane, (_, cut)) in &plan {
-                    core.lanes.entry(lane).or_default().restoring = Some((cut.clone(), 0));
+                    core.lanes.entry(lane).or_default().restoring =
+                        Some(LaneRestore::new(cut.clone()));
                 }
                 *this.restoring = Some(Restoring::new(plan, board));
             }
@@ -232,20 +235,21 @@ where
                     let t = this.probe.sample();
                     let lane = x.lane();
                     let mut core = this.core.lock().unwrap_or_else(|e| e.into_inner());
+                    if let Some(e) = core.refused.take() {
+                        core.done = true;
+                        return Poll::Ready(Some(Err(e)));
+                    }
                     let x = match this.restoring.as_mut().map(|r| r.arrive(lane)) {
                         Some(Arrival::Pass) => {
                             this.probe.sampled(t);
                             this.probe.output();
                             return Poll::Ready(Some(Ok(x)));
                         }
-                        Some(Arrival::Own(cut)) => {
-                            let cut = cut.clone();
-                            let board = this.restoring.as_ref().and_then(|r| r.board().cloned());
-                            let (restored, finished) =
-                                match core.restore_one(lane, &cut, x, board.as_deref()) {
-                                    Ok(r) => r,
-                                    Err(e) => return Poll::Ready(Some(Err(e))),
-                                };
+                        Some(Arrival::Own(_)) => {
+                            let (restored, finished) = match core.restore_one(lane, x) {
+                                Ok(r) => r,
+                                Err(e) => return Poll::Ready(Some(Err(e))),
+                            };
                             if finished && let Some(r) = this.restoring.as_mut() {
                                 r.done(lane);
                             }
@@ -274,6 +278,7 @@ where
                     let lb = core.lanes.entry(lane).or_default();
                     // Left over only when the restore fell back to a replay.
                     lb.restoring = None;
+                    lb.slot_order = None;
                     let pos = lb.consumed;
                     lb.consumed += 1;
                     lb.last = cutting.then_some(id);
