@@ -178,6 +178,21 @@ const CASES: &[(&str, &str, &str)] = &[
         "max_length = 9223372036854775807",
         "ops[5].max_length",
     ),
+    (
+        "algorithm = \"wrap\"",
+        "max_candidate_age = 4\nalgorithm = \"wrap\"",
+        "ops[5].max_candidate_age",
+    ),
+    (
+        "algorithm = \"wrap\"",
+        "max_candidate_age = 0\nalgorithm = \"best_fit_wrap\"",
+        "ops[5].max_candidate_age",
+    ),
+    (
+        "algorithm = \"wrap\"",
+        "max_candidate_age = 2000000000000\nalgorithm = \"best_fit_wrap\"",
+        "ops[5].max_candidate_age",
+    ),
     ("size = 2", "size = 0", "ops[6].size"),
     ("size = 2", "size = 100000000", "ops[6].size"),
     ("seq_len = 66", "seq_len = 0", "ops[8].seq_len"),
@@ -233,6 +248,27 @@ fn the_good_recipe_runs() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("\"batches\":5"));
+}
+
+/// Operator options in their range: (line of `GOOD`, replacement).
+const IN_RANGE: &[(&str, &str)] = &[(
+    "algorithm = \"wrap\"",
+    "max_candidate_age = 3\nalgorithm = \"best_fit_wrap\"",
+)];
+
+/// The operator options in range run.
+#[test]
+fn operator_options_in_range_run() {
+    let dir = tempfile::tempdir().unwrap();
+    for &(old, new) in IN_RANGE {
+        let (path, _) = write_recipe(dir.path(), old, new);
+        let out = run(&["--json"], &path);
+        assert!(
+            out.status.success(),
+            "`{new}`: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
 
 #[test]

@@ -58,6 +58,8 @@ struct Run {
     /// micro-batches are in flight between shuffle and the next stateful
     /// operator when a cut is taken.
     late_tokenize: bool,
+    /// `best_fit_wrap`'s `max_candidate_age`.
+    max_age: Option<u64>,
 }
 
 impl Run {
@@ -76,7 +78,11 @@ impl Run {
     }
 
     fn pack(&self) -> PackConfig {
-        PackConfig::new(SEQ, self.algorithm).num_bins(3)
+        let c = PackConfig::new(SEQ, self.algorithm).num_bins(3);
+        match self.max_age {
+            Some(age) => c.max_candidate_age(age),
+            None => c,
+        }
     }
 
     fn mixture(&self) -> MixtureConfig {
@@ -242,8 +248,11 @@ proptest! {
         filter in any::<bool>(),
         flat in any::<bool>(),
         late_tokenize in any::<bool>(),
+        max_age in proptest::option::of(1u64..5),
     ) {
-        let r = Run { algorithm, lanes: 2, passes: 1, mixture, filter, flat, late_tokenize };
+        // Candidates closed by age, their ages restored from the cut.
+        let max_age = max_age.filter(|_| algorithm == PackAlgorithm::BestFitWrap);
+        let r = Run { algorithm, lanes: 2, passes: 1, mixture, filter, flat, late_tokenize, max_age };
         let (full, _, _) = run(r, (0, 1), 3, 1, None, usize::MAX, None);
         // The cut falls `frac` of the way through, never at the end: an
         // empty remainder would make "nothing lost, nothing repeated" hold
@@ -310,6 +319,8 @@ fn elastic_resume_on_4_and_1_ranks_across_epochs() {
             filter,
             flat,
             late_tokenize,
+            // best_fit_wrap's candidates closed by age across rank counts.
+            max_age: (algorithm == PackAlgorithm::BestFitWrap).then_some(2),
         };
         let (full, _, _) = ranks(r, 2, 2, None, usize::MAX);
         let steps = full.keys().map(|(t, _)| *t).max().unwrap() + 1;
@@ -349,6 +360,7 @@ fn packing_and_mixture_cuts_are_checked_on_load() {
         filter: false,
         flat: false,
         late_tokenize: false,
+        max_age: None,
     };
     let (_, _, ckpt) = run(r, (0, 1), 3, 1, None, 4, None);
     let find = |c: &Checkpoint, name: &str| -> (LaneId, usize) {
@@ -387,6 +399,21 @@ fn packing_and_mixture_cuts_are_checked_on_load() {
         e.contains("step4.ckpt") && e.contains("`ensure_mixture`") && e.contains("1000 pending"),
         "{e}"
     );
+    // A cut of packing's first layout (without its candidates' ages) is
+    // refused by its version.
+    let mut old = ckpt.clone();
+    let (lane, i) = find(&old, "pack_sequences");
+    let op = &mut old.cuts.get_mut(&lane).unwrap().ops[i];
+    let mut v = op.state.value().clone();
+    v.as_object_mut().unwrap().remove("ages");
+    op.state = OpState::from_value(1, v).unwrap();
+    let e = Checkpoint::from_slice(&old.to_bytes(), "step4.ckpt")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("`pack_sequences`") && e.contains("layout version 1"),
+        "{e}"
+    );
     // Untouched, it loads.
     Checkpoint::from_slice(&ckpt.to_bytes(), "step4.ckpt").unwrap();
 }
@@ -401,6 +428,7 @@ fn micro_batch_size_changed_on_restore_keeps_the_rows() {
         filter: false,
         flat: false,
         late_tokenize: false,
+        max_age: None,
     };
     // Per step, 4 rows per lane: micro-batches of 4, restored as 2 x 2.
     let (_, full_rows, _) = ranks(r, 2, 4, None, usize::MAX);

@@ -151,6 +151,65 @@ proptest! {
             prop_assert!(cut <= 1, "row cuts {} documents", cut);
         }
     }
+
+    /// With `max_candidate_age = n`, a document is wholly emitted by the
+    /// time `n + 1` more documents entered the pool, and nothing is lost.
+    #[test]
+    fn best_fit_wrap_candidates_wait_at_most_max_candidate_age(lens in prop::collection::vec(1usize..300, 0..120),
+                                                              max_length in 8usize..256, pool in 1usize..16,
+                                                              age in 1u64..8) {
+        let config = PackConfig::new(max_length, PackAlgorithm::BestFitWrap).num_bins(pool)
+            .max_candidate_age(age);
+        let mut p = Packer::new(config);
+        let mut rows = Vec::new();
+        let mut done_at: BTreeMap<u64, usize> = BTreeMap::new();
+        let mut emitted: BTreeMap<u64, usize> = BTreeMap::new();
+        for (i, r) in docs(&lens).into_iter().enumerate() {
+            p.push(r).unwrap();
+            while let Some(row) = p.pop() {
+                let segs = row.tokens("segment_ids").unwrap();
+                for (k, ptr) in row.lineage.iter().enumerate() {
+                    let len = segs.iter().filter(|&&s| s == k as u32 + 1).count();
+                    let n = emitted.entry(ptr.sample).or_default();
+                    *n += len;
+                    if *n == lens[ptr.sample as usize] { done_at.insert(ptr.sample, i); }
+                }
+                rows.push(row);
+            }
+        }
+        for (doc, &len) in lens.iter().enumerate() {
+            if doc + age as usize + 1 < lens.len() {
+                let at = done_at.get(&(doc as u64)).copied();
+                prop_assert!(at.is_some_and(|at| at <= doc + age as usize + 1),
+                             "document {} of {} tokens done at push {:?}", doc, len, at);
+            }
+        }
+        p.finish();
+        rows.extend(std::iter::from_fn(|| p.pop()));
+        let want: BTreeMap<u64, Vec<u32>> = docs(&lens).iter().enumerate()
+            .map(|(i, r)| (i as u64, ids(r).to_vec())).collect();
+        prop_assert_eq!(&pieces(&rows), &want);
+    }
+}
+
+#[test]
+fn max_candidate_age_is_checked() {
+    let e = PackConfig::new(8, PackAlgorithm::Wrap)
+        .max_candidate_age(4)
+        .validate()
+        .unwrap_err();
+    assert!(e.to_string().contains("pack.max_candidate_age"), "{e}");
+    let e = PackConfig::new(8, PackAlgorithm::BestFitWrap)
+        .max_candidate_age(0)
+        .validate()
+        .unwrap_err();
+    assert!(e.to_string().contains("pack.max_candidate_age"), "{e}");
+    assert!(
+        PackConfig::new(8, PackAlgorithm::BestFitWrap)
+            .max_candidate_age(1)
+            .validate()
+            .is_ok()
+    );
 }
 
 #[test]

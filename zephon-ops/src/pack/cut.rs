@@ -18,8 +18,9 @@ use zephon_core::{Error, LaneId, Lineage, Record, Result, SamplePtr, Value};
 /// The name packing registers under.
 pub(crate) const NAME: &str = "pack_sequences";
 
-/// Layout version of [`PackState`].
-const STATE_VERSION: u32 = 1;
+/// Layout version of [`PackState`]: 2 added the candidates' ages; a cut of
+/// version 1 is refused (its pool's ages are unknown).
+pub(crate) const STATE_VERSION: u32 = 2;
 
 /// Tokens `start..end` of document `doc` (an index into the cut's
 /// preamble), written `[doc, start, end]`.
@@ -55,6 +56,9 @@ struct PackState {
     ready: Vec<Vec<Piece>>,
     /// The open state.
     open: Vec<Piece>,
+    /// `best_fit_wrap`: per piece of `open`, the documents that arrived
+    /// after it (empty for the other algorithms).
+    ages: Vec<u64>,
 }
 
 /// Every piece of a packing cut is of one of its documents, and a range.
@@ -73,6 +77,13 @@ fn check(s: &PackState, p: &Preamble) -> std::result::Result<(), String> {
         return Err(format!(
             "a preamble of {} computed and {} in flight: packing lists its documents only",
             p.computed, p.in_flight
+        ));
+    }
+    if !s.ages.is_empty() && s.ages.len() != s.open.len() {
+        return Err(format!(
+            "{} ages for {} open pieces",
+            s.ages.len(),
+            s.open.len()
         ));
     }
     let docs = p.listed.len();
@@ -140,7 +151,15 @@ impl Packer {
             .iter()
             .map(|p| index(&mut docs, p))
             .collect::<Option<Vec<_>>>()?;
-        let state = OpState::new(STATE_VERSION, &PackState { ready, open }).ok()?;
+        let ages = match self.lanes.get(&lane) {
+            Some(LaneState::BestFitWrap(p)) if !p.pool.is_empty() => {
+                let mut ages: Vec<u64> = p.ages.iter().copied().collect();
+                ages.resize(p.pool.len(), 0);
+                ages
+            }
+            _ => Vec::new(),
+        };
+        let state = OpState::new(STATE_VERSION, &PackState { ready, open, ages }).ok()?;
         Some(
             OpLaneCut::new(NAME, consumed)
                 .with_emitted(self.emitted.get(&lane).copied().unwrap_or(0))
@@ -163,7 +182,7 @@ impl Packer {
     ) -> Result<()> {
         let state: PackState = cut.decode_state(lane, NAME, STATE_VERSION)?;
         check(&state, &cut.preamble).map_err(|m| restore_error(lane, m))?;
-        let PackState { ready, open } = &state;
+        let PackState { ready, open, ages } = &state;
         let ptrs = cut.preamble.listed.to_vec();
         let mut ids: Vec<(Vec<u32>, Lineage)> = Vec::with_capacity(docs.len());
         for (i, mut r) in docs.into_iter().enumerate() {
@@ -250,6 +269,7 @@ impl Packer {
             }),
             PackAlgorithm::BestFitWrap => LaneState::BestFitWrap(BestFitWrapPacker {
                 pool: seqs()?.into(),
+                ages: ages.iter().copied().collect(),
             }),
         };
         self.lanes.insert(lane, state);

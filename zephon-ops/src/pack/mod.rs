@@ -73,10 +73,22 @@ pub struct PackConfig {
     /// At the end of the stream, drops each lane's last row if it is not full
     /// (`wrap`, `best_fit_wrap`); counted in [`TextStats::dropped_tokens`].
     pub drop_remainder: bool,
+    /// `best_fit_wrap` only: a candidate that has waited more than this many
+    /// incoming documents of its lane is placed first in the next row, built
+    /// at once (see [`wrap::BestFitWrapPacker`]); in [`MAX_CANDIDATE_AGE`].
+    /// `None` (the default): candidates wait until the pool overflows.
+    pub max_candidate_age: Option<u64>,
 }
 
 /// Bins per window or candidates per pool: each holds up to a row of tokens.
 pub const NUM_BINS: Range = Range::new(1, 65_536, "each bin holds up to a row per lane");
+
+/// Documents a `best_fit_wrap` candidate may wait before it is placed.
+pub const MAX_CANDIDATE_AGE: Range = Range::new(
+    1,
+    1 << 40,
+    "0 would close a row per document; a candidate's age is counted in 64 bits",
+);
 
 impl PackConfig {
     /// `algorithm` into rows of `max_length`, 64 bins, no other limits.
@@ -91,7 +103,30 @@ impl PackConfig {
             min_sequence_length: 1,
             oversized: OversizedPolicy::Drop,
             drop_remainder: false,
+            max_candidate_age: None,
         }
+    }
+
+    /// Sets `max_candidate_age`, in [`MAX_CANDIDATE_AGE`] (1 to 2^40
+    /// documents); `best_fit_wrap` only.
+    ///
+    /// ```
+    /// use zephon_core::{Record, Value};
+    /// use zephon_ops::{PackAlgorithm, PackConfig, Packer};
+    /// let c = PackConfig::new(8, PackAlgorithm::BestFitWrap)
+    ///     .num_bins(64)
+    ///     .max_candidate_age(1);
+    /// let mut p = Packer::new(c);
+    /// for doc in [vec![1, 2], vec![3], vec![4]] {
+    ///     p.push(Record::new().with("input_ids", Value::Tokens(doc)))?;
+    /// }
+    /// // The first document waited two documents: its row closes unfilled.
+    /// assert_eq!(p.pop().unwrap().tokens("input_ids").unwrap(), &[1, 2, 3, 4]);
+    /// # Ok::<(), zephon_ops::Error>(())
+    /// ```
+    pub fn max_candidate_age(mut self, n: u64) -> Self {
+        self.max_candidate_age = Some(n);
+        self
     }
 
     /// Sets `num_bins`, in [`NUM_BINS`] (1 to 65,536).
@@ -123,6 +158,22 @@ impl PackConfig {
                 key: "pack.max_sequences_per_bin",
                 message: "0 sequences per row leaves every row empty; use at least 1".into(),
             });
+        }
+        if let Some(age) = self.max_candidate_age {
+            if self.algorithm != PackAlgorithm::BestFitWrap {
+                return Err(Error::Config {
+                    key: "pack.max_candidate_age",
+                    message:
+                        "applies to best_fit_wrap only (other algorithms hold no candidate pool)"
+                            .into(),
+                });
+            }
+            if !MAX_CANDIDATE_AGE.contains(age) {
+                return Err(Error::Config {
+                    key: "pack.max_candidate_age",
+                    message: MAX_CANDIDATE_AGE.message(age),
+                });
+            }
         }
         Ok(())
     }

@@ -63,9 +63,17 @@ fn finish_row(row: Row, c: &PackConfig, st: &TextStats, out: &mut Vec<Row>) {
 /// with the head of the oldest candidate (its tail stays in the pool, first
 /// in line). At most one split per row, rows full except at the end or when
 /// `max_sequences_per_bin` stops them.
+///
+/// With `max_candidate_age` set, a candidate that has waited more than that
+/// many incoming documents is placed first in the next row, which is built
+/// at once even if the pool is not over `num_bins` (and closed even if not
+/// full); a candidate longer than the row fills it and its tail stays, as
+/// old as it was.
 #[derive(Debug, Default)]
 pub struct BestFitWrapPacker {
     pub(crate) pool: VecDeque<Seq>,
+    /// Per candidate, in pool order: documents that arrived after it.
+    pub(crate) ages: VecDeque<u64>,
 }
 
 impl BestFitWrapPacker {
@@ -79,11 +87,33 @@ impl BestFitWrapPacker {
         out: &mut Vec<Row>,
     ) {
         align(masks, self.pool.len());
+        self.align_ages();
+        for a in &mut self.ages {
+            *a += 1;
+        }
         masks.push_back(mask);
         self.pool.push_back(seq);
-        while self.pool.len() > c.num_bins {
+        self.ages.push_back(0);
+        while self.pool.len() > c.num_bins || self.overdue(c) {
             let row = self.fill(masks, c, st);
             out.push(row);
+        }
+    }
+
+    /// Lines the ages up with the pool (a pool put back without them is
+    /// of candidates that have just arrived).
+    fn align_ages(&mut self) {
+        while self.ages.len() < self.pool.len() {
+            self.ages.push_back(0);
+        }
+        self.ages.truncate(self.pool.len());
+    }
+
+    /// The oldest candidate (the front) waited longer than allowed.
+    fn overdue(&self, c: &PackConfig) -> bool {
+        match (c.max_candidate_age, self.ages.front()) {
+            (Some(max), Some(&age)) => age > max,
+            _ => false,
         }
     }
 
@@ -95,6 +125,7 @@ impl BestFitWrapPacker {
         out: &mut Vec<Row>,
     ) {
         align(masks, self.pool.len());
+        self.align_ages();
         while !self.pool.is_empty() {
             let row = self.fill(masks, c, st);
             if self.pool.is_empty() {
@@ -112,15 +143,23 @@ impl BestFitWrapPacker {
             if room == 0 {
                 break;
             }
-            // The largest candidate that fits; ties go to the oldest.
-            let best = self
-                .pool
-                .iter()
-                .enumerate()
-                .filter(|(_, s)| s.ids.len() <= room)
-                .max_by_key(|&(i, s)| (s.ids.len(), std::cmp::Reverse(i)))
-                .map(|(i, _)| i);
-            match best.and_then(|i| Some((self.pool.remove(i)?, masks.remove(i)?))) {
+            // An overdue candidate goes first, split if it does not fit;
+            // otherwise the largest candidate that fits, ties to the oldest.
+            let best = if self.overdue(c) {
+                (self.pool[0].ids.len() <= room).then_some(0)
+            } else {
+                self.pool
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, s)| s.ids.len() <= room)
+                    .max_by_key(|&(i, s)| (s.ids.len(), std::cmp::Reverse(i)))
+                    .map(|(i, _)| i)
+            };
+            let taken = best.and_then(|i| {
+                self.ages.remove(i);
+                Some((self.pool.remove(i)?, masks.remove(i)?))
+            });
+            match taken {
                 Some((s, m)) => row.push_masked(&s.ids, m.as_deref(), &s.lineage, s.offset),
                 None => {
                     // Nothing fits: the oldest candidate fills the row and

@@ -292,9 +292,11 @@ pub fn build(recipe: &Recipe, base: &Path) -> Result<Built> {
                         at()
                     ),
                 };
-                Stage::Records(boxed(
-                    s.pack_sequences(PackConfig::new(p.max_length, algorithm)),
-                ))
+                let mut config = PackConfig::new(p.max_length, algorithm);
+                if let Some(age) = p.max_candidate_age {
+                    config = config.max_candidate_age(age);
+                }
+                Stage::Records(boxed(s.pack_sequences(config)))
             }
             (OpSpec::Batch(b), Stage::Records(s)) => {
                 Stage::Batches(boxed(s.batch_with(b.size, b.drop_last)))

@@ -9,6 +9,7 @@ use zephon_core::settings::{
     PARALLELISM, PREFETCH_DEPTH, Range, SEQ_LEN, TOKEN_SAMPLES, WORKERS, WORLD_SIZE,
 };
 use zephon_core::work::ExhaustedPolicy;
+use zephon_ops::pack::MAX_CANDIDATE_AGE;
 
 /// One step of a key's path: a table key or an array index.
 #[derive(Clone, Copy)]
@@ -201,7 +202,19 @@ pub fn check(recipe: &Recipe, lines: &KeyLines<'_>) -> Result<()> {
             }
             OpSpec::Shuffle(s) => check("buffer_size", s.buffer_size, BUFFER_SIZE)?,
             OpSpec::EnsureMixture(m) => check("max_buffer_size", m.max_buffer_size, BUFFER_SIZE)?,
-            OpSpec::Pack(p) => check("max_length", p.max_length, SEQ_LEN)?,
+            OpSpec::Pack(p) => {
+                check("max_length", p.max_length, SEQ_LEN)?;
+                if let Some(age) = p.max_candidate_age {
+                    if p.algorithm != "best_fit_wrap" {
+                        return Err(at(
+                            lines,
+                            &key("max_candidate_age"),
+                            "applies to algorithm = \"best_fit_wrap\" only",
+                        ));
+                    }
+                    in_range(lines, &key("max_candidate_age"), age, MAX_CANDIDATE_AGE)?;
+                }
+            }
             OpSpec::Batch(b) => check("size", b.size, BATCH_SIZE)?,
             OpSpec::ToTraining(t) => {
                 check("seq_len", t.seq_len, SEQ_LEN)?;

@@ -421,6 +421,10 @@ pub struct PackSpec {
     pub max_length: usize,
     /// `first_fit`, `best_fit`, `wrap` or `best_fit_wrap`.
     pub algorithm: String,
+    /// `best_fit_wrap` only: documents a candidate may wait before it is
+    /// placed first in the next row, closed at once (1 to 2^40).
+    #[serde(default)]
+    pub max_candidate_age: Option<u64>,
 }
 
 /// `op = "batch"`.
