@@ -193,6 +193,11 @@ const CASES: &[(&str, &str, &str)] = &[
         "max_candidate_age = 2000000000000\nalgorithm = \"best_fit_wrap\"",
         "ops[5].max_candidate_age",
     ),
+    (
+        "algorithm = \"wrap\"",
+        "group_field = \"\"\nalgorithm = \"wrap\"",
+        "ops[5].group_field",
+    ),
     ("size = 2", "size = 0", "ops[6].size"),
     ("size = 2", "size = 100000000", "ops[6].size"),
     ("seq_len = 66", "seq_len = 0", "ops[8].seq_len"),
@@ -214,7 +219,12 @@ fn write_recipe(dir: &Path, old: &str, new: &str) -> (std::path::PathBuf, usize)
     let data = dir.join("web");
     std::fs::create_dir_all(&data).unwrap();
     let docs: String = (0..40)
-        .map(|i| format!("{{\"text\":\"document number {i} with a few words in it\"}}\n"))
+        .map(|i| {
+            format!(
+                "{{\"text\":\"document number {i} with a few words in it\",\"source\":\"s{}\"}}\n",
+                i % 3
+            )
+        })
         .collect();
     std::fs::write(data.join("0.jsonl"), docs).unwrap();
     let tokenizer = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/data/tokenizer.json");
@@ -251,10 +261,16 @@ fn the_good_recipe_runs() {
 }
 
 /// Operator options in their range: (line of `GOOD`, replacement).
-const IN_RANGE: &[(&str, &str)] = &[(
-    "algorithm = \"wrap\"",
-    "max_candidate_age = 3\nalgorithm = \"best_fit_wrap\"",
-)];
+const IN_RANGE: &[(&str, &str)] = &[
+    (
+        "algorithm = \"wrap\"",
+        "max_candidate_age = 3\nalgorithm = \"best_fit_wrap\"",
+    ),
+    (
+        "algorithm = \"wrap\"",
+        "group_field = \"source\"\nalgorithm = \"wrap\"",
+    ),
+];
 
 /// The operator options in range run.
 #[test]

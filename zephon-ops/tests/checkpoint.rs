@@ -37,7 +37,12 @@ fn doc(i: u64, max: u64) -> String {
 }
 
 fn dataset(name: &str, salt: u64, n: u64, max: u64) -> Dataset {
-    let docs = (0..n).map(|i| Record::new().with("text", doc(salt + i, max)));
+    // `kind`: a homogeneity group for packing.
+    let docs = (0..n).map(|i| {
+        Record::new()
+            .with("text", doc(salt + i, max))
+            .with("kind", (mix64(salt + i) % 3) as i64)
+    });
     Dataset::in_memory(name, vec![docs.collect()]).unwrap()
 }
 
@@ -60,6 +65,8 @@ struct Run {
     late_tokenize: bool,
     /// `best_fit_wrap`'s `max_candidate_age`.
     max_age: Option<u64>,
+    /// Rows homogeneous in the documents' `kind`.
+    group: bool,
 }
 
 impl Run {
@@ -78,7 +85,10 @@ impl Run {
     }
 
     fn pack(&self) -> PackConfig {
-        let c = PackConfig::new(SEQ, self.algorithm).num_bins(3);
+        let mut c = PackConfig::new(SEQ, self.algorithm).num_bins(3);
+        if self.group {
+            c = c.group_field("kind");
+        }
         match self.max_age {
             Some(age) => c.max_candidate_age(age),
             None => c,
@@ -249,10 +259,11 @@ proptest! {
         flat in any::<bool>(),
         late_tokenize in any::<bool>(),
         max_age in proptest::option::of(1u64..5),
+        group in any::<bool>(),
     ) {
         // Candidates closed by age, their ages restored from the cut.
         let max_age = max_age.filter(|_| algorithm == PackAlgorithm::BestFitWrap);
-        let r = Run { algorithm, lanes: 2, passes: 1, mixture, filter, flat, late_tokenize, max_age };
+        let r = Run { algorithm, lanes: 2, passes: 1, mixture, filter, flat, late_tokenize, max_age, group };
         let (full, _, _) = run(r, (0, 1), 3, 1, None, usize::MAX, None);
         // The cut falls `frac` of the way through, never at the end: an
         // empty remainder would make "nothing lost, nothing repeated" hold
@@ -321,6 +332,8 @@ fn elastic_resume_on_4_and_1_ranks_across_epochs() {
             late_tokenize,
             // best_fit_wrap's candidates closed by age across rank counts.
             max_age: (algorithm == PackAlgorithm::BestFitWrap).then_some(2),
+            // Homogeneous rows across rank counts.
+            group: algorithm == PackAlgorithm::BestFitWrap,
         };
         let (full, _, _) = ranks(r, 2, 2, None, usize::MAX);
         let steps = full.keys().map(|(t, _)| *t).max().unwrap() + 1;
@@ -361,6 +374,7 @@ fn packing_and_mixture_cuts_are_checked_on_load() {
         flat: false,
         late_tokenize: false,
         max_age: None,
+        group: false,
     };
     let (_, _, ckpt) = run(r, (0, 1), 3, 1, None, 4, None);
     let find = |c: &Checkpoint, name: &str| -> (LaneId, usize) {
@@ -429,6 +443,7 @@ fn micro_batch_size_changed_on_restore_keeps_the_rows() {
         flat: false,
         late_tokenize: false,
         max_age: None,
+        group: false,
     };
     // Per step, 4 rows per lane: micro-batches of 4, restored as 2 x 2.
     let (_, full_rows, _) = ranks(r, 2, 4, None, usize::MAX);

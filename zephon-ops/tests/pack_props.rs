@@ -192,6 +192,49 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// With `group_field`, every row's documents share the group, and no
+    /// token is lost or moved within its document.
+    #[test]
+    fn grouped_rows_never_mix_groups(lens in prop::collection::vec(1usize..300, 0..120),
+                                     groups in prop::collection::vec(0i64..4, 120),
+                                     max_length in 8usize..256, bins in 1usize..8,
+                                     algorithm in prop_oneof![Just(PackAlgorithm::FirstFit), Just(PackAlgorithm::BestFit),
+                                                              Just(PackAlgorithm::Wrap), Just(PackAlgorithm::BestFitWrap)]) {
+        let config = PackConfig::new(max_length, algorithm).num_bins(bins)
+            .oversized(zephon_ops::OversizedPolicy::Drop).group_field("group");
+        let mut p = Packer::new(config);
+        for (i, r) in docs(&lens).into_iter().enumerate() {
+            p.push(r.with("group", groups[i])).unwrap();
+        }
+        p.finish();
+        let rows: Vec<Record> = std::iter::from_fn(|| p.pop()).collect();
+        for r in &rows {
+            let g: Vec<i64> = r.lineage.iter().map(|ptr| groups[ptr.sample as usize]).collect();
+            prop_assert!(g.windows(2).all(|w| w[0] == w[1]), "a row of groups {:?}", g);
+        }
+        let bins_drop = matches!(algorithm, PackAlgorithm::FirstFit | PackAlgorithm::BestFit);
+        let want: BTreeMap<u64, Vec<u32>> = docs(&lens).iter().enumerate()
+            .filter(|(_, r)| !bins_drop || ids(r).len() <= max_length)
+            .map(|(i, r)| (i as u64, ids(r).to_vec())).collect();
+        prop_assert_eq!(&pieces(&rows), &want);
+    }
+}
+
+#[test]
+fn group_field_is_checked_and_read() {
+    let e = PackConfig::new(8, PackAlgorithm::Wrap)
+        .group_field("")
+        .validate()
+        .unwrap_err();
+    assert!(e.to_string().contains("pack.group_field"), "{e}");
+    let mut p = Packer::new(PackConfig::new(8, PackAlgorithm::Wrap).group_field("group"));
+    let e = p.push(docs(&[3]).remove(0)).unwrap_err();
+    assert!(e.to_string().contains("group"), "{e}");
+}
+
 #[test]
 fn max_candidate_age_is_checked() {
     let e = PackConfig::new(8, PackAlgorithm::Wrap)

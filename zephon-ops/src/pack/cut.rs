@@ -18,8 +18,9 @@ use zephon_core::{Error, LaneId, Lineage, Record, Result, SamplePtr, Value};
 /// The name packing registers under.
 pub(crate) const NAME: &str = "pack_sequences";
 
-/// Layout version of [`PackState`]: 2 added the candidates' ages; a cut of
-/// version 1 is refused (its pool's ages are unknown).
+/// Layout version of [`PackState`]: 2 added the candidates' ages and the
+/// homogeneity groups; a cut of version 1 is refused (its pool's ages are
+/// unknown).
 pub(crate) const STATE_VERSION: u32 = 2;
 
 /// Tokens `start..end` of document `doc` (an index into the cut's
@@ -39,11 +40,19 @@ impl Piece {
     }
 }
 
-/// The ready rows and the open pieces of a packing cut (`None` for a cut
-/// that is not packing's, or of another layout).
-pub(crate) fn cut_pieces(lane: LaneId, cut: &OpLaneCut) -> Option<(Vec<Vec<Piece>>, Vec<Piece>)> {
+/// Open pieces by homogeneity group: (key, pieces).
+pub(crate) type GroupPieces = Vec<(String, Vec<Piece>)>;
+
+/// The ready rows and the open pieces of a packing cut, by group (`None`
+/// for a cut that is not packing's, or of another layout).
+pub(crate) fn cut_pieces(lane: LaneId, cut: &OpLaneCut) -> Option<(Vec<Vec<Piece>>, GroupPieces)> {
     let s: PackState = cut.decode_state(lane, NAME, STATE_VERSION).ok()?;
-    Some((s.ready, s.open))
+    let open = s
+        .by_group()
+        .into_iter()
+        .map(|(g, p, _)| (g, p.to_vec()))
+        .collect();
+    Some((s.ready, open))
 }
 
 /// What a packing cut holds besides its preamble (the documents, each by
@@ -59,6 +68,30 @@ struct PackState {
     /// `best_fit_wrap`: per piece of `open`, the documents that arrived
     /// after it (empty for the other algorithms).
     ages: Vec<u64>,
+    /// With `group_field`: each group's key and how many pieces of `open`
+    /// (and of `ages`) are its, in order; empty without.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    groups: Vec<(String, u32)>,
+}
+
+impl PackState {
+    /// `open` and `ages` cut by group: (key, pieces, ages).
+    fn by_group(&self) -> Vec<(String, &[Piece], &[u64])> {
+        if self.groups.is_empty() {
+            return vec![(String::new(), &self.open[..], &self.ages[..])];
+        }
+        let mut at = 0;
+        self.groups
+            .iter()
+            .map(|(g, n)| {
+                let end = (at + *n as usize).min(self.open.len());
+                let ages = self.ages.get(at..end).unwrap_or_default();
+                let part = (g.clone(), &self.open[at..end], ages);
+                at = end;
+                part
+            })
+            .collect()
+    }
 }
 
 /// Every piece of a packing cut is of one of its documents, and a range.
@@ -83,6 +116,13 @@ fn check(s: &PackState, p: &Preamble) -> std::result::Result<(), String> {
         return Err(format!(
             "{} ages for {} open pieces",
             s.ages.len(),
+            s.open.len()
+        ));
+    }
+    let grouped: u64 = s.groups.iter().map(|g| u64::from(g.1)).sum();
+    if !s.groups.is_empty() && grouped != s.open.len() as u64 {
+        return Err(format!(
+            "groups of {grouped} open pieces for {} open pieces",
             s.open.len()
         ));
     }
@@ -141,25 +181,42 @@ impl Packer {
             .filter(|(r, _)| r.lane == lane)
             .map(|(_, pieces)| pieces.iter().map(|p| index(&mut docs, p)).collect())
             .collect::<Option<Vec<Vec<Piece>>>>()?;
-        let open: Vec<RowPiece> = match self.lanes.get(&lane) {
-            None => Vec::new(),
-            Some(LaneState::Bins(b)) => b.window.iter().map(seq_piece).collect(),
-            Some(LaneState::Wrap(w)) => w.row.pieces.clone(),
-            Some(LaneState::BestFitWrap(p)) => p.pool.iter().map(seq_piece).collect(),
-        };
-        let open = open
-            .iter()
-            .map(|p| index(&mut docs, p))
-            .collect::<Option<Vec<_>>>()?;
-        let ages = match self.lanes.get(&lane) {
-            Some(LaneState::BestFitWrap(p)) if !p.pool.is_empty() => {
-                let mut ages: Vec<u64> = p.ages.iter().copied().collect();
-                ages.resize(p.pool.len(), 0);
-                ages
+        let mut open: Vec<Piece> = Vec::new();
+        let mut ages: Vec<u64> = Vec::new();
+        let mut groups: Vec<(String, u32)> = Vec::new();
+        let states = self
+            .lanes
+            .range((lane, String::new())..)
+            .take_while(|((l, _), _)| *l == lane);
+        for ((_, group), state) in states {
+            let pieces: Vec<RowPiece> = match state {
+                LaneState::Bins(b) => b.window.iter().map(seq_piece).collect(),
+                LaneState::Wrap(w) => w.row.pieces.clone(),
+                LaneState::BestFitWrap(p) => {
+                    let mut a: Vec<u64> = p.ages.iter().copied().collect();
+                    a.resize(p.pool.len(), 0);
+                    ages.extend(a);
+                    p.pool.iter().map(seq_piece).collect()
+                }
+            };
+            if pieces.is_empty() {
+                continue;
             }
-            _ => Vec::new(),
+            for p in &pieces {
+                open.push(index(&mut docs, p)?);
+            }
+            groups.push((group.clone(), pieces.len() as u32));
+        }
+        if self.config.group_field.is_none() {
+            groups.clear();
+        }
+        let state = PackState {
+            ready,
+            open,
+            ages,
+            groups,
         };
-        let state = OpState::new(STATE_VERSION, &PackState { ready, open, ages }).ok()?;
+        let state = OpState::new(STATE_VERSION, &state).ok()?;
         Some(
             OpLaneCut::new(NAME, consumed)
                 .with_emitted(self.emitted.get(&lane).copied().unwrap_or(0))
@@ -182,7 +239,7 @@ impl Packer {
     ) -> Result<()> {
         let state: PackState = cut.decode_state(lane, NAME, STATE_VERSION)?;
         check(&state, &cut.preamble).map_err(|m| restore_error(lane, m))?;
-        let PackState { ready, open, ages } = &state;
+        let ready = &state.ready;
         let ptrs = cut.preamble.listed.to_vec();
         let mut ids: Vec<(Vec<u32>, Lineage)> = Vec::with_capacity(docs.len());
         for (i, mut r) in docs.into_iter().enumerate() {
@@ -242,7 +299,7 @@ impl Packer {
             let pieces = std::mem::take(&mut row.pieces);
             self.out.push_back((row.into_record(lane), pieces));
         }
-        let seqs = || -> Result<Vec<Seq>> {
+        let seqs = |open: &[Piece]| -> Result<Vec<Seq>> {
             open.iter()
                 .map(|p| {
                     let (tokens, lineage) = slice(p)?;
@@ -254,25 +311,27 @@ impl Packer {
                 })
                 .collect()
         };
-        let state = match c.algorithm {
-            PackAlgorithm::FirstFit | PackAlgorithm::BestFit => {
-                let window = seqs()?;
-                let tokens = window.iter().map(|s| s.ids.len()).sum();
-                LaneState::Bins(BinPacker { window, tokens })
-            }
-            PackAlgorithm::Wrap => LaneState::Wrap(WrapPacker {
-                row: if open.is_empty() {
-                    Row::default()
-                } else {
-                    row_of(open)?
-                },
-            }),
-            PackAlgorithm::BestFitWrap => LaneState::BestFitWrap(BestFitWrapPacker {
-                pool: seqs()?.into(),
-                ages: ages.iter().copied().collect(),
-            }),
-        };
-        self.lanes.insert(lane, state);
+        for (group, open, ages) in state.by_group() {
+            let restored = match c.algorithm {
+                PackAlgorithm::FirstFit | PackAlgorithm::BestFit => {
+                    let window = seqs(open)?;
+                    let tokens = window.iter().map(|s| s.ids.len()).sum();
+                    LaneState::Bins(BinPacker { window, tokens })
+                }
+                PackAlgorithm::Wrap => LaneState::Wrap(WrapPacker {
+                    row: if open.is_empty() {
+                        Row::default()
+                    } else {
+                        row_of(open)?
+                    },
+                }),
+                PackAlgorithm::BestFitWrap => LaneState::BestFitWrap(BestFitWrapPacker {
+                    pool: seqs(open)?.into(),
+                    ages: ages.iter().copied().collect(),
+                }),
+            };
+            self.lanes.insert((lane, group), restored);
+        }
         self.consumed
             .insert(lane, (cut.consumed, cut.last_identity.unwrap_or(0)));
         // The restored ready rows are counted as they are taken again.

@@ -59,12 +59,15 @@ impl Packer {
                 row.set(fields::LOSS_MASK, Value::Tokens(m));
             }
         }
-        match self.lanes.get_mut(&lane) {
-            Some(LaneState::Wrap(w)) => w.row.loss_mask = joined(&open, &slice),
-            Some(LaneState::Bins(_) | LaneState::BestFitWrap(_)) => {
-                self.masks.insert(lane, open.iter().map(slice).collect());
+        for (group, open) in open {
+            let key = (lane, group);
+            match self.lanes.get_mut(&key) {
+                Some(LaneState::Wrap(w)) => w.row.loss_mask = joined(&open, &slice),
+                Some(LaneState::Bins(_) | LaneState::BestFitWrap(_)) => {
+                    self.masks.insert(key, open.iter().map(slice).collect());
+                }
+                None => {}
             }
-            None => {}
         }
     }
 }
@@ -124,6 +127,7 @@ mod tests {
             }
             let cut = whole.lane_cut(0).unwrap();
             let (ready, open) = super::cut_pieces(0, &cut).expect("a packing cut");
+            let open: Vec<_> = open.into_iter().flat_map(|g| g.1).collect();
             let ptrs = cut.preamble.listed.to_vec();
             assert!(!ready.is_empty() || !open.is_empty(), "{algorithm:?}");
             for r in &docs[6..] {

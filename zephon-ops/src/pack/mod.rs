@@ -78,6 +78,11 @@ pub struct PackConfig {
     /// at once (see [`wrap::BestFitWrapPacker`]); in [`MAX_CANDIDATE_AGE`].
     /// `None` (the default): candidates wait until the pool overflows.
     pub max_candidate_age: Option<u64>,
+    /// Homogeneity groups: the record field whose value (text, integer or
+    /// boolean) keys separate bins, so a row never mixes documents of two
+    /// values; `None` (the default): one group per lane. Each group keeps
+    /// its own bins or pool, so a lane holds up to `num_bins` per group.
+    pub group_field: Option<&'static str>,
 }
 
 /// Bins per window or candidates per pool: each holds up to a row of tokens.
@@ -104,7 +109,32 @@ impl PackConfig {
             oversized: OversizedPolicy::Drop,
             drop_remainder: false,
             max_candidate_age: None,
+            group_field: None,
         }
+    }
+
+    /// Sets `group_field`: rows never mix documents whose `field` differs.
+    ///
+    /// ```
+    /// use zephon_core::{Record, Value};
+    /// use zephon_ops::{PackAlgorithm, PackConfig, Packer};
+    /// let mut p = Packer::new(PackConfig::new(4, PackAlgorithm::Wrap).group_field("lang"));
+    /// for (doc, lang) in [(vec![1, 2], "en"), (vec![3, 4], "fr"), (vec![5, 6], "en")] {
+    ///     p.push(
+    ///         Record::new()
+    ///             .with("input_ids", Value::Tokens(doc))
+    ///             .with("lang", Value::Text(lang.into())),
+    ///     )?;
+    /// }
+    /// p.finish();
+    /// let rows: Vec<Record> = std::iter::from_fn(|| p.pop()).collect();
+    /// assert_eq!(rows[0].tokens("input_ids").unwrap(), &[1, 2, 5, 6]);
+    /// assert_eq!(rows[1].tokens("input_ids").unwrap(), &[3, 4]);
+    /// # Ok::<(), zephon_ops::Error>(())
+    /// ```
+    pub fn group_field(mut self, field: &'static str) -> Self {
+        self.group_field = Some(field);
+        self
     }
 
     /// Sets `max_candidate_age`, in [`MAX_CANDIDATE_AGE`] (1 to 2^40
@@ -157,6 +187,15 @@ impl PackConfig {
             return Err(Error::Config {
                 key: "pack.max_sequences_per_bin",
                 message: "0 sequences per row leaves every row empty; use at least 1".into(),
+            });
+        }
+        if self
+            .group_field
+            .is_some_and(|f| f.is_empty() || f == fields::INPUT_IDS)
+        {
+            return Err(Error::Config {
+                key: "pack.group_field",
+                message: "must be a non-empty field name other than `input_ids`".into(),
             });
         }
         if let Some(age) = self.max_candidate_age {
@@ -228,6 +267,24 @@ pub(crate) fn align(masks: &mut Masks, n: usize) {
     }
 }
 
+/// A lane and a homogeneity group's key (empty without `group_field`).
+pub(crate) type GroupKey = (LaneId, String);
+
+/// The value of `field` of `r` as a group key.
+fn group_of(field: &str, r: &Record) -> crate::Result<String> {
+    match r.get(field) {
+        Some(Value::Text(t)) => Ok(t.clone()),
+        Some(Value::Int(i)) => Ok(i.to_string()),
+        Some(Value::Bool(b)) => Ok(b.to_string()),
+        _ => Err(Error::missing(
+            "pack_sequences",
+            field,
+            "text, integer or boolean (pack's group_field)",
+            r,
+        )),
+    }
+}
+
 /// The per-lane state of one algorithm.
 #[derive(Debug)]
 enum LaneState {
@@ -257,9 +314,9 @@ enum LaneState {
 #[derive(Debug)]
 pub struct Packer {
     config: PackConfig,
-    lanes: BTreeMap<LaneId, LaneState>,
-    /// Per lane: the loss masks of the sequences its bins or pool hold.
-    masks: BTreeMap<LaneId, Masks>,
+    lanes: BTreeMap<GroupKey, LaneState>,
+    /// Per lane and group: the loss masks of the sequences its bins or pool hold.
+    masks: BTreeMap<GroupKey, Masks>,
     /// Finished rows, with where their segments came from (for checkpoints).
     out: VecDeque<(Record, Vec<RowPiece>)>,
     /// Per lane: documents pushed, and the identity of the last; kept only
@@ -326,6 +383,10 @@ impl Packer {
         // A few comparisons: an out-of-range row length would otherwise
         // make empty rows forever or allocate without bound.
         self.config.validate()?;
+        let group = match self.config.group_field {
+            Some(f) => group_of(f, &r)?,
+            None => String::new(),
+        };
         if self.cutting {
             let id = zephon_core::Identity::identity(&r);
             let n = self.consumed.entry(r.lane).or_default();
@@ -399,16 +460,20 @@ impl Packer {
             lineage: std::mem::take(&mut r.lineage),
             offset: 0,
         };
-        let state = self.lanes.entry(lane).or_insert_with(|| match c.algorithm {
-            PackAlgorithm::FirstFit | PackAlgorithm::BestFit => {
-                LaneState::Bins(bins::BinPacker::default())
-            }
-            PackAlgorithm::Wrap => LaneState::Wrap(wrap::WrapPacker::default()),
-            PackAlgorithm::BestFitWrap => {
-                LaneState::BestFitWrap(wrap::BestFitWrapPacker::default())
-            }
-        });
-        let masks = self.masks.entry(lane).or_default();
+        let key = (lane, group);
+        let state = self
+            .lanes
+            .entry(key.clone())
+            .or_insert_with(|| match c.algorithm {
+                PackAlgorithm::FirstFit | PackAlgorithm::BestFit => {
+                    LaneState::Bins(bins::BinPacker::default())
+                }
+                PackAlgorithm::Wrap => LaneState::Wrap(wrap::WrapPacker::default()),
+                PackAlgorithm::BestFitWrap => {
+                    LaneState::BestFitWrap(wrap::BestFitWrapPacker::default())
+                }
+            });
+        let masks = self.masks.entry(key).or_default();
         let mut rows = Vec::new();
         match state {
             LaneState::Bins(p) => p.push(seq, mask, masks, &c, &mut rows),
@@ -424,8 +489,9 @@ impl Packer {
         let c = self.config;
         let lanes = std::mem::take(&mut self.lanes);
         let mut all_masks = std::mem::take(&mut self.masks);
-        for (lane, state) in lanes {
-            let mut masks = all_masks.remove(&lane).unwrap_or_default();
+        for (key, state) in lanes {
+            let mut masks = all_masks.remove(&key).unwrap_or_default();
+            let lane = key.0;
             let mut rows = Vec::new();
             match state {
                 LaneState::Bins(mut p) => p.flush(&mut masks, &c, &mut rows),

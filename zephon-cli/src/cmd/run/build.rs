@@ -296,6 +296,11 @@ pub fn build(recipe: &Recipe, base: &Path) -> Result<Built> {
                 if let Some(age) = p.max_candidate_age {
                     config = config.max_candidate_age(age);
                 }
+                if let Some(f) = &p.group_field {
+                    // The configuration names fields statically; a recipe's
+                    // one name lives as long as the process.
+                    config = config.group_field(Box::leak(f.clone().into_boxed_str()));
+                }
                 Stage::Records(boxed(s.pack_sequences(config)))
             }
             (OpSpec::Batch(b), Stage::Records(s)) => {

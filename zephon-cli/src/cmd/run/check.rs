@@ -204,6 +204,16 @@ pub fn check(recipe: &Recipe, lines: &KeyLines<'_>) -> Result<()> {
             OpSpec::EnsureMixture(m) => check("max_buffer_size", m.max_buffer_size, BUFFER_SIZE)?,
             OpSpec::Pack(p) => {
                 check("max_length", p.max_length, SEQ_LEN)?;
+                if p.group_field
+                    .as_deref()
+                    .is_some_and(|f| f.is_empty() || f == "input_ids")
+                {
+                    return Err(at(
+                        lines,
+                        &key("group_field"),
+                        "must be a non-empty field name other than `input_ids`",
+                    ));
+                }
                 if let Some(age) = p.max_candidate_age {
                     if p.algorithm != "best_fit_wrap" {
                         return Err(at(

@@ -425,6 +425,10 @@ pub struct PackSpec {
     /// placed first in the next row, closed at once (1 to 2^40).
     #[serde(default)]
     pub max_candidate_age: Option<u64>,
+    /// A record field whose value keys separate bins: rows never mix two
+    /// values (a non-empty name other than `input_ids`).
+    #[serde(default)]
+    pub group_field: Option<String>,
 }
 
 /// `op = "batch"`.
