@@ -270,6 +270,10 @@ const IN_RANGE: &[(&str, &str)] = &[
         "algorithm = \"wrap\"",
         "group_field = \"source\"\nalgorithm = \"wrap\"",
     ),
+    (
+        "buffer_size = 16",
+        "buffer_size = 16\nmode = \"block_warmup\"",
+    ),
 ];
 
 /// The operator options in range run.

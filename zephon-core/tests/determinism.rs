@@ -92,7 +92,11 @@ fn shapes() -> impl Strategy<Value = Shape> {
         any::<u64>(),
         1usize..9,
         1usize..40,
-        prop_oneof![Just(ShuffleMode::Reservoir), Just(ShuffleMode::Block)],
+        prop_oneof![
+            Just(ShuffleMode::Reservoir),
+            Just(ShuffleMode::Block),
+            Just(ShuffleMode::BlockWarmup)
+        ],
         prop_oneof![Just(1u32), Just(2), Just(4)],
     )
         .prop_map(|(shards, seed, batch, buffer, mode, lanes)| Shape {

@@ -384,7 +384,7 @@ fn error_word() -> String {
 pub struct ShuffleSpec {
     /// Elements buffered per lane (1 to 16 Mi).
     pub buffer_size: usize,
-    /// `reservoir` or `block`.
+    /// `reservoir`, `block` or `block_warmup`.
     #[serde(default)]
     pub mode: ShuffleMode,
     /// Seed (default: the work source's).

@@ -509,17 +509,23 @@ fn contents(
     }
     let mut pend = Vec::new();
     if s.pending > 0 {
-        if s.mode != ShuffleMode::Block
-            || !consumed.is_multiple_of(n)
-            || consumed < n
-            || s.pending > n
-        {
-            return Err(format!(
-                "{:?} shuffle with {} pending after {consumed} elements",
-                s.mode, s.pending
-            ));
-        }
-        let block = (consumed - n..consumed)
+        let (start, _, last) = super::block_bounds(s.mode, n, consumed);
+        let last = match last {
+            Some((from, to))
+                if s.mode != ShuffleMode::Reservoir
+                    && start == consumed
+                    && s.pending <= to - from =>
+            {
+                from..to
+            }
+            _ => {
+                return Err(format!(
+                    "{:?} shuffle with {} pending after {consumed} elements",
+                    s.mode, s.pending
+                ));
+            }
+        };
+        let block = last
             .map(|pos| input.pointer_at(pos).ok_or_else(|| past(pos)))
             .collect::<std::result::Result<Vec<_>, _>>()?;
         pend = tail_of_permutation(input, block, s.pending);
@@ -542,7 +548,10 @@ fn buffer_at(
     let lane = input.lane();
     let mut ptr = |pos: u64| input.pointer_at(pos).ok_or_else(|| past(pos));
     match s.mode {
-        ShuffleMode::Block => (consumed - consumed % n..consumed).map(ptr).collect(),
+        ShuffleMode::Block | ShuffleMode::BlockWarmup => {
+            let (start, _, _) = super::block_bounds(s.mode, n, consumed);
+            (start..consumed).map(ptr).collect()
+        }
         ShuffleMode::Reservoir => {
             let held = consumed.min(n);
             let slot_of = |pos: u64| {

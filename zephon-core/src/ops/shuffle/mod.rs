@@ -34,6 +34,81 @@ pub enum ShuffleMode {
     Reservoir,
     /// Fill a block of `buffer_size`, permute it, emit it whole.
     Block,
+    /// Blocks as [`Block`](ShuffleMode::Block), but each lane's first block
+    /// is small (`buffer_size / 16`, between 1 and 128) and each next one
+    /// 1.5 times the last (at least one more), up to `buffer_size`: the
+    /// first elements leave soon after the start. Block boundaries are a
+    /// function of the lane's position alone (see [`warmup_block`]), so the
+    /// output is as deterministic and restorable as `Block`'s.
+    ///
+    /// ```
+    /// use zephon_core::{PipelineExt, Record, Runner, ShuffleMode, Value};
+    /// let recs = (0..100).map(|i| Ok(Record::new().with("i", i as i64)));
+    /// let out: Vec<i64> = futures::stream::iter(recs).shuffle(64, ShuffleMode::BlockWarmup, 7)
+    ///     .into_blocking_iter(Runner::Inline).unwrap()
+    ///     .map(|r| r.unwrap().get("i").and_then(Value::as_int).unwrap()).collect();
+    /// // Blocks of 4, 6, 9, 14, 21, 32, 48, then 64: the first four are the first four in.
+    /// let mut first: Vec<i64> = out[..4].to_vec();
+    /// first.sort();
+    /// assert_eq!(first, vec![0, 1, 2, 3]);
+    /// ```
+    #[serde(rename = "block_warmup")]
+    BlockWarmup,
+}
+
+/// The size of the block a `BlockWarmup` shuffle of `buffer_size` starts at
+/// lane position `start` (a block boundary), and the previous block's start
+/// (`None` for the first): sizes `buffer_size / 16` clamped to 1..=128, then
+/// each `max(last + 1, ceil(last * 1.5))`, at most `buffer_size`.
+///
+/// ```
+/// use zephon_core::ops::shuffle::warmup_block;
+/// assert_eq!(warmup_block(64, 0), 4);
+/// assert_eq!(warmup_block(64, 4), 6);
+/// assert_eq!(warmup_block(64, 4 + 6 + 9 + 14 + 21 + 32), 48);
+/// assert_eq!(warmup_block(64, 4 + 6 + 9 + 14 + 21 + 32 + 48 + 64), 64);
+/// assert_eq!(warmup_block(1, 5), 1);
+/// ```
+pub fn warmup_block(buffer_size: u64, start: u64) -> u64 {
+    warmup_bounds(buffer_size, start).1
+}
+
+/// For a lane that consumed `consumed` elements: the start of the block
+/// being filled, its size, and the range of the last complete block.
+pub(crate) fn warmup_bounds(n: u64, consumed: u64) -> (u64, u64, Option<(u64, u64)>) {
+    let n = n.max(1);
+    let mut t = (n / 16).clamp(1, 128).min(n);
+    let mut s = 0;
+    let mut prev = None;
+    while t < n && s + t <= consumed {
+        prev = Some((s, s + t));
+        s += t;
+        t = n.min((t + 1).max((t * 3).div_ceil(2)));
+    }
+    if t >= n {
+        let k = (consumed - s) / n;
+        if k > 0 {
+            prev = Some((s + (k - 1) * n, s + k * n));
+            s += k * n;
+        }
+    }
+    (s, t, prev)
+}
+
+/// The start of the block being filled after `consumed` elements, its
+/// size, and the last complete block, for either block mode.
+pub(crate) fn block_bounds(
+    mode: ShuffleMode,
+    n: u64,
+    consumed: u64,
+) -> (u64, u64, Option<(u64, u64)>) {
+    match mode {
+        ShuffleMode::BlockWarmup => warmup_bounds(n, consumed),
+        _ => {
+            let s = consumed - consumed % n;
+            (s, n, (s >= n).then(|| (s - n, s)))
+        }
+    }
 }
 
 /// Buffer shuffle, per lane. Every random choice is seeded from the seed and
@@ -305,11 +380,13 @@ where
                                 return Poll::Ready(Some(Ok(old)));
                             }
                         }
-                        ShuffleMode::Block => {
+                        ShuffleMode::Block | ShuffleMode::BlockWarmup => {
                             lb.id_sum = lb.id_sum.wrapping_add(id);
                             lb.listed_set(lb.buf.len(), &x);
                             lb.buf.push(x);
-                            if lb.buf.len() == n {
+                            let start = lb.consumed - lb.buf.len() as u64;
+                            let (_, size, _) = block_bounds(mode, n as u64, start);
+                            if lb.buf.len() as u64 == size {
                                 permute_by_identity(seed, &mut lb.buf);
                                 // A listed buffer becomes a listed block.
                                 core.out_ptrs = None;
