@@ -6,7 +6,8 @@ use futures::StreamExt;
 use std::fmt::Debug;
 use zephon_core::{Error, PipelineExt, Record};
 use zephon_ops::{
-    MixtureConfig, PackAlgorithm, PackConfig, TextPipelineExt, TokenizeConfig, TrainingConfig,
+    ChatTokenizeConfig, MixtureConfig, PackAlgorithm, PackConfig, TextPipelineExt, TokenizeConfig,
+    TrainingConfig,
 };
 
 type Records =
@@ -36,6 +37,8 @@ macro_rules! accessors {
 fn every_adapter_shows_and_hands_out_its_inner_stream() {
     let tok = TokenizeConfig::from_bytes(include_bytes!("fixtures/tokenizer.json")).unwrap();
     accessors!(records().tokenize(tok, 2), "Fuse");
+    let chat = ChatTokenizeConfig::from_bytes(include_bytes!("fixtures/tokenizer.json")).unwrap();
+    accessors!(records().tokenize_chat(chat, 2), "Fuse");
     accessors!(
         records().pack_sequences(PackConfig::new(16, PackAlgorithm::FirstFit)),
         "Fuse"

@@ -5,19 +5,14 @@
 use crate::error::Error;
 use crate::fields;
 use crate::stats::TextStats;
-use crate::tokenize::{Gate, REORDER_SLACK};
-use futures::future::BoxFuture;
-use futures::stream::FuturesUnordered;
-use futures::{Stream, StreamExt};
+use crate::tokenize::{ChunkEncoder, Encoding};
+use futures::Stream;
 use pin_project::pin_project;
-use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use zephon_core::obs::{Explain, Probe, StageDescription};
-use zephon_core::ops::micro_batch::take_ready;
-use zephon_core::runner::offload;
+use zephon_core::obs::{Explain, StageDescription};
 use zephon_core::settings::PARALLELISM;
 use zephon_core::{Record, Result};
 
@@ -28,8 +23,6 @@ mod tojson;
 
 pub use config::{ChatTokenizeConfig, LOSS_MASK, MESSAGES};
 use prepared::Prepared;
-
-type Chunk = BoxFuture<'static, (u64, Result<Vec<Result<Record>>>)>;
 
 /// Renders the conversation of every record (a list of `{role, content}`
 /// messages in [`MESSAGES`]) with the chat template, tokenizes it once, and
@@ -74,22 +67,7 @@ type Chunk = BoxFuture<'static, (u64, Result<Vec<Result<Record>>>)>;
 #[must_use = "streams do nothing unless polled"]
 pub struct TokenizeChat<S> {
     #[pin]
-    inner: S,
-    prepared: std::result::Result<Arc<Prepared>, Option<Error>>,
-    stats: Arc<TextStats>,
-    k: usize,
-    gate: Arc<Gate>,
-    pending: Vec<Result<Record>>,
-    // Running micro-batches: a finished one frees its worker at once, even
-    // when an earlier one is still encoding; re-sequencing happens in
-    // `finished`, so every worker stays busy and the order is kept.
-    in_flight: FuturesUnordered<Chunk>,
-    finished: BTreeMap<u64, Result<Vec<Result<Record>>>>,
-    next_dispatch: u64,
-    next_emit: u64,
-    ready: VecDeque<Result<Record>>,
-    done: bool,
-    probe: Probe,
+    enc: Encoding<S, Prepared>,
 }
 
 impl<S> TokenizeChat<S> {
@@ -102,42 +80,48 @@ impl<S> TokenizeChat<S> {
             .and_then(|_| config.prepare());
         let k = parallelism.clamp(1, PARALLELISM.max as usize);
         TokenizeChat {
-            inner,
-            prepared: prepared.map(Arc::new).map_err(Some),
-            stats: Arc::new(TextStats::default()),
-            k,
-            gate: Arc::new(Gate::new(k)),
-            pending: Vec::new(),
-            in_flight: FuturesUnordered::new(),
-            finished: BTreeMap::new(),
-            next_dispatch: 0,
-            next_emit: 0,
-            ready: VecDeque::new(),
-            done: false,
-            probe: Probe::default(),
+            enc: Encoding::new("tokenize_chat", inner, prepared, k),
         }
     }
 
     /// Counts into `stats` (shared with other operators) instead of its own.
     pub fn with_stats(mut self, stats: Arc<TextStats>) -> Self {
-        self.stats = stats;
+        self.enc.stats = stats;
         self
     }
 
     /// The statistics this operator counts into.
     pub fn stats(&self) -> Arc<TextStats> {
-        self.stats.clone()
+        self.enc.stats.clone()
+    }
+
+    /// The stream this adapter reads from.
+    pub fn get_ref(&self) -> &S {
+        self.enc.get_ref()
+    }
+
+    /// The stream this adapter reads from, mutably. Taking items from it
+    /// directly bypasses this adapter.
+    pub fn get_mut(&mut self) -> &mut S {
+        self.enc.get_mut()
+    }
+
+    /// The stream this adapter reads from; what the adapter holds
+    /// (buffered or in-flight elements) is dropped.
+    pub fn into_inner(self) -> S {
+        self.enc.into_inner()
     }
 }
 
-impl<S> fmt::Debug for TokenizeChat<S> {
+impl<S: fmt::Debug> fmt::Debug for TokenizeChat<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("TokenizeChat");
-        if let Ok(p) = &self.prepared {
+        d.field("inner", self.enc.get_ref());
+        if let Ok(p) = &self.enc.prepared {
             d.field("config", &p.config);
         }
-        d.field("parallelism", &self.k)
-            .field("in_flight", &self.in_flight.len())
+        d.field("parallelism", &self.enc.k)
+            .field("in_flight", &self.enc.in_flight())
             .finish_non_exhaustive()
     }
 }
@@ -149,104 +133,28 @@ where
     type Item = Result<Record>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let mut this = self.project();
-        let prepared = match this.prepared {
-            Ok(p) => p.clone(),
-            Err(e) => return Poll::Ready(e.take().map(|e| Err(e.into()))),
-        };
-        let micro = prepared.config.micro_batch;
-        this.probe
-            .attach("tokenize_chat", *this.k, Some((2 * *this.k * micro) as u64));
-        loop {
-            if let Some(r) = this.ready.pop_front() {
-                this.probe.output();
-                return Poll::Ready(Some(r));
-            }
-            if let Some(chunk) = this.finished.remove(this.next_emit) {
-                *this.next_emit += 1;
-                match chunk {
-                    Ok(out) => this.ready.extend(out),
-                    Err(e) => return Poll::Ready(Some(Err(e))),
-                }
-                continue;
-            }
-            let outstanding = |d: u64, e: u64| (d - e) as usize;
-            // Twice `k` handed out, `k` encoding: a worker that finishes
-            // starts on a queued micro-batch at once, instead of idling
-            // until this task is scheduled to hand out the next one.
-            while this.in_flight.len() < 2 * *this.k
-                && outstanding(*this.next_dispatch, *this.next_emit) < *this.k * REORDER_SLACK
-                && !*this.done
-            {
-                // Take what is ready now, up to one micro-batch; never wait
-                // to fill it.
-                let upstream_pending = take_ready(
-                    this.inner.as_mut(),
-                    cx,
-                    this.pending,
-                    micro,
-                    this.probe,
-                    this.done,
-                );
-                if this.pending.is_empty() {
-                    if upstream_pending && this.in_flight.is_empty() {
-                        this.probe.input_pending();
-                    }
-                    break;
-                }
-                let items = std::mem::replace(this.pending, Vec::with_capacity(micro));
-                let (p, stats, seq) = (prepared.clone(), this.stats.clone(), *this.next_dispatch);
-                *this.next_dispatch += 1;
-                let gate = this.gate.clone();
-                let op = this.probe.shared();
-                let work = offload("tokenize_chat", move || {
-                    let _permit = gate.enter();
-                    let (n, t) = (
-                        items.len() as u64,
-                        op.as_ref().map(|_| std::time::Instant::now()),
-                    );
-                    let out = p.encode_chunk(items, &stats);
-                    if let (Some(op), Some(t)) = (&op, t) {
-                        op.busy.record_many(t.elapsed().as_nanos() as u64, n);
-                    }
-                    out
-                });
-                if let Some(s) = this.probe.stats() {
-                    s.max_queue.observe(this.in_flight.len() as u64 + 1);
-                }
-                this.in_flight
-                    .push(Box::pin(async move { (seq, work.await) }));
-                if upstream_pending {
-                    break;
-                }
-            }
-            match this.in_flight.poll_next_unpin(cx) {
-                Poll::Ready(Some((seq, out))) => {
-                    this.finished.insert(seq, out);
-                }
-                Poll::Ready(None) if *this.done && this.finished.is_empty() => {
-                    this.probe.finish();
-                    return Poll::Ready(None);
-                }
-                Poll::Ready(None) | Poll::Pending => return Poll::Pending,
-            }
-        }
+        self.project().enc.poll_next(cx)
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        if self.prepared.is_err() {
-            return (0, Some(1));
-        }
-        // Skips shrink the output and splits grow it: only the lower bound
-        // of what is already finished is certain.
-        (self.ready.len(), None)
+        self.enc.size_hint()
+    }
+}
+
+impl ChunkEncoder for Prepared {
+    fn micro_batch(&self) -> usize {
+        self.config.micro_batch
+    }
+
+    fn encode_chunk(&self, items: Vec<Result<Record>>, stats: &TextStats) -> Vec<Result<Record>> {
+        Prepared::encode_chunk(self, items, stats)
     }
 }
 
 impl<S: Explain> Explain for TokenizeChat<S> {
     fn describe(&self, out: &mut Vec<StageDescription>) {
-        self.inner.describe(out);
-        let detail = match &self.prepared {
+        self.enc.get_ref().describe(out);
+        let detail = match &self.enc.prepared {
             Ok(p) => format!(
                 "`{}` -> `{}` + `{}`, micro-batches of {}",
                 p.config.field,
@@ -259,6 +167,11 @@ impl<S: Explain> Explain for TokenizeChat<S> {
                 "invalid configuration (already reported)".into(),
             ),
         };
-        out.push(StageDescription::new("tokenize_chat", self.k, None, detail));
+        out.push(StageDescription::new(
+            "tokenize_chat",
+            self.enc.k,
+            None,
+            detail,
+        ));
     }
 }
