@@ -1,0 +1,218 @@
+//! The loader's item count for pipelines that pack or filter: counted
+//! before each epoch, checked at its end, split over device slices.
+
+use burn::data::dataloader::DataLoader;
+use burn::data::dataloader::split::split_dataloader;
+use burn::tensor::Device;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use zephon_burn::models::lm::TextData;
+use zephon_burn::{ItemCount, ZephonDataLoader};
+use zephon_core::{Dataset, LaneId, PipelineExt, Record, RecordBatch, Runner, WorkSource};
+use zephon_ops::TrainingBatch;
+
+/// A packed row as served: (lane, lane-batch, row in it, token ids).
+type Row = (LaneId, u64, usize, Vec<i64>);
+
+const DOCS: usize = 40;
+
+fn text() -> TextData {
+    TextData {
+        num_docs: DOCS,
+        // Most documents are shorter than a row, so rows hold several.
+        seq_len: 128,
+        batch_size: 2,
+        seed: 4,
+        workers: 2,
+    }
+}
+
+/// The packed text pipeline on `lanes` lanes, serving its rows; `builds`
+/// counts the pipelines built.
+fn packed(
+    lanes: u32,
+    items: ItemCount,
+) -> (ZephonDataLoader<TrainingBatch, Vec<Row>>, Arc<AtomicUsize>) {
+    let d = text();
+    let builds = Arc::new(AtomicUsize::new(0));
+    let count = builds.clone();
+    let loader = ZephonDataLoader::new(
+        d.work_source(lanes, 0, 1).unwrap(),
+        Device::flex(),
+        move |ws| {
+            count.fetch_add(1, Ordering::Relaxed);
+            d.pipeline_on(ws)
+        },
+        |b: TrainingBatch, _: &Device| {
+            let ids = b.input_ids.to_i64();
+            Ok(ids
+                .chunks(b.seq_len)
+                .enumerate()
+                .map(|(r, row)| (b.lane, b.index, r, row.to_vec()))
+                .collect())
+        },
+    )
+    .unwrap()
+    .items(items);
+    (loader, builds)
+}
+
+/// One epoch's rows, and the progress at its end.
+fn epoch(loader: &dyn DataLoader<Vec<Row>>) -> (Vec<Row>, (usize, usize)) {
+    let mut it = loader.iter();
+    let rows = it.by_ref().flat_map(|b| b.unwrap()).collect();
+    let p = it.progress();
+    (rows, (p.items_processed, p.items_total))
+}
+
+fn sorted(mut rows: Vec<Row>) -> Vec<Row> {
+    rows.sort();
+    rows
+}
+
+#[test]
+fn counted_packed_rows_are_the_items_of_each_epoch_across_two_slices() {
+    let (whole, _) = packed(4, ItemCount::Counted);
+    let (split, builds) = packed(4, ItemCount::Counted);
+    let split: Arc<dyn DataLoader<Vec<Row>>> = Arc::new(split);
+    let slices = split_dataloader(split.clone(), &[Device::flex(), Device::flex()]);
+    let mut epochs = Vec::new();
+    for e in 0..2 {
+        let n = whole.num_items();
+        let (rows, progress) = epoch(&whole);
+        assert_eq!(rows.len(), n, "epoch {e}: num_items is the rows served");
+        assert_eq!(progress, (n, n), "epoch {e}");
+        assert!(
+            n < DOCS,
+            "epoch {e}: packing puts several documents in a row"
+        );
+        let counts: Vec<usize> = slices.iter().map(|s| s.num_items()).collect();
+        assert_eq!(
+            counts.iter().sum::<usize>(),
+            n,
+            "epoch {e}: slices {counts:?}"
+        );
+        let mut from_slices = Vec::new();
+        for (s, count) in slices.iter().zip(counts) {
+            let (part, progress) = epoch(s.as_ref());
+            assert_eq!(progress, (count, count), "epoch {e}");
+            from_slices.extend(part);
+        }
+        // Every row once: the slices serve the whole loader's rows, each
+        // (lane, batch, row) a single time.
+        let from_slices = sorted(from_slices);
+        assert!(
+            from_slices
+                .windows(2)
+                .all(|w| (w[0].0, w[0].1, w[0].2) != (w[1].0, w[1].1, w[1].2))
+        );
+        assert_eq!(from_slices, sorted(rows.clone()), "epoch {e}");
+        epochs.push(rows);
+    }
+    let ids = |rows: &[Row]| rows.iter().map(|r| r.3.clone()).collect::<Vec<_>>();
+    assert_ne!(ids(&epochs[0]), ids(&epochs[1]), "epoch 1 is reshuffled");
+    // The whole loader was counted once, at the split; each slice counts
+    // and serves each epoch once.
+    assert_eq!(builds.load(Ordering::Relaxed), 1 + 2 * 2 * 2);
+}
+
+#[test]
+fn a_packing_pipeline_does_not_fit_a_per_sample_loader() {
+    let (loader, _) = packed(2, ItemCount::PerSample);
+    assert_eq!(loader.num_items(), DOCS);
+    let batches: Vec<_> = loader.iter().collect();
+    let last = batches.last().unwrap().as_ref().unwrap_err().to_string();
+    assert!(
+        last.contains("epoch 0 over lanes [0, 1]: the pipeline served")
+            && last.contains("by its end, but the work source holds 40; a pipeline that drops, adds or packs samples does not fit a per-sample loader, count its items with `ItemCount::Counted`"),
+        "{last}"
+    );
+    assert!(batches[..batches.len() - 1].iter().all(|b| b.is_ok()));
+}
+
+#[test]
+fn an_epoch_is_counted_once_however_often_it_is_asked() {
+    let (loader, builds) = packed(2, ItemCount::Counted);
+    let n = loader.num_items();
+    assert_eq!(loader.num_items(), n);
+    assert_eq!(loader.items_in_epoch(0).unwrap(), n);
+    assert_eq!(builds.load(Ordering::Relaxed), 1);
+    let (rows, _) = epoch(&loader);
+    assert_eq!(rows.len(), n);
+    assert_eq!(
+        builds.load(Ordering::Relaxed),
+        2,
+        "counted once, served once"
+    );
+}
+
+/// 20 records with an `id` on 2 lanes, batches of 4 per lane; the first
+/// pipeline built keeps the even ids only, the later ones keep all.
+fn flaky(items: ItemCount) -> ZephonDataLoader<RecordBatch, usize> {
+    let recs: Vec<Record> = (0..20).map(|i| Record::new().with("id", i)).collect();
+    let ws = WorkSource::builder()
+        .dataset(Dataset::in_memory("ids", vec![recs]).unwrap(), 1.0)
+        .seed(3)
+        .canonical_lanes(2)
+        .build()
+        .unwrap();
+    let builds = Arc::new(AtomicUsize::new(0));
+    ZephonDataLoader::new(
+        ws,
+        Device::flex(),
+        move |ws: WorkSource| {
+            let first = builds.fetch_add(1, Ordering::Relaxed) == 0;
+            let lanes = ws.owned_lanes();
+            ws.stream()
+                .fetch(2)
+                .filter_ok(move |r: &Record| {
+                    !first || r.get("id").and_then(|v| v.as_int()).unwrap() % 2 == 0
+                })
+                .batch(4)
+                .lane_mux(lanes)
+                .into_blocking_iter(Runner::Inline)
+        },
+        |b: RecordBatch, _: &Device| Ok(b.items.len()),
+    )
+    .unwrap()
+    .items(items)
+}
+
+#[test]
+fn a_pipeline_that_serves_another_count_than_it_counted_is_an_error() {
+    let loader = flaky(ItemCount::Counted);
+    assert_eq!(loader.num_items(), 10);
+    let batches: Vec<_> = loader.iter().collect();
+    let last = batches.last().unwrap().as_ref().unwrap_err().to_string();
+    assert!(
+        last.contains("epoch 0 over lanes [0, 1]: the pipeline served")
+            && last.contains("so far, but counting the same epoch before serving it gave 10; the pipeline is not deterministic"),
+        "{last}"
+    );
+    // Nothing past the count was converted.
+    let served: usize = batches.iter().filter_map(|b| b.as_ref().ok()).sum();
+    assert!(served <= 10, "{served}");
+}
+
+#[test]
+fn a_declared_count_is_checked_and_not_split() {
+    // No counting pass: the first pipeline built, 10 items, is served.
+    let right = flaky(ItemCount::Declared(10));
+    assert_eq!(right.num_items(), 10);
+    let mut it = right.iter();
+    assert_eq!(it.by_ref().map(|b| b.unwrap()).sum::<usize>(), 10);
+    let p = it.progress();
+    assert_eq!((p.items_processed, p.items_total), (10, 10));
+    let batches: Vec<_> = flaky(ItemCount::Declared(20)).iter().collect();
+    let last = batches.last().unwrap().as_ref().unwrap_err().to_string();
+    assert!(
+        last.contains("epoch 0 over lanes [0, 1]: the pipeline served 10 items by its end, but 20 were declared (`ItemCount::Declared`)"),
+        "{last}"
+    );
+    let half = flaky(ItemCount::Declared(10)).slice(0, 5);
+    let e = half.iter().next().unwrap().unwrap_err().to_string();
+    assert!(
+        e.contains("slice 0..5 of 10 declared items over lanes [0, 1]: a declared count cannot be shared out"),
+        "{e}"
+    );
+}
