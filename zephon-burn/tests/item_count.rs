@@ -4,6 +4,7 @@
 use burn::data::dataloader::DataLoader;
 use burn::data::dataloader::split::split_dataloader;
 use burn::tensor::Device;
+use proptest::prelude::*;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use zephon_burn::models::lm::TextData;
@@ -33,7 +34,14 @@ fn packed(
     lanes: u32,
     items: ItemCount,
 ) -> (ZephonDataLoader<TrainingBatch, Vec<Row>>, Arc<AtomicUsize>) {
-    let d = text();
+    packed_on(text(), lanes, items)
+}
+
+fn packed_on(
+    d: TextData,
+    lanes: u32,
+    items: ItemCount,
+) -> (ZephonDataLoader<TrainingBatch, Vec<Row>>, Arc<AtomicUsize>) {
     let builds = Arc::new(AtomicUsize::new(0));
     let count = builds.clone();
     let loader = ZephonDataLoader::new(
@@ -215,4 +223,50 @@ fn a_declared_count_is_checked_and_not_split() {
         e.contains("slice 0..5 of 10 declared items over lanes [0, 1]: a declared count cannot be shared out"),
         "{e}"
     );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Whatever the data, lanes, devices, epoch and tokenizing threads,
+    /// the counted items are the rows the epoch serves, and the device
+    /// slices' counts and rows add up to the whole loader's.
+    #[test]
+    fn counts_match_what_is_served_on_any_split(
+        num_docs in 1usize..60,
+        seq_len in prop::sample::select(vec![16usize, 64, 256]),
+        batch_size in 1usize..4,
+        seed in 0u64..1000,
+        lanes in prop::sample::select(vec![1u32, 2, 4]),
+        devices in prop::sample::select(vec![1usize, 2, 4]),
+        start in 0u64..3,
+    ) {
+        let d = TextData { num_docs, seq_len, batch_size, seed, workers: 2 };
+        let (whole, _) = packed_on(d.clone(), lanes, ItemCount::Counted);
+        let whole = whole.starting_at_epoch(start);
+        let n = whole.num_items();
+        let (rows, progress) = epoch(&whole);
+        prop_assert_eq!(rows.len(), n);
+        prop_assert_eq!(progress, (n, n));
+        // One tokenizing thread serves the same rows in the same order.
+        let (inline, _) = packed_on(TextData { workers: 1, ..d.clone() }, lanes, ItemCount::Counted);
+        let inline = inline.starting_at_epoch(start);
+        prop_assert_eq!(inline.num_items(), n);
+        prop_assert_eq!(&epoch(&inline).0, &rows);
+        // Burn's split needs a share of whole lanes, and its equal item
+        // ranges map onto them only with enough items per lane.
+        prop_assume!((lanes as usize).is_multiple_of(devices) && n >= lanes as usize * devices);
+        let (split, _) = packed_on(d, lanes, ItemCount::Counted);
+        let split: Arc<dyn DataLoader<Vec<Row>>> = Arc::new(split.starting_at_epoch(start));
+        let slices = split_dataloader(split, &vec![Device::flex(); devices]);
+        let counts: Vec<usize> = slices.iter().map(|s| s.num_items()).collect();
+        prop_assert_eq!(counts.iter().sum::<usize>(), n, "slices {:?}", counts);
+        let mut from_slices = Vec::new();
+        for (s, count) in slices.iter().zip(counts) {
+            let (part, progress) = epoch(s.as_ref());
+            prop_assert_eq!(progress, (count, count));
+            from_slices.extend(part);
+        }
+        prop_assert_eq!(sorted(from_slices), sorted(rows));
+    }
 }

@@ -250,9 +250,11 @@ fn fit_lm(devices: usize) -> LmFit {
     let train_loader = lm_loader(&data, 2, train.clone());
     let valid_loader = lm_loader(&valid_data, 1, valid.clone());
     // Burn asks for the totals once, before the first epoch: take each
-    // epoch's count from fresh loaders to check the rows served against.
+    // epoch's count from the data's own loader to check the rows served
+    // against.
     let counts = |d: &TextData, lanes: u32| -> Vec<usize> {
-        let l = lm_loader(d, lanes, Log::default());
+        let l = d.loader(lanes, &Device::flex()).unwrap();
+        assert_eq!(l.item_count(), ItemCount::Counted);
         (0..2).map(|e| l.items_in_epoch(e).unwrap()).collect()
     };
     let (train_counts, valid_counts) = (counts(&data, 2), counts(&valid_data, 1));
