@@ -203,6 +203,48 @@ fn a_pipeline_that_serves_another_count_than_it_counted_is_an_error() {
 }
 
 #[test]
+fn a_pipeline_that_fails_while_counted_is_an_error_naming_the_epoch() {
+    let recs: Vec<Record> = (0..8).map(|i| Record::new().with("id", i)).collect();
+    let ws = WorkSource::builder()
+        .dataset(Dataset::in_memory("ids", vec![recs]).unwrap(), 1.0)
+        .canonical_lanes(2)
+        .build()
+        .unwrap();
+    let loader = ZephonDataLoader::new(
+        ws,
+        Device::flex(),
+        |ws: WorkSource| {
+            let lanes = ws.owned_lanes();
+            ws.stream()
+                .fetch(2)
+                .map_par(
+                    |r: Record| match r.get("id").and_then(|v| v.as_int()) {
+                        Some(5) => Err(zephon_core::Error::config("id", "record 5 is bad")),
+                        _ => Ok(r),
+                    },
+                    2,
+                )
+                .batch(2)
+                .lane_mux(lanes)
+                .into_blocking_iter(Runner::Inline)
+        },
+        |b: RecordBatch, _: &Device| Ok(b.items.len()),
+    )
+    .unwrap()
+    .items(ItemCount::Counted)
+    .starting_at_epoch(3);
+    assert_eq!(loader.num_items(), 0);
+    let all: Vec<_> = loader.iter().collect();
+    assert_eq!(all.len(), 1, "nothing served past the error");
+    let e = all[0].as_ref().unwrap_err().to_string();
+    assert!(
+        e.contains("counting the items of epoch 3 over lanes [0, 1]:")
+            && e.contains("record 5 is bad"),
+        "{e}"
+    );
+}
+
+#[test]
 fn a_declared_count_is_checked_and_not_split() {
     // No counting pass: the first pipeline built, 10 items, is served.
     let right = flaky(ItemCount::Declared(10));

@@ -32,7 +32,8 @@ type Convert<H, O> = Arc<dyn Fn(H, &Device) -> Result<O> + Send + Sync>;
 ///   strategy with [`DataLoader::slice`]. A slice is served by a share of
 ///   the loader's lanes, not by replaying and skipping: lane `k` of the `m`
 ///   lanes the loader owns belongs to the slice holding item `k * N / m` of
-///   its `N` items, and the slice builds its own pipeline on those lanes
+///   its `N` items (of the epoch at the split, as its [`ItemCount`] knows
+///   them), and the slice builds its own pipeline on those lanes
 ///   ([`WorkSource::lane_part`]), as that many more ranks would. So every
 ///   item is produced once, batches keep their size, and all slices of one
 ///   epoch share it (each counts its own `iter()` calls, from the epoch of
