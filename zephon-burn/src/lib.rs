@@ -58,6 +58,6 @@ pub mod train;
 #[cfg(feature = "harness")]
 pub use config::{TimingConfig, TimingOptions, TimingReport, run_timing};
 pub use convert::TrainingTensors;
-pub use dataloader::{HostBatch, TensorBatches, ZephonDataLoader};
+pub use dataloader::{HostBatch, ItemCount, TensorBatches, ZephonDataLoader};
 pub use device::{DeviceChoice, Precision};
 pub use error::{Error, Result};

@@ -33,15 +33,16 @@
 //! # Ok::<(), zephon_burn::Error>(())
 //! ```
 
-use crate::ZephonDataLoader;
 use crate::error::Result;
 use crate::harness::TimedModel;
 use crate::models::autoencoder::{Autoencoder, DummyData};
-use crate::models::lm::{LmInput, TransformerLm};
+use crate::models::lm::{LmInput, TextData, TransformerLm};
+use crate::{ItemCount, ZephonDataLoader};
 use burn::tensor::{Device, FloatDType, Tensor};
 use burn::train::metric::{Adaptor, ItemLazy, LossInput};
 use burn::train::{InferenceStep, TrainOutput, TrainStep};
 use zephon_core::RecordBatch;
+use zephon_ops::TrainingBatch;
 
 /// What a train or validation step of a shipped model reports: its loss,
 /// which Burn's `LossMetric` reads.
@@ -118,5 +119,31 @@ impl DummyData {
             move |ws| data.pipeline_on(ws),
             |batch, device: &Device| Autoencoder::to_input(batch, device, FloatDType::F32),
         )
+    }
+}
+
+impl TextData {
+    /// A loader over this data's epochs of packed rows for Burn's
+    /// `Learner`: the work source of [`work_source`](Self::work_source)
+    /// with `canonical_lanes` lanes on one rank, the rows of
+    /// [`pipeline_on`](Self::pipeline_on) as f32 [`LmInput`]s on `device`.
+    /// Packing decides the rows of an epoch, so the loader counts them
+    /// ([`ItemCount::Counted`]): one extra pass over the text pipeline per
+    /// epoch, without the model. A multi-device strategy splits the lanes,
+    /// so use a lane count the device count divides.
+    pub fn loader(
+        &self,
+        canonical_lanes: u32,
+        device: &Device,
+    ) -> Result<ZephonDataLoader<TrainingBatch, LmInput>> {
+        self.validate()?;
+        let data = self.clone();
+        Ok(ZephonDataLoader::new(
+            self.work_source(canonical_lanes, 0, 1)?,
+            device.clone(),
+            move |ws| data.pipeline_on(ws),
+            |batch, device: &Device| TransformerLm::to_input(batch, device, FloatDType::F32),
+        )?
+        .items(ItemCount::Counted))
     }
 }

@@ -1,6 +1,8 @@
 //! Burn's `Learner` fits the autoencoder from Zephon loaders, on one device
 //! and on two: every epoch is reshuffled, every sample is served once per
-//! epoch across the device slices, and progress ends complete.
+//! epoch across the device slices, and progress ends complete. It fits the
+//! transformer LM from the packed text pipeline too, its loaders counting
+//! the packed rows of each epoch.
 
 use burn::optim::AdamConfig;
 use burn::optim::lr_scheduler::constant::ConstantLr;
@@ -9,10 +11,12 @@ use burn::train::logger::TrainingProgressLogger;
 use burn::train::metric::LossMetric;
 use burn::train::{ExecutionStrategy, Learner, MultiDeviceOptim, SupervisedTraining};
 use std::sync::{Arc, Mutex};
-use zephon_burn::ZephonDataLoader;
 use zephon_burn::harness::TimedModel;
 use zephon_burn::models::autoencoder::{Autoencoder, AutoencoderConfig, DummyData};
+use zephon_burn::models::lm::{LmConfig, LmInput, TextData, TransformerLm};
+use zephon_burn::{ItemCount, ZephonDataLoader};
 use zephon_core::RecordBatch;
+use zephon_ops::TrainingBatch;
 
 type Log<T> = Arc<Mutex<Vec<T>>>;
 
@@ -181,4 +185,170 @@ fn the_learner_fits_the_autoencoder_on_two_devices() {
         b.sort();
         assert_eq!(a, b);
     }
+}
+
+/// A packed row as served: (lane, lane-batch, row in it, token ids).
+type Row = (u32, u64, usize, Vec<i64>);
+
+/// A counting loader over the packed rows of `data` on `lanes` lanes that
+/// logs the rows it serves.
+fn lm_loader(
+    data: &TextData,
+    lanes: u32,
+    served: Log<Row>,
+) -> ZephonDataLoader<TrainingBatch, LmInput> {
+    let d = data.clone();
+    ZephonDataLoader::new(
+        data.work_source(lanes, 0, 1).unwrap(),
+        Device::flex(),
+        move |ws| d.pipeline_on(ws),
+        move |b: TrainingBatch, device: &Device| {
+            let ids = b.input_ids.to_i64();
+            served.lock().unwrap().extend(
+                ids.chunks(b.seq_len)
+                    .enumerate()
+                    .map(|(r, row)| (b.lane, b.index, r, row.to_vec())),
+            );
+            TransformerLm::to_input(b, device, FloatDType::F32)
+        },
+    )
+    .unwrap()
+    .items(ItemCount::Counted)
+}
+
+struct LmFit {
+    /// Per epoch, the rows served.
+    train: Vec<Vec<Row>>,
+    valid: Vec<Vec<Row>>,
+    progress: Vec<Event>,
+}
+
+fn fit_lm(devices: usize) -> LmFit {
+    let data = TextData {
+        num_docs: 16,
+        // Most documents are shorter than a row, so rows hold several.
+        seq_len: 256,
+        batch_size: 2,
+        seed: 5,
+        workers: 2,
+    };
+    let valid_data = TextData {
+        num_docs: 6,
+        seed: 6,
+        ..data.clone()
+    };
+    let config = LmConfig {
+        vocab_size: 256,
+        d_model: 16,
+        n_heads: 2,
+        n_layers: 1,
+        d_ff: 32,
+        max_seq_len: 256,
+        dropout: 0.0,
+    };
+    let (train, valid, progress) = (Log::default(), Log::default(), Log::default());
+    let train_loader = lm_loader(&data, 2, train.clone());
+    let valid_loader = lm_loader(&valid_data, 1, valid.clone());
+    // Burn asks for the totals once, before the first epoch: take each
+    // epoch's count from the data's own loader to check the rows served
+    // against.
+    let counts = |d: &TextData, lanes: u32| -> Vec<usize> {
+        let l = d.loader(lanes, &Device::flex()).unwrap();
+        assert_eq!(l.item_count(), ItemCount::Counted);
+        (0..2).map(|e| l.items_in_epoch(e).unwrap()).collect()
+    };
+    let (train_counts, valid_counts) = (counts(&data, 2), counts(&valid_data, 1));
+    let device = Device::flex();
+    let model = TransformerLm::new(&config, &device.autodiff());
+    let learner = Learner::new(model, AdamConfig::new().init(), ConstantLr::new(1e-2));
+    let dir = tempfile::tempdir().unwrap();
+    let mut training =
+        SupervisedTraining::new(dir.path(), Arc::new(train_loader), Arc::new(valid_loader))
+            .num_epochs(2)
+            .metric_train_numeric(LossMetric::new())
+            .metric_valid_numeric(LossMetric::new())
+            .with_progress_logger(Recorder(progress.clone()))
+            .with_application_logger(None);
+    if devices > 1 {
+        let devices = (0..devices).map(|_| Device::flex()).collect();
+        training = training.with_training_strategy(
+            ExecutionStrategy::multi(devices, MultiDeviceOptim::OptimMainDevice).into(),
+        );
+    }
+    let result = training.launch(learner);
+    assert!(result.error.is_none(), "{:?}", result.error);
+    let split = |rows: Vec<Row>, counts: &[usize]| -> Vec<Vec<Row>> {
+        assert_eq!(rows.len(), counts.iter().sum::<usize>(), "{counts:?}");
+        let (a, b) = rows.split_at(counts[0]);
+        vec![a.to_vec(), b.to_vec()]
+    };
+    LmFit {
+        train: split(take(train), &train_counts),
+        valid: split(take(valid), &valid_counts),
+        progress: take(progress),
+    }
+}
+
+/// The rows of both epochs, each sorted.
+fn sorted_epochs(epochs: &[Vec<Row>]) -> Vec<Vec<Row>> {
+    epochs
+        .iter()
+        .map(|e| {
+            let mut e = e.clone();
+            e.sort();
+            e
+        })
+        .collect()
+}
+
+/// Each split's progress ends at the rows it served; the totals Burn
+/// reports are the first epoch's counts.
+fn check_lm_progress(fit: &LmFit) {
+    let mut splits = Vec::new();
+    for e in &fit.progress {
+        match e {
+            Event::Start(split, total) => splits.push((split.clone(), *total, 0)),
+            Event::Update(done) => splits.last_mut().unwrap().2 = *done,
+        }
+    }
+    let (t, v) = (&fit.train, &fit.valid);
+    let want: Vec<(String, usize, usize)> = vec![
+        ("train".into(), t[0].len(), t[0].len()),
+        ("valid".into(), v[0].len(), v[0].len()),
+        ("train".into(), t[0].len(), t[1].len()),
+        ("valid".into(), v[0].len(), v[1].len()),
+    ];
+    assert_eq!(splits, want);
+}
+
+#[test]
+fn the_learner_fits_the_lm_from_packed_rows_on_one_and_two_devices() {
+    let one = fit_lm(1);
+    check_lm_progress(&one);
+    for (what, epochs, docs) in [("train", &one.train, 16), ("valid", &one.valid, 6)] {
+        let sorted = sorted_epochs(epochs);
+        for (e, rows) in sorted.iter().enumerate() {
+            assert!(
+                !rows.is_empty() && rows.len() < docs,
+                "{what} {e}: {}",
+                rows.len()
+            );
+            assert!(
+                rows.windows(2)
+                    .all(|w| (w[0].0, w[0].1, w[0].2) != (w[1].0, w[1].1, w[1].2)),
+                "{what} {e}: a row served twice"
+            );
+        }
+        let ids = |rows: &[Row]| rows.iter().map(|r| r.3.clone()).collect::<Vec<_>>();
+        assert_ne!(
+            ids(&epochs[0]),
+            ids(&epochs[1]),
+            "{what}: epoch 2 repeats epoch 1"
+        );
+    }
+    // Two devices split the lanes of the same epochs.
+    let two = fit_lm(2);
+    check_lm_progress(&two);
+    assert_eq!(sorted_epochs(&two.train), sorted_epochs(&one.train));
+    assert_eq!(sorted_epochs(&two.valid), sorted_epochs(&one.valid));
 }

@@ -280,6 +280,24 @@ impl TextData {
             .build()
     }
 
+    /// The pipeline on `ws` (a [`work_source`](Self::work_source), or an
+    /// epoch or lane share of one): packed rows batched per lane, the owned
+    /// lanes in round robin. Packing decides how many rows an epoch has;
+    /// a [`ZephonDataLoader`](crate::ZephonDataLoader) over it needs
+    /// [`ItemCount::Counted`](crate::ItemCount::Counted).
+    pub fn pipeline_on(&self, ws: WorkSource) -> zephon_core::Result<BlockingIter<TrainingBatch>> {
+        let lanes = ws.owned_lanes();
+        ws.stream()
+            .fetch(self.workers)
+            .map_par(self.tokenizer(), self.workers)
+            .pack_sequences(self.pack())
+            .batch(self.batch_size)
+            .lane_mux(lanes)
+            .to_training(TrainingConfig::new(self.seq_len).id_type(IdType::I64))
+            .prefetch_batches(4)
+            .into_blocking_iter(self.runner())
+    }
+
     /// The run's recipe: the work source and the settings that shape the
     /// batches, so a checkpoint of another run is refused.
     pub fn recipe(&self, ws: &WorkSource) -> Recipe {

@@ -1,93 +1,22 @@
 //! Burn's [`DataLoader`] over a Zephon pipeline, and a plain iterator of
 //! tensor batches for custom training loops.
 
+mod host;
+mod items;
+mod iter;
+
+pub use host::HostBatch;
+pub use items::ItemCount;
+pub use iter::TensorBatches;
+
 use crate::error::{Error, Result};
-use burn::data::dataloader::{DataLoader, DataLoaderIterator, Progress};
+use burn::data::dataloader::{DataLoader, DataLoaderIterator};
 use burn::data::dataset::DatasetError;
 use burn::tensor::Device;
-use std::ops::Range;
-use std::sync::Arc;
+use iter::{BurnIter, FailedOf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use zephon_core::{Batch, BlockingIter, LaneId, WorkSource};
-use zephon_ops::TrainingBatch;
-
-/// A host-side batch whose items can be counted and cut, so a loader can
-/// report exact progress and serve a slice of its items.
-pub trait HostBatch: Sized {
-    /// Items (samples, rows) in the batch.
-    fn num_items(&self) -> usize;
-    /// Keeps the items in `range` (relative to this batch).
-    fn keep(self, range: Range<usize>) -> Self;
-}
-
-impl<T> HostBatch for Batch<T> {
-    fn num_items(&self) -> usize {
-        self.items.len()
-    }
-    fn keep(mut self, range: Range<usize>) -> Self {
-        self.items.truncate(range.end);
-        self.items.drain(..range.start);
-        self
-    }
-}
-
-impl HostBatch for TrainingBatch {
-    fn num_items(&self) -> usize {
-        self.batch_size
-    }
-    fn keep(self, range: Range<usize>) -> Self {
-        if range == (0..self.batch_size) {
-            return self;
-        }
-        let l = self.seq_len;
-        let ids: Vec<i64> = (range.start * l..range.end * l)
-            .map(|i| self.input_ids.get(i).unwrap_or(0))
-            .collect();
-        let (lo, hi) = ((range.start * l) as i32, (range.end * l) as i32);
-        // Segment boundaries inside the kept rows, shifted to start at 0; rows
-        // always start a segment, so both ends are boundaries.
-        let mut cu: Vec<i32> = self
-            .cu_seqlens
-            .iter()
-            .filter(|&&b| b >= lo && b <= hi)
-            .map(|b| b - lo)
-            .collect();
-        if cu.first() != Some(&0) {
-            cu.insert(0, 0);
-        }
-        if cu.last() != Some(&(hi - lo)) {
-            cu.push(hi - lo);
-        }
-        let max_seqlen = cu
-            .windows(2)
-            .map(|w| (w[1] - w[0]) as usize)
-            .max()
-            .unwrap_or(0);
-        let cut = |from: usize, to: usize| from * l..to * l;
-        let r = cut(range.start, range.end);
-        TrainingBatch {
-            // A slice of a lane-batch is not a lane boundary.
-            cut: None,
-            lane: self.lane,
-            index: self.index,
-            batch_size: range.len(),
-            seq_len: l,
-            input_ids: match self.input_ids {
-                zephon_ops::TokenIds::U32(_) => {
-                    zephon_ops::TokenIds::U32(ids.iter().map(|&x| x as u32).collect())
-                }
-                zephon_ops::TokenIds::I64(_) => zephon_ops::TokenIds::I64(ids),
-            },
-            labels: self.labels[r.clone()].to_vec(),
-            loss_mask: self.loss_mask[r.clone()].to_vec(),
-            position_ids: self.position_ids[r.clone()].to_vec(),
-            segment_ids: self.segment_ids[r.clone()].to_vec(),
-            attention_mask: self.attention_mask[r].to_vec(),
-            cu_seqlens: cu,
-            max_seqlen,
-        }
-    }
-}
+use std::sync::{Arc, Mutex, PoisonError};
+use zephon_core::{BlockingIter, WorkSource};
 
 type Build<H> = Arc<dyn Fn(WorkSource) -> zephon_core::Result<BlockingIter<H>> + Send + Sync>;
 type Convert<H, O> = Arc<dyn Fn(H, &Device) -> Result<O> + Send + Sync>;
@@ -103,7 +32,8 @@ type Convert<H, O> = Arc<dyn Fn(H, &Device) -> Result<O> + Send + Sync>;
 ///   strategy with [`DataLoader::slice`]. A slice is served by a share of
 ///   the loader's lanes, not by replaying and skipping: lane `k` of the `m`
 ///   lanes the loader owns belongs to the slice holding item `k * N / m` of
-///   its `N` items, and the slice builds its own pipeline on those lanes
+///   its `N` items (of the epoch at the split, as its [`ItemCount`] knows
+///   them), and the slice builds its own pipeline on those lanes
 ///   ([`WorkSource::lane_part`]), as that many more ranks would. So every
 ///   item is produced once, batches keep their size, and all slices of one
 ///   epoch share it (each counts its own `iter()` calls, from the epoch of
@@ -111,11 +41,16 @@ type Convert<H, O> = Arc<dyn Fn(H, &Device) -> Result<O> + Send + Sync>;
 ///   aligned share (Burn's `n` equal ranges where `n` does not divide the
 ///   lanes) serves one error naming the lanes and the range.
 /// - **Item count.** [`num_items`](DataLoader::num_items) is the number of
-///   pointers the loader's lanes hold in its next epoch, and the items
-///   served ([`HostBatch::num_items`]) are checked against it: a pipeline
-///   that serves more or fewer (a filter, packing) ends the epoch with an
-///   error naming both counts, the epoch and the lanes, instead of
-///   truncating or leaving progress incomplete.
+///   items ([`HostBatch::num_items`]) of the next epoch as the
+///   [`ItemCount`] policy knows it (set with [`items`](Self::items)), and
+///   the items served are checked against it: an epoch that serves more or
+///   fewer ends with an error naming both counts, the epoch and the lanes,
+///   instead of truncating or leaving progress incomplete. The default,
+///   [`ItemCount::PerSample`], counts the work source's pointers, so a
+///   pipeline that filters or packs needs [`ItemCount::Counted`]: one extra
+///   pass over the epoch's pipeline, without the model, gives the exact
+///   count (see the second example). Each slice counts its own lanes, so
+///   the slices' counts add up to the whole loader's.
 ///
 /// `build` must build the whole pipeline on the work source it is given
 /// (use its [`owned_lanes`](WorkSource::owned_lanes) for `lane_mux`), and
@@ -149,12 +84,46 @@ type Convert<H, O> = Arc<dyn Fn(H, &Device) -> Result<O> + Send + Sync>;
 /// assert!(half.iter().all(|t| t.unwrap().dims() == [4, 2]));
 /// # Ok::<(), zephon_burn::Error>(())
 /// ```
+///
+/// A pipeline that filters serves fewer items than the work source holds;
+/// [`ItemCount::Counted`] counts them before each epoch:
+///
+/// ```
+/// use burn::data::dataloader::DataLoader;
+/// use burn::tensor::Device;
+/// use zephon_burn::{ItemCount, ZephonDataLoader};
+/// use zephon_core::{Dataset, PipelineExt, Record, RecordBatch, Runner, WorkSource};
+///
+/// let recs: Vec<Record> = (0..20).map(|i| Record::new().with("id", i)).collect();
+/// let ws = WorkSource::builder().dataset(Dataset::in_memory("d", vec![recs])?, 1.0)
+///     .seed(1).canonical_lanes(2).build()?;
+/// let even = |r: &Record| r.get("id").and_then(|v| v.as_int()).is_some_and(|i| i % 2 == 0);
+/// let loader = ZephonDataLoader::new(
+///     ws,
+///     Device::flex(),
+///     move |ws: WorkSource| {
+///         let lanes = ws.owned_lanes();
+///         ws.stream().fetch(2).filter_ok(even).batch(4).lane_mux(lanes).into_blocking_iter(Runner::Inline)
+///     },
+///     |b: RecordBatch, _: &Device| Ok(b.items.len()),
+/// )?
+/// .items(ItemCount::Counted);
+/// assert_eq!(loader.num_items(), 10);
+/// let mut epoch = loader.iter();
+/// assert_eq!(epoch.by_ref().map(|n| n.unwrap()).sum::<usize>(), 10);
+/// let p = epoch.progress();
+/// assert_eq!((p.items_processed, p.items_total), (10, 10));
+/// # Ok::<(), zephon_burn::Error>(())
+/// ```
 pub struct ZephonDataLoader<H, O> {
     source: WorkSource,
     build: Build<H>,
     convert: Convert<H, O>,
     device: Device,
     next_epoch: AtomicU64,
+    items: ItemCount,
+    /// The last epoch [`ItemCount::Counted`] counted, and its items.
+    counted: Mutex<Option<(u64, usize)>>,
     /// Why this slice cannot be served, served by its iterator.
     broken: Option<Arc<str>>,
 }
@@ -167,6 +136,8 @@ impl<H, O> Clone for ZephonDataLoader<H, O> {
             convert: self.convert.clone(),
             device: self.device.clone(),
             next_epoch: AtomicU64::new(self.next_epoch()),
+            items: self.items,
+            counted: Mutex::new(*self.counted.lock().unwrap_or_else(PoisonError::into_inner)),
             broken: self.broken.clone(),
         }
     }
@@ -177,6 +148,7 @@ impl<H, O> std::fmt::Debug for ZephonDataLoader<H, O> {
         f.debug_struct("ZephonDataLoader")
             .field("lanes", &self.source.owned_lanes())
             .field("next_epoch", &self.next_epoch())
+            .field("items", &self.items)
             .field("device", &self.device)
             .field("broken", &self.broken)
             .finish_non_exhaustive()
@@ -197,6 +169,11 @@ impl<H, O> ZephonDataLoader<H, O> {
     /// The work source as given (or this slice's share of its lanes).
     pub fn work_source(&self) -> &WorkSource {
         &self.source
+    }
+
+    /// How the loader knows the items of an epoch.
+    pub fn item_count(&self) -> ItemCount {
+        self.items
     }
 }
 
@@ -220,6 +197,8 @@ impl<H: HostBatch + 'static, O: 'static> ZephonDataLoader<H, O> {
             convert: Arc::new(convert),
             device,
             next_epoch: AtomicU64::new(0),
+            items: ItemCount::PerSample,
+            counted: Mutex::new(None),
             broken: None,
         })
     }
@@ -232,12 +211,62 @@ impl<H: HostBatch + 'static, O: 'static> ZephonDataLoader<H, O> {
         self
     }
 
-    /// Items (pointers of the loader's lanes) of epoch `epoch`.
+    /// How the loader knows the items of an epoch ([`ItemCount::PerSample`]
+    /// unless set): the total it reports for each epoch, and checks the
+    /// served items against.
+    #[must_use]
+    pub fn items(mut self, items: ItemCount) -> Self {
+        self.items = items;
+        *self
+            .counted
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner) = None;
+        self
+    }
+
+    /// Items of epoch `epoch` as the [`ItemCount`] policy knows them: the
+    /// pointers of the loader's lanes, a count of what the epoch's pipeline
+    /// yields (run here, unless that epoch was the last counted), or the
+    /// declared number.
     pub fn items_in_epoch(&self, epoch: u64) -> Result<usize> {
-        let n = self.source.epoch(epoch)?.len().unwrap_or(0);
-        usize::try_from(n).map_err(|_| {
-            Error::DataLoader(format!("{n} items do not fit in this platform's usize"))
-        })
+        match self.items {
+            ItemCount::PerSample => {
+                let n = self.source.epoch(epoch)?.len().unwrap_or(0);
+                usize::try_from(n).map_err(|_| {
+                    Error::DataLoader(format!("{n} items do not fit in this platform's usize"))
+                })
+            }
+            ItemCount::Counted => self.count(epoch),
+            ItemCount::Declared(n) => Ok(n),
+        }
+    }
+
+    /// Runs epoch `epoch`'s pipeline without converting its batches and
+    /// counts their items, once per epoch: the lock is held while counting
+    /// so callers on other threads wait for the count instead of repeating it.
+    fn count(&self, epoch: u64) -> Result<usize> {
+        let mut last = self.counted.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((e, n)) = *last
+            && e == epoch
+        {
+            return Ok(n);
+        }
+        let ws = self.source.epoch(epoch)?;
+        let lanes = ws.owned_lanes();
+        let fail = |why: &dyn std::fmt::Display| {
+            Error::DataLoader(format!(
+                "counting the items of epoch {epoch} over lanes {lanes:?}: {why}"
+            ))
+        };
+        let mut n = 0usize;
+        for batch in (self.build)(ws).map_err(|e| fail(&e))? {
+            let items = batch.map_err(|e| fail(&e))?.num_items();
+            n = n
+                .checked_add(items)
+                .ok_or_else(|| fail(&"more items than this platform's usize holds"))?;
+        }
+        *last = Some((epoch, n));
+        Ok(n)
     }
 
     /// A plain iterator over the tensor batches of the next epoch, for
@@ -256,6 +285,7 @@ impl<H: HostBatch + 'static, O: 'static> ZephonDataLoader<H, O> {
             convert: self.convert.clone(),
             device: self.device.clone(),
             epoch,
+            policy: self.items,
             expected,
             served: 0,
             done: false,
@@ -265,6 +295,12 @@ impl<H: HostBatch + 'static, O: 'static> ZephonDataLoader<H, O> {
     /// The share of this loader's lanes that serves items `start..end`, or
     /// why there is none.
     fn lanes_for(&self, start: usize, end: usize) -> std::result::Result<WorkSource, String> {
+        if let ItemCount::Declared(n) = self.items {
+            return Err(format!(
+                "slice {start}..{end} of {n} declared items over lanes {:?}: a declared count cannot be shared out over the lanes of a device split; count the items with `ItemCount::Counted`",
+                self.source.owned_lanes()
+            ));
+        }
         let n = self
             .items_in_epoch(self.next_epoch())
             .map_err(|e| e.to_string())? as u128;
@@ -285,89 +321,6 @@ impl<H: HostBatch + 'static, O: 'static> ZephonDataLoader<H, O> {
         self.source
             .lane_part((mine[0] / b) as u32, (m / b) as u32)
             .map_err(|e| refuse(&e.to_string()))
-    }
-}
-
-/// The iterator of a [`ZephonDataLoader`]: one epoch's host batches from
-/// the pipeline, converted on the device, counted against the epoch's items.
-pub struct TensorBatches<H, O> {
-    inner: BlockingIter<H>,
-    convert: Convert<H, O>,
-    device: Device,
-    lanes: Vec<LaneId>,
-    epoch: u64,
-    expected: usize,
-    served: usize,
-    done: bool,
-}
-
-impl<H, O> std::fmt::Debug for TensorBatches<H, O> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TensorBatches")
-            .field("epoch", &self.epoch)
-            .field("lanes", &self.lanes)
-            .field("served", &self.served)
-            .field("expected", &self.expected)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<H, O> TensorBatches<H, O> {
-    /// The epoch this iterator serves.
-    pub fn epoch(&self) -> u64 {
-        self.epoch
-    }
-
-    fn mismatch(&mut self, what: &str) -> Option<Result<O>> {
-        self.done = true;
-        Some(Err(Error::DataLoader(format!(
-            "epoch {} over lanes {:?}: the pipeline served {} items {what}, but the work source holds {}; a pipeline that drops, adds or packs samples does not fit a per-sample loader",
-            self.epoch, self.lanes, self.served, self.expected
-        ))))
-    }
-}
-
-impl<H: HostBatch, O> Iterator for TensorBatches<H, O> {
-    type Item = Result<O>;
-
-    fn next(&mut self) -> Option<Result<O>> {
-        if self.done {
-            return None;
-        }
-        match self.inner.next() {
-            None if self.served != self.expected => self.mismatch("by its end"),
-            None => {
-                self.done = true;
-                None
-            }
-            Some(Err(e)) => {
-                self.done = true;
-                Some(Err(e.into()))
-            }
-            Some(Ok(batch)) => {
-                self.served += batch.num_items();
-                if self.served > self.expected {
-                    return self.mismatch("so far");
-                }
-                Some((self.convert)(batch, &self.device))
-            }
-        }
-    }
-}
-
-impl<H: HostBatch, O> DataLoaderIterator<O> for BurnIter<H, O> {
-    fn progress(&self) -> Progress {
-        Progress::new(self.0.served, self.0.expected, Some("items".into()))
-    }
-}
-
-/// [`TensorBatches`] with Burn's error type, as [`DataLoader::iter`] yields.
-struct BurnIter<H, O>(TensorBatches<H, O>);
-
-impl<H: HostBatch, O> Iterator for BurnIter<H, O> {
-    type Item = std::result::Result<O, DatasetError>;
-    fn next(&mut self) -> Option<Self::Item> {
-        self.0.next().map(|r| r.map_err(DatasetError::new))
     }
 }
 
@@ -405,30 +358,14 @@ where
         let mut l = self.clone();
         if l.broken.is_none() {
             match self.lanes_for(start, end) {
-                Ok(ws) => l.source = ws,
+                Ok(ws) => {
+                    l.source = ws;
+                    // The slice counts its own lanes.
+                    l.counted = Mutex::new(None);
+                }
                 Err(why) => l.broken = Some(why.into()),
             }
         }
         Arc::new(l)
-    }
-}
-
-/// Yields one error, for a pipeline that could not be built.
-struct FailedOf<O>(
-    Option<DatasetError>,
-    usize,
-    std::marker::PhantomData<fn() -> O>,
-);
-
-impl<O> Iterator for FailedOf<O> {
-    type Item = std::result::Result<O, DatasetError>;
-    fn next(&mut self) -> Option<Self::Item> {
-        self.0.take().map(Err)
-    }
-}
-
-impl<O> DataLoaderIterator<O> for FailedOf<O> {
-    fn progress(&self) -> Progress {
-        Progress::new(0, self.1, Some("items".into()))
     }
 }

@@ -1,0 +1,83 @@
+//! What a loader serves: host batches whose items it can count and cut.
+
+use std::ops::Range;
+use zephon_core::Batch;
+use zephon_ops::TrainingBatch;
+
+/// A host-side batch whose items can be counted and cut, so a loader can
+/// report exact progress and serve a slice of its items.
+pub trait HostBatch: Sized {
+    /// Items (samples, rows) in the batch.
+    fn num_items(&self) -> usize;
+    /// Keeps the items in `range` (relative to this batch).
+    fn keep(self, range: Range<usize>) -> Self;
+}
+
+impl<T> HostBatch for Batch<T> {
+    fn num_items(&self) -> usize {
+        self.items.len()
+    }
+    fn keep(mut self, range: Range<usize>) -> Self {
+        self.items.truncate(range.end);
+        self.items.drain(..range.start);
+        self
+    }
+}
+
+impl HostBatch for TrainingBatch {
+    fn num_items(&self) -> usize {
+        self.batch_size
+    }
+    fn keep(self, range: Range<usize>) -> Self {
+        if range == (0..self.batch_size) {
+            return self;
+        }
+        let l = self.seq_len;
+        let ids: Vec<i64> = (range.start * l..range.end * l)
+            .map(|i| self.input_ids.get(i).unwrap_or(0))
+            .collect();
+        let (lo, hi) = ((range.start * l) as i32, (range.end * l) as i32);
+        // Segment boundaries inside the kept rows, shifted to start at 0; rows
+        // always start a segment, so both ends are boundaries.
+        let mut cu: Vec<i32> = self
+            .cu_seqlens
+            .iter()
+            .filter(|&&b| b >= lo && b <= hi)
+            .map(|b| b - lo)
+            .collect();
+        if cu.first() != Some(&0) {
+            cu.insert(0, 0);
+        }
+        if cu.last() != Some(&(hi - lo)) {
+            cu.push(hi - lo);
+        }
+        let max_seqlen = cu
+            .windows(2)
+            .map(|w| (w[1] - w[0]) as usize)
+            .max()
+            .unwrap_or(0);
+        let cut = |from: usize, to: usize| from * l..to * l;
+        let r = cut(range.start, range.end);
+        TrainingBatch {
+            // A slice of a lane-batch is not a lane boundary.
+            cut: None,
+            lane: self.lane,
+            index: self.index,
+            batch_size: range.len(),
+            seq_len: l,
+            input_ids: match self.input_ids {
+                zephon_ops::TokenIds::U32(_) => {
+                    zephon_ops::TokenIds::U32(ids.iter().map(|&x| x as u32).collect())
+                }
+                zephon_ops::TokenIds::I64(_) => zephon_ops::TokenIds::I64(ids),
+            },
+            labels: self.labels[r.clone()].to_vec(),
+            loss_mask: self.loss_mask[r.clone()].to_vec(),
+            position_ids: self.position_ids[r.clone()].to_vec(),
+            segment_ids: self.segment_ids[r.clone()].to_vec(),
+            attention_mask: self.attention_mask[r].to_vec(),
+            cu_seqlens: cu,
+            max_seqlen,
+        }
+    }
+}
