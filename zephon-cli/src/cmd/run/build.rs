@@ -297,9 +297,7 @@ pub fn build(recipe: &Recipe, base: &Path) -> Result<Built> {
                     config = config.max_candidate_age(age);
                 }
                 if let Some(f) = &p.group_field {
-                    // The configuration names fields statically; a recipe's
-                    // one name lives as long as the process.
-                    config = config.group_field(Box::leak(f.clone().into_boxed_str()));
+                    config = config.group_field(f.as_str());
                 }
                 Stage::Records(boxed(s.pack_sequences(config)))
             }
