@@ -14,7 +14,8 @@
 //!   so a restore gets the records back (re-read like any data) and
 //!   recomputes their keys, preceded by the pointers of records it emitted
 //!   that the next stateful operator had not consumed yet (in flight in a
-//!   map between them), which the restore emits again;
+//!   map between them), which the restore emits again (an
+//!   [`InFlightJournal`] per lane keeps them);
 //! - the state ([`OpState`], layout [`STATE_VERSION`]): the capacity and the
 //!   field it reads, to refuse a pipeline that differs, and the wrapping sum
 //!   of the window's keys, to check the re-read records normalise as they
