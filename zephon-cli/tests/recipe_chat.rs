@@ -232,4 +232,32 @@ fn the_example_chat_recipe_runs() {
         stdout.contains("\"batches\":3") && stdout.contains("\"samples\":5"),
         "{stdout}"
     );
+    let summary = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find_map(|v| v.get("summary").cloned())
+        .unwrap_or_else(|| panic!("no summary line: {stdout}"));
+    assert_eq!(summary["chat_dropped"], 1, "{summary}");
+    // The same figure in words, beside the others.
+    let out = run(&[], &recipe);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("1 conversation dropped by tokenize_chat"),
+        "{stdout}"
+    );
+}
+
+/// A recipe without `tokenize_chat` says nothing of conversations.
+#[test]
+fn a_recipe_without_chat_reports_no_dropped_conversations() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = write(dir.path(), TEXT, "max_length = 16", "max_length = 16");
+    let out = run(&["--json"], &path);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("\"summary\"") && !stdout.contains("chat_dropped"),
+        "{stdout}"
+    );
 }

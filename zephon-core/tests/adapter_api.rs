@@ -98,6 +98,44 @@ fn adapters_that_know_their_end_are_fused() {
     assert!(b.is_terminated() && s.is_terminated());
 }
 
+/// Drains `a` to its end on a runtime (map_par and prefetch_batches need
+/// one): not terminated before, terminated after; the element count.
+fn ends_fused<A: FusedStream + Unpin>(rt: &tokio::runtime::Runtime, mut a: A, what: &str) -> usize {
+    assert!(!a.is_terminated(), "{what} terminated before its end");
+    let n = rt.block_on(a.by_ref().count());
+    assert!(a.is_terminated(), "{what} not terminated after its end");
+    n
+}
+
+#[test]
+fn fetch_map_par_lane_mux_and_prefetch_batches_know_their_end() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap();
+    let ws = source();
+    assert_eq!(ends_fused(&rt, ws.stream().fetch(2), "fetch"), 8);
+    assert_eq!(ends_fused(&rt, records().map_par(Ok, 2), "map_par"), 4);
+    assert_eq!(
+        ends_fused(&rt, ws.stream().fetch(2).lane_mux(vec![0, 1]), "lane_mux"),
+        8
+    );
+    assert_eq!(
+        ends_fused(&rt, records().prefetch_batches(2), "prefetch_batches"),
+        4
+    );
+    assert_eq!(
+        ends_fused(&rt, records().prefetch_batches(0), "prefetch_batches(0)"),
+        4
+    );
+    // An invalid setting is an error first, then the end.
+    let mut bad = records().lane_mux(vec![]);
+    assert!(!bad.is_terminated());
+    let out: Vec<_> = rt.block_on(bad.by_ref().collect());
+    assert!(out.len() == 1 && out[0].is_err());
+    assert!(bad.is_terminated());
+}
+
 /// Wrappers that add no stage explain as the pipeline they wrap.
 #[test]
 fn wrappers_explain_as_what_they_wrap() {

@@ -517,7 +517,7 @@ fn bench_checkpoint_and_restore() {
     let filtered = std::env::var_os("ZEPHON_BENCH_FILTER").is_some();
     let recipe = Recipe::new(&ws)
         .setting("shuffle", (8192, ShuffleMode::Reservoir, 1))
-        .setting("pack", pack)
+        .setting("pack", pack.clone())
         .setting("filter", filtered);
     let pipeline = |p: &Progress| {
         let fetched = ws.stream().fetch(4);
@@ -533,7 +533,7 @@ fn bench_checkpoint_and_restore() {
         };
         fetched
             .shuffle(8192, ShuffleMode::Reservoir, 1)
-            .pack_sequences(pack)
+            .pack_sequences(pack.clone())
             .batch(8)
             .resume_from(p)
             .lane_mux_from(p)

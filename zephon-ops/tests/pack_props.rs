@@ -103,7 +103,7 @@ proptest! {
                                                bins in 1usize..8, max_seqs in prop::option::of(1usize..6)) {
         let mut ff = PackConfig::new(max_length, PackAlgorithm::FirstFit).num_bins(bins);
         if let Some(m) = max_seqs { ff = ff.max_sequences_per_bin(m); }
-        let bf = PackConfig { algorithm: PackAlgorithm::BestFit, ..ff };
+        let bf = PackConfig { algorithm: PackAlgorithm::BestFit, ..ff.clone() };
         prop_assert!(padding(&pack(&lens, bf), max_length) <= padding(&pack(&lens, ff), max_length));
     }
 
@@ -233,6 +233,24 @@ fn group_field_is_checked_and_read() {
     let mut p = Packer::new(PackConfig::new(8, PackAlgorithm::Wrap).group_field("group"));
     let e = p.push(docs(&[3]).remove(0)).unwrap_err();
     assert!(e.to_string().contains("group"), "{e}");
+}
+
+/// A field name known only at run time (read from a recipe) is taken as
+/// it is, owned, and groups as a literal one does.
+#[test]
+fn group_field_takes_a_name_built_at_run_time() {
+    let name: String = ["la", "ng"].concat();
+    let config = PackConfig::new(4, PackAlgorithm::Wrap).group_field(name);
+    assert_eq!(config.group_field.as_deref(), Some("lang"));
+    let mut p = Packer::new(config);
+    for (r, lang) in docs(&[2, 2, 2]).into_iter().zip(["en", "fr", "en"]) {
+        p.push(r.with("lang", Value::Text(lang.into()))).unwrap();
+    }
+    p.finish();
+    let rows: Vec<Vec<u32>> = std::iter::from_fn(|| p.pop())
+        .map(|r| r.tokens("input_ids").unwrap().to_vec())
+        .collect();
+    assert_eq!(rows, vec![vec![0, 1, 20_000, 20_001], vec![10_000, 10_001]]);
 }
 
 #[test]

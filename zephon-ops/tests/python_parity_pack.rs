@@ -260,7 +260,7 @@ fn wrap_equals_python_with_the_remainder_dropped() {
     let py = case(&fx, "cases", "wrap");
     let py_rows = py["rows"].as_array().unwrap();
     let config = PackConfig::new(MAX_LENGTH, PackAlgorithm::Wrap);
-    let rows = pack(&docs, None, config.drop_remainder(true));
+    let rows = pack(&docs, None, config.clone().drop_remainder(true));
     assert_eq!(rows.len(), py_rows.len());
     for (i, (p, o)) in py_rows.iter().zip(&rows).enumerate() {
         assert_row_eq(p, o, &format!("wrap row {i}"));

@@ -14,7 +14,8 @@
 //!   so a restore gets the records back (re-read like any data) and
 //!   recomputes their keys, preceded by the pointers of records it emitted
 //!   that the next stateful operator had not consumed yet (in flight in a
-//!   map between them), which the restore emits again;
+//!   map between them), which the restore emits again (an
+//!   [`InFlightJournal`] per lane keeps them);
 //! - the state ([`OpState`], layout [`STATE_VERSION`]): the capacity and the
 //!   field it reads, to refuse a pipeline that differs, and the wrapping sum
 //!   of the window's keys, to check the re-read records normalise as they
@@ -52,8 +53,8 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Context, Poll};
 use zephon_core::checkpoint::PtrList;
 use zephon_core::checkpoint::cut::{
-    Arrival, Board, CutContext, CutSource, OpLaneCut, OpState, Preamble, Restoring,
-    element_pointer, register_state_check,
+    Arrival, Board, CutContext, CutSource, InFlightJournal, OpLaneCut, OpState, Preamble,
+    Restoring, element_pointer, register_state_check,
 };
 use zephon_core::obs::{Explain, StageDescription};
 use zephon_core::{Error, Identity, LaneId, Record, Result, SamplePtr};
@@ -139,7 +140,6 @@ struct Restore {
 #[derive(Debug, Default)]
 struct Lane {
     consumed: u64,
-    emitted: u64,
     last: Option<u64>,
     /// Kept records, oldest first: key and pointer (`None` outside a
     /// checkpointed pipeline).
@@ -147,9 +147,9 @@ struct Lane {
     /// How many window entries hold each key.
     keys: HashMap<u64, u32>,
     key_sum: u64,
-    /// Emitted records the next stateful operator may not have consumed
-    /// yet: emission number and pointer.
-    sent: VecDeque<(u64, SamplePtr)>,
+    /// Records emitted, and those the next stateful operator may not have
+    /// consumed yet.
+    sent: InFlightJournal,
     /// A record without a single source pointer went through: the lane
     /// cannot be cut any more.
     unlisted: bool,
@@ -177,29 +177,6 @@ impl Lane {
                 }
             }
         }
-    }
-
-    fn note_sent(&mut self, ptr: Option<SamplePtr>, cutting: bool) {
-        if cutting {
-            match ptr {
-                Some(p) => self.sent.push_back((self.emitted, p)),
-                None => self.unlisted = true,
-            }
-        }
-        self.emitted += 1;
-    }
-
-    /// The pointers emitted that the next operator, which consumed `down`,
-    /// has not; forgets those it consumed.
-    fn in_flight(&mut self, down: Option<u64>) -> Option<Vec<SamplePtr>> {
-        let Some(down) = down else {
-            return Some(Vec::new());
-        };
-        while self.sent.front().is_some_and(|e| e.0 < down) {
-            self.sent.pop_front();
-        }
-        let n = self.emitted.checked_sub(down)?;
-        (self.sent.len() as u64 == n).then(|| self.sent.iter().map(|e| e.1).collect())
     }
 }
 
@@ -242,7 +219,7 @@ impl CutSource for Shared {
         if l.unlisted {
             return None;
         }
-        let in_flight = l.in_flight(ctx.downstream_consumed)?;
+        let in_flight = l.sent.in_flight(ctx.downstream_consumed)?;
         let n = in_flight.len() as u64;
         let mut listed = in_flight;
         for (_, p) in &l.window {
@@ -250,7 +227,7 @@ impl CutSource for Shared {
         }
         Some(
             OpLaneCut::new(NAME, l.consumed)
-                .with_emitted(l.emitted)
+                .with_emitted(l.sent.emitted())
                 .with_last_identity(l.last)
                 .with_preamble(Preamble {
                     listed: PtrList::new(listed),
@@ -301,11 +278,7 @@ impl Shared {
                 ));
             }
             // Records in flight at the cut leave again, counted as they do.
-            l.emitted = rs
-                .cut
-                .emitted
-                .unwrap_or(0)
-                .saturating_sub(rs.cut.preamble.in_flight);
+            l.sent.restore(&rs.cut);
             rs.state = Some(s);
         }
         let (in_flight, section) = (rs.cut.preamble.in_flight, rs.cut.preamble_len());
@@ -332,7 +305,7 @@ impl Shared {
             }
         };
         if let Restored::Emit(r) = &out {
-            l.note_sent(element_pointer(r), true);
+            l.sent.note_sent(r, true);
         }
         let finished = section == 0 || k + 1 == section;
         if finished && let Some(rs) = l.restoring.take() {
@@ -395,7 +368,7 @@ impl<S> DedupWindow<S> {
         self.shared
             .lock()
             .values()
-            .map(|l| l.consumed - l.emitted.min(l.consumed))
+            .map(|l| l.consumed - l.sent.emitted().min(l.consumed))
             .sum()
     }
 }
@@ -480,16 +453,14 @@ impl<S: Stream<Item = Result<Record>>> Stream for DedupWindow<S> {
             }
             match key {
                 Some(k) if l.contains(k) => continue,
-                Some(k) => {
-                    if cutting && ptr.is_none() {
-                        l.unlisted = true;
-                    }
-                    l.remember(k, ptr, this.shared.capacity);
-                }
+                Some(k) => l.remember(k, ptr, this.shared.capacity),
                 // Nothing to compare: it passes, and is not remembered.
                 None => {}
             }
-            l.note_sent(ptr, cutting);
+            if cutting && ptr.is_none() {
+                l.unlisted = true;
+            }
+            l.sent.note_pointer(ptr, cutting);
             return Poll::Ready(Some(Ok(r)));
         }
     }

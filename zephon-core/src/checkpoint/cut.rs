@@ -69,7 +69,8 @@
 //! micro-batches). Such elements must be the first
 //! [`Preamble::in_flight`] of its listed preamble, which the operator emits
 //! again on restore; otherwise the lane is not cut. An operator that cannot
-//! count what it emitted leaves `emitted` at `None`.
+//! count what it emitted leaves `emitted` at `None`. An [`InFlightJournal`]
+//! per lane keeps the count and the pointers still in flight.
 //!
 //! The checks on load ([`Checkpoint`](super::Checkpoint)'s) cover every
 //! field of this layout: the listed pointers belong to the lane, the counts
@@ -202,6 +203,10 @@
 //! assert_eq!(resume.elements_in, resume.elements_out);
 //! # Ok::<(), zephon_core::Error>(())
 //! ```
+
+mod in_flight;
+
+pub use in_flight::InFlightJournal;
 
 use super::PtrList;
 use crate::error::{Error, Result};

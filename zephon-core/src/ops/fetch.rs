@@ -212,6 +212,21 @@ fn read_group(
     .boxed()
 }
 
+// Ends after the input did and every read group was handed out.
+impl<S> futures::stream::FusedStream for Fetch<S>
+where
+    S: Stream<Item = Result<SamplePtr>>,
+{
+    fn is_terminated(&self) -> bool {
+        self.invalid.is_none()
+            && self.done
+            && self.carry.is_none()
+            && self.group.is_empty()
+            && self.in_flight.is_empty()
+            && self.ready.is_empty()
+    }
+}
+
 impl<S> Stream for Fetch<S>
 where
     S: Stream<Item = Result<SamplePtr>>,

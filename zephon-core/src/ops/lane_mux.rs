@@ -140,6 +140,19 @@ impl<S: fmt::Debug, T> fmt::Debug for LaneMux<S, T> {
     }
 }
 
+// Ends after the input did and every lane's queue drained, or after
+// the error of an empty or impossible lane list.
+impl<S, T> futures::stream::FusedStream for LaneMux<S, T>
+where
+    S: Stream<Item = Result<T>>,
+    T: Laned,
+{
+    fn is_terminated(&self) -> bool {
+        self.invalid.is_none()
+            && (self.lanes.is_empty() || (self.done && self.queues.iter().all(VecDeque::is_empty)))
+    }
+}
+
 impl<S, T> Stream for LaneMux<S, T>
 where
     S: Stream<Item = Result<T>>,

@@ -169,6 +169,24 @@ impl<S: fmt::Debug, T, U> fmt::Debug for MapPar<S, T, U> {
     }
 }
 
+// Ends after the input did and every micro-batch was handed out, or
+// after a panic lost one.
+impl<S, T, U> futures::stream::FusedStream for MapPar<S, T, U>
+where
+    S: Stream<Item = Result<T>>,
+    T: Send + 'static,
+    U: Send + 'static,
+{
+    fn is_terminated(&self) -> bool {
+        self.failed
+            || (self.invalid.is_none()
+                && self.done
+                && self.pending.is_empty()
+                && self.in_flight.len() == 0
+                && self.ready.is_empty())
+    }
+}
+
 impl<S, T, U> Stream for MapPar<S, T, U>
 where
     S: Stream<Item = Result<T>>,

@@ -48,6 +48,8 @@ pub struct PrefetchBatches<S: Stream> {
     state: State<S>,
     depth: usize,
     probe: Probe,
+    /// The end was handed out.
+    ended: bool,
 }
 
 impl<S: Stream> PrefetchBatches<S> {
@@ -62,6 +64,7 @@ impl<S: Stream> PrefetchBatches<S> {
             },
             depth,
             probe: Probe::default(),
+            ended: false,
         }
     }
 
@@ -123,6 +126,23 @@ impl<S: Stream> Drop for PrefetchBatches<S> {
         if let State::Running { task, .. } = &self.state {
             task.abort();
         }
+    }
+}
+
+// Ends once the end was handed out, or once the task driving the
+// upstream finished and everything it sent was received.
+impl<S, T> futures::stream::FusedStream for PrefetchBatches<S>
+where
+    S: Stream<Item = Result<T>> + Send + 'static,
+    T: Send + 'static,
+{
+    fn is_terminated(&self) -> bool {
+        self.ended
+            || match &self.state {
+                State::Running { rx, .. } => rx.is_closed() && rx.is_empty(),
+                State::Taken => true,
+                State::Idle(_) | State::Inline(_) => false,
+            }
     }
 }
 
@@ -207,7 +227,10 @@ where
                 this.probe.output();
             }
             Poll::Pending => this.probe.input_pending(),
-            Poll::Ready(None) => this.probe.finish(),
+            Poll::Ready(None) => {
+                this.ended = true;
+                this.probe.finish();
+            }
         }
         out
     }

@@ -285,7 +285,7 @@ impl Packer {
             })?;
             Ok((tokens, lineage))
         };
-        let c = self.config;
+        let c = &self.config;
         let row_of = |pieces: &[Piece]| -> Result<Row> {
             let mut row = Row::with_capacity(c.max_length);
             for p in pieces {

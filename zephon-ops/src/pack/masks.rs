@@ -120,7 +120,7 @@ mod tests {
             PackAlgorithm::BestFitWrap,
         ] {
             let config = PackConfig::new(8, algorithm).num_bins(2);
-            let mut whole = Packer::new(config);
+            let mut whole = Packer::new(config.clone());
             whole.track_cuts();
             for r in &docs[..6] {
                 whole.push(r.clone()).unwrap();

@@ -54,7 +54,7 @@ pub enum OversizedPolicy {
 }
 
 /// The options of `pack_sequences`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PackConfig {
     /// Tokens per row, at most.
     pub max_length: usize,
@@ -82,7 +82,7 @@ pub struct PackConfig {
     /// boolean) keys separate bins, so a row never mixes documents of two
     /// values; `None` (the default): one group per lane. Each group keeps
     /// its own bins or pool, so a lane holds up to `num_bins` per group.
-    pub group_field: Option<&'static str>,
+    pub group_field: Option<Arc<str>>,
 }
 
 /// Bins per window or candidates per pool: each holds up to a row of tokens.
@@ -114,6 +114,8 @@ impl PackConfig {
     }
 
     /// Sets `group_field`: rows never mix documents whose `field` differs.
+    /// The name is owned (a `&str`, a `String` or an `Arc<str>`), so one
+    /// read from a recipe at run time needs no `'static` copy.
     ///
     /// ```
     /// use zephon_core::{Record, Value};
@@ -132,8 +134,8 @@ impl PackConfig {
     /// assert_eq!(rows[1].tokens("input_ids").unwrap(), &[3, 4]);
     /// # Ok::<(), zephon_ops::Error>(())
     /// ```
-    pub fn group_field(mut self, field: &'static str) -> Self {
-        self.group_field = Some(field);
+    pub fn group_field(mut self, field: impl Into<Arc<str>>) -> Self {
+        self.group_field = Some(field.into());
         self
     }
 
@@ -191,6 +193,7 @@ impl PackConfig {
         }
         if self
             .group_field
+            .as_deref()
             .is_some_and(|f| f.is_empty() || f == fields::INPUT_IDS)
         {
             return Err(Error::Config {
@@ -383,7 +386,7 @@ impl Packer {
         // A few comparisons: an out-of-range row length would otherwise
         // make empty rows forever or allocate without bound.
         self.config.validate()?;
-        let group = match self.config.group_field {
+        let group = match self.config.group_field.as_deref() {
             Some(f) => group_of(f, &r)?,
             None => String::new(),
         };
@@ -428,7 +431,7 @@ impl Packer {
                 ));
             }
         };
-        let c = self.config;
+        let c = &self.config;
         let st = &self.stats;
         st.sequences_in.inc();
         if ids.is_empty() || ids.len() < c.min_sequence_length {
@@ -476,9 +479,9 @@ impl Packer {
         let masks = self.masks.entry(key).or_default();
         let mut rows = Vec::new();
         match state {
-            LaneState::Bins(p) => p.push(seq, mask, masks, &c, &mut rows),
-            LaneState::Wrap(p) => p.push(seq, mask.as_deref(), &c, st, &mut rows),
-            LaneState::BestFitWrap(p) => p.push(seq, mask, masks, &c, st, &mut rows),
+            LaneState::Bins(p) => p.push(seq, mask, masks, c, &mut rows),
+            LaneState::Wrap(p) => p.push(seq, mask.as_deref(), c, st, &mut rows),
+            LaneState::BestFitWrap(p) => p.push(seq, mask, masks, c, st, &mut rows),
         }
         self.emit(lane, rows);
         Ok(())
@@ -486,7 +489,7 @@ impl Packer {
 
     /// Flushes every lane, in lane order: the end of the input.
     pub fn finish(&mut self) {
-        let c = self.config;
+        let c = self.config.clone();
         let lanes = std::mem::take(&mut self.lanes);
         let mut all_masks = std::mem::take(&mut self.masks);
         for (key, state) in lanes {

@@ -77,7 +77,7 @@ impl<S> PackSequences<S> {
     pub fn with_stats(self, stats: Arc<TextStats>) -> Self {
         {
             let mut p = lock(&self.packer);
-            let config = *p.config();
+            let config = p.config().clone();
             let packer = std::mem::replace(&mut *p, Packer::new(config));
             *p = packer.with_stats(stats);
         }
@@ -231,7 +231,7 @@ where
 impl<S: Explain> Explain for PackSequences<S> {
     fn describe(&self, out: &mut Vec<StageDescription>) {
         self.inner.describe(out);
-        let c = *lock(&self.packer).config();
+        let c = lock(&self.packer).config().clone();
         out.push(StageDescription::new(
             "pack_sequences",
             1,

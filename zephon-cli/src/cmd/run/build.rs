@@ -5,14 +5,15 @@ use super::recipe::{OpSpec, Recipe, RunnerKind, resolve};
 use anyhow::{Context, Result, bail};
 use futures::{Stream, StreamExt};
 use std::path::Path;
+use std::sync::Arc;
 use zephon_core::obs::{BoxPipeline, Explain, PlanDescription};
 use zephon_core::{
     Batch, Catalog, PipelineExt, Record, Runner, SamplePtr, WorkSource, WorkSourceBuilder,
 };
 use zephon_ops::{
     ChatTokenizeConfig, MixtureConfig, OnMissing, Overflow, PackAlgorithm, PackConfig,
-    PositionMode, SpecialTokens, TextPipelineExt, TokenizeConfig, TrainingBatch, TrainingConfig,
-    WeightBy,
+    PositionMode, SpecialTokens, TextPipelineExt, TextStats, TokenizeConfig, TrainingBatch,
+    TrainingConfig, WeightBy,
 };
 use zephon_storage::{PrefetchExt, UriDatasetExt};
 
@@ -76,6 +77,9 @@ pub struct Built {
     pub samples: Option<u64>,
     /// The datasets, to name the dataset and shard of a failing sample.
     pub catalog: Catalog,
+    /// What the recipe's `tokenize_chat` operators count into (one set for
+    /// all of them), when it has any: the conversations they dropped.
+    pub chat_stats: Option<Arc<TextStats>>,
 }
 
 /// Builds the work source of a recipe.
@@ -163,6 +167,7 @@ pub fn build(recipe: &Recipe, base: &Path) -> Result<Built> {
     let seed = recipe.work_source.seed;
     let pointers = ws.stream();
     let mut stage = Stage::Pointers(boxed(pointers), ws.catalog().clone());
+    let mut chat_stats: Option<Arc<TextStats>> = None;
     for (i, op) in recipe.ops.iter().enumerate() {
         let at = || format!("ops[{i}] (`{}`)", op.name());
         let wrong = |have: &str, want: &str| -> anyhow::Error {
@@ -258,7 +263,12 @@ pub fn build(recipe: &Recipe, base: &Path) -> Result<Built> {
                 // A template that does not compile is named here, with its
                 // line, before anything runs.
                 cfg.check().with_context(at)?;
-                Stage::Records(boxed(s.tokenize_chat(cfg, t.parallelism)))
+                let mut chat = s.tokenize_chat(cfg, t.parallelism);
+                match &chat_stats {
+                    Some(stats) => chat = chat.with_stats(stats.clone()),
+                    None => chat_stats = Some(chat.stats()),
+                }
+                Stage::Records(boxed(chat))
             }
             (OpSpec::Shuffle(sh), Stage::Records(s)) => Stage::Records(boxed(s.shuffle(
                 sh.buffer_size,
@@ -297,9 +307,7 @@ pub fn build(recipe: &Recipe, base: &Path) -> Result<Built> {
                     config = config.max_candidate_age(age);
                 }
                 if let Some(f) = &p.group_field {
-                    // The configuration names fields statically; a recipe's
-                    // one name lives as long as the process.
-                    config = config.group_field(Box::leak(f.clone().into_boxed_str()));
+                    config = config.group_field(f.as_str());
                 }
                 Stage::Records(boxed(s.pack_sequences(config)))
             }
@@ -367,5 +375,6 @@ pub fn build(recipe: &Recipe, base: &Path) -> Result<Built> {
         runner,
         samples,
         catalog,
+        chat_stats,
     })
 }

@@ -51,6 +51,10 @@ pub struct Summary {
     pub batches_per_s: f64,
     /// Seconds to the first batch.
     pub time_to_first_batch_s: Option<f64>,
+    /// Conversations `tokenize_chat` dropped (nothing to supervise), where
+    /// the recipe has a `tokenize_chat`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chat_dropped: Option<u64>,
 }
 
 /// Runs a recipe.
@@ -128,6 +132,7 @@ pub fn run(args: Args) -> Result<()> {
         tokens_per_s: 0.0,
         batches_per_s: 0.0,
         time_to_first_batch_s: None,
+        chat_dropped: None,
     };
     // The first error ends the run (after a panic the pipeline has ended
     // anyway); it is reported once the progress bar and the reporter are
@@ -178,6 +183,7 @@ pub fn run(args: Args) -> Result<()> {
     s.seconds = start.elapsed().as_secs_f64();
     s.tokens_per_s = s.tokens as f64 / s.seconds;
     s.batches_per_s = s.batches as f64 / s.seconds;
+    s.chat_dropped = built.chat_stats.as_ref().map(|c| c.chat_dropped.get());
     if args.json {
         println!("{}", serde_json::json!({ "summary": &s }));
         if let Some(obs) = &observer {
@@ -199,6 +205,14 @@ pub fn run(args: Args) -> Result<()> {
             s.time_to_first_batch_s
                 .map_or("-".into(), |t| format!("{t:.3} s"))
         );
+        if let Some(n) = s.chat_dropped {
+            let noun = if n == 1 {
+                "conversation"
+            } else {
+                "conversations"
+            };
+            println!("{n} {noun} dropped by tokenize_chat (nothing to supervise)");
+        }
         if let Some(obs) = &observer {
             print_snapshots(obs, false);
             println!("\n{}", obs.bottleneck_report());

@@ -6,7 +6,8 @@
 
 use super::{ShuffleMode, permute_by_identity, reservoir_slot};
 use crate::checkpoint::cut::{
-    CutContext, CutSource, FILTER_OPS, LaneInput, OpLaneCut, OpState, Preamble, element_pointer,
+    CutContext, CutSource, FILTER_OPS, InFlightJournal, LaneInput, OpLaneCut, OpState, Preamble,
+    element_pointer,
 };
 use crate::checkpoint::{PtrJournal, PtrList};
 use crate::error::{Error, Result};
@@ -143,13 +144,8 @@ pub(super) struct LaneBuf<T> {
     /// cannot be listed.
     pub(super) unlistable: bool,
     /// Elements of the lane emitted, and the pointers of those the next
-    /// stateful operator may not have consumed yet (emission number,
-    /// pointer), for a checkpointed pipeline.
-    pub(super) emitted: u64,
-    pub(super) sent: VecDeque<(u64, SamplePtr)>,
-    /// An element without a single source pointer was emitted: what is in
-    /// flight cannot be listed.
-    pub(super) sent_unlisted: bool,
+    /// stateful operator may not have consumed yet.
+    pub(super) sent: InFlightJournal,
 }
 
 /// A lane being restored.
@@ -184,46 +180,12 @@ impl<T> Default for LaneBuf<T> {
             slot_order: None,
             ptrs: None,
             unlistable: false,
-            emitted: 0,
-            sent: VecDeque::new(),
-            sent_unlisted: false,
+            sent: InFlightJournal::new(),
         }
     }
 }
 
 impl<T: 'static> LaneBuf<T> {
-    /// Counts `x` as emitted; in a checkpointed pipeline, remembers its
-    /// pointer until a cut shows the next operator consumed it.
-    #[inline]
-    pub(super) fn note_sent(&mut self, x: &T, cutting: bool) {
-        if cutting {
-            match element_pointer(x) {
-                Some(p) => self.sent.push_back((self.emitted, p)),
-                None => self.sent_unlisted = true,
-            }
-        }
-        self.emitted += 1;
-    }
-
-    /// The pointers emitted but not consumed by the next operator, which
-    /// consumed `down`; forgets those it consumed.
-    fn in_flight(&mut self, down: Option<u64>) -> Option<Vec<SamplePtr>> {
-        let Some(down) = down else {
-            return Some(Vec::new());
-        };
-        while self.sent.front().is_some_and(|e| e.0 < down) {
-            self.sent.pop_front();
-        }
-        let n = self.emitted.checked_sub(down)?;
-        if n == 0 {
-            return Some(Vec::new());
-        }
-        if self.sent_unlisted || self.sent.len() as u64 != n {
-            return None;
-        }
-        Some(self.sent.iter().map(|e| e.1).collect())
-    }
-
     /// Records that `x` went into `slot`, if the buffer is being listed.
     #[inline]
     pub(super) fn listed_set(&mut self, slot: usize, x: &T) {
@@ -301,7 +263,10 @@ impl<T: Laned + Identity + Send + 'static> CutSource for Mutex<Core<T>> {
             return Some(r.cut.clone());
         }
         let (consumed, last) = (lb.consumed, lb.last);
-        let (emitted, in_flight) = (lb.emitted, lb.in_flight(ctx.downstream_consumed)?);
+        let (emitted, in_flight) = (
+            lb.sent.emitted(),
+            lb.sent.in_flight(ctx.downstream_consumed)?,
+        );
         if c.done {
             // The final flush: what is left of this lane's permuted buffer.
             let left = || c.out.iter().filter(|x| x.lane() == lane);
@@ -645,11 +610,7 @@ impl<T: Identity> Core<T> {
                 same_settings(lane, &s, self.mode, self.buffer_size, self.seed)?;
                 // Emitted again (in flight at the cut, then pending):
                 // counted as they leave.
-                lb.emitted = r
-                    .cut
-                    .emitted
-                    .unwrap_or(0)
-                    .saturating_sub(r.cut.preamble.in_flight);
+                lb.sent.restore(&r.cut);
                 r.state = Some(s);
                 s
             }

@@ -295,6 +295,7 @@ where
                     core.lanes
                         .entry(x.lane())
                         .or_default()
+                        .sent
                         .note_sent(&x, cutting);
                     this.probe.output();
                     return Poll::Ready(Some(Ok(x)));
@@ -330,7 +331,7 @@ where
                             }
                             match restored {
                                 Restored::Emit(x) => {
-                                    core.lanes.entry(lane).or_default().note_sent(&x, true);
+                                    core.lanes.entry(lane).or_default().sent.note_sent(&x, true);
                                     this.probe.sampled(t);
                                     this.probe.output();
                                     return Poll::Ready(Some(Ok(x)));
@@ -374,7 +375,7 @@ where
                                     lb.id_sum =
                                         lb.id_sum.wrapping_add(id).wrapping_sub(old.identity());
                                 }
-                                lb.note_sent(&old, cutting);
+                                lb.sent.note_sent(&old, cutting);
                                 this.probe.sampled(t);
                                 this.probe.output();
                                 return Poll::Ready(Some(Ok(old)));
