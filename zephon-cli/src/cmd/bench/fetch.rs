@@ -163,10 +163,10 @@ fn write_dataset(dir: &Path, args: &Args) -> Result<()> {
 }
 
 /// A server process of the benchmark, killed on drop.
-struct Server(Child);
+pub(super) struct Server(Child);
 
 impl Server {
-    fn pid(&self) -> u32 {
+    pub(super) fn pid(&self) -> u32 {
         self.0.id()
     }
 }
@@ -192,7 +192,7 @@ fn wait_listening(port: u16, what: &str) -> Result<()> {
 /// nginx serving `root` (the dataset with its `index.json`) on a free port,
 /// its configuration, pid and temporary files under `run`; `None` where
 /// nginx is not installed.
-fn start_nginx(run: &Path, root: &Path) -> Result<Option<(Server, String)>> {
+pub(super) fn start_nginx(run: &Path, root: &Path) -> Result<Option<(Server, String)>> {
     let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     std::fs::create_dir_all(run.join("tmp"))?;
     let t = run.join("tmp").display().to_string();
@@ -230,7 +230,7 @@ fn start_nginx(run: &Path, root: &Path) -> Result<Option<(Server, String)>> {
     Ok(Some((server, format!("http://127.0.0.1:{port}/"))))
 }
 
-fn start_moto() -> Result<(Server, String)> {
+pub(super) fn start_moto() -> Result<(Server, String)> {
     let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let child = Command::new("moto_server")
         .args(["-H", "127.0.0.1", "-p", &port.to_string()])
@@ -243,7 +243,7 @@ fn start_moto() -> Result<(Server, String)> {
     Ok((moto, format!("http://127.0.0.1:{port}")))
 }
 
-fn upload(endpoint: &str, dir: &Path) -> Result<String> {
+pub(super) fn upload(endpoint: &str, dir: &Path) -> Result<String> {
     use std::io::{Read, Write};
     let bucket = format!("zephon-bench-{}", std::process::id());
     let hostport = endpoint.trim_start_matches("http://");
@@ -268,7 +268,7 @@ fn upload(endpoint: &str, dir: &Path) -> Result<String> {
     Ok(uri)
 }
 
-fn s3_opts(endpoint: &str) -> StorageOptions {
+pub(super) fn s3_opts(endpoint: &str) -> StorageOptions {
     let mut o = StorageOptions::default()
         .endpoint(endpoint)
         .region("us-east-1");
