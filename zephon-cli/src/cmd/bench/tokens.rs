@@ -176,7 +176,7 @@ pub(super) enum Source {
     /// A remote dataset holding it, opened with these options.
     Remote {
         uri: String,
-        opts: zephon_storage::StorageOptions,
+        opts: Box<zephon_storage::StorageOptions>,
     },
 }
 
@@ -211,7 +211,7 @@ pub(super) fn measure_from(
             Dataset::new("w2", a.file.display().to_string(), vec![Arc::new(shard)])?
         }
         Source::Remote { uri, opts } => {
-            let mut opts = opts.clone();
+            let mut opts = (**opts).clone();
             opts.format = opts.format.seq_len(width).dtype(dtype);
             zephon_storage::RemoteDataset::open("w2", uri, &opts)?
                 .dataset()

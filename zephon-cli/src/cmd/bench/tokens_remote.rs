@@ -113,7 +113,7 @@ pub fn run(a: &Args, dtype: TokenDtype, wide: bool) -> Result<()> {
         for ((_, opts), slot) in configs.iter().zip(remote.iter_mut()) {
             let source = Source::Remote {
                 uri: uri.clone(),
-                opts: opts(round),
+                opts: Box::new(opts(round)),
             };
             keep(slot, measure_from(a, dtype, wide, &source)?);
         }
