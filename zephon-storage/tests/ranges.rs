@@ -41,6 +41,16 @@ fn token_dataset(dir: &Path, samples: [u64; 2]) {
 /// shuffle of `seed`, or the stored order, read `window` pointers per
 /// request group.
 fn pass(ds: Dataset, seed: Option<u64>, window: usize) -> zephon_core::Result<Vec<Vec<u32>>> {
+    pass_with(ds, seed, window, false)
+}
+
+/// [`pass`], with fetch's windows across shards on or off.
+fn pass_with(
+    ds: Dataset,
+    seed: Option<u64>,
+    window: usize,
+    across: bool,
+) -> zephon_core::Result<Vec<Vec<u32>>> {
     let ws = WorkSource::builder().dataset(ds, 1.0);
     let ws = match seed {
         Some(s) => ws.seed(s).shuffle_block_size(BlockShuffle::Global),
@@ -50,6 +60,7 @@ fn pass(ds: Dataset, seed: Option<u64>, window: usize) -> zephon_core::Result<Ve
         .stream()
         .fetch(4)
         .max_group(window)
+        .across_shards(across)
         .into_blocking_iter(Runner::Threads { workers: 2 })?
         .map(|r| r.map(|r| r.tokens("tokens").expect("a tokens field").to_vec()))
         .collect()
@@ -66,14 +77,16 @@ fn ranged(dir: &Path, base: StorageOptions) -> StorageOptions {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
 
-    /// Over HTTP, by byte ranges, any seed, request window, gap and
-    /// concurrency: the same samples in the same order as the local read.
+    /// Over HTTP, by byte ranges, any seed, request window (per shard or
+    /// across shards), gap and concurrency: the same samples in the same
+    /// order as the local read.
     #[test]
     fn ranged_global_shuffle_over_http_matches_the_local_order(
         seed in 0u64..1_000,
         window in 1usize..400,
         gap in prop::sample::select(vec![0u64, 32, 4096, 1 << 20]),
         concurrency in 1usize..80,
+        across in any::<bool>(),
     ) {
         let t = tempfile::tempdir().unwrap();
         let data = t.path().join("data");
@@ -87,10 +100,41 @@ proptest! {
             StorageOptions::default().range_gap(gap).range_concurrency(concurrency),
         );
         let rd = RemoteDataset::open("d", &nginx.uri(), &opts).unwrap();
-        let got = pass(rd.dataset().clone(), Some(seed), window).unwrap();
-        prop_assert!(got == want, "seed {seed}, window {window}, gap {gap}: another order");
+        let got = pass_with(rd.dataset().clone(), Some(seed), window, across).unwrap();
+        prop_assert!(got == want, "seed {seed}, window {window}, gap {gap}, across {across}: another order");
         prop_assert_eq!(nginx.gets(".bin HTTP"), 0, "no whole-file download");
     }
+}
+
+/// A global shuffle over two shards interleaves them: with windows across
+/// shards, each read sees its shard's share of 256 upcoming samples, and
+/// neighbours merge into far fewer requests than per-shard groups make.
+#[test]
+fn windows_across_shards_merge_a_global_shuffle_into_fewer_requests() {
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    token_dataset(&data, [512, 512]);
+    let local = Dataset::from_path_with("d", &data, &format()).unwrap();
+    let want = pass(local, Some(5), 256).unwrap();
+    let nginx = Nginx::start(t.path(), &data);
+    // A gap of 1 KiB spans the 32 samples around each wanted one.
+    let opts = ranged(t.path(), StorageOptions::default().range_gap(1 << 10));
+    let mut requests = Vec::new();
+    for across in [false, true] {
+        let rd = RemoteDataset::open("d", &nginx.uri(), &opts).unwrap();
+        let before = nginx.range_gets(".bin HTTP");
+        assert_eq!(
+            pass_with(rd.dataset().clone(), Some(5), 256, across).unwrap(),
+            want
+        );
+        requests.push(nginx.range_gets(".bin HTTP") - before);
+    }
+    assert!(
+        requests[1] * 4 < requests[0] && requests[1] < 1024 / 8,
+        "range requests for 1,024 samples: {} per shard, {} across shards",
+        requests[0],
+        requests[1]
+    );
 }
 
 /// Samples read in stored order with groups of 64: neighbours share one
