@@ -129,3 +129,62 @@ fn bench_tokens_refuses_bad_files_naming_them() {
     assert!(!ok);
     assert!(err.contains("missing.bin"), "{err}");
 }
+
+/// `--serve http` (nginx on 127.0.0.1): a global shuffle read by byte
+/// ranges, a block shuffle through the block cache cold and warm, each
+/// line counting every window once and giving its ratio to the local run.
+#[test]
+fn bench_tokens_reads_the_file_over_http_beside_the_local_run() {
+    let t = tempfile::tempdir().unwrap();
+    let file = token_file(t.path(), 1000);
+    for (shuffle, systems) in [
+        ("global", vec!["zephon", "zephon-ranges"]),
+        (
+            "block",
+            vec!["zephon", "zephon-cache-cold", "zephon-cache-warm"],
+        ),
+    ] {
+        let (ok, out, err) = bench(&[
+            "--file",
+            &file,
+            "--seq-len",
+            "15",
+            "--batch",
+            "4",
+            "--serve",
+            "http",
+            "--shuffle",
+            shuffle,
+            "--block-size",
+            "8",
+            "--range-gap",
+            "0",
+        ]);
+        assert!(ok, "{err}");
+        let lines: Vec<serde_json::Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let names: Vec<&str> = lines
+            .iter()
+            .map(|l| l["system"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, systems, "{out}");
+        for l in &lines {
+            assert_eq!(l["samples"], 60, "{l}");
+            assert_eq!(l["shuffle"], shuffle, "{l}");
+        }
+        for l in &lines[1..] {
+            assert!(
+                l["tokens_per_s_ratio_to_local"].as_f64().unwrap() > 0.0,
+                "{l}"
+            );
+            assert!(
+                l["uri"].as_str().unwrap().starts_with("http://127.0.0.1:"),
+                "{l}"
+            );
+        }
+    }
+    let (ok, _, err) = bench(&["--file", &file, "--serve", "ftp"]);
+    assert!(!ok && err.contains("--serve"), "{err}");
+}

@@ -40,6 +40,7 @@ pub mod metrics;
 pub mod open;
 pub mod options;
 pub mod prefetch;
+pub mod ranges;
 pub mod remote;
 pub mod root;
 pub mod scan;

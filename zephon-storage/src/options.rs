@@ -67,6 +67,17 @@ pub struct StorageOptions {
     /// Read uncompressed, indexed shards by byte range instead of downloading
     /// whole shards.
     pub byte_range: bool,
+    /// Byte-range requests one read keeps in flight, in [`RANGE_CONCURRENCY`]
+    /// (1 to 1,024; default 32, sized for object stores whose first byte
+    /// takes tens of milliseconds). Reads in flight at once (fetch's
+    /// parallelism) each keep this many, all within `concurrency`.
+    pub range_concurrency: usize,
+    /// Largest gap, in bytes, between two wanted samples of one shard that a
+    /// single byte-range request spans, in [`RANGE_GAP`] (0 to 16 MiB;
+    /// default 256 KiB): neighbours closer than this are fetched by one
+    /// request and split, the gap's bytes read and dropped. 0 merges only
+    /// adjacent samples. A merged request grows to [`RANGE_SPAN`] at most.
+    pub range_gap: u64,
     /// The shard cache.
     pub cache: CacheOptions,
     /// What file names cannot tell about a format (flat token files'
@@ -93,6 +104,8 @@ impl Default for StorageOptions {
             retry_max_delay: Duration::from_secs(5),
             concurrency: 64,
             byte_range: false,
+            range_concurrency: 32,
+            range_gap: 256 << 10,
             cache: CacheOptions::default(),
             format: FormatOptions::default(),
         }
@@ -146,10 +159,50 @@ setters! {
     concurrency: usize => concurrency;
     /// Turns byte-range reads on or off.
     byte_range: bool => byte_range;
+    /// Sets the byte-range requests one read keeps in flight.
+    range_concurrency: usize => range_concurrency;
+    /// Sets the largest gap one byte-range request spans.
+    range_gap: u64 => range_gap;
     /// Sets the shard cache options.
     cache: CacheOptions => cache;
     /// Sets the format options.
     format: FormatOptions => format;
+}
+
+/// Allowed values of [`StorageOptions::range_concurrency`]: 1 to 1,024.
+pub const RANGE_CONCURRENCY: zephon_core::settings::Range = zephon_core::settings::Range::new(
+    1,
+    1024,
+    "each request in flight holds a connection and its bytes",
+);
+
+/// Allowed values of [`StorageOptions::range_gap`]: 0 to 16 MiB.
+pub const RANGE_GAP: zephon_core::settings::Range =
+    zephon_core::settings::Range::new(0, 16 << 20, "a gap's bytes are downloaded and dropped");
+
+/// Most bytes one merged byte-range request spans (8 MiB): past it a run of
+/// neighbours is split into more requests, which go out in parallel. A
+/// single sample larger than this is still one request.
+pub const RANGE_SPAN: u64 = 8 << 20;
+
+impl StorageOptions {
+    /// Checks the byte-range settings: `range_concurrency` in
+    /// [`RANGE_CONCURRENCY`], `range_gap` in [`RANGE_GAP`]; the error names
+    /// the key at fault. Opening a backend checks them.
+    ///
+    /// ```
+    /// use zephon_storage::StorageOptions;
+    /// assert!(StorageOptions::default().validate_ranges().is_ok());
+    /// let e = StorageOptions::default().range_concurrency(0).validate_ranges().unwrap_err();
+    /// assert!(e.to_string().contains("range_concurrency"));
+    /// let e = StorageOptions::default().range_gap(1 << 30).validate_ranges().unwrap_err();
+    /// assert!(e.to_string().contains("range_gap"));
+    /// ```
+    pub fn validate_ranges(&self) -> zephon_core::Result<()> {
+        RANGE_CONCURRENCY.check_usize("range_concurrency", self.range_concurrency)?;
+        RANGE_GAP.check("range_gap", self.range_gap)?;
+        Ok(())
+    }
 }
 
 /// Allowed values of [`CacheOptions::block_bytes`]: 64 KiB to 256 MiB.

@@ -10,84 +10,13 @@ use crate::format::compression::Compression;
 use crate::format::jsonl::{LineIndex, parse_line, parse_run};
 use crate::manifest::{ShardEntry, decode_index};
 use crate::metrics::CacheMetrics;
+use crate::ranges::fetch_spans;
 use bytes::Bytes;
+use futures::FutureExt;
 use futures::future::BoxFuture;
-use futures::{FutureExt, StreamExt, TryStreamExt};
 use std::sync::{Arc, OnceLock};
 use zephon_core::runner::offload;
 use zephon_core::{Error, Record, Result, Shard};
-
-/// Concurrent range requests of one read.
-const RANGE_PARALLELISM: usize = 16;
-
-/// Largest gap between two wanted samples that one range request spans.
-const RANGE_GAP: u64 = 256 << 10;
-
-/// Fetches the byte ranges `(from, to)` (sorted by `from`) of `path`: ranges
-/// less than [`RANGE_GAP`] apart share one request, [`RANGE_PARALLELISM`]
-/// requests run at once, and the bytes count as downloads. Returns each
-/// request's start offset and bytes, in offset order; a sample's bytes lie in
-/// the last chunk starting at or before it.
-pub(crate) async fn fetch_spans(
-    backend: &Backend,
-    path: &str,
-    dataset: &str,
-    uri: &str,
-    ranges: impl IntoIterator<Item = (u64, u64)>,
-    metrics: &CacheMetrics,
-) -> Result<Vec<(u64, Bytes)>> {
-    let mut spans: Vec<(u64, u64)> = Vec::new();
-    for (from, to) in ranges {
-        match spans.last_mut() {
-            Some(s) if from <= s.1 + RANGE_GAP => s.1 = s.1.max(to),
-            _ => spans.push((from, to)),
-        }
-    }
-    let (op, path) = (backend.op.clone(), path.to_owned());
-    let (dataset, uri) = (dataset.to_owned(), uri.to_owned());
-    let started = std::time::Instant::now();
-    let chunks: Vec<(u64, Bytes)> = runtime::spawn(uri.clone(), async move {
-        futures::stream::iter(spans)
-            .map(|(from, to)| {
-                let (op, path, dataset, uri) =
-                    (op.clone(), path.clone(), dataset.clone(), uri.clone());
-                async move {
-                    if from == to {
-                        return Ok((from, Bytes::new()));
-                    }
-                    let b = op
-                        .read_with(&path)
-                        .range(from..to)
-                        .await
-                        .map_err(|e| {
-                            shard_error(
-                                &dataset,
-                                &uri,
-                                format!("range read {from}..{to} failed: {e}"),
-                            )
-                        })?
-                        .to_bytes();
-                    if b.len() as u64 != to - from {
-                        return Err(shard_error(
-                            &dataset,
-                            &uri,
-                            format!("range read {from}..{to} returned {} bytes", b.len()),
-                        ));
-                    }
-                    Ok((from, b))
-                }
-            })
-            .buffered(RANGE_PARALLELISM)
-            .try_collect()
-            .await
-    })
-    .await?;
-    metrics.download_time.record(started.elapsed());
-    metrics
-        .bytes_downloaded
-        .add(chunks.iter().map(|(_, b)| b.len() as u64).sum());
-    Ok(chunks)
-}
 
 fn check_indices(dataset: &str, shard: &str, len: u64, indices: &[u64]) -> Result<()> {
     match indices.iter().find(|&&i| i >= len) {
@@ -502,7 +431,7 @@ impl Shard for RangeShard {
     }
 
     /// Samples close together in the file are fetched by one request
-    /// (gaps up to `RANGE_GAP` bytes are read and dropped), so a shuffled
+    /// (gaps up to the backend's `range_gap` bytes are read and dropped), so a shuffled
     /// group costs a few requests, not one per sample.
     fn read_indices<'a>(&'a self, indices: &'a [u64]) -> BoxFuture<'a, Result<Vec<Record>>> {
         async move {

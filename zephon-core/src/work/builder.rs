@@ -53,6 +53,20 @@ impl WorkSourceBuilder {
     }
     /// Block shuffle size; a [`BlockShuffle::Size`] of 0 is refused by
     /// [`build`](Self::build).
+    ///
+    /// Over remote data larger than the shard cache, the order decides the
+    /// cost. A global shuffle ([`BlockShuffle::Global`]) touches the data
+    /// in random order: read it by byte range (the storage crate's
+    /// `byte_range`), which fetches just each sample's bytes, many requests
+    /// in flight, neighbours within a small gap merged into one request
+    /// (`fetch(..).max_group(n)`, with `.across_shards(true)` when there are
+    /// several shards, sets how many upcoming samples a read sees). Through
+    /// the block cache instead, it downloads blocks that are evicted before
+    /// their other samples are read. A block shuffle
+    /// ([`BlockShuffle::Size`], with `shuffle_within_shard(false)`) is the
+    /// locality-friendly alternative: each block of neighbouring samples
+    /// lies in a few cache blocks, downloaded once and used while cached,
+    /// at the price of a weaker shuffle (samples mix only within a block).
     pub fn shuffle_block_size(mut self, b: BlockShuffle) -> Self {
         self.config.shuffle_block_size = b;
         self

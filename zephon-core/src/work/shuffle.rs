@@ -7,6 +7,9 @@ use serde::{Deserialize, Serialize};
 /// Block shuffle: after shard order and within-shard order are fixed, the
 /// dataset's pass is cut into blocks of this many samples and each block is
 /// permuted. Blocks larger than a shard mix samples across shards.
+/// Over remote data, blocks keep reads local (cache-friendly) where a
+/// global shuffle reads at random; see
+/// [`WorkSourceBuilder::shuffle_block_size`](crate::work::WorkSourceBuilder::shuffle_block_size).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BlockShuffle {

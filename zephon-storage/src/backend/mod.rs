@@ -56,6 +56,20 @@ pub struct Backend {
     pub can_list: bool,
     /// Retry counters.
     pub metrics: Arc<BackendMetrics>,
+    /// How byte-range reads are planned: requests in flight per read, and
+    /// the largest gap one request spans (from [`StorageOptions`]).
+    pub ranges: RangePlan,
+}
+
+/// How byte-range reads of one backend are planned: neighbours within
+/// `gap` bytes share a request (up to [`RANGE_SPAN`](crate::options::RANGE_SPAN)
+/// bytes), and one read keeps `concurrency` requests in flight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RangePlan {
+    /// Requests one read keeps in flight.
+    pub concurrency: usize,
+    /// Largest gap, in bytes, between two wanted ranges that one request spans.
+    pub gap: u64,
 }
 
 impl Backend {
@@ -67,6 +81,7 @@ impl Backend {
             message,
         };
         let ext = |e: opendal::Error| err(format!("cannot configure the backend: {e}"));
+        opts.validate_ranges()?;
         let trimmed = uri.trim_end_matches('/');
         let (scheme, rest) = match trimmed.split_once("://") {
             Some((s, r)) => (s.to_ascii_lowercase(), r),
@@ -234,6 +249,10 @@ impl Backend {
             uri: trimmed.to_owned(),
             can_list,
             metrics,
+            ranges: RangePlan {
+                concurrency: opts.range_concurrency,
+                gap: opts.range_gap,
+            },
         })
     }
 

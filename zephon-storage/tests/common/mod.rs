@@ -280,6 +280,15 @@ impl Nginx {
         count_gets(&self.log, needle)
     }
 
+    /// Range GETs (status 206) the server logged for paths containing `needle`.
+    pub fn range_gets(&self, needle: &str) -> usize {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("\"GET ") && l.contains(needle) && l.contains("\" 206 "))
+            .count()
+    }
+
     /// Stops master and worker (SIGQUIT would wait for open connections).
     pub fn stop(&mut self) {
         signal(self.child.id(), "TERM");

@@ -1,7 +1,7 @@
 //! `zephon bench fetch`: reading one dataset from local disk and from S3
-//! (cold cache with and without prefetch, warm cache, byte ranges), reported
-//! as ratios to local disk measured in the same run. "Cold" is the client's
-//! cache only: the servers run through all rounds. The local files come
+//! (cold cache with and without prefetch, warm cache, byte ranges, and byte
+//! ranges with fetch reading windows across shards), reported as ratios
+//! to local disk measured in the same run. "Cold" is the client's cache only: the servers run through all rounds. The local files come
 //! from the disk where the page cache may be dropped (root, and permitted),
 //! else from the page cache; the row says which.
 
@@ -78,12 +78,21 @@ fn cpu_time(pid: u32) -> Option<Duration> {
 /// Times one pass from opening the dataset (reading its manifest, for a
 /// remote one over the network) to the last batch; returns what `open`
 /// made, so a later pass can reuse its cache.
+/// How a pass reads: fetch alone, behind shard prefetch, or fetch with
+/// windows across shards.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Plain,
+    Prefetch,
+    Windows,
+}
+
 fn time_pass<T>(
     label: &str,
     open: impl FnOnce() -> Result<T>,
     dataset: impl Fn(&T) -> Dataset,
     args: &Args,
-    prefetch: bool,
+    mode: Mode,
     server: Option<u32>,
 ) -> Result<(Run, T)> {
     eprintln!("running: {label}");
@@ -95,7 +104,7 @@ fn time_pass<T>(
         .dataset(dataset(&opened), 1.0)
         .seed(1)
         .build()?;
-    let it = if prefetch {
+    let it = if mode == Mode::Prefetch {
         let s = ws
             .stream()
             .prefetch(args.prefetch_buffer, args.prefetch_parallelism);
@@ -105,6 +114,7 @@ fn time_pass<T>(
     } else {
         ws.stream()
             .fetch(args.parallelism)
+            .across_shards(mode == Mode::Windows)
             .batch(args.batch)
             .into_blocking_iter(Runner::threads())?
     };
@@ -163,10 +173,10 @@ fn write_dataset(dir: &Path, args: &Args) -> Result<()> {
 }
 
 /// A server process of the benchmark, killed on drop.
-struct Server(Child);
+pub(super) struct Server(Child);
 
 impl Server {
-    fn pid(&self) -> u32 {
+    pub(super) fn pid(&self) -> u32 {
         self.0.id()
     }
 }
@@ -192,7 +202,7 @@ fn wait_listening(port: u16, what: &str) -> Result<()> {
 /// nginx serving `root` (the dataset with its `index.json`) on a free port,
 /// its configuration, pid and temporary files under `run`; `None` where
 /// nginx is not installed.
-fn start_nginx(run: &Path, root: &Path) -> Result<Option<(Server, String)>> {
+pub(super) fn start_nginx(run: &Path, root: &Path) -> Result<Option<(Server, String)>> {
     let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     std::fs::create_dir_all(run.join("tmp"))?;
     let t = run.join("tmp").display().to_string();
@@ -230,7 +240,7 @@ fn start_nginx(run: &Path, root: &Path) -> Result<Option<(Server, String)>> {
     Ok(Some((server, format!("http://127.0.0.1:{port}/"))))
 }
 
-fn start_moto() -> Result<(Server, String)> {
+pub(super) fn start_moto() -> Result<(Server, String)> {
     let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let child = Command::new("moto_server")
         .args(["-H", "127.0.0.1", "-p", &port.to_string()])
@@ -243,7 +253,7 @@ fn start_moto() -> Result<(Server, String)> {
     Ok((moto, format!("http://127.0.0.1:{port}")))
 }
 
-fn upload(endpoint: &str, dir: &Path) -> Result<String> {
+pub(super) fn upload(endpoint: &str, dir: &Path) -> Result<String> {
     use std::io::{Read, Write};
     let bucket = format!("zephon-bench-{}", std::process::id());
     let hostport = endpoint.trim_start_matches("http://");
@@ -268,7 +278,7 @@ fn upload(endpoint: &str, dir: &Path) -> Result<String> {
     Ok(uri)
 }
 
-fn s3_opts(endpoint: &str) -> StorageOptions {
+pub(super) fn s3_opts(endpoint: &str) -> StorageOptions {
     let mut o = StorageOptions::default()
         .endpoint(endpoint)
         .region("us-east-1");
@@ -349,7 +359,7 @@ pub fn run(args: Args) -> Result<()> {
             || Ok(Dataset::from_path("bench", &data)?),
             Dataset::clone,
             &args,
-            false,
+            Mode::Plain,
             None,
         )?;
         keep("local disk".into(), run);
@@ -359,7 +369,7 @@ pub fn run(args: Args) -> Result<()> {
             remote(cache(&fresh("cold")), &uri),
             ds_of,
             &args,
-            false,
+            Mode::Plain,
             moto_pid,
         )?;
         keep(label.into(), run);
@@ -369,7 +379,7 @@ pub fn run(args: Args) -> Result<()> {
             remote(cache(&fresh("prefetch")), &uri),
             ds_of,
             &args,
-            true,
+            Mode::Prefetch,
             moto_pid,
         )?;
         keep(label.into(), run);
@@ -379,7 +389,7 @@ pub fn run(args: Args) -> Result<()> {
             || Ok(pre.dataset().clone()),
             Dataset::clone,
             &args,
-            false,
+            Mode::Plain,
             moto_pid,
         )?;
         keep(label.into(), run);
@@ -398,7 +408,7 @@ pub fn run(args: Args) -> Result<()> {
                 remote(opts, http),
                 ds_of,
                 &args,
-                true,
+                Mode::Prefetch,
                 Some(server.pid()),
             )?;
             keep(label.into(), run);
@@ -412,7 +422,19 @@ pub fn run(args: Args) -> Result<()> {
         remote(cache("range").byte_range(true), &uri),
         ds_of,
         &args,
-        false,
+        Mode::Plain,
+        moto_pid,
+    )?;
+    keep(label.into(), run);
+    // The same, fetch reading windows of upcoming samples across shards:
+    // each read sees more of its shard, so more neighbours share requests.
+    let label = "s3, byte ranges, windows across shards";
+    let (run, _) = time_pass(
+        label,
+        remote(cache("range-windows").byte_range(true), &uri),
+        ds_of,
+        &args,
+        Mode::Windows,
         moto_pid,
     )?;
     keep(label.into(), run);

@@ -30,6 +30,7 @@ pub mod mem;
 pub mod stats;
 pub mod tokenize_pack;
 pub mod tokens;
+pub mod tokens_remote;
 
 /// Runs a benchmark.
 pub fn run(b: Bench) -> anyhow::Result<()> {

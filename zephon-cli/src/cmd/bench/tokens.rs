@@ -61,6 +61,36 @@ pub struct Args {
     /// largest peak of any round.
     #[arg(long, default_value_t = 1)]
     pub repeat: usize,
+    /// Order of the pass: `global` (a global shuffle, the default) or
+    /// `block` (the work source's block shuffle: blocks of `--block-size`
+    /// neighbouring windows, each permuted, shard order kept).
+    #[arg(long, default_value = "global")]
+    pub shuffle: String,
+    /// Windows per block of `--shuffle block`.
+    #[arg(long, default_value_t = 1024)]
+    pub block_size: u64,
+    /// Also read the same token file from this remote dataset (`s3://`,
+    /// `http(s)://`; a folder holding the file, with an `index.json` for
+    /// HTTP), reported as ratios to the local run of the same round:
+    /// `--shuffle global` by byte ranges, `--shuffle block` through the
+    /// block cache, cold (a fresh cache) and warm (the same cache again).
+    #[arg(long, conflicts_with = "serve")]
+    pub uri: Option<String>,
+    /// Serve the file from a server started on 127.0.0.1 and read it
+    /// remotely as `--uri` does: `http` (nginx) or `s3` (moto_server).
+    #[arg(long)]
+    pub serve: Option<String>,
+    /// S3 endpoint of `--uri s3://...` (default: the environment's).
+    #[arg(long)]
+    pub endpoint: Option<String>,
+    /// Byte-range requests one read keeps in flight (storage's
+    /// `range_concurrency`).
+    #[arg(long, default_value_t = 32)]
+    pub range_concurrency: usize,
+    /// Largest gap in bytes one byte-range request spans (storage's
+    /// `range_gap`).
+    #[arg(long, default_value_t = 256 << 10)]
+    pub range_gap: u64,
     /// A peer command run on the same data in the same invocation, as a
     /// shell command line (e.g. `python3 peers_w2.py plain FILE`); it must
     /// print one JSON line with `system`, `tokens_per_s` and `first_batch_s`.
@@ -70,10 +100,10 @@ pub struct Args {
 
 /// One run of one system, as the peers print it.
 #[derive(Clone, Debug)]
-struct Run {
-    line: serde_json::Value,
-    seconds: f64,
-    peak_anon: u64,
+pub(super) struct Run {
+    pub(super) line: serde_json::Value,
+    pub(super) seconds: f64,
+    pub(super) peak_anon: u64,
 }
 
 /// Runs the benchmark and prints one JSON line per system.
@@ -87,6 +117,10 @@ pub fn run(a: Args) -> Result<()> {
     };
     ensure!(a.seq_len > 0, "--seq-len must be at least 1");
     ensure!(a.batch > 0, "--batch must be at least 1");
+    ensure!(a.block_size > 0, "--block-size must be at least 1");
+    if a.uri.is_some() || a.serve.is_some() {
+        return super::tokens_remote::run(&a, dtype, wide);
+    }
     let mut best: Option<Run> = None;
     let mut peers: Vec<Option<Run>> = vec![None; a.peer.len()];
     for round in 0..a.repeat.max(1) {
@@ -123,7 +157,7 @@ pub fn run(a: Args) -> Result<()> {
 }
 
 /// Keeps the faster run, and the larger memory peak of the two.
-fn keep(slot: &mut Option<Run>, run: Run) {
+pub(super) fn keep(slot: &mut Option<Run>, run: Run) {
     let peak = slot.as_ref().map_or(0, |s| s.peak_anon).max(run.peak_anon);
     let mut kept = match slot.take() {
         Some(s) if s.seconds <= run.seconds => s,
@@ -134,8 +168,30 @@ fn keep(slot: &mut Option<Run>, run: Run) {
     *slot = Some(kept);
 }
 
+/// Where a pass reads the token file from.
+#[derive(Clone, Debug)]
+pub(super) enum Source {
+    /// The file, memory-mapped.
+    Local,
+    /// A remote dataset holding it, opened with these options.
+    Remote {
+        uri: String,
+        opts: Box<zephon_storage::StorageOptions>,
+    },
+}
+
 /// One pass of the workload through a Zephon pipeline, in this process.
 fn measure_self(a: &Args, dtype: TokenDtype, wide: bool) -> Result<Run> {
+    measure_from(a, dtype, wide, &Source::Local)
+}
+
+/// One pass of the workload, reading from `source`.
+pub(super) fn measure_from(
+    a: &Args,
+    dtype: TokenDtype,
+    wide: bool,
+    source: &Source,
+) -> Result<Run> {
     let sampler = PeakRss::start();
     let cores = zephon_core::runner::num_cpus();
     let k = if a.parallelism == 0 {
@@ -149,14 +205,28 @@ fn measure_self(a: &Args, dtype: TokenDtype, wide: bool) -> Result<Run> {
         dtype,
         seq_len: width,
     };
-    let shard = FormatShard::open_local("w2", spec, &a.file, None)?;
-    let ds = Dataset::new("w2", a.file.display().to_string(), vec![Arc::new(shard)])?;
-    let ws = WorkSource::builder()
-        .dataset(ds, 1.0)
-        .seed(a.seed)
-        .shuffle_block_size(BlockShuffle::Global)
-        .canonical_lanes(1)
-        .build()?;
+    let ds = match source {
+        Source::Local => {
+            let shard = FormatShard::open_local("w2", spec, &a.file, None)?;
+            Dataset::new("w2", a.file.display().to_string(), vec![Arc::new(shard)])?
+        }
+        Source::Remote { uri, opts } => {
+            let mut opts = (**opts).clone();
+            opts.format = opts.format.seq_len(width).dtype(dtype);
+            zephon_storage::RemoteDataset::open("w2", uri, &opts)?
+                .dataset()
+                .clone()
+        }
+    };
+    let ws = WorkSource::builder().dataset(ds, 1.0).seed(a.seed);
+    let ws = match a.shuffle.as_str() {
+        "global" => ws.shuffle_block_size(BlockShuffle::Global),
+        "block" => ws
+            .shuffle_within_shard(false)
+            .shuffle_block_size(BlockShuffle::Size(a.block_size)),
+        other => bail!("--shuffle: `{other}` is neither global nor block"),
+    };
+    let ws = ws.canonical_lanes(1).build()?;
     let batches = ws
         .stream()
         .fetch(k)
@@ -212,6 +282,7 @@ fn measure_self(a: &Args, dtype: TokenDtype, wide: bool) -> Result<Run> {
         "parallelism": k,
         "max_group": a.max_group,
         "collate": if wide { "u32" } else { "u16" },
+        "shuffle": a.shuffle,
     });
     Ok(Run {
         line,

@@ -1,8 +1,12 @@
 //! `fetch`: pointers in, records out.
 
+mod read;
+
+use read::{Instruments, read_window};
+
 use crate::dataset::Catalog;
 use crate::error::{Error, Result};
-use crate::obs::{Explain, FetchStats, GroupRecord, Observer, OpStats, Probe, StageDescription};
+use crate::obs::{Explain, Observer, Probe, StageDescription};
 use crate::pointer::SamplePtr;
 use crate::record::Record;
 use crate::settings::{MICRO_BATCH, PARALLELISM};
@@ -13,13 +17,7 @@ use pin_project::pin_project;
 use std::collections::VecDeque;
 use std::fmt;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Instant;
-
-/// Fetch sizes one read group in this many, and one record in this many
-/// within it (bytes are an estimate).
-const BYTE_SAMPLE: u64 = 16;
 
 /// Most pointers one read request carries.
 pub const DEFAULT_MAX_GROUP: usize = 256;
@@ -28,6 +26,14 @@ pub const DEFAULT_MAX_GROUP: usize = 256;
 /// shard are grouped into one request (the shard reads runs of adjacent
 /// samples at once); up to `parallelism` requests are in flight; records come
 /// out in pointer order, each with its lane and lineage set.
+///
+/// With [`across_shards`](Fetch::across_shards) a group is instead a window
+/// of up to `max_group` upcoming pointers of any shards: each shard's share
+/// is one read, the shares are read at once, and the records still come out
+/// in pointer order. A global shuffle over many shards interleaves them
+/// pointer by pointer, so without it every group holds one sample; with
+/// it, a shard read by byte range sees the window's samples of that shard
+/// together and can merge neighbours into one request.
 ///
 /// Created by [`PipelineExt::fetch`](crate::PipelineExt::fetch).
 ///
@@ -48,6 +54,7 @@ pub struct Fetch<S> {
     catalog: Catalog,
     parallelism: usize,
     max_group: usize,
+    across_shards: bool,
     group: Vec<SamplePtr>,
     carry: Option<SamplePtr>,
     in_flight: FuturesOrdered<BoxFuture<'static, Result<Vec<Record>>>>,
@@ -73,6 +80,7 @@ impl<S> Fetch<S> {
             catalog,
             parallelism: parallelism.clamp(1, PARALLELISM.max as usize),
             max_group: DEFAULT_MAX_GROUP,
+            across_shards: false,
             group: Vec::new(),
             carry: None,
             in_flight: FuturesOrdered::new(),
@@ -91,6 +99,30 @@ impl<S> Fetch<S> {
             self.invalid.get_or_insert(e);
         }
         self.max_group = n.clamp(1, MICRO_BATCH.max as usize);
+        self
+    }
+
+    /// Lets one group hold pointers of different shards (off by default):
+    /// a window of up to `max_group` upcoming pointers, split into one read
+    /// per shard, read concurrently and put back in pointer order. For
+    /// shards read by byte range under a shuffle that interleaves shards
+    /// (a global shuffle), so a read sees enough of its shard's upcoming
+    /// samples to merge neighbours, and more reads are in flight.
+    ///
+    /// ```
+    /// use zephon_core::{BlockShuffle, Dataset, PipelineExt, Record, Runner, WorkSource};
+    /// let shards = (0..4).map(|s| (0..25).map(|i| Record::new().with("i", s * 100 + i)).collect()).collect();
+    /// let ds = Dataset::in_memory("toy", shards).unwrap();
+    /// let ws = WorkSource::builder().dataset(ds, 1.0).seed(3).shuffle_block_size(BlockShuffle::Global).build().unwrap();
+    /// let read = |across: bool| -> Vec<i64> {
+    ///     ws.stream().fetch(2).max_group(16).across_shards(across)
+    ///         .into_blocking_iter(Runner::Inline).unwrap()
+    ///         .map(|r| r.unwrap().get("i").and_then(|v| v.as_int()).unwrap()).collect()
+    /// };
+    /// assert_eq!(read(true), read(false));
+    /// ```
+    pub fn across_shards(mut self, on: bool) -> Self {
+        self.across_shards = on;
         self
     }
 
@@ -125,91 +157,11 @@ impl<S: fmt::Debug> fmt::Debug for Fetch<S> {
             .field("inner", &self.inner)
             .field("parallelism", &self.parallelism)
             .field("max_group", &self.max_group)
+            .field("across_shards", &self.across_shards)
             .field("in_flight", &self.in_flight.len())
             .field("ready", &self.ready.len())
             .finish_non_exhaustive()
     }
-}
-
-#[derive(Clone, Default)]
-struct Instruments {
-    op: Option<Arc<OpStats>>,
-    fetch: Option<Arc<FetchStats>>,
-}
-
-fn read_group(
-    catalog: &Catalog,
-    group: Vec<SamplePtr>,
-    inst: Instruments,
-) -> BoxFuture<'static, Result<Vec<Record>>> {
-    let first = group[0];
-    let Some(shard) = catalog
-        .get(first.dataset as usize)
-        .and_then(|d| d.shards().get(first.shard as usize))
-        .cloned()
-    else {
-        return futures::future::ready(Err(Error::UnknownPointer { ptr: first })).boxed();
-    };
-    let dataset = catalog[first.dataset as usize].name().to_owned();
-    async move {
-        let indices: Vec<u64> = group.iter().map(|p| p.sample).collect();
-        let timed = inst.op.is_some() || inst.fetch.is_some();
-        let t0 = timed.then(Instant::now);
-        let hit = !timed || shard.is_warm();
-        if !hit {
-            // A failed warm-up is not fatal: the read below tries again and
-            // reports the error with its shard.
-            let _ = shard.warm().await;
-        }
-        let t1 = timed.then(Instant::now);
-        let mut records = shard.read_indices(&indices).await?;
-        if let (Some(t0), Some(t1)) = (t0, t1) {
-            let (open_ns, read_ns) = ((t1 - t0).as_nanos() as u64, t1.elapsed().as_nanos() as u64);
-            if let Some(f) = &inst.fetch {
-                f.record(GroupRecord {
-                    dataset: first.dataset,
-                    shard: first.shard,
-                    samples: group.len() as u64,
-                    hit,
-                    open_ns,
-                    read_ns,
-                });
-            }
-            if let Some(op) = &inst.op {
-                op.busy.record_many(open_ns + read_ns, group.len() as u64);
-                // Sizing every record costs more than reading it from memory;
-                // one group in BYTE_SAMPLE stands for the others.
-                // Within it, one record in BYTE_SAMPLE too.
-                if op.tick().is_multiple_of(BYTE_SAMPLE) && !records.is_empty() {
-                    let step = BYTE_SAMPLE as usize;
-                    let (sum, n) = records
-                        .iter()
-                        .step_by(step)
-                        .fold((0u64, 0u64), |(s, n), r| (s + r.byte_len() as u64, n + 1));
-                    op.bytes_out
-                        .add(sum * records.len() as u64 / n * BYTE_SAMPLE);
-                }
-            }
-        }
-        if records.len() != group.len() {
-            return Err(Error::Operator {
-                op: "fetch",
-                message: format!(
-                    "dataset `{dataset}`, shard `{}` returned {} records for {} samples",
-                    shard.name(),
-                    records.len(),
-                    group.len()
-                ),
-            });
-        }
-        for (r, p) in records.iter_mut().zip(&group) {
-            r.lane = p.lane;
-            r.lineage.clear();
-            r.lineage.push(*p);
-        }
-        Ok(records)
-    }
-    .boxed()
 }
 
 // Ends after the input did and every read group was handed out.
@@ -265,7 +217,7 @@ where
                         let g = std::mem::take(this.group);
                         this.probe.input_n(g.len());
                         this.in_flight
-                            .push_back(read_group(this.catalog, g, inst.clone()));
+                            .push_back(read_window(this.catalog, g, inst.clone()));
                     }
                     break;
                 }
@@ -276,13 +228,13 @@ where
                             .group
                             .first()
                             .is_none_or(|f| f.dataset == p.dataset && f.shard == p.shard);
-                        if same && this.group.len() < *this.max_group {
+                        if (same || *this.across_shards) && this.group.len() < *this.max_group {
                             this.group.push(p);
                         } else {
                             let g = std::mem::take(this.group);
                             this.probe.input_n(g.len());
                             this.in_flight
-                                .push_back(read_group(this.catalog, g, inst.clone()));
+                                .push_back(read_window(this.catalog, g, inst.clone()));
                             *this.carry = Some(p);
                         }
                     }
@@ -291,7 +243,7 @@ where
                             let g = std::mem::take(this.group);
                             this.probe.input_n(g.len());
                             this.in_flight
-                                .push_back(read_group(this.catalog, g, inst.clone()));
+                                .push_back(read_window(this.catalog, g, inst.clone()));
                         }
                         this.in_flight
                             .push_back(futures::future::ready(Err(e)).boxed());
@@ -303,7 +255,7 @@ where
                             let g = std::mem::take(this.group);
                             this.probe.input_n(g.len());
                             this.in_flight
-                                .push_back(read_group(this.catalog, g, inst.clone()));
+                                .push_back(read_window(this.catalog, g, inst.clone()));
                         } else if this.in_flight.is_empty() {
                             this.probe.input_pending();
                         }
@@ -354,7 +306,14 @@ impl<S: Explain> Explain for Fetch<S> {
             Some((self.parallelism * self.max_group) as u64),
             crate::settings::explain_detail(
                 self.invalid.as_ref(),
-                format!("reads of up to {} samples of one shard", self.max_group),
+                if self.across_shards {
+                    format!(
+                        "windows of up to {} samples, one read per shard in each",
+                        self.max_group
+                    )
+                } else {
+                    format!("reads of up to {} samples of one shard", self.max_group)
+                },
             ),
         ));
     }

@@ -1,0 +1,148 @@
+//! Reading one group of pointers: per shard, or a window across shards
+//! split into one read per shard.
+
+use crate::dataset::Catalog;
+use crate::error::{Error, Result};
+use crate::obs::{FetchStats, GroupRecord, OpStats};
+use crate::pointer::SamplePtr;
+use crate::record::Record;
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Fetch sizes one read group in this many, and one record in this many
+/// within it (bytes are an estimate).
+const BYTE_SAMPLE: u64 = 16;
+
+#[derive(Clone, Default)]
+pub(super) struct Instruments {
+    pub(super) op: Option<Arc<OpStats>>,
+    pub(super) fetch: Option<Arc<FetchStats>>,
+}
+
+fn read_group(
+    catalog: &Catalog,
+    group: Vec<SamplePtr>,
+    inst: Instruments,
+) -> BoxFuture<'static, Result<Vec<Record>>> {
+    let first = group[0];
+    let Some(shard) = catalog
+        .get(first.dataset as usize)
+        .and_then(|d| d.shards().get(first.shard as usize))
+        .cloned()
+    else {
+        return futures::future::ready(Err(Error::UnknownPointer { ptr: first })).boxed();
+    };
+    let dataset = catalog[first.dataset as usize].name().to_owned();
+    async move {
+        let indices: Vec<u64> = group.iter().map(|p| p.sample).collect();
+        let timed = inst.op.is_some() || inst.fetch.is_some();
+        let t0 = timed.then(Instant::now);
+        let hit = !timed || shard.is_warm();
+        if !hit {
+            // A failed warm-up is not fatal: the read below tries again and
+            // reports the error with its shard.
+            let _ = shard.warm().await;
+        }
+        let t1 = timed.then(Instant::now);
+        let mut records = shard.read_indices(&indices).await?;
+        if let (Some(t0), Some(t1)) = (t0, t1) {
+            let (open_ns, read_ns) = ((t1 - t0).as_nanos() as u64, t1.elapsed().as_nanos() as u64);
+            if let Some(f) = &inst.fetch {
+                f.record(GroupRecord {
+                    dataset: first.dataset,
+                    shard: first.shard,
+                    samples: group.len() as u64,
+                    hit,
+                    open_ns,
+                    read_ns,
+                });
+            }
+            if let Some(op) = &inst.op {
+                op.busy.record_many(open_ns + read_ns, group.len() as u64);
+                // Sizing every record costs more than reading it from memory;
+                // one group in BYTE_SAMPLE stands for the others.
+                // Within it, one record in BYTE_SAMPLE too.
+                if op.tick().is_multiple_of(BYTE_SAMPLE) && !records.is_empty() {
+                    let step = BYTE_SAMPLE as usize;
+                    let (sum, n) = records
+                        .iter()
+                        .step_by(step)
+                        .fold((0u64, 0u64), |(s, n), r| (s + r.byte_len() as u64, n + 1));
+                    op.bytes_out
+                        .add(sum * records.len() as u64 / n * BYTE_SAMPLE);
+                }
+            }
+        }
+        if records.len() != group.len() {
+            return Err(Error::Operator {
+                op: "fetch",
+                message: format!(
+                    "dataset `{dataset}`, shard `{}` returned {} records for {} samples",
+                    shard.name(),
+                    records.len(),
+                    group.len()
+                ),
+            });
+        }
+        for (r, p) in records.iter_mut().zip(&group) {
+            r.lane = p.lane;
+            r.lineage.clear();
+            r.lineage.push(*p);
+        }
+        Ok(records)
+    }
+    .boxed()
+}
+
+/// Reads a group whose pointers may name several shards: one
+/// [`read_group`] per shard, all at once, the records put back in pointer
+/// order.
+pub(super) fn read_window(
+    catalog: &Catalog,
+    group: Vec<SamplePtr>,
+    inst: Instruments,
+) -> BoxFuture<'static, Result<Vec<Record>>> {
+    let first = group[0];
+    if group
+        .iter()
+        .all(|p| p.dataset == first.dataset && p.shard == first.shard)
+    {
+        return read_group(catalog, group, inst);
+    }
+    // Each shard's positions and pointers, in order of first appearance.
+    let mut slot: HashMap<(u32, u32), usize> = HashMap::new();
+    let mut parts: Vec<(Vec<usize>, Vec<SamplePtr>)> = Vec::new();
+    for (i, p) in group.iter().enumerate() {
+        let k = *slot.entry((p.dataset, p.shard)).or_insert_with(|| {
+            parts.push((Vec::new(), Vec::new()));
+            parts.len() - 1
+        });
+        parts[k].0.push(i);
+        parts[k].1.push(*p);
+    }
+    let reads: Vec<_> = parts
+        .iter_mut()
+        .map(|(_, ptrs)| read_group(catalog, std::mem::take(ptrs), inst.clone()))
+        .collect();
+    let n = group.len();
+    async move {
+        let results = futures::future::try_join_all(reads).await?;
+        let mut out: Vec<Option<Record>> = (0..n).map(|_| None).collect();
+        for ((positions, _), records) in parts.iter().zip(results) {
+            // `read_group` checked that each share got one record per pointer.
+            for (&i, r) in positions.iter().zip(records) {
+                out[i] = Some(r);
+            }
+        }
+        out.into_iter()
+            .collect::<Option<Vec<Record>>>()
+            .ok_or_else(|| Error::Operator {
+                op: "fetch",
+                message: format!("a read window of {n} pointers came back incomplete"),
+            })
+    }
+    .boxed()
+}

@@ -1,0 +1,102 @@
+//! `fetch` with windows across shards: a group of upcoming pointers of any
+//! shards is read as one read per shard and put back in pointer order, so
+//! the records, their lanes and lineage equal those of per-shard groups.
+
+use proptest::prelude::*;
+use zephon_core::{BlockShuffle, Dataset, PipelineExt, Record, Runner, SamplePtr, WorkSource};
+
+fn dataset(shards: &[usize]) -> Dataset {
+    let shards = shards
+        .iter()
+        .enumerate()
+        .map(|(s, &n)| {
+            (0..n)
+                .map(|i| Record::new().with("id", (s * 1000 + i) as i64))
+                .collect()
+        })
+        .collect();
+    Dataset::in_memory("w", shards).unwrap()
+}
+
+/// `(id, lane, pointer)` of every record of one pass.
+fn pass(
+    shards: &[usize],
+    seed: u64,
+    window: usize,
+    parallelism: usize,
+    across: bool,
+    runner: Runner,
+) -> Vec<(i64, u32, SamplePtr)> {
+    WorkSource::builder()
+        .dataset(dataset(shards), 1.0)
+        .seed(seed)
+        .canonical_lanes(4)
+        .shuffle_block_size(BlockShuffle::Global)
+        .build()
+        .unwrap()
+        .stream()
+        .fetch(parallelism)
+        .max_group(window)
+        .across_shards(across)
+        .into_blocking_iter(runner)
+        .unwrap()
+        .map(|r| {
+            let r = r.unwrap();
+            let id = r.get("id").and_then(|v| v.as_int()).unwrap();
+            (id, r.lane, r.lineage[0])
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn windows_across_shards_deliver_the_per_shard_order(
+        shards in prop::collection::vec(1usize..80, 1..6),
+        seed in any::<u64>(),
+        window in 1usize..70,
+        parallelism in 1usize..9,
+        threads in any::<bool>(),
+    ) {
+        let want = pass(&shards, seed, 1, 1, false, Runner::Inline);
+        prop_assert_eq!(want.len(), shards.iter().sum::<usize>());
+        for (id, _, p) in &want {
+            prop_assert_eq!(*id, (p.shard as u64 * 1000 + p.sample) as i64);
+        }
+        let runner = if threads { Runner::Threads { workers: 2 } } else { Runner::Inline };
+        let got = pass(&shards, seed, window, parallelism, true, runner);
+        prop_assert_eq!(got, want);
+    }
+}
+
+/// A window naming a shard the catalog lacks fails with that pointer, as
+/// a per-shard group does.
+#[test]
+fn a_window_with_an_unknown_shard_is_an_error_naming_the_pointer() {
+    use futures::StreamExt;
+    let ds = dataset(&[3, 3]);
+    let catalog: zephon_core::Catalog = vec![ds].into();
+    let ptr = |shard, sample| SamplePtr {
+        dataset: 0,
+        shard,
+        sample,
+        lane: 0,
+    };
+    let ptrs = vec![ptr(0, 1), ptr(1, 2), ptr(7, 0), ptr(0, 2)];
+    let out: Vec<_> = futures::executor::block_on(
+        zephon_core::ops::fetch::Fetch::new(
+            futures::stream::iter(ptrs.into_iter().map(Ok)),
+            catalog,
+            2,
+        )
+        .across_shards(true)
+        .collect::<Vec<_>>(),
+    );
+    let err = out
+        .iter()
+        .find_map(|r| r.as_ref().err())
+        .expect("an error")
+        .to_string();
+    assert!(err.contains(&ptr(7, 0).to_string()), "{err}");
+}
