@@ -1,8 +1,9 @@
-//! MDS and Parquet shards read by blocks against a real S3 server
-//! (moto_server): datasets larger than the cache's memory tier read like
-//! their local copies in a shuffled order, a read downloads only the
+//! MDS, Parquet and WebDataset shards read by blocks against a real S3
+//! server (moto_server): datasets larger than the cache's memory tier read
+//! like their local copies in a shuffled order, a read downloads only the
 //! blocks it needs (the header or footer, then the samples' or projected
-//! column chunks' blocks), and a truncated object is an error naming it.
+//! column chunks' blocks; a tar is indexed by one pass over its blocks),
+//! and a truncated object is an error naming it.
 
 mod common;
 
@@ -124,6 +125,35 @@ fn write_parquet(dir: &Path, shards: usize, rows: usize, group: usize) {
         let mut w = ArrowWriter::try_new(file, batch.schema(), Some(props)).unwrap();
         w.write(&batch).unwrap();
         w.close().unwrap();
+    }
+    let b = Backend::open("d", &dir.display().to_string(), &Default::default()).unwrap();
+    runtime::block_on(build_index_with(&b, "d", &FormatOptions::default())).unwrap();
+}
+
+/// `shards` WebDataset tars of `per_shard` samples (a text and a few
+/// hundred bytes of noise each), then a Zephon manifest.
+fn write_tar(dir: &Path, shards: usize, per_shard: usize) {
+    use zephon_storage::format::webdataset::tar;
+    std::fs::create_dir_all(dir).unwrap();
+    for s in 0..shards {
+        let file = std::fs::File::create(dir.join(format!("{s:03}.tar"))).unwrap();
+        let mut b = tar::Builder::new(file);
+        for i in 0..per_shard {
+            let id = (s * per_shard + i) as u64;
+            let members = [
+                ("txt", format!("sample {i} of shard {s}").into_bytes()),
+                ("bin", noise(id, 300 + i % 300)),
+            ];
+            for (ext, body) in members {
+                let mut h = tar::Header::new_gnu();
+                h.set_size(body.len() as u64);
+                h.set_mode(0o644);
+                h.set_cksum();
+                b.append_data(&mut h, format!("s{s}/{id:06}.{ext}"), &body[..])
+                    .unwrap();
+            }
+        }
+        b.finish().unwrap();
     }
     let b = Backend::open("d", &dir.display().to_string(), &Default::default()).unwrap();
     runtime::block_on(build_index_with(&b, "d", &FormatOptions::default())).unwrap();
@@ -296,6 +326,51 @@ fn a_parquet_footer_pointing_past_the_start_is_an_error_naming_the_shard() {
     let err = err_of(read_all(rd.dataset().clone(), false));
     assert!(
         err.contains("s3://bkt/ds/part-0.parquet") && err.contains("footer"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_webdataset_larger_than_the_memory_tier_reads_by_blocks() {
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    write_tar(&data, 2, 1500);
+    let want = local(&data, &FormatOptions::default());
+    let moto = Moto::start(t.path());
+    moto.upload("bkt", "ds", &data);
+    let memory = 128 << 10;
+    let opts = moto.opts(small_cache(t.path(), memory, 64 << 20));
+    let rd = RemoteDataset::open("d", "s3://bkt/ds", &opts).unwrap();
+    let sizes: Vec<u64> = rd.manifest().shards.iter().map(|e| e.bytes).collect();
+    assert!(sizes.iter().all(|&b| b > 4 * memory), "{sizes:?}");
+    for prefetch in [false, true] {
+        let got = fields(&read_all(rd.dataset().clone(), prefetch).unwrap());
+        assert_eq!(got, want, "prefetch {prefetch}");
+    }
+    // The indexing pass downloads each block once, the reads find them
+    // cached; no tar's trailing padding is needed beyond its end blocks.
+    let s = rd.cache_stats();
+    let blocks: u64 = sizes.iter().map(|b| b.div_ceil(BLOCK)).sum();
+    assert!(s.misses <= blocks && s.redownloads == 0, "{s:?}");
+    assert!(s.memory_peak_bytes <= memory, "{s:?}");
+    assert!(answered_gets(&moto, "000.tar HTTP") as u64 <= sizes[0].div_ceil(BLOCK));
+}
+
+#[test]
+fn a_truncated_tar_object_is_an_error_naming_it() {
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    write_tar(&data, 1, 1500);
+    let moto = Moto::start(t.path());
+    moto.upload("bkt", "ds", &data);
+    let opts = moto.opts(small_cache(t.path(), 16 << 20, 64 << 20));
+    let rd = RemoteDataset::open("d", "s3://bkt/ds", &opts).unwrap();
+    let full = std::fs::read(data.join("000.tar")).unwrap();
+    let b = Backend::open("up", "s3://bkt/ds", &moto.opts(Default::default())).unwrap();
+    runtime::block_on(b.op.write("000.tar", full[..full.len() / 2].to_vec())).unwrap();
+    let err = err_of(read_all(rd.dataset().clone(), false));
+    assert!(
+        err.contains("s3://bkt/ds/000.tar") && err.contains("range read"),
         "{err}"
     );
 }

@@ -1,4 +1,4 @@
-//! MDS and Parquet shards read by blocks of the shard cache.
+//! MDS, Parquet and WebDataset shards read by blocks of the shard cache.
 //!
 //! Neither format needs the whole shard to read a sample. An MDS shard
 //! starts with its offset table: read through the blocks covering it, it
@@ -9,9 +9,10 @@
 //! one row group at a time, then decodes that group as a local read does
 //! (kept in memory per shard, bounded; see [`parquet`](super::parquet)).
 //!
-//! WebDataset tars are not read this way: their members are found only by
-//! walking every header, which means reading the whole tar once anyway;
-//! they enter the cache whole.
+//! A WebDataset tar has no table: its members are found by walking every
+//! header, so it is indexed by one pass over all its blocks in order (the
+//! whole tar is downloaded once, into the cache, a few blocks in memory at
+//! a time); then each sample is one byte range, read like an MDS sample.
 
 use super::{FormatSpec, ShardIndex};
 use crate::blocks::BlockFile;
@@ -23,10 +24,10 @@ use zephon_core::runner::offload;
 use zephon_core::{Record, Result};
 
 /// Whether shards of `spec` can be read by blocks with [`open_index`] and
-/// [`read_groups`] (MDS, Parquet), beyond the formats read sample by sample
+/// [`read_groups`] (MDS, Parquet, WebDataset), beyond the formats read sample by sample
 /// from their size or sidecar (token files, Megatron).
 pub fn indexed_by_blocks(spec: &FormatSpec) -> bool {
-    matches!(spec, FormatSpec::Mds { .. })
+    matches!(spec, FormatSpec::Mds { .. } | FormatSpec::WebDataset)
         || matches!(spec, FormatSpec::Parquet { .. }) && cfg!(feature = "parquet")
 }
 
@@ -36,8 +37,9 @@ async fn read(file: &Arc<BlockFile>, from: u64, to: u64) -> Result<Bytes> {
     Ok(spans.pop().map(|(_, b)| b).unwrap_or_default())
 }
 
-/// The index of an MDS or Parquet shard read by blocks, from its header
-/// (MDS) or footer (Parquet), read through the blocks covering it.
+/// The index of an MDS, Parquet or WebDataset shard read by blocks, from
+/// its header (MDS) or footer (Parquet), read through the blocks covering
+/// it, or from one pass over its blocks (WebDataset).
 pub async fn open_index(
     spec: &FormatSpec,
     file: &Arc<BlockFile>,
@@ -95,6 +97,14 @@ pub async fn open_index(
             })
             .await?
             .map_err(fail)
+        }
+        FormatSpec::WebDataset => {
+            let index = file
+                .scan(move |reader| super::webdataset::TarIndex::scan(reader, len))
+                .await?;
+            index
+                .map(|i| Arc::new(i) as Arc<dyn ShardIndex>)
+                .map_err(fail)
         }
         _ => Err(fail(format!(
             "the {} format is not read by blocks this way",

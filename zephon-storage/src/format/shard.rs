@@ -35,7 +35,7 @@ enum Source {
         metrics: Arc<CacheMetrics>,
     },
     /// Just the blocks covering the samples asked for, through the shard
-    /// cache (uncompressed token files, Megatron, MDS and Parquet; see
+    /// cache (uncompressed token files, Megatron, MDS, Parquet, WebDataset; see
     /// [`blocked`](super::blocked)).
     Blocks {
         file: Arc<BlockFile>,
@@ -179,7 +179,7 @@ impl FormatShard {
 
     /// A remote shard read by blocks through `cache`, for formats whose
     /// samples can be read without the whole shard (flat token files,
-    /// Megatron, MDS, Parquet) when the shard is uncompressed; `None`
+    /// Megatron, MDS, Parquet, WebDataset) when the shard is uncompressed; `None`
     /// otherwise.
     pub fn blocks(
         dataset: &str,
