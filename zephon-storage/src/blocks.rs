@@ -100,6 +100,16 @@ impl BlockFile {
         self.cache.contains(&self.block_key(i))
     }
 
+    /// Whether every block holding `ranges` is cached.
+    pub fn is_cached_range(&self, ranges: &[(u64, u64)]) -> bool {
+        ranges
+            .iter()
+            .filter(|(from, to)| from < to)
+            .all(|&(from, to)| {
+                (from / self.block..to.div_ceil(self.block)).all(|i| self.is_cached(i))
+            })
+    }
+
     /// Block `i`, from the cache or downloaded into it.
     pub async fn block(self: Arc<Self>, i: u64) -> Result<Bytes> {
         let key = self.block_key(i);

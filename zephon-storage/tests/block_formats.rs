@@ -265,6 +265,7 @@ fn a_parquet_projection_downloads_only_its_column_chunks() {
     let size = rd.manifest().shards[0].bytes;
     let got = fields(&read_all(rd.dataset().clone(), true).unwrap());
     assert_eq!(got, want);
+    assert!(rd.is_cached(0), "what the projection reads is cached");
     // Eight row groups: each group's `id` chunk (4 KB) in one or two
     // blocks, and the footer's block; the wide columns stay remote.
     let s = rd.cache_stats();

@@ -474,7 +474,14 @@ impl Shard for FormatShard {
             Source::Local(_) => true,
             Source::Range { .. } => self.index.initialized(),
             Source::Remote { shard, .. } => shard.is_cached(),
-            Source::Blocks { file, .. } => (0..file.blocks()).all(|i| file.is_cached(i)),
+            // A Parquet shard is warm when the chunks it reads are: the
+            // columns a projection leaves out are never fetched.
+            Source::Blocks { file, .. } => match (&self.spec, self.index.get()) {
+                (FormatSpec::Parquet { .. }, Some(index)) => {
+                    file.is_cached_range(&super::blocked::all_group_ranges(index.as_ref()))
+                }
+                _ => (0..file.blocks()).all(|i| file.is_cached(i)),
+            },
         }
     }
 }
