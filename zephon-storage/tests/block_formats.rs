@@ -9,16 +9,10 @@ mod common;
 
 use common::{Moto, answered_gets, fields, read_all, small_cache};
 use std::path::Path;
-use std::sync::Arc;
 use zephon_core::{Dataset, Record};
 use zephon_storage::backend::{Backend, runtime};
 use zephon_storage::format::FormatOptions;
 use zephon_storage::format::mds::{MdsColumn, encode_shard};
-use zephon_storage::format::parquet::arrow_array::{
-    ArrayRef, BinaryArray, Int64Array, RecordBatch, StringArray,
-};
-use zephon_storage::format::parquet::parquet::arrow::ArrowWriter;
-use zephon_storage::format::parquet::parquet::file::properties::WriterProperties;
 use zephon_storage::scan::build_index_with;
 use zephon_storage::{DatasetExt, RemoteDataset};
 
@@ -96,7 +90,14 @@ fn write_mds(dir: &Path, shards: usize, per_shard: usize) {
 /// narrow `id`, a `text`, and four wide columns of noise (about 1.2 KB a
 /// row together), uncompressed; then a Zephon manifest, so opening the
 /// dataset remotely downloads nothing.
+#[cfg(feature = "parquet")]
 fn write_parquet(dir: &Path, shards: usize, rows: usize, group: usize) {
+    use std::sync::Arc;
+    use zephon_storage::format::parquet::arrow_array::{
+        ArrayRef, BinaryArray, Int64Array, RecordBatch, StringArray,
+    };
+    use zephon_storage::format::parquet::parquet::arrow::ArrowWriter;
+    use zephon_storage::format::parquet::parquet::file::properties::WriterProperties;
     std::fs::create_dir_all(dir).unwrap();
     for s in 0..shards {
         let ids: Vec<i64> = (0..rows).map(|i| (s * rows + i) as i64).collect();
@@ -224,6 +225,7 @@ fn an_mds_read_downloads_the_header_and_its_samples_blocks_only() {
     );
 }
 
+#[cfg(feature = "parquet")]
 #[test]
 fn a_parquet_dataset_larger_than_the_memory_tier_reads_by_blocks() {
     let t = tempfile::tempdir().unwrap();
@@ -249,6 +251,7 @@ fn a_parquet_dataset_larger_than_the_memory_tier_reads_by_blocks() {
     assert!(answered_gets(&moto, "part-0.parquet HTTP") as u64 <= sizes[0].div_ceil(BLOCK));
 }
 
+#[cfg(feature = "parquet")]
 #[test]
 fn a_parquet_projection_downloads_only_its_column_chunks() {
     let t = tempfile::tempdir().unwrap();
@@ -275,6 +278,7 @@ fn a_parquet_projection_downloads_only_its_column_chunks() {
     );
 }
 
+#[cfg(feature = "parquet")]
 #[test]
 fn truncated_mds_and_parquet_objects_are_errors_naming_them() {
     let t = tempfile::tempdir().unwrap();
@@ -305,6 +309,7 @@ fn truncated_mds_and_parquet_objects_are_errors_naming_them() {
     }
 }
 
+#[cfg(feature = "parquet")]
 #[test]
 fn a_parquet_footer_pointing_past_the_start_is_an_error_naming_the_shard() {
     let t = tempfile::tempdir().unwrap();
