@@ -100,6 +100,16 @@ impl BlockFile {
         self.cache.contains(&self.block_key(i))
     }
 
+    /// Whether every block holding `ranges` is cached.
+    pub fn is_cached_range(&self, ranges: &[(u64, u64)]) -> bool {
+        ranges
+            .iter()
+            .filter(|(from, to)| from < to)
+            .all(|&(from, to)| {
+                (from / self.block..to.div_ceil(self.block)).all(|i| self.is_cached(i))
+            })
+    }
+
     /// Block `i`, from the cache or downloaded into it.
     pub async fn block(self: Arc<Self>, i: u64) -> Result<Bytes> {
         let key = self.block_key(i);
@@ -290,6 +300,54 @@ impl BlockFile {
         self.warm(self.room() / self.block).await
     }
 
+    /// Runs `scan` on a blocking thread of the storage runtime with a
+    /// [`BlockReader`] over the shard's bytes, its blocks fetched in order
+    /// (they enter the cache on the way), a few (4) ahead of the reader:
+    /// memory holds those blocks, whatever the shard's size. Blocks after
+    /// the point where `scan` stops reading are not downloaded. A block that
+    /// fails is the error returned, whatever `scan` made of it.
+    pub async fn scan<T: Send + 'static>(
+        self: &Arc<Self>,
+        scan: impl FnOnce(BlockReader) -> T + Send + 'static,
+    ) -> Result<T> {
+        let this = self.clone();
+        runtime::spawn(self.uri.clone(), async move {
+            let (tx, rx) = tokio::sync::mpsc::channel(INDEX_READ_AHEAD);
+            let blocks = this.clone();
+            let feed = tokio::spawn(async move {
+                let mut blocks = futures::stream::iter(0..blocks.blocks())
+                    .map(|i| blocks.clone().block(i))
+                    .buffered(INDEX_READ_AHEAD);
+                while let Some(b) = blocks.next().await {
+                    let failed = b.is_err();
+                    // A closed channel: the scan is done with the shard.
+                    if tx.send(b).await.is_err() || failed {
+                        break;
+                    }
+                }
+            });
+            let failure = Arc::new(std::sync::Mutex::new(None));
+            let reader = BlockReader {
+                rx,
+                current: Bytes::new(),
+                failure: failure.clone(),
+            };
+            let out = tokio::task::spawn_blocking(move || scan(reader)).await;
+            feed.abort();
+            if let Some(e) = failure.lock().expect("poisoned").take() {
+                return Err(e);
+            }
+            out.map_err(|e| {
+                shard_error(
+                    &this.dataset,
+                    &this.uri,
+                    format!("the scan of its blocks failed: {e}"),
+                )
+            })
+        })
+        .await
+    }
+
     /// The line index of a JSONL shard, built by reading its blocks in
     /// order (they enter the cache on the way), on the storage runtime.
     /// Memory holds a few blocks (4) and the index.
@@ -315,5 +373,35 @@ impl BlockFile {
             Ok(LineIndex { starts })
         })
         .await
+    }
+}
+
+/// The bytes of a shard in order, block after block, as
+/// [`BlockFile::scan`] hands them to its closure (on a blocking thread:
+/// each read waits for its block).
+#[derive(Debug)]
+pub struct BlockReader {
+    rx: tokio::sync::mpsc::Receiver<Result<Bytes>>,
+    current: Bytes,
+    failure: Arc<std::sync::Mutex<Option<zephon_core::Error>>>,
+}
+
+impl std::io::Read for BlockReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.current.is_empty() {
+            match self.rx.blocking_recv() {
+                None => return Ok(0),
+                Some(Ok(b)) => self.current = b,
+                Some(Err(e)) => {
+                    let message = e.to_string();
+                    *self.failure.lock().expect("poisoned") = Some(e);
+                    return Err(std::io::Error::other(message));
+                }
+            }
+        }
+        let n = buf.len().min(self.current.len());
+        buf[..n].copy_from_slice(&self.current[..n]);
+        bytes::Buf::advance(&mut self.current, n);
+        Ok(n)
     }
 }

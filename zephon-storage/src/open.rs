@@ -77,10 +77,11 @@ impl RemoteDataset {
         // Uncompressed shards of these formats are read by blocks; the
         // others enter the cache whole.
         let blocked = |e: &crate::manifest::ShardEntry| {
-            matches!(
+            (matches!(
                 manifest.format,
                 FormatSpec::Jsonl | FormatSpec::Tokens { .. } | FormatSpec::Megatron
-            ) && Compression::from_path(&e.path) == Compression::None
+            ) || crate::format::blocked::indexed_by_blocks(&manifest.format))
+                && Compression::from_path(&e.path) == Compression::None
         };
         let largest = manifest
             .shards

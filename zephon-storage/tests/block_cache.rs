@@ -5,60 +5,21 @@
 
 mod common;
 
-use common::{Moto, cache_opts, fields, local_order, read_all, write_dataset};
+use common::{
+    Moto, answered_gets, cache_opts, disk_entries, fields, local_order, read_all, small_cache,
+    write_dataset,
+};
 use std::path::Path;
 use zephon_core::{Dataset, PipelineExt, Runner, WorkSource};
 use zephon_storage::backend::{Backend, runtime};
 use zephon_storage::format::{FormatOptions, TokenDtype};
 use zephon_storage::scan::build_index;
-use zephon_storage::{CacheOptions, DatasetExt, PrefetchExt, RemoteDataset, StorageOptions};
+use zephon_storage::{CacheOptions, DatasetExt, PrefetchExt, RemoteDataset};
 
 /// Writes the manifest and line-index sidecars of the local folder `dir`.
 fn index(dir: &Path) {
     let b = Backend::open("d", &dir.display().to_string(), &Default::default()).unwrap();
     runtime::block_on(build_index(&b, "d")).unwrap();
-}
-
-/// A small cache: 64 KiB blocks, `memory` and `limit` bytes in the tiers.
-fn small_cache(dir: &Path, memory: u64, limit: u64) -> StorageOptions {
-    cache_opts(dir).cache(
-        CacheOptions::default()
-            .root(dir.join("cache"))
-            .block_bytes(64 << 10)
-            .memory_bytes(memory)
-            .limit_bytes(limit),
-    )
-}
-
-/// Files of the disk tier (under `dir/cache`) and the bytes they hold.
-fn disk_entries(dir: &Path) -> (usize, u64) {
-    let mut out = (0, 0);
-    let mut todo = vec![dir.join("cache")];
-    while let Some(d) = todo.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                todo.push(p);
-            } else if p.extension().is_some_and(|x| x == "shard") {
-                out.0 += 1;
-                out.1 += e.metadata().unwrap().len();
-            }
-        }
-    }
-    out
-}
-
-/// GETs of `needle` the server answered, whole (200) or by range (206).
-fn gets(moto: &Moto, needle: &str) -> usize {
-    std::fs::read_to_string(&moto.log)
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| {
-            l.contains("\"GET ")
-                && l.contains(needle)
-                && (l.contains("\" 200 ") || l.contains("\" 206 "))
-        })
-        .count()
 }
 
 #[test]
@@ -125,7 +86,7 @@ fn concurrent_readers_download_each_block_once() {
     }
     let s = rd.cache_stats();
     assert_eq!(s.misses, blocks, "one download per block: {s:?}");
-    assert_eq!(gets(&moto, "000.jsonl HTTP"), blocks as usize);
+    assert_eq!(answered_gets(&moto, "000.jsonl HTTP"), blocks as usize);
     assert_eq!(s.bytes_downloaded, bytes);
     assert!(rd.is_cached(0));
     // Read again in work-source order: every block is a hit.

@@ -142,31 +142,43 @@ fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
 }
 
+/// Bytes of the header (count and offset table) of a shard of `samples` samples.
+pub fn header_len(samples: u32) -> u64 {
+    4 + 4 * (samples as u64 + 1)
+}
+
 impl MdsIndex {
     /// Reads the offset table of a shard and checks it covers the shard.
     pub fn open(data: &[u8], columns: &[MdsColumn]) -> FormatResult<Self> {
-        if data.len() < 8 {
+        Self::from_header(data, data.len() as u64, columns)
+    }
+
+    /// Reads the offset table from `head`, the first bytes of a shard of
+    /// `total` bytes (at least its [`header_len`], or the whole shard when
+    /// shorter), and checks it covers the shard: the samples can then be
+    /// read alone by [`byte_range`](ShardIndex::byte_range).
+    pub fn from_header(head: &[u8], total: u64, columns: &[MdsColumn]) -> FormatResult<Self> {
+        if total < 8 || head.len() < 4 {
+            return Err(format!("{total} bytes is too short for an MDS shard"));
+        }
+        let n = u32_at(head, 0);
+        let table = header_len(n);
+        if table > total {
+            return Err(format!("claims {n} samples but is only {total} bytes"));
+        }
+        if (head.len() as u64) < table {
             return Err(format!(
-                "{} bytes is too short for an MDS shard",
-                data.len()
+                "the header of {table} bytes was cut to {}",
+                head.len()
             ));
         }
-        let n = u32_at(data, 0) as usize;
-        let table = 4 + 4 * (n + 1);
-        if table > data.len() {
-            return Err(format!(
-                "claims {n} samples but is only {} bytes",
-                data.len()
-            ));
-        }
-        let offsets: Vec<u32> = (0..=n).map(|i| u32_at(data, 4 + 4 * i)).collect();
-        if offsets[0] as usize != table
+        let offsets: Vec<u32> = (0..=n as usize).map(|i| u32_at(head, 4 + 4 * i)).collect();
+        if offsets[0] as u64 != table
             || offsets.windows(2).any(|w| w[0] > w[1])
-            || offsets[n] as usize != data.len()
+            || offsets[n as usize] as u64 != total
         {
             return Err(format!(
-                "the offset table does not cover the shard ({} bytes); corrupt or truncated",
-                data.len()
+                "the offset table does not cover the shard ({total} bytes); corrupt or truncated"
             ));
         }
         Ok(MdsIndex {
@@ -175,20 +187,20 @@ impl MdsIndex {
         })
     }
 
-    fn sample(&self, data: &Bytes, i: usize) -> FormatResult<Record> {
-        let (from, to) = (self.offsets[i] as usize, self.offsets[i + 1] as usize);
+    /// Decodes one sample from its bytes.
+    fn sample(&self, data: Bytes) -> FormatResult<Record> {
         let variable = self.columns.iter().filter(|c| c.size.is_none()).count();
-        if to - from < 4 * variable {
+        if data.len() < 4 * variable {
             return Err("sample shorter than its size header".into());
         }
-        let mut sizes = (0..variable).map(|k| u32_at(data, from + 4 * k) as usize);
-        let mut at = from + 4 * variable;
+        let mut sizes = (0..variable).map(|k| u32_at(&data, 4 * k) as usize);
+        let mut at = 4 * variable;
         let mut r = Record::new();
         for c in &self.columns {
             let size = c
                 .size
                 .map_or_else(|| sizes.next().unwrap_or(0), |s| s as usize);
-            if at + size > to {
+            if at + size > data.len() {
                 return Err(format!("column {:?} runs past the sample's end", c.name));
             }
             let v = decode_value(&c.encoding, data.slice(at..at + size))
@@ -259,10 +271,25 @@ impl ShardIndex for MdsIndex {
         indices
             .iter()
             .map(|&i| {
-                self.sample(data, i as usize)
+                let (from, to) = self.byte_range(i).expect("a sample of this shard");
+                self.sample(data.slice(from as usize..to as usize))
                     .map_err(|e| format!("sample {i}: {e}"))
             })
             .collect()
+    }
+
+    fn byte_range(&self, i: u64) -> Option<(u64, u64)> {
+        let i = usize::try_from(i).ok()?;
+        Some((
+            *self.offsets.get(i)? as u64,
+            *self.offsets.get(i + 1)? as u64,
+        ))
+    }
+
+    /// Copies the sample's bytes once, so `bytes` columns own their data.
+    fn decode_range(&self, i: u64, bytes: &[u8]) -> FormatResult<Record> {
+        self.sample(Bytes::copy_from_slice(bytes))
+            .map_err(|e| format!("sample {i}: {e}"))
     }
 }
 

@@ -17,6 +17,7 @@
 //! | [`FormatSpec::Mds`] | `index.json` + `shard.*.mds[.zstd]` | one MDS sample |
 //! | [`FormatSpec::WebDataset`] | `*.tar` | the members sharing a key |
 
+pub mod blocked;
 pub mod compression;
 pub mod detect;
 pub mod jsonl;
@@ -178,6 +179,34 @@ pub trait ShardIndex: Send + Sync + fmt::Debug {
     fn decode_range(&self, i: u64, bytes: &[u8]) -> FormatResult<Record> {
         let _ = bytes;
         Err(format!("sample {i} cannot be decoded from a byte range"))
+    }
+
+    /// For formats whose samples are decoded in groups (Parquet row
+    /// groups), read by blocks: the group sample `i` lies in; `None` for
+    /// formats whose samples are read alone ([`byte_range`](ShardIndex::byte_range)).
+    fn group_of(&self, i: u64) -> Option<usize> {
+        let _ = i;
+        None
+    }
+
+    /// The byte ranges (sorted) group `g` is decoded from: only the columns
+    /// read.
+    fn group_ranges(&self, g: usize) -> FormatResult<Vec<(u64, u64)>> {
+        Err(format!("group {g}: this format has no groups"))
+    }
+
+    /// Decodes samples `indices` (all in group `g`), in request order: from
+    /// the group kept in memory, or from `spans` (each span's start and
+    /// bytes, covering [`group_ranges`](ShardIndex::group_ranges)).
+    /// `Ok(None)` when `spans` is `None` and the group is not in memory.
+    fn decode_group(
+        &self,
+        g: usize,
+        spans: Option<Vec<(u64, Bytes)>>,
+        indices: &[u64],
+    ) -> FormatResult<Option<Vec<Record>>> {
+        let _ = (spans, indices);
+        Err(format!("group {g}: this format has no groups"))
     }
 }
 

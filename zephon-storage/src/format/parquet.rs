@@ -11,6 +11,11 @@
 //! decode a group again for nearly every read once the shard has more
 //! groups than that.
 //!
+//! A remote shard read by blocks (see [`blocked`](super::blocked)) is
+//! read the same way: the footer, then for each row group a read touches
+//! only the byte ranges of its projected column chunks
+//! ([`ShardIndex::group_ranges`]), fetched through the block cache.
+//!
 //! Arrow types map to values: strings -> text, integers -> int, floats ->
 //! float, booleans, binary -> bytes, lists of integers -> token ids
 //! (pre-tokenized `input_ids`), anything else -> its display text.
@@ -29,6 +34,7 @@ use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
 };
+use parquet::file::reader::ChunkReader;
 use std::sync::{Arc, Mutex};
 use zephon_core::{Record, Value};
 /// The crates this format is read with, re-exported so callers (fixtures,
@@ -39,7 +45,10 @@ pub use {arrow_array, parquet};
 #[derive(Debug)]
 pub struct ParquetIndex {
     meta: ArrowReaderMetadata,
-    projection: Option<Vec<usize>>,
+    /// The leaf columns read (all when `None`).
+    mask: Option<ProjectionMask>,
+    /// The file's size in bytes.
+    file_len: u64,
     /// `starts[g]` is the first row of row group `g`; the last entry is the row count.
     starts: Vec<u64>,
     recent: Mutex<Recent>,
@@ -50,9 +59,9 @@ pub struct ParquetIndex {
 }
 
 impl ParquetIndex {
-    /// Parses the footer of a shard held in memory; `columns` (when given)
-    /// must all exist.
-    pub fn open(data: &Bytes, columns: Option<&[String]>) -> FormatResult<Self> {
+    /// Parses the footer of a shard (held in memory, or the spans of it
+    /// fetched so far); `columns` (when given) must all exist.
+    pub fn open<R: ChunkReader>(data: &R, columns: Option<&[String]>) -> FormatResult<Self> {
         let meta = ArrowReaderMetadata::load(data, ArrowReaderOptions::default())
             .map_err(|e| format!("not a readable Parquet file: {e}"))?;
         let projection = match columns {
@@ -72,13 +81,17 @@ impl ParquetIndex {
             }
             None => None,
         };
+        let mask = projection
+            .as_ref()
+            .map(|p| ProjectionMask::roots(meta.parquet_schema(), p.iter().copied()));
         let mut starts = vec![0u64];
         for g in meta.metadata().row_groups() {
             starts.push(starts.last().expect("non-empty") + g.num_rows() as u64);
         }
         Ok(ParquetIndex {
             meta,
-            projection,
+            mask,
+            file_len: data.len(),
             starts,
             recent: Mutex::new(Recent::default()),
             budget: DECODED_BUDGET,
@@ -100,7 +113,11 @@ impl ParquetIndex {
     /// cache of recent groups or read now. Shuffled reads touch a few rows of
     /// a group at a time; decoding the group once for all of them, rather
     /// than its pages once per read, is what keeps them fast.
-    fn group(&self, data: &Bytes, g: usize) -> FormatResult<Arc<RecordBatch>> {
+    fn group<R: ChunkReader + Clone + 'static>(
+        &self,
+        data: &R,
+        g: usize,
+    ) -> FormatResult<Arc<RecordBatch>> {
         if let Some(b) = self.recent.lock().expect("poisoned").get(g) {
             return Ok(b);
         }
@@ -108,9 +125,8 @@ impl ParquetIndex {
             ParquetRecordBatchReaderBuilder::new_with_metadata(data.clone(), self.meta.clone())
                 .with_row_groups(vec![g])
                 .with_batch_size((self.starts[g + 1] - self.starts[g]).max(1) as usize);
-        if let Some(p) = &self.projection {
-            let mask = ProjectionMask::roots(self.meta.parquet_schema(), p.iter().copied());
-            builder = builder.with_projection(mask);
+        if let Some(mask) = &self.mask {
+            builder = builder.with_projection(mask.clone());
         }
         let reader = builder.build().map_err(|e| format!("row group {g}: {e}"))?;
         let schema = arrow_array::RecordBatchReader::schema(&reader);
@@ -261,6 +277,79 @@ fn value(a: &dyn Array, r: usize) -> Value {
 impl ShardIndex for ParquetIndex {
     fn len(&self) -> u64 {
         *self.starts.last().expect("non-empty")
+    }
+
+    fn group_of(&self, i: u64) -> Option<usize> {
+        (i < self.len()).then(|| self.starts.partition_point(|&s| s <= i) - 1)
+    }
+
+    /// The projected column chunks of row group `g`, checked against the
+    /// file's size (the footer is input like any other).
+    fn group_ranges(&self, g: usize) -> FormatResult<Vec<(u64, u64)>> {
+        let group = self
+            .meta
+            .metadata()
+            .row_groups()
+            .get(g)
+            .ok_or_else(|| format!("no row group {g}"))?;
+        let mut out = Vec::new();
+        for (c, chunk) in group.columns().iter().enumerate() {
+            if self.mask.as_ref().is_some_and(|m| !m.leaf_included(c)) {
+                continue;
+            }
+            // Where `ColumnChunkMetaData::byte_range` would panic on a
+            // negative offset, this is an error.
+            let start = chunk
+                .dictionary_page_offset()
+                .unwrap_or_else(|| chunk.data_page_offset());
+            let range = u64::try_from(start)
+                .ok()
+                .zip(u64::try_from(chunk.compressed_size()).ok())
+                .and_then(|(from, n)| Some((from, from.checked_add(n)?)))
+                .filter(|&(_, to)| to <= self.file_len);
+            match range {
+                Some(r) => out.push(r),
+                None => {
+                    return Err(format!(
+                        "row group {g}, column {c}: the footer places its chunk at offset {start}, \
+                         {} bytes, outside the file's {} bytes",
+                        chunk.compressed_size(),
+                        self.file_len
+                    ));
+                }
+            }
+        }
+        out.sort_unstable();
+        Ok(out)
+    }
+
+    fn decode_group(
+        &self,
+        g: usize,
+        spans: Option<Vec<(u64, Bytes)>>,
+        indices: &[u64],
+    ) -> FormatResult<Option<Vec<Record>>> {
+        let (first, end) = match (self.starts.get(g), self.starts.get(g + 1)) {
+            (Some(&a), Some(&b)) => (a, b),
+            _ => return Err(format!("no row group {g}")),
+        };
+        if let Some(&i) = indices.iter().find(|&&i| i < first || i >= end) {
+            return Err(format!("sample {i} is not in row group {g}"));
+        }
+        let cached = self.recent.lock().expect("poisoned").get(g);
+        let batch = match (cached, spans) {
+            (Some(b), _) => b,
+            (None, None) => return Ok(None),
+            (None, Some(spans)) => {
+                self.group(&super::blocked::Spans::new(self.file_len, spans), g)?
+            }
+        };
+        Ok(Some(
+            indices
+                .iter()
+                .map(|&i| record(&batch, (i - first) as usize))
+                .collect(),
+        ))
     }
 
     fn decode(&self, data: &Bytes, indices: &[u64]) -> FormatResult<Vec<Record>> {

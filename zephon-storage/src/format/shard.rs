@@ -36,7 +36,8 @@ enum Source {
         metrics: Arc<CacheMetrics>,
     },
     /// Just the blocks covering the samples asked for, through the shard
-    /// cache (uncompressed token files).
+    /// cache (uncompressed token files, Megatron, MDS, Parquet, WebDataset; see
+    /// [`blocked`](super::blocked)).
     Blocks {
         file: Arc<BlockFile>,
         backend: Backend,
@@ -178,8 +179,9 @@ impl FormatShard {
     }
 
     /// A remote shard read by blocks through `cache`, for formats whose
-    /// samples can be read alone (flat token files, Megatron) when the
-    /// shard is uncompressed; `None` otherwise.
+    /// samples can be read without the whole shard (flat token files,
+    /// Megatron, MDS, Parquet, WebDataset) when the shard is uncompressed; `None`
+    /// otherwise.
     pub fn blocks(
         dataset: &str,
         spec: FormatSpec,
@@ -188,7 +190,8 @@ impl FormatShard {
         cache: Arc<ShardCache>,
         metrics: Arc<CacheMetrics>,
     ) -> Option<Self> {
-        if !matches!(spec, FormatSpec::Tokens { .. } | FormatSpec::Megatron)
+        if !(matches!(spec, FormatSpec::Tokens { .. } | FormatSpec::Megatron)
+            || super::blocked::indexed_by_blocks(&spec))
             || super::compression::Compression::from_path(&entry.path)
                 != super::compression::Compression::None
         {
@@ -243,6 +246,25 @@ impl FormatShard {
     async fn index(&self, data: &Bytes) -> Result<Arc<dyn ShardIndex>> {
         self.index
             .get_or_try_init(|| async {
+                if let Source::Blocks { file, .. } = &self.source
+                    && super::blocked::indexed_by_blocks(&self.spec)
+                {
+                    let index =
+                        super::blocked::open_index(&self.spec, file, &self.dataset, &self.name)
+                            .await?;
+                    if index.len() != self.len {
+                        return Err(shard_error(
+                            &self.dataset,
+                            &self.name,
+                            format!(
+                                "has {} samples but the manifest says {}",
+                                index.len(),
+                                self.len
+                            ),
+                        ));
+                    }
+                    return Ok(index);
+                }
                 let (backend, sidecar) = match &self.source {
                     Source::Remote {
                         backend, sidecar, ..
@@ -382,6 +404,18 @@ impl Shard for FormatShard {
             }
             if let Source::Range { .. } | Source::Blocks { .. } = &self.source {
                 let index = self.index(&Bytes::new()).await?;
+                if let (Source::Blocks { file, .. }, FormatSpec::Parquet { .. }) =
+                    (&self.source, &self.spec)
+                {
+                    return super::blocked::read_groups(
+                        file,
+                        index,
+                        indices,
+                        &self.dataset,
+                        &self.name,
+                    )
+                    .await;
+                }
                 return self.read_ranges(index, indices).await;
             }
             let data = self.data().await?;
@@ -405,9 +439,17 @@ impl Shard for FormatShard {
                 async move { self.index(&Bytes::new()).await.map(|_| ()) }.boxed()
             }
             Source::Remote { shard, .. } => shard.warm(),
+            // A Parquet shard warms the column chunks it reads, not
+            // the columns a projection leaves out.
             Source::Blocks { file, .. } => async move {
-                self.index(&Bytes::new()).await?;
-                file.warm_share().await
+                let index = self.index(&Bytes::new()).await?;
+                match &self.spec {
+                    FormatSpec::Parquet { .. } => {
+                        file.warm_ranges(super::blocked::all_group_ranges(index.as_ref()))
+                            .await
+                    }
+                    _ => file.warm_share().await,
+                }
             }
             .boxed(),
         }
@@ -421,12 +463,9 @@ impl Shard for FormatShard {
                 return Ok(());
             };
             let index = self.index(&Bytes::new()).await?;
-            let ranges = indices
-                .iter()
-                .filter(|&&i| i < self.len)
-                .filter_map(|&i| index.byte_range(i))
-                .collect();
-            file.warm_ranges(ranges).await
+            let wanted: Vec<u64> = indices.iter().copied().filter(|&i| i < self.len).collect();
+            file.warm_ranges(super::blocked::sample_ranges(index.as_ref(), &wanted))
+                .await
         }
         .boxed()
     }
@@ -436,7 +475,14 @@ impl Shard for FormatShard {
             Source::Local(_) => true,
             Source::Range { .. } => self.index.initialized(),
             Source::Remote { shard, .. } => shard.is_cached(),
-            Source::Blocks { file, .. } => (0..file.blocks()).all(|i| file.is_cached(i)),
+            // A Parquet shard is warm when the chunks it reads are: the
+            // columns a projection leaves out are never fetched.
+            Source::Blocks { file, .. } => match (&self.spec, self.index.get()) {
+                (FormatSpec::Parquet { .. }, Some(index)) => {
+                    file.is_cached_range(&super::blocked::all_group_ranges(index.as_ref()))
+                }
+                _ => (0..file.blocks()).all(|i| file.is_cached(i)),
+            },
         }
     }
 }

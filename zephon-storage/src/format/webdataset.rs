@@ -5,6 +5,12 @@
 //! name (`images/0001.jpg`, `images/0001.json` -> key `images/0001`, fields
 //! `jpg` and `json`), as WebDataset groups them. The tar is indexed once
 //! (member offsets and sizes); reading a sample slices the shard's bytes.
+//! A sample's members are consecutive, so a sample is one byte range (its
+//! first member's data to its last's, headers between included): a remote
+//! tar read by blocks is indexed by one pass over all its blocks (every
+//! member header must be read, and headers lie between the members' data,
+//! so the pass downloads the whole tar once, into the cache, holding a few
+//! blocks in memory), then each read fetches its samples' blocks.
 //!
 //! Field values by extension: `txt`/`text` -> text, `json` -> JSON,
 //! `cls`/`cls2`/`index`/`id` -> integer when they parse as one, anything else
@@ -14,7 +20,7 @@
 use super::{FormatResult, ShardIndex};
 
 use bytes::Bytes;
-use std::io::Cursor;
+use std::io::{Cursor, Read};
 /// The `tar` crate, re-exported so callers write shards with the version
 /// Zephon reads them with.
 pub use tar;
@@ -55,7 +61,13 @@ impl TarIndex {
     /// the bytes, or a tar that stops before its end-of-archive block (both
     /// truncations), is an error naming the member.
     pub fn open(data: &[u8]) -> FormatResult<Self> {
-        let mut archive = tar::Archive::new(Cursor::new(data));
+        Self::scan(Cursor::new(data), data.len() as u64)
+    }
+
+    /// Indexes the tar read from `reader`, a shard of `total` bytes, as
+    /// [`open`](TarIndex::open) does; member data is read through, not kept.
+    pub fn scan(reader: impl Read, total: u64) -> FormatResult<Self> {
+        let mut archive = tar::Archive::new(reader);
         let entries = archive
             .entries()
             .map_err(|e| format!("not a tar archive: {}", e.to_string().escape_debug()))?;
@@ -76,11 +88,10 @@ impl TarIndex {
                 .to_string_lossy()
                 .into_owned();
             let (offset, size) = (entry.raw_file_position(), entry.size());
-            if offset.saturating_add(size) > data.len() as u64 {
+            if offset.saturating_add(size) > total {
                 return Err(format!(
-                    "member {path:?} needs bytes {offset}..{} but the tar ends at {}; truncated?",
+                    "member {path:?} needs bytes {offset}..{} but the tar ends at {total}; truncated?",
                     offset as u128 + size as u128,
-                    data.len()
                 ));
             }
             end = offset + size.div_ceil(512) * 512;
@@ -109,10 +120,9 @@ impl TarIndex {
         // The tar reader stops quietly at the end of the bytes, so a shard
         // cut between two members would lose the rest without a word; a
         // whole tar ends with zero blocks (every writer adds two).
-        if (data.len() as u64) < end + 512 {
+        if total < end + 512 {
             return Err(format!(
-                "the tar ends at byte {} without its end-of-archive block{}; truncated?",
-                data.len(),
+                "the tar ends at byte {total} without its end-of-archive block{}; truncated?",
                 if last.is_empty() {
                     String::new()
                 } else {
@@ -155,23 +165,44 @@ impl ShardIndex for TarIndex {
     fn decode(&self, data: &Bytes, indices: &[u64]) -> FormatResult<Vec<Record>> {
         indices
             .iter()
-            .map(|&i| {
-                let s = &self.samples[i as usize];
-                let mut r = Record::from_fields([(KEY_FIELD, Value::Text(s.key.clone()))]);
-                for m in &s.members {
-                    if m.offset + m.size > data.len() {
-                        return Err(format!(
-                            "member {:?} is truncated",
-                            format!("{}.{}", s.key, m.field)
-                        ));
-                    }
-                    let v = value_of(&m.field, data.slice(m.offset..m.offset + m.size))
-                        .map_err(|e| format!("sample {:?}: {e}", s.key))?;
-                    r.set(m.field.clone(), v);
-                }
-                Ok(r)
-            })
+            .map(|&i| self.sample(&self.samples[i as usize], data, 0))
             .collect()
+    }
+
+    fn byte_range(&self, i: u64) -> Option<(u64, u64)> {
+        let s = self.samples.get(usize::try_from(i).ok()?)?;
+        let (first, last) = (s.members.first()?, s.members.last()?);
+        Some((first.offset as u64, (last.offset + last.size) as u64))
+    }
+
+    /// Copies the sample's bytes once, so byte fields own their data.
+    fn decode_range(&self, i: u64, bytes: &[u8]) -> FormatResult<Record> {
+        let s = self
+            .samples
+            .get(i as usize)
+            .ok_or_else(|| format!("no sample {i}"))?;
+        let base = s.members.first().map_or(0, |m| m.offset);
+        self.sample(s, &Bytes::copy_from_slice(bytes), base)
+    }
+}
+
+impl TarIndex {
+    /// Sample `s` from `data`, the shard's bytes from offset `base` on.
+    fn sample(&self, s: &Sample, data: &Bytes, base: usize) -> FormatResult<Record> {
+        let mut r = Record::from_fields([(KEY_FIELD, Value::Text(s.key.clone()))]);
+        for m in &s.members {
+            let at = m.offset - base;
+            if at + m.size > data.len() {
+                return Err(format!(
+                    "member {:?} is truncated",
+                    format!("{}.{}", s.key, m.field)
+                ));
+            }
+            let v = value_of(&m.field, data.slice(at..at + m.size))
+                .map_err(|e| format!("sample {:?}: {e}", s.key))?;
+            r.set(m.field.clone(), v);
+        }
+        Ok(r)
     }
 }
 

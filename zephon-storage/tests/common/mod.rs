@@ -100,6 +100,48 @@ pub fn cache_opts(dir: &Path) -> StorageOptions {
         )
 }
 
+/// A small cache: 64 KiB blocks, `memory` and `limit` bytes in the tiers.
+pub fn small_cache(dir: &Path, memory: u64, limit: u64) -> StorageOptions {
+    cache_opts(dir).cache(
+        CacheOptions::default()
+            .root(dir.join("cache"))
+            .block_bytes(64 << 10)
+            .memory_bytes(memory)
+            .limit_bytes(limit),
+    )
+}
+
+/// Files of the disk tier (under `dir/cache`) and the bytes they hold.
+pub fn disk_entries(dir: &Path) -> (usize, u64) {
+    let mut out = (0, 0);
+    let mut todo = vec![dir.join("cache")];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else if p.extension().is_some_and(|x| x == "shard") {
+                out.0 += 1;
+                out.1 += e.metadata().unwrap().len();
+            }
+        }
+    }
+    out
+}
+
+/// GETs of `needle` the moto server answered, whole (200) or by range (206).
+pub fn answered_gets(moto: &Moto, needle: &str) -> usize {
+    std::fs::read_to_string(&moto.log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| {
+            l.contains("\"GET ")
+                && l.contains(needle)
+                && (l.contains("\" 200 ") || l.contains("\" 206 "))
+        })
+        .count()
+}
+
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
