@@ -96,7 +96,7 @@ pub fn parse_line(bytes: &[u8], dataset: &str, shard: &str, line: u64) -> Result
         Ok(serde_json::Value::Object(map)) => Ok(Record {
             fields: map
                 .into_iter()
-                .map(|(k, v)| (k, Value::from_json(v)))
+                .map(|(k, v)| (k.into(), Value::from_json(v)))
                 .collect(),
             ..Record::default()
         }),

@@ -18,6 +18,7 @@ use std::io::Cursor;
 /// The `tar` crate, re-exported so callers write shards with the version
 /// Zephon reads them with.
 pub use tar;
+use zephon_core::record::{FieldName, Schema};
 use zephon_core::{Record, Value};
 
 /// The field holding a sample's key.
@@ -25,7 +26,8 @@ pub const KEY_FIELD: &str = "__key__";
 
 #[derive(Debug)]
 struct Member {
-    field: String,
+    /// Shared by the members of every sample with this extension.
+    field: FieldName,
     offset: usize,
     size: usize,
 }
@@ -40,6 +42,7 @@ struct Sample {
 #[derive(Debug)]
 pub struct TarIndex {
     samples: Vec<Sample>,
+    key_field: FieldName,
 }
 
 fn split_key(path: &str) -> (&str, &str) {
@@ -60,6 +63,7 @@ impl TarIndex {
             .entries()
             .map_err(|e| format!("not a tar archive: {}", e.to_string().escape_debug()))?;
         let mut samples: Vec<Sample> = Vec::new();
+        let names = Schema::default();
         // Where the block after the last member starts, and that member.
         let mut end = 0u64;
         let mut last = String::new();
@@ -94,7 +98,7 @@ impl TarIndex {
                 continue;
             }
             let member = Member {
-                field: field.to_ascii_lowercase(),
+                field: names.name(&field.to_ascii_lowercase()),
                 offset: offset as usize,
                 size: size as usize,
             };
@@ -120,7 +124,10 @@ impl TarIndex {
                 }
             ));
         }
-        Ok(TarIndex { samples })
+        Ok(TarIndex {
+            samples,
+            key_field: KEY_FIELD.into(),
+        })
     }
 }
 
@@ -157,7 +164,8 @@ impl ShardIndex for TarIndex {
             .iter()
             .map(|&i| {
                 let s = &self.samples[i as usize];
-                let mut r = Record::from_fields([(KEY_FIELD, Value::Text(s.key.clone()))]);
+                let mut r =
+                    Record::from_fields([(self.key_field.clone(), Value::Text(s.key.clone()))]);
                 for m in &s.members {
                     if m.offset + m.size > data.len() {
                         return Err(format!(
