@@ -252,11 +252,13 @@ impl Record {
     /// assert_eq!(r.text("text"), Some("hello"));
     /// ```
     pub fn from_fields<K: Into<FieldName>>(fields: impl IntoIterator<Item = (K, Value)>) -> Self {
-        Record {
-            lane: 0,
-            lineage: Lineage::new(),
-            fields: fields.into_iter().map(|(k, v)| (k.into(), v)).collect(),
+        // Inserting one by one: collecting sorts through a scratch vector,
+        // an allocation too many for the one or few fields a reader makes.
+        let mut r = Record::new();
+        for (k, v) in fields {
+            r.fields.insert(k.into(), v);
         }
+        r
     }
 
     /// Builder-style: sets a field.
