@@ -356,6 +356,25 @@ mod tests {
     }
 
     #[test]
+    fn a_view_digests_compares_and_prints_as_its_owned_ids() {
+        use crate::{Record, Value};
+        let ids = [3u32, 60_000, 0];
+        let mut buf = vec![9];
+        buf.extend(le16(&ids.map(|t| t as u16)));
+        let view = TokenView::new(Bytes::from(buf).slice(1..), TokenWidth::U16).unwrap();
+        let a = Record::new().with("tokens", Value::TokenView(view));
+        let b = Record::new().with("tokens", Value::Tokens(ids.to_vec()));
+        assert_eq!(a.digest(), b.digest());
+        assert_eq!(a, b);
+        assert_eq!(format!("{a:?}"), format!("{b:?}"));
+        let c = Record::new().with("tokens", Value::Tokens(vec![3, 60_000, 1]));
+        assert_ne!(a.digest(), c.digest());
+        assert_ne!(a, c);
+        assert_eq!(a.tokens("tokens"), None, "a u16 view is no u32 slice");
+        assert_eq!(a.token_ids("tokens").unwrap(), ids);
+    }
+
+    #[test]
     fn a_partial_id_is_an_error() {
         let err = TokenView::new(Bytes::from_static(&[1, 2, 3]), TokenWidth::U16).unwrap_err();
         assert!(err.contains("3 bytes"), "{err}");
