@@ -3,7 +3,9 @@
 use crate::error::{Error, Result};
 use crate::fields;
 use crate::training::{IGNORE_INDEX, IdType, TokenIds, TrainingBatch};
+use std::borrow::Cow;
 use zephon_core::obs::{Explain, Probe, StageDescription};
+use zephon_core::record::Tokens;
 use zephon_core::settings::SEQ_LEN;
 use zephon_core::{Batch, LaneId, Record};
 
@@ -216,30 +218,31 @@ impl TrainingConfig {
     /// another length than its ids, is an error.
     pub fn collate(&self, batch: &Batch<Record>) -> Result<TrainingBatch> {
         self.validate()?;
-        let mut owned_segs: Vec<Vec<u32>> = Vec::new();
-        let mut rows = Vec::with_capacity(batch.items.len());
-        for r in &batch.items {
-            let ids = r
-                .tokens(fields::INPUT_IDS)
-                .ok_or_else(|| Error::missing("to_training", fields::INPUT_IDS, "tokens", r))?;
-            if r.tokens(fields::SEGMENT_IDS).is_none() {
-                owned_segs.push(vec![1; ids.len()]);
+        // Ids stored as u32 are read in place; views in another width are
+        // widened here, the one copy before the batch's own arrays.
+        fn widen(t: Tokens<'_>) -> Cow<'_, [u32]> {
+            match t.as_u32_slice() {
+                Some(s) => Cow::Borrowed(s),
+                None => Cow::Owned(t.to_vec()),
             }
-            rows.push(ids);
         }
-        let mut owned = owned_segs.iter();
-        let pairs: Vec<(&[u32], &[u32])> = batch
+        let rows = batch
             .items
             .iter()
-            .zip(rows)
-            .map(|(r, ids)| {
-                let segs = match r.tokens(fields::SEGMENT_IDS) {
-                    Some(s) => s,
-                    None => owned.next().map(Vec::as_slice).unwrap_or(&[]),
+            .map(|r| {
+                let ids = r
+                    .token_ids(fields::INPUT_IDS)
+                    .map(widen)
+                    .ok_or_else(|| Error::missing("to_training", fields::INPUT_IDS, "tokens", r))?;
+                // A record without segment ids is one document.
+                let segs = match r.token_ids(fields::SEGMENT_IDS) {
+                    Some(s) => widen(s),
+                    None => Cow::Owned(vec![1; ids.len()]),
                 };
-                (ids, segs)
+                Ok((ids, segs))
             })
-            .collect();
+            .collect::<Result<Vec<_>>>()?;
+        let pairs: Vec<(&[u32], &[u32])> = rows.iter().map(|(i, s)| (&**i, &**s)).collect();
         let mut out = collate(
             &pairs,
             self.seq_len,
@@ -251,7 +254,7 @@ impl TrainingConfig {
         out.cut = batch.cut.clone();
         let l = self.seq_len;
         for (row, r) in batch.items.iter().enumerate() {
-            let Some(mask) = r.tokens(fields::LOSS_MASK) else {
+            let Some(mask) = r.token_ids(fields::LOSS_MASK) else {
                 continue;
             };
             let n = pairs[row].0.len();
@@ -264,7 +267,7 @@ impl TrainingConfig {
                 });
             }
             for t in 0..n.saturating_sub(1) {
-                if mask[t + 1] == 0 {
+                if mask.get(t + 1) == Some(0) {
                     out.labels[row * l + t] = IGNORE_INDEX;
                 }
             }

@@ -3,7 +3,7 @@
 use crate::download::shard_error;
 use crate::format::compression::Compression;
 use crate::format::detect::DetectedShard;
-use crate::format::jsonl::{LineIndex, parse_run};
+use crate::format::jsonl::{LineIndex, parse_run_with};
 use crate::format::{FormatOptions, FormatShard, FormatSpec, detect};
 use crate::manifest::{MANIFEST, Manifest, ManifestError};
 use crate::scan::list_local;
@@ -13,6 +13,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use zephon_core::dataset::check_run;
+use zephon_core::record::Schema;
 use zephon_core::runner::offload;
 use zephon_core::{Dataset, Error, Record, Result, Shard};
 
@@ -25,6 +26,8 @@ pub struct LocalJsonlShard {
     path: PathBuf,
     file: Arc<std::fs::File>,
     index: Arc<LineIndex>,
+    /// Field names its records share.
+    names: Arc<Schema>,
 }
 
 impl LocalJsonlShard {
@@ -44,6 +47,7 @@ impl LocalJsonlShard {
             path: path.to_owned(),
             file: Arc::new(file),
             index: Arc::new(index),
+            names: Arc::default(),
         })
     }
 
@@ -67,7 +71,7 @@ impl Shard for LocalJsonlShard {
             return futures::future::ready(Err(e)).boxed();
         }
         let (from, to) = self.index.byte_range(start, count);
-        let file = self.file.clone();
+        let (file, names) = (self.file.clone(), self.names.clone());
         let (dataset, name, path) = (self.dataset.clone(), self.name.clone(), self.path.clone());
         offload("fetch", move || {
             let mut buf = vec![0u8; (to - from) as usize];
@@ -76,7 +80,7 @@ impl Shard for LocalJsonlShard {
                     path: path.display().to_string(),
                     source,
                 })?;
-            parse_run(&buf, start, &dataset, &name)
+            parse_run_with(&buf, start, Some(&names), &dataset, &name)
         })
         .map(|r| r.and_then(|x| x))
         .boxed()
@@ -96,7 +100,7 @@ impl Shard for LocalJsonlShard {
             .boxed();
         }
         let indices = indices.to_vec();
-        let (file, index) = (self.file.clone(), self.index.clone());
+        let (file, index, names) = (self.file.clone(), self.index.clone(), self.names.clone());
         let (dataset, name, path) = (self.dataset.clone(), self.name.clone(), self.path.clone());
         offload("fetch", move || {
             let mut out = Vec::with_capacity(indices.len());
@@ -116,7 +120,7 @@ impl Shard for LocalJsonlShard {
                         path: path.display().to_string(),
                         source,
                     })?;
-                out.extend(parse_run(&buf, first, &dataset, &name)?);
+                out.extend(parse_run_with(&buf, first, Some(&names), &dataset, &name)?);
                 i = j;
             }
             Ok(out)

@@ -444,7 +444,7 @@ fn token_files_over_s3_by_byte_range_read_what_was_written() {
         let before = rd.cache_stats().bytes_downloaded;
         let one = block_on(rd.dataset().shards()[0].read_indices(&[1])).unwrap();
         let got = rd.cache_stats().bytes_downloaded - before;
-        let want_bytes = 2 * one[0].tokens("tokens").unwrap().len() as u64;
+        let want_bytes = 2 * one[0].token_ids("tokens").unwrap().len() as u64;
         assert_eq!(got, want_bytes, "{name}: one sample, its bytes only");
         assert_eq!(fields(&one), fields(&want[1..2]), "{name}: sample 1");
         assert!(!rd.is_cached(0), "{name}: range reads bypass the cache");

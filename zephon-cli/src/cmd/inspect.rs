@@ -101,9 +101,12 @@ fn show(v: &Value, width: usize) -> serde_json::Value {
         Value::Int(i) => J::from(*i),
         Value::Float(f) => J::from(*f),
         Value::Text(t) => J::String(truncate(t, width)),
-        Value::Tokens(t) if t.len() <= width / 4 => J::from(t.clone()),
-        Value::Tokens(t) => {
-            let head: Vec<String> = t[..width / 4].iter().map(u32::to_string).collect();
+        Value::Tokens(_) | Value::TokenView(_) => {
+            let t = v.token_ids().expect("a token value");
+            if t.len() <= width / 4 {
+                return J::from(t.to_vec());
+            }
+            let head: Vec<String> = t.iter().take(width / 4).map(|x| x.to_string()).collect();
             J::String(format!("[{}, …] ({} tokens)", head.join(", "), t.len()))
         }
         Value::Bytes(b) => J::String(format!("<{} bytes>", b.len())),
@@ -180,7 +183,7 @@ pub fn inspect(args: &Args) -> Result<Report> {
         r.fields
             .iter()
             .map(|(k, v)| Field {
-                name: k.clone(),
+                name: k.to_string(),
                 kind: v.kind(),
             })
             .collect()
@@ -191,7 +194,7 @@ pub fn inspect(args: &Args) -> Result<Report> {
         .map(|r| {
             r.fields
                 .iter()
-                .map(|(k, v)| (k.clone(), show(v, args.width)))
+                .map(|(k, v)| (k.to_string(), show(v, args.width)))
                 .collect()
         })
         .collect();

@@ -139,7 +139,7 @@ struct LaneMix {
 fn weight(c: &MixtureConfig, r: &Record) -> Result<f64> {
     match c.weight_by {
         WeightBy::Samples => Ok(1.0),
-        WeightBy::Tokens => match r.tokens(fields::INPUT_IDS) {
+        WeightBy::Tokens => match r.token_ids(fields::INPUT_IDS) {
             Some(t) => Ok(t.len() as f64),
             None => {
                 Err(crate::Error::missing("ensure_mixture", fields::INPUT_IDS, "tokens", r).into())

@@ -257,7 +257,7 @@ impl Packer {
                     ),
                 ));
             }
-            let Some(Value::Tokens(t)) = r.take(fields::INPUT_IDS) else {
+            let Some(Ok(t)) = r.take(fields::INPUT_IDS).map(Value::into_token_vec) else {
                 return Err(restore_error(
                     lane,
                     format!(

@@ -86,9 +86,9 @@ impl<S> PackFlat<S> {
 /// [`SEQ_LEN`] is an error naming `pack_flat.max_length`.
 pub fn pad_row(r: &mut Record, max_length: usize, pad_token_id: u32) -> crate::Result<()> {
     crate::Error::in_range(SEQ_LEN, "pack_flat.max_length", max_length)?;
-    let ids = match r.get(fields::INPUT_IDS) {
-        Some(Value::Tokens(t)) => t.len(),
-        _ => {
+    let ids = match r.token_ids(fields::INPUT_IDS) {
+        Some(t) => t.len(),
+        None => {
             return Err(crate::Error::missing(
                 "pack_flat",
                 fields::INPUT_IDS,
@@ -105,8 +105,8 @@ pub fn pad_row(r: &mut Record, max_length: usize, pad_token_id: u32) -> crate::R
         });
     }
     let pad = |r: &mut Record, name: &str, fill: u32, default: u32| {
-        let mut v = match r.take(name) {
-            Some(Value::Tokens(t)) if t.len() == ids => t,
+        let mut v = match r.take(name).map(Value::into_token_vec) {
+            Some(Ok(t)) if t.len() == ids => t,
             _ => vec![default; ids],
         };
         v.resize(max_length, fill);
@@ -114,7 +114,7 @@ pub fn pad_row(r: &mut Record, max_length: usize, pad_token_id: u32) -> crate::R
     };
     pad(r, fields::INPUT_IDS, pad_token_id, 0);
     pad(r, fields::SEGMENT_IDS, 0, 1);
-    if r.tokens(fields::POSITION_IDS).is_none() {
+    if r.token_ids(fields::POSITION_IDS).is_none() {
         r.set(
             fields::POSITION_IDS,
             Value::Tokens((0..ids as u32).collect()),
@@ -122,7 +122,9 @@ pub fn pad_row(r: &mut Record, max_length: usize, pad_token_id: u32) -> crate::R
     }
     pad(r, fields::POSITION_IDS, 0, 0);
     // A loss mask of another length is left for `to_training` to refuse.
-    if r.tokens(fields::LOSS_MASK).is_some_and(|m| m.len() == ids) {
+    if r.token_ids(fields::LOSS_MASK)
+        .is_some_and(|m| m.len() == ids)
+    {
         pad(r, fields::LOSS_MASK, 0, 0);
     }
     let mut mask = vec![1u32; ids];

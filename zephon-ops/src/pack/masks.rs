@@ -14,7 +14,7 @@ use zephon_core::{LaneId, Record, Value};
 /// The masks of documents re-read for a cut, in the cut's order.
 pub(crate) fn doc_masks(docs: &[Record]) -> Vec<Option<Vec<u32>>> {
     docs.iter()
-        .map(|r| r.tokens(fields::LOSS_MASK).map(<[u32]>::to_vec))
+        .map(|r| r.token_ids(fields::LOSS_MASK).map(|m| m.to_vec()))
         .collect()
 }
 

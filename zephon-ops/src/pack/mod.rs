@@ -395,10 +395,11 @@ impl Packer {
             let n = self.consumed.entry(r.lane).or_default();
             *n = (n.0 + 1, id);
         }
-        let ids = match r.take(fields::INPUT_IDS) {
-            Some(Value::Tokens(t)) => t,
+        // A view of a shard's ids is copied here, once: the row owns them.
+        let ids = match r.take(fields::INPUT_IDS).map(Value::into_token_vec) {
+            Some(Ok(t)) => t,
             other => {
-                if let Some(v) = other {
+                if let Some(Err(v)) = other {
                     r.set(fields::INPUT_IDS, v);
                 }
                 return Err(Error::missing(
@@ -409,10 +410,10 @@ impl Packer {
                 ));
             }
         };
-        let mask = match r.take(fields::LOSS_MASK) {
+        let mask = match r.take(fields::LOSS_MASK).map(Value::into_token_vec) {
             None => None,
-            Some(Value::Tokens(m)) if m.len() == ids.len() => Some(m),
-            Some(Value::Tokens(m)) => {
+            Some(Ok(m)) if m.len() == ids.len() => Some(m),
+            Some(Ok(m)) => {
                 return Err(Error::Misaligned {
                     op: "pack_sequences",
                     field: fields::LOSS_MASK.into(),
@@ -421,7 +422,7 @@ impl Packer {
                     ids: ids.len(),
                 });
             }
-            Some(v) => {
+            Some(Err(v)) => {
                 r.set(fields::LOSS_MASK, v);
                 return Err(Error::missing(
                     "pack_sequences",

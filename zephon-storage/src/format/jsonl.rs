@@ -4,6 +4,7 @@ use memchr::memchr_iter;
 
 /// Bytes read at a time when a shard is indexed from a stream.
 const READ_BUFFER: usize = 1 << 20;
+use zephon_core::record::Schema;
 use zephon_core::{Error, Record, Result, Value};
 
 /// Byte offsets of the lines of a JSONL shard: `starts[i]` is where sample `i`
@@ -81,6 +82,18 @@ impl LineIndex {
 
 /// Parses one JSONL line into a record; `line` (1-based) and the names are for errors.
 pub fn parse_line(bytes: &[u8], dataset: &str, shard: &str, line: u64) -> Result<Record> {
+    parse_line_with(bytes, None, dataset, shard, line)
+}
+
+/// [`parse_line`], taking the record's field names from `names` (the
+/// shard's [`Schema`]) so records of one shard share them.
+pub fn parse_line_with(
+    bytes: &[u8],
+    names: Option<&Schema>,
+    dataset: &str,
+    shard: &str,
+    line: u64,
+) -> Result<Record> {
     let bytes = bytes.strip_suffix(b"\n").unwrap_or(bytes);
     let bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
     let malformed = |message: String| Error::MalformedRecord {
@@ -96,7 +109,13 @@ pub fn parse_line(bytes: &[u8], dataset: &str, shard: &str, line: u64) -> Result
         Ok(serde_json::Value::Object(map)) => Ok(Record {
             fields: map
                 .into_iter()
-                .map(|(k, v)| (k, Value::from_json(v)))
+                .map(|(k, v)| {
+                    let k = match names {
+                        Some(names) => names.name(&k),
+                        None => k.into(),
+                    };
+                    (k, Value::from_json(v))
+                })
                 .collect(),
             ..Record::default()
         }),
@@ -117,6 +136,26 @@ pub fn parse_line(bytes: &[u8], dataset: &str, shard: &str, line: u64) -> Result
 /// Parses the lines of `data`, which holds samples `first ..` of a shard
 /// (so sample `first + i` is line `first + i + 1`).
 pub fn parse_run(data: &[u8], first: u64, dataset: &str, shard: &str) -> Result<Vec<Record>> {
+    parse_run_with(data, first, None, dataset, shard)
+}
+
+/// [`parse_run`] with the shard's field names (see [`parse_line_with`]).
+///
+/// ```
+/// use zephon_core::record::{FieldName, Schema};
+/// use zephon_storage::format::jsonl::parse_run_with;
+/// let names = Schema::default();
+/// let r = parse_run_with(b"{\"a\":1}\n{\"a\":2}\n", 0, Some(&names), "d", "s").unwrap();
+/// let key = |i: usize| r[i].fields.keys().next().unwrap().clone();
+/// assert!(FieldName::ptr_eq(&key(0), &key(1)));
+/// ```
+pub fn parse_run_with(
+    data: &[u8],
+    first: u64,
+    names: Option<&Schema>,
+    dataset: &str,
+    shard: &str,
+) -> Result<Vec<Record>> {
     let mut out = Vec::new();
     let mut start = 0;
     let ends = memchr_iter(b'\n', data).chain(std::iter::once(data.len()));
@@ -124,8 +163,9 @@ pub fn parse_run(data: &[u8], first: u64, dataset: &str, shard: &str) -> Result<
         if nl == data.len() && start == data.len() {
             break;
         }
-        out.push(parse_line(
+        out.push(parse_line_with(
             &data[start..nl.min(data.len())],
+            names,
             dataset,
             shard,
             line,

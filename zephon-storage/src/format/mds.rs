@@ -22,6 +22,7 @@ use super::{FormatResult, FormatSpec, ShardIndex};
 use crate::manifest::{Manifest, ShardEntry};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
+use zephon_core::record::FieldName;
 use zephon_core::{Record, Value};
 
 /// One column of an MDS dataset.
@@ -135,6 +136,8 @@ pub fn manifest_from_index(json: &[u8]) -> FormatResult<Option<Manifest>> {
 #[derive(Debug)]
 pub struct MdsIndex {
     columns: Vec<MdsColumn>,
+    /// The columns' names, made once and shared by every sample.
+    names: Vec<FieldName>,
     offsets: Vec<u32>,
 }
 
@@ -183,6 +186,7 @@ impl MdsIndex {
         }
         Ok(MdsIndex {
             columns: columns.to_vec(),
+            names: columns.iter().map(|c| FieldName::from(&c.name)).collect(),
             offsets,
         })
     }
@@ -196,7 +200,7 @@ impl MdsIndex {
         let mut sizes = (0..variable).map(|k| u32_at(&data, 4 * k) as usize);
         let mut at = 4 * variable;
         let mut r = Record::new();
-        for c in &self.columns {
+        for (c, name) in self.columns.iter().zip(&self.names) {
             let size = c
                 .size
                 .map_or_else(|| sizes.next().unwrap_or(0), |s| s as usize);
@@ -205,7 +209,7 @@ impl MdsIndex {
             }
             let v = decode_value(&c.encoding, data.slice(at..at + size))
                 .map_err(|e| format!("column {:?}: {e}", c.name))?;
-            r.set(c.name.clone(), v);
+            r.set(name.clone(), v);
             at += size;
         }
         Ok(r)
@@ -287,7 +291,7 @@ impl ShardIndex for MdsIndex {
     }
 
     /// Copies the sample's bytes once, so `bytes` columns own their data.
-    fn decode_range(&self, i: u64, bytes: &[u8]) -> FormatResult<Record> {
+    fn decode_range(&self, i: u64, bytes: &Bytes) -> FormatResult<Record> {
         self.sample(Bytes::copy_from_slice(bytes))
             .map_err(|e| format!("sample {i}: {e}"))
     }

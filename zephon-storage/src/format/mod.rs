@@ -175,8 +175,9 @@ pub trait ShardIndex: Send + Sync + fmt::Debug {
         None
     }
 
-    /// Decodes sample `i` from just its bytes (see [`byte_range`](ShardIndex::byte_range)).
-    fn decode_range(&self, i: u64, bytes: &[u8]) -> FormatResult<Record> {
+    /// Decodes sample `i` from just its bytes (see [`byte_range`](ShardIndex::byte_range));
+    /// the record may keep a view of them.
+    fn decode_range(&self, i: u64, bytes: &Bytes) -> FormatResult<Record> {
         let _ = bytes;
         Err(format!("sample {i} cannot be decoded from a byte range"))
     }

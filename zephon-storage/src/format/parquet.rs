@@ -36,6 +36,7 @@ use parquet::arrow::arrow_reader::{
 };
 use parquet::file::reader::ChunkReader;
 use std::sync::{Arc, Mutex};
+use zephon_core::record::Schema;
 use zephon_core::{Record, Value};
 /// The crates this format is read with, re-exported so callers (fixtures,
 /// benchmarks) write files with the very versions Zephon reads them with.
@@ -56,6 +57,8 @@ pub struct ParquetIndex {
     budget: usize,
     /// Rows decoded so far, which tests hold to a bound.
     decoded: std::sync::atomic::AtomicU64,
+    /// The column names every row shares.
+    names: Schema,
 }
 
 impl ParquetIndex {
@@ -96,6 +99,7 @@ impl ParquetIndex {
             recent: Mutex::new(Recent::default()),
             budget: DECODED_BUDGET,
             decoded: Default::default(),
+            names: Schema::default(),
         })
     }
 
@@ -189,14 +193,14 @@ impl Recent {
     }
 }
 
-fn record(batch: &RecordBatch, r: usize) -> Record {
+fn record(batch: &RecordBatch, r: usize, names: &Schema) -> Record {
     Record::from_fields(
         batch
             .schema_ref()
             .fields()
             .iter()
             .zip(batch.columns())
-            .map(|(f, col)| (f.name().clone(), value(col.as_ref(), r))),
+            .map(|(f, col)| (names.name(f.name()), value(col.as_ref(), r))),
     )
 }
 
@@ -347,7 +351,7 @@ impl ShardIndex for ParquetIndex {
         Ok(Some(
             indices
                 .iter()
-                .map(|&i| record(&batch, (i - first) as usize))
+                .map(|&i| record(&batch, (i - first) as usize, &self.names))
                 .collect(),
         ))
     }
@@ -374,7 +378,11 @@ impl ShardIndex for ParquetIndex {
                     b
                 }
             };
-            out[k] = Some(record(&batch, (indices[k] - self.starts[g]) as usize));
+            out[k] = Some(record(
+                &batch,
+                (indices[k] - self.starts[g]) as usize,
+                &self.names,
+            ));
         }
         Ok(out
             .into_iter()

@@ -369,7 +369,7 @@ impl FormatShard {
                     let k = chunks.partition_point(|(start, _)| *start <= from) - 1;
                     let (start, b) = &chunks[k];
                     index
-                        .decode_range(i, &b[(from - start) as usize..(to - start) as usize])
+                        .decode_range(i, &b.slice((from - start) as usize..(to - start) as usize))
                         .map_err(|m| shard_error(&dataset, &name, m))
                 })
                 .collect()

@@ -18,13 +18,17 @@
 //!   doc_idx      D x i64  first sequence of each document (then S)
 //!   ```
 //!
-//! Samples come out as a `tokens` field ([`Value::Tokens`]), decoded
-//! straight from the shard's bytes into the sample's `Vec<u32>` (one copy,
-//! no intermediate buffer).
+//! Samples come out as a `tokens` field. `u16`, `u32` and `i32` ids are
+//! not copied: the field is a [`Value::TokenView`] over the shard's bytes
+//! (the memory map or the cached block), in the stored width, and the
+//! copy happens once, when a batch is collated (`i32` ids are checked to be
+//! non-negative first). `u8` and `i64` ids are decoded into a
+//! [`Value::Tokens`]. Every sample of a shard shares one field name.
 
 use super::{FormatResult, ShardIndex};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
+use zephon_core::record::{FieldName, TokenView, TokenWidth};
 use zephon_core::{Record, Value};
 
 /// The field token samples are stored under.
@@ -125,6 +129,45 @@ impl TokenDtype {
         Ok(out)
     }
 
+    /// The ids in `bytes` as a field value: a view of the bytes for `u16`,
+    /// `u32` and (non-negative) `i32` ids, decoded ids for the others. A
+    /// length that is not a whole number of ids is an error.
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use zephon_core::Value;
+    /// use zephon_storage::format::TokenDtype;
+    /// let v = TokenDtype::U16.value(Bytes::from_static(&[1, 0, 2, 1])).unwrap();
+    /// assert!(matches!(v, Value::TokenView(_)));
+    /// assert_eq!(v.token_ids().unwrap(), [1, 258]);
+    /// assert!(TokenDtype::I32.value(Bytes::from_static(&[0, 0, 0, 0x80])).is_err());
+    /// ```
+    pub fn value(self, bytes: Bytes) -> FormatResult<Value> {
+        let view = |w| TokenView::new(bytes.clone(), w).map(Value::TokenView);
+        match self {
+            TokenDtype::U16 => view(TokenWidth::U16),
+            TokenDtype::U32 => view(TokenWidth::U32),
+            TokenDtype::I32 => {
+                let v = view(TokenWidth::U32)?;
+                // A non-negative i32 has the bits of the same u32.
+                if let Some(c) = bytes.chunks_exact(4).find(|c| c[3] & 0x80 != 0) {
+                    let id = i32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                    return Err(format!("negative token id {id}"));
+                }
+                Ok(v)
+            }
+            TokenDtype::U8 | TokenDtype::I64 => {
+                if !bytes.len().is_multiple_of(self.size()) {
+                    return Err(format!(
+                        "{} bytes is not a whole number of {self:?} token ids",
+                        bytes.len()
+                    ));
+                }
+                self.decode(&bytes).map(Value::Tokens)
+            }
+        }
+    }
+
     /// Encodes token ids little-endian (ids too wide for the type are an error).
     pub fn encode(self, tokens: &[u32], out: &mut Vec<u8>) -> FormatResult<()> {
         for &t in tokens {
@@ -145,8 +188,8 @@ impl TokenDtype {
     }
 }
 
-fn tokens_record(tokens: Vec<u32>) -> Record {
-    Record::from_fields([(TOKENS_FIELD, Value::Tokens(tokens))])
+fn tokens_record(name: &FieldName, tokens: Value) -> Record {
+    Record::from_fields([(name.clone(), tokens)])
 }
 
 /// A flat token file cut into samples of `seq_len` tokens.
@@ -155,6 +198,7 @@ pub struct FlatTokens {
     dtype: TokenDtype,
     seq_len: u64,
     samples: u64,
+    name: FieldName,
 }
 
 impl FlatTokens {
@@ -178,6 +222,7 @@ impl FlatTokens {
             dtype,
             seq_len,
             samples: bytes / size / seq_len,
+            name: TOKENS_FIELD.into(),
         })
     }
 }
@@ -192,12 +237,12 @@ impl ShardIndex for FlatTokens {
         Some((i * width, (i + 1) * width))
     }
 
-    fn decode_range(&self, i: u64, bytes: &[u8]) -> FormatResult<Record> {
-        Ok(tokens_record(
-            self.dtype
-                .decode(bytes)
-                .map_err(|e| format!("sample {i}: {e}"))?,
-        ))
+    fn decode_range(&self, i: u64, bytes: &Bytes) -> FormatResult<Record> {
+        let v = self
+            .dtype
+            .value(bytes.clone())
+            .map_err(|e| format!("sample {i}: {e}"))?;
+        Ok(tokens_record(&self.name, v))
     }
 
     fn decode(&self, data: &Bytes, indices: &[u64]) -> FormatResult<Vec<Record>> {
@@ -206,14 +251,10 @@ impl ShardIndex for FlatTokens {
             .iter()
             .map(|&i| {
                 let from = i as usize * width;
-                let bytes = data
-                    .get(from..from + width)
-                    .ok_or_else(|| format!("sample {i} lies past the end of the file"))?;
-                Ok(tokens_record(
-                    self.dtype
-                        .decode(bytes)
-                        .map_err(|e| format!("sample {i}: {e}"))?,
-                ))
+                if from + width > data.len() {
+                    return Err(format!("sample {i} lies past the end of the file"));
+                }
+                self.decode_range(i, &data.slice(from..from + width))
             })
             .collect()
     }
@@ -228,6 +269,7 @@ pub struct MegatronIndex {
     dtype: TokenDtype,
     lengths: Vec<u32>,
     pointers: Vec<u64>,
+    name: FieldName,
 }
 
 fn u64_at(b: &[u8], at: usize) -> u64 {
@@ -290,6 +332,7 @@ impl MegatronIndex {
             dtype,
             lengths,
             pointers,
+            name: TOKENS_FIELD.into(),
         })
     }
 
@@ -312,12 +355,12 @@ impl ShardIndex for MegatronIndex {
         ))
     }
 
-    fn decode_range(&self, i: u64, bytes: &[u8]) -> FormatResult<Record> {
-        Ok(tokens_record(
-            self.dtype
-                .decode(bytes)
-                .map_err(|e| format!("sequence {i}: {e}"))?,
-        ))
+    fn decode_range(&self, i: u64, bytes: &Bytes) -> FormatResult<Record> {
+        let v = self
+            .dtype
+            .value(bytes.clone())
+            .map_err(|e| format!("sequence {i}: {e}"))?;
+        Ok(tokens_record(&self.name, v))
     }
 
     fn decode(&self, data: &Bytes, indices: &[u64]) -> FormatResult<Vec<Record>> {
@@ -329,14 +372,10 @@ impl ShardIndex for MegatronIndex {
                     self.pointers[i as usize] as usize,
                     self.lengths[i as usize] as usize,
                 );
-                let bytes = data
-                    .get(p..p + l * size)
-                    .ok_or_else(|| format!("sequence {i} lies past the end of the .bin"))?;
-                Ok(tokens_record(
-                    self.dtype
-                        .decode(bytes)
-                        .map_err(|e| format!("sequence {i}: {e}"))?,
-                ))
+                if p + l * size > data.len() {
+                    return Err(format!("sequence {i} lies past the end of the .bin"));
+                }
+                self.decode_range(i, &data.slice(p..p + l * size))
             })
             .collect()
     }
@@ -352,8 +391,8 @@ impl ShardIndex for MegatronIndex {
 /// let (bin, idx) = encode_megatron(&[vec![1, 2, 3], vec![4]], TokenDtype::U16).unwrap();
 /// let index = MegatronIndex::open(&idx, bin.len() as u64).unwrap();
 /// let recs = index.decode(&Bytes::from(bin), &[1, 0]).unwrap();
-/// assert_eq!(recs[0].tokens("tokens"), Some(&[4][..]));
-/// assert_eq!(recs[1].tokens("tokens"), Some(&[1, 2, 3][..]));
+/// assert_eq!(recs[0].token_ids("tokens").unwrap(), [4]);
+/// assert_eq!(recs[1].token_ids("tokens").unwrap(), [1, 2, 3]);
 /// ```
 pub fn encode_megatron(docs: &[Vec<u32>], dtype: TokenDtype) -> FormatResult<(Vec<u8>, Vec<u8>)> {
     let mut bin = Vec::new();
@@ -389,7 +428,7 @@ mod tests {
         let f = FlatTokens::open(&data, TokenDtype::U16, 4).unwrap();
         assert_eq!(f.len(), 2);
         let r = f.decode(&Bytes::from(data), &[1]).unwrap();
-        assert_eq!(r[0].tokens("tokens"), Some(&[4, 5, 6, 7][..]));
+        assert_eq!(r[0].token_ids("tokens").unwrap(), [4, 5, 6, 7]);
         assert!(FlatTokens::open(&[0u8; 3], TokenDtype::U16, 1).is_err());
     }
 

@@ -24,6 +24,7 @@ use std::io::{Cursor, Read};
 /// The `tar` crate, re-exported so callers write shards with the version
 /// Zephon reads them with.
 pub use tar;
+use zephon_core::record::{FieldName, Schema};
 use zephon_core::{Record, Value};
 
 /// The field holding a sample's key.
@@ -31,7 +32,8 @@ pub const KEY_FIELD: &str = "__key__";
 
 #[derive(Debug)]
 struct Member {
-    field: String,
+    /// Shared by the members of every sample with this extension.
+    field: FieldName,
     offset: usize,
     size: usize,
 }
@@ -46,6 +48,7 @@ struct Sample {
 #[derive(Debug)]
 pub struct TarIndex {
     samples: Vec<Sample>,
+    key_field: FieldName,
 }
 
 fn split_key(path: &str) -> (&str, &str) {
@@ -72,6 +75,7 @@ impl TarIndex {
             .entries()
             .map_err(|e| format!("not a tar archive: {}", e.to_string().escape_debug()))?;
         let mut samples: Vec<Sample> = Vec::new();
+        let names = Schema::default();
         // Where the block after the last member starts, and that member.
         let mut end = 0u64;
         let mut last = String::new();
@@ -105,7 +109,7 @@ impl TarIndex {
                 continue;
             }
             let member = Member {
-                field: field.to_ascii_lowercase(),
+                field: names.name(&field.to_ascii_lowercase()),
                 offset: offset as usize,
                 size: size as usize,
             };
@@ -130,7 +134,10 @@ impl TarIndex {
                 }
             ));
         }
-        Ok(TarIndex { samples })
+        Ok(TarIndex {
+            samples,
+            key_field: KEY_FIELD.into(),
+        })
     }
 }
 
@@ -176,7 +183,7 @@ impl ShardIndex for TarIndex {
     }
 
     /// Copies the sample's bytes once, so byte fields own their data.
-    fn decode_range(&self, i: u64, bytes: &[u8]) -> FormatResult<Record> {
+    fn decode_range(&self, i: u64, bytes: &Bytes) -> FormatResult<Record> {
         let s = self
             .samples
             .get(i as usize)
@@ -189,7 +196,8 @@ impl ShardIndex for TarIndex {
 impl TarIndex {
     /// Sample `s` from `data`, the shard's bytes from offset `base` on.
     fn sample(&self, s: &Sample, data: &Bytes, base: usize) -> FormatResult<Record> {
-        let mut r = Record::from_fields([(KEY_FIELD, Value::Text(s.key.clone()))]);
+        let mut r =
+            Record::from_fields([(self.key_field.clone(), Value::Text(s.key.clone()))]);
         for m in &s.members {
             let at = m.offset - base;
             if at + m.size > data.len() {

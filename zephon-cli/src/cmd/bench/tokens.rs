@@ -21,6 +21,7 @@ use anyhow::{Context, Result, bail, ensure};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
+use zephon_core::record::{TokenWidth, Tokens};
 use zephon_core::{BlockShuffle, Dataset, PipelineExt, Runner, WorkSource};
 use zephon_storage::format::tokens::TOKENS_FIELD;
 use zephon_storage::format::{FormatShard, FormatSpec, TokenDtype};
@@ -239,19 +240,26 @@ pub(super) fn measure_from(
     for b in batches {
         let b = b?;
         // The consumer's array, as `np.stack` makes it for the peers.
+        // Samples are views of the file in its stored width: this is the
+        // one copy, straight into the array's element type.
         if wide {
-            let mut array: Vec<u32> = Vec::with_capacity(rows);
-            for r in &b.items {
-                array.extend_from_slice(window(r, width)?);
+            let mut array: Vec<u32> = vec![0; rows];
+            for (r, out) in b.items.iter().zip(array.chunks_exact_mut(width as usize)) {
+                window(r, width)?.copy_into(out, |t| t);
             }
             std::hint::black_box(&array);
         } else {
-            let mut array: Vec<u16> = Vec::with_capacity(rows);
-            for r in &b.items {
-                for &t in window(r, width)? {
-                    array.push(u16::try_from(t).with_context(|| {
+            let mut array: Vec<u16> = vec![0; rows];
+            for (r, out) in b.items.iter().zip(array.chunks_exact_mut(width as usize)) {
+                let t = window(r, width)?;
+                if t.width() == TokenWidth::U16 {
+                    t.copy_into(out, |t| t as u16);
+                    continue;
+                }
+                for (o, t) in out.iter_mut().zip(t) {
+                    *o = u16::try_from(t).with_context(|| {
                         format!("token id {t} does not fit the u16 array (--collate u32)")
-                    })?);
+                    })?;
                 }
             }
             std::hint::black_box(&array);
@@ -291,9 +299,9 @@ pub(super) fn measure_from(
     })
 }
 
-fn window(r: &zephon_core::Record, width: u64) -> Result<&[u32]> {
+fn window(r: &zephon_core::Record, width: u64) -> Result<Tokens<'_>> {
     let t = r
-        .tokens(TOKENS_FIELD)
+        .token_ids(TOKENS_FIELD)
         .context("a token sample without its tokens")?;
     ensure!(
         t.len() as u64 == width,

@@ -47,7 +47,7 @@ impl Item {
     /// (samples, tokens) in this element.
     pub fn counts(&self) -> (u64, u64) {
         let toks = |r: &Record| {
-            r.tokens(zephon_ops::fields::INPUT_IDS)
+            r.token_ids(zephon_ops::fields::INPUT_IDS)
                 .map_or(0, |t| t.len() as u64)
         };
         match self {

@@ -4,9 +4,22 @@ use crate::pointer::{Identity, LaneId, Laned, SamplePtr};
 use bytes::Bytes;
 use smallvec::SmallVec;
 use std::collections::BTreeMap;
+use std::fmt;
+
+mod name;
+mod tokens;
+
+pub use name::{FieldName, Schema};
+pub use tokens::{TokenView, TokenWidth, Tokens};
 
 /// One field value.
-#[derive(Clone, Debug, PartialEq)]
+///
+/// Token ids come in two forms that compare, digest and read alike:
+/// [`Value::Tokens`] (owned, what operators produce) and
+/// [`Value::TokenView`] (ids in their stored width over a shard's bytes, what
+/// token-file readers produce); [`Value::token_ids`] reads both, and both
+/// print as `Tokens([..])`.
+#[derive(Clone)]
 pub enum Value {
     /// JSON `null` or a missing value.
     Null,
@@ -18,8 +31,10 @@ pub enum Value {
     Float(f64),
     /// Text (a document, a caption).
     Text(String),
-    /// Token ids.
+    /// Token ids, owned.
     Tokens(Vec<u32>),
+    /// Token ids read in place from a shard's buffer (`u16` or `u32`).
+    TokenView(TokenView),
     /// Raw bytes (an image, a serialized blob).
     Bytes(Bytes),
     /// Any other JSON value (objects, arrays).
@@ -50,11 +65,41 @@ impl Value {
         }
     }
 
-    /// The token ids, if this is [`Value::Tokens`].
+    /// The token ids as a `u32` slice, when they are stored so: owned
+    /// ([`Value::Tokens`]) or an aligned `u32` view. A `u16` view is not a
+    /// `u32` slice; [`token_ids`](Value::token_ids) reads every width.
     pub fn as_tokens(&self) -> Option<&[u32]> {
+        self.token_ids().and_then(|t| t.as_u32_slice())
+    }
+
+    /// The token ids in any stored width, if this is [`Value::Tokens`] or
+    /// [`Value::TokenView`].
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use zephon_core::Value;
+    /// use zephon_core::record::{TokenView, TokenWidth};
+    /// let view = TokenView::new(Bytes::from_static(&[1, 0, 2, 0]), TokenWidth::U16).unwrap();
+    /// let v = Value::TokenView(view);
+    /// assert_eq!(v.token_ids().unwrap(), [1, 2]);
+    /// assert_eq!(v.as_tokens(), None);
+    /// assert_eq!(v, Value::Tokens(vec![1, 2]));
+    /// ```
+    pub fn token_ids(&self) -> Option<Tokens<'_>> {
         match self {
-            Value::Tokens(t) => Some(t),
+            Value::Tokens(t) => Some(Tokens::U32(t)),
+            Value::TokenView(v) => Some(Tokens::View(v)),
             _ => None,
+        }
+    }
+
+    /// Owned token ids: moved out of [`Value::Tokens`], copied out of a
+    /// [`Value::TokenView`]; `Err(self)` for other values.
+    pub fn into_token_vec(self) -> Result<Vec<u32>, Value> {
+        match self {
+            Value::Tokens(t) => Ok(t),
+            Value::TokenView(v) => Ok(v.tokens().to_vec()),
+            other => Err(other),
         }
     }
 
@@ -74,7 +119,7 @@ impl Value {
             Value::Int(_) => "int",
             Value::Float(_) => "float",
             Value::Text(_) => "text",
-            Value::Tokens(_) => "tokens",
+            Value::Tokens(_) | Value::TokenView(_) => "tokens",
             Value::Bytes(_) => "bytes",
             Value::Json(_) => "json",
         }
@@ -85,6 +130,7 @@ impl Value {
         match self {
             Value::Text(s) => s.len(),
             Value::Tokens(t) => t.len() * 4,
+            Value::TokenView(v) => v.bytes().len(),
             Value::Bytes(b) => b.len(),
             Value::Json(j) => j.to_string().len(),
             _ => 8,
@@ -99,10 +145,59 @@ impl Value {
             Value::Int(i) => combine(combine(h, 2), *i as u64),
             Value::Float(f) => combine(combine(h, 3), f.to_bits()),
             Value::Text(s) => combine(combine(h, 4), bytes(s.as_bytes())),
+            // Owned ids and views of the same ids digest alike.
             Value::Tokens(t) => t.iter().fold(combine(h, 5), |h, &x| combine(h, x as u64)),
+            Value::TokenView(v) => v
+                .tokens()
+                .iter()
+                .fold(combine(h, 5), |h, x| combine(h, x as u64)),
             Value::Bytes(b) => combine(combine(h, 6), bytes(b)),
             Value::Json(j) => combine(combine(h, 7), bytes(j.to_string().as_bytes())),
         }
+    }
+}
+
+impl fmt::Debug for Value {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Value::Null => f.write_str("Null"),
+            Value::Bool(b) => f.debug_tuple("Bool").field(b).finish(),
+            Value::Int(i) => f.debug_tuple("Int").field(i).finish(),
+            Value::Float(x) => f.debug_tuple("Float").field(x).finish(),
+            Value::Text(t) => f.debug_tuple("Text").field(t).finish(),
+            // Equal ids print alike, whichever form holds them.
+            Value::Tokens(_) | Value::TokenView(_) => {
+                let t = self.token_ids().expect("a token value");
+                f.debug_tuple("Tokens").field(&t).finish()
+            }
+            Value::Bytes(b) => f.debug_tuple("Bytes").field(b).finish(),
+            Value::Json(j) => f.debug_tuple("Json").field(j).finish(),
+        }
+    }
+}
+
+impl PartialEq for Value {
+    fn eq(&self, other: &Value) -> bool {
+        use Value::*;
+        match (self, other) {
+            (Null, Null) => true,
+            (Bool(a), Bool(b)) => a == b,
+            (Int(a), Int(b)) => a == b,
+            (Float(a), Float(b)) => a == b,
+            (Text(a), Text(b)) => a == b,
+            (Bytes(a), Bytes(b)) => a == b,
+            (Json(a), Json(b)) => a == b,
+            _ => match (self.token_ids(), other.token_ids()) {
+                (Some(a), Some(b)) => a == b,
+                _ => false,
+            },
+        }
+    }
+}
+
+impl From<TokenView> for Value {
+    fn from(v: TokenView) -> Self {
+        Value::TokenView(v)
     }
 }
 
@@ -139,8 +234,8 @@ pub struct Record {
     pub lane: LaneId,
     /// The source samples this record was made from (inline for one).
     pub lineage: Lineage,
-    /// Named fields, in name order.
-    pub fields: BTreeMap<String, Value>,
+    /// Named fields, in name order; the names are shared ([`FieldName`]).
+    pub fields: BTreeMap<FieldName, Value>,
 }
 
 impl Record {
@@ -156,22 +251,24 @@ impl Record {
     /// let r = Record::from_fields([("text", Value::from("hello"))]);
     /// assert_eq!(r.text("text"), Some("hello"));
     /// ```
-    pub fn from_fields<K: Into<String>>(fields: impl IntoIterator<Item = (K, Value)>) -> Self {
-        Record {
-            lane: 0,
-            lineage: Lineage::new(),
-            fields: fields.into_iter().map(|(k, v)| (k.into(), v)).collect(),
+    pub fn from_fields<K: Into<FieldName>>(fields: impl IntoIterator<Item = (K, Value)>) -> Self {
+        // Inserting one by one: collecting sorts through a scratch vector,
+        // an allocation too many for the one or few fields a reader makes.
+        let mut r = Record::new();
+        for (k, v) in fields {
+            r.fields.insert(k.into(), v);
         }
+        r
     }
 
     /// Builder-style: sets a field.
-    pub fn with(mut self, name: impl Into<String>, value: impl Into<Value>) -> Self {
+    pub fn with(mut self, name: impl Into<FieldName>, value: impl Into<Value>) -> Self {
         self.fields.insert(name.into(), value.into());
         self
     }
 
     /// Sets a field.
-    pub fn set(&mut self, name: impl Into<String>, value: impl Into<Value>) {
+    pub fn set(&mut self, name: impl Into<FieldName>, value: impl Into<Value>) {
         self.fields.insert(name.into(), value.into());
     }
 
@@ -190,9 +287,16 @@ impl Record {
         self.get(name).and_then(Value::as_text)
     }
 
-    /// A token field by name.
+    /// A token field by name, as a `u32` slice when stored so (see
+    /// [`Value::as_tokens`]); [`token_ids`](Record::token_ids) reads every
+    /// width.
     pub fn tokens(&self, name: &str) -> Option<&[u32]> {
         self.get(name).and_then(Value::as_tokens)
+    }
+
+    /// A token field by name, in any stored width.
+    pub fn token_ids(&self, name: &str) -> Option<Tokens<'_>> {
+        self.get(name).and_then(Value::token_ids)
     }
 
     /// The first source pointer, if any.
