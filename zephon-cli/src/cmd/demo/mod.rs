@@ -1,6 +1,8 @@
 //! `zephon demo`: the main job. Makes a JSONL corpus, runs the same pipeline
-//! with parallelism 1 (inline runner) and with all cores (threads runner), and
-//! shows that only the speed differs; says where the time went; then stops a
+//! with parallelism 1 (inline runner), then on the threads runner with
+//! parallelism 1 and with all cores, each timed over repeated passes (about
+//! 2 s by default) so the rates are steady, and shows that only the speed
+//! differs; says where the time went; then stops a
 //! run on two ranks, resumes it on one from their checkpoints, and shows that
 //! the global batches are the uninterrupted run's.
 
@@ -41,13 +43,22 @@ pub struct Args {
     /// Seed of the corpus and of every shuffle.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
-    /// Parallelism of the second run (default: all cores).
+    /// Parallelism of the threads runner's second run (default: all cores).
     #[arg(long, value_parser = ranged::<usize>(PARALLELISM))]
     pub parallelism: Option<usize>,
+    /// Least time each run is timed over, in milliseconds: a run passes over
+    /// the corpus again until it has taken this long, so its rate does not
+    /// hang on one short pass (0 to 600,000; 0 is one pass).
+    #[arg(long, default_value_t = 2000, value_parser = ranged::<u64>(TIMED_MS))]
+    pub min_time_ms: u64,
     /// Write the corpus here and keep it (default: a temporary folder, removed after).
     #[arg(long)]
     pub dir: Option<PathBuf>,
 }
+
+/// Range of `--min-time-ms`: up to ten minutes per run.
+const TIMED_MS: zephon_core::settings::Range =
+    zephon_core::settings::Range::new(0, 600_000, "milliseconds each run is timed over");
 
 const WORDS: &[&str] = &[
     "the",
@@ -187,6 +198,37 @@ pub fn run_pipeline(
     Ok(stats)
 }
 
+/// One configuration timed over as many passes as `--min-time-ms` asks.
+struct Timed {
+    /// The first pass (its checksum, first batch and report).
+    first: RunStats,
+    passes: u64,
+    records_per_s: f64,
+    batches_per_s: f64,
+}
+
+/// Runs the pipeline until `args.min_time_ms` have passed (at least once);
+/// every pass must deliver the first one's batches.
+fn timed(dir: &Path, args: &Args, parallelism: usize, runner: Runner) -> Result<Timed> {
+    let first = run_pipeline(dir, args, parallelism, runner)?;
+    let (mut secs, mut passes) = (first.total.as_secs_f64(), 1u64);
+    let least = args.min_time_ms as f64 / 1e3;
+    while secs < least {
+        let s = run_pipeline(dir, args, parallelism, runner)?;
+        if s.checksum != first.checksum {
+            anyhow::bail!("pass {} delivered other batches than the first", passes + 1);
+        }
+        secs += s.total.as_secs_f64();
+        passes += 1;
+    }
+    Ok(Timed {
+        passes,
+        records_per_s: (first.records * passes) as f64 / secs,
+        batches_per_s: (first.batches * passes) as f64 / secs,
+        first,
+    })
+}
+
 /// Runs the demo.
 pub fn run(args: Args) -> Result<()> {
     let tmp;
@@ -211,47 +253,49 @@ pub fn run(args: Args) -> Result<()> {
     );
     let cores = args.parallelism.unwrap_or_else(num_cpus).max(1);
     let runs = [
-        ("parallelism 1, inline runner", 1, Runner::Inline),
-        (
-            "all cores, threads runner",
-            cores,
-            Runner::Threads { workers: cores },
-        ),
+        ("inline runner", 1, Runner::Inline),
+        ("threads runner", 1, Runner::Threads { workers: cores }),
+        ("threads runner", cores, Runner::Threads { workers: cores }),
     ];
     println!(
-        "{:<34} {:>9} {:>10} {:>12} {:>14} {:>18}",
-        "run", "batches", "batches/s", "records/s", "first batch", "checksum"
+        "each run passes over the corpus until it has taken {} ms; rates are over all its passes\n",
+        args.min_time_ms
+    );
+    println!(
+        "{:<34} {:>7} {:>9} {:>10} {:>12} {:>14} {:>18}",
+        "run", "passes", "batches", "batches/s", "records/s", "first batch", "checksum"
     );
     let mut sums = Vec::new();
     let mut last_report = None;
     for (label, p, runner) in runs {
-        let s = run_pipeline(&dir, &args, p, runner)?;
-        let secs = s.total.as_secs_f64();
+        let t = timed(&dir, &args, p, runner)?;
+        let s = &t.first;
         println!(
-            "{:<34} {:>9} {:>10.0} {:>12.0} {:>11.1} ms {:>18}",
-            format!("{label} (p={p})"),
+            "{:<34} {:>7} {:>9} {:>10.0} {:>12.0} {:>11.1} ms {:>18}",
+            format!("{label}, parallelism {p}"),
+            t.passes,
             s.batches,
-            s.batches as f64 / secs,
-            s.records as f64 / secs,
+            t.batches_per_s,
+            t.records_per_s,
             s.first_batch.as_secs_f64() * 1e3,
             format!("{:016x}", s.checksum)
         );
-        sums.push((s.checksum, s.records, secs));
-        last_report = s.report;
+        sums.push((s.checksum, t.records_per_s));
+        last_report = t.first.report;
     }
     let same = sums.windows(2).all(|w| w[0].0 == w[1].0);
     println!(
-        "\nchecksums {}; speed-up with {} cores: {:.2}x",
+        "\nchecksums {}; speed-up with {cores} cores: {:.2}x over the inline runner, {:.2}x over the threads runner at parallelism 1",
         if same {
             "equal: same batches, same order"
         } else {
             "DIFFER"
         },
-        cores,
-        sums[0].2 / sums[1].2
+        sums[2].1 / sums[0].1,
+        sums[2].1 / sums[1].1,
     );
     if !same {
-        anyhow::bail!("the two runs delivered different batches");
+        anyhow::bail!("the runs delivered different batches");
     }
     if let Some(report) = last_report {
         println!(
