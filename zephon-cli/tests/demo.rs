@@ -17,6 +17,8 @@ fn demo_shows_equal_runs_a_report_and_an_exact_restart() {
             "8",
             "--shuffle-buffer",
             "64",
+            "--min-time-ms",
+            "200",
             "--dir",
         ])
         .arg(dir.path())
@@ -30,6 +32,13 @@ fn demo_shows_equal_runs_a_report_and_an_exact_restart() {
     );
     assert!(stdout.contains("checksums equal"), "{stdout}");
     assert!(stdout.contains("bottleneck:"), "{stdout}");
+    // Three runs (inline, threads at parallelism 1 and at all cores), each
+    // timed over passes until 200 ms have gone.
+    assert_eq!(stdout.matches(", parallelism ").count(), 3, "{stdout}");
+    assert!(
+        stdout.contains("over the threads runner at parallelism 1"),
+        "{stdout}"
+    );
     // 900 documents, 4 lanes of batches of 8: 28 steps; 9 on two ranks,
     // then 4 on one, every lane's batch of every step compared.
     assert!(

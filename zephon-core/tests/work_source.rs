@@ -242,3 +242,44 @@ fn configuration_errors_say_what_and_where() {
     let err = WorkSource::builder().build().unwrap_err().to_string();
     assert!(err.contains("datasets"), "{err}");
 }
+
+/// The stream walks the sequence with what it remembers of the last
+/// pointer (the pass, the shard, its shuffle key); random access starts
+/// from nothing each time. Both must agree everywhere: across shard
+/// boundaries, empty shards, passes, block and within-shard shuffles,
+/// interleaved datasets and lanes another rank owns.
+#[test]
+fn the_stream_agrees_with_random_access_at_every_index() {
+    let configs = [
+        (false, false, BlockShuffle::Off, 0),
+        (true, true, BlockShuffle::Off, 1),
+        (true, false, BlockShuffle::Size(5), 0),
+        (false, true, BlockShuffle::Auto, 1),
+        (true, true, BlockShuffle::Global, 0),
+    ];
+    for (shards, within, block, rank) in configs {
+        let ws = WorkSource::builder()
+            .dataset(dataset("a", &[7, 0, 3, 11, 1]), 0.6)
+            .dataset(dataset("b", &[4, 9]), 0.4)
+            .seed(11)
+            .canonical_lanes(4)
+            .world_size(2)
+            .rank(rank)
+            .shuffle_shards(shards)
+            .shuffle_within_shard(within)
+            .shuffle_block_size(block)
+            .repeat()
+            .build()
+            .unwrap();
+        let streamed: Vec<SamplePtr> = ws.stream().pointers().take(400).collect();
+        let expected: Vec<SamplePtr> = (0..)
+            .map(|g| ws.pointer_at(g))
+            .filter(|p| ws.owned_lanes().contains(&p.lane))
+            .take(400)
+            .collect();
+        assert_eq!(
+            streamed, expected,
+            "{shards} {within} {block:?} rank {rank}"
+        );
+    }
+}

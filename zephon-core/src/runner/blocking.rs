@@ -52,7 +52,8 @@ enum Source<T> {
     /// caller trains, handing items over a short queue.
     Driven {
         rx: tokio::sync::mpsc::Receiver<Vec<Result<T>>>,
-        local: std::collections::VecDeque<Result<T>>,
+        /// The last chunk, handed out in place.
+        local: std::vec::IntoIter<Result<T>>,
         task: tokio::task::JoinHandle<()>,
     },
     /// Between states.
@@ -209,7 +210,7 @@ fn drive<T: Send + 'static>(
     });
     Source::Driven {
         rx,
-        local: Default::default(),
+        local: Vec::new().into_iter(),
         task,
     }
 }
@@ -289,18 +290,32 @@ impl<T> Iterator for BlockingIter<T> {
                 untimed_waited = true;
                 let runtime = &self.runtime;
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    runtime.block_on(stream.next())
+                    // Most items are ready at once: polled in the runtime's
+                    // context without `block_on`, whose set-up cost as much
+                    // as a cheap pipeline's batch. `block_on` returns a
+                    // ready item without running other tasks or the
+                    // drivers either, so this changes nothing but the
+                    // cost; it takes over when the pipeline has to wait.
+                    let ready = {
+                        let _in_runtime = runtime.enter();
+                        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+                        stream.poll_next_unpin(&mut cx)
+                    };
+                    match ready {
+                        std::task::Poll::Ready(x) => x,
+                        std::task::Poll::Pending => runtime.block_on(stream.next()),
+                    }
                 }))
                 .unwrap_or_else(|payload| Some(Err(Error::panic(None, payload))))
             }
             Source::Driven { rx, local, .. } => {
-                if local.is_empty() {
+                if local.as_slice().is_empty() {
                     asked = timed.then(Instant::now);
                     if let Some(chunk) = rx.blocking_recv() {
-                        local.extend(chunk);
+                        *local = chunk.into_iter();
                     }
                 }
-                local.pop_front()
+                local.next()
             }
             Source::Idle(_) | Source::Taken => None,
         };

@@ -7,6 +7,7 @@ use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
 mod blocking;
+mod pool;
 pub use blocking::BlockingIter;
 
 /// How a pipeline is executed. A performance knob only: every runner gives
@@ -16,9 +17,14 @@ pub use blocking::BlockingIter;
 pub enum Runner {
     /// Everything on the calling thread: CPU work runs in place. For debugging.
     Inline,
-    /// A thread pool: CPU-heavy closures and reads run on worker threads.
+    /// Thread pools: async workers drive the pipeline and its I/O, and a CPU
+    /// pool of as many threads runs the CPU-heavy micro-batches (`map_par`,
+    /// `tokenize`, shard reads and parsing) handed to
+    /// [`offload`].
     Threads {
-        /// Worker threads (0 means one per core).
+        /// Threads of each pool, in [`WORKERS`](crate::settings::WORKERS)
+        /// (0 to 4096; 0 means one per core), checked when the pipeline is
+        /// built.
         workers: usize,
     },
 }
@@ -53,9 +59,11 @@ impl Runner {
                 .build(),
             Runner::Threads { workers } => {
                 let n = if workers == 0 { num_cpus() } else { workers };
+                let cpu = pool::build(n)?;
                 tokio::runtime::Builder::new_multi_thread()
                     .worker_threads(n)
                     .thread_name("zephon-worker")
+                    .on_thread_start(move || pool::enter(&cpu))
                     .enable_all()
                     .build()
             }
@@ -88,6 +96,12 @@ pub fn num_cpus() -> usize {
 /// worker threads (the threads runner), in place under a current-thread
 /// runtime (the inline runner). Operators call this once per micro-batch.
 ///
+/// Off the reactor means the runner's CPU pool (as many threads as its
+/// async workers), or rayon's global pool (one thread per core) under a
+/// multi-thread runtime built elsewhere; the result comes back through a
+/// oneshot channel, so the awaiting task keeps its place and output order
+/// is the operator's business, as before.
+///
 /// Outside any tokio runtime (a bare `futures::executor::block_on`) it is an
 /// [`Error::Operator`] naming `op` that says so, rather than a silent
 /// fallback to sequential work: drive pipelines with
@@ -115,16 +129,9 @@ where
     // runtime and awaited inside one runs there.
     async move {
         match tokio::runtime::Handle::try_current() {
-            Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => h
-                .spawn_blocking(f)
-                .await
-                .map_err(|e| match e.try_into_panic() {
-                    Ok(payload) => Error::panic(Some(op), payload),
-                    Err(_) => Error::Operator {
-                        op,
-                        message: "task cancelled".into(),
-                    },
-                }),
+            Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                pool::run(op, f).await
+            }
             // The closure owns its input and its result is dropped on a
             // panic, so nothing half-updated is observed afterwards.
             Ok(_) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))

@@ -248,6 +248,12 @@ impl WorkSource {
             plan: self.plan.clone(),
             next: self.next_global,
             cache: vec![None; self.plan.orders.len()],
+            owned: {
+                let lanes = self.plan.config.lanes;
+                (0..lanes.canonical_lanes)
+                    .map(|l| lanes.owns(l as LaneId))
+                    .collect()
+            },
             board_looked: false,
             resume: None,
         }
@@ -266,19 +272,27 @@ fn count_lane(from: u64, end: u64, lane: u64, l: u64) -> u64 {
 
 impl Plan {
     fn pointer_at(&self, g: u64, cache: &mut [Option<PassLayout>]) -> SamplePtr {
+        let lane = (g % self.config.lanes.canonical_lanes as u64) as LaneId;
+        self.pointer_in_lane(g, lane, cache)
+    }
+
+    /// [`pointer_at`](Plan::pointer_at) for a caller that knows `g`'s lane.
+    fn pointer_in_lane(&self, g: u64, lane: LaneId, cache: &mut [Option<PassLayout>]) -> SamplePtr {
         let (d, pos) = self.schedule.locate(g);
         let order = &self.orders[d as usize];
-        let pass = pos / order.total;
+        // A dataset's positions come in order, so the cached pass mostly
+        // holds the next one: no division to find it.
         let layout = match &mut cache[d as usize] {
-            Some(l) if l.pass == pass => l,
-            slot => slot.insert(order.layout(pass)),
+            Some(l) if pos.wrapping_sub(l.first) < order.total => l,
+            slot => slot.insert(order.layout(pos / order.total)),
         };
-        let (shard, sample) = order.locate(layout, pos % order.total);
+        let within = pos - layout.first;
+        let (shard, sample) = order.locate(layout, within);
         SamplePtr {
             dataset: d,
             shard,
             sample,
-            lane: (g % self.config.lanes.canonical_lanes as u64) as LaneId,
+            lane,
         }
     }
 }

@@ -70,6 +70,14 @@ pub(crate) struct PassLayout {
     pub pass: u64,
     pub order: Vec<u32>,
     pub starts: Vec<u64>,
+    /// The dataset position where this pass starts (`pass * total`).
+    pub first: u64,
+    /// The shard (index into `order`) of the last position located, and
+    /// its within-shard permutation key: consecutive positions mostly fall
+    /// in the same shard, and hashing the key per pointer cost more than
+    /// the rest of locating it.
+    hint: usize,
+    within_key: Option<(u32, u64)>,
 }
 
 impl DatasetOrder {
@@ -121,11 +129,14 @@ impl DatasetOrder {
             pass,
             order,
             starts,
+            first: pass * self.total,
+            hint: 0,
+            within_key: None,
         }
     }
 
     /// `(shard, sample)` for position `pos` (`< total`) of pass `layout.pass`.
-    pub fn locate(&self, layout: &PassLayout, pos: u64) -> (u32, u64) {
+    pub fn locate(&self, layout: &mut PassLayout, pos: u64) -> (u32, u64) {
         let pass = layout.pass;
         let q = match self.block {
             Some(b) => {
@@ -137,18 +148,33 @@ impl DatasetOrder {
             }
             None => pos,
         };
-        let idx = layout.starts.partition_point(|&s| s <= q) - 1;
+        let starts = &layout.starts;
+        let h = layout.hint;
+        let idx = if starts[h] <= q && starts.get(h + 1).is_none_or(|&next| q < next) {
+            h
+        } else {
+            let i = starts.partition_point(|&s| s <= q) - 1;
+            layout.hint = i;
+            i
+        };
         let shard = layout.order[idx];
-        let off = q - layout.starts[idx];
+        let off = q - starts[idx];
         let len = self.shard_lens[shard as usize];
         let sample = if self.shuffle_within_shard {
-            let k = key(&[
-                self.seed,
-                self.dataset as u64,
-                shard as u64,
-                pass,
-                WITHIN_SHARD,
-            ]);
+            let k = match layout.within_key {
+                Some((s, k)) if s == shard => k,
+                _ => {
+                    let k = key(&[
+                        self.seed,
+                        self.dataset as u64,
+                        shard as u64,
+                        pass,
+                        WITHIN_SHARD,
+                    ]);
+                    layout.within_key = Some((shard, k));
+                    k
+                }
+            };
             permute(off, len, k)
         } else {
             off

@@ -17,6 +17,9 @@ pub struct PointerStream {
     pub(super) plan: Arc<Plan>,
     pub(super) next: u64,
     pub(super) cache: Vec<Option<PassLayout>>,
+    /// Whether this rank owns each lane, looked up per index rather than
+    /// computed (two divisions each).
+    pub(super) owned: Vec<bool>,
     pub(super) board_looked: bool,
     /// Restoring from lane cuts: the preamble, and where each lane resumes.
     pub(super) resume: Option<restore::Resume>,
@@ -65,13 +68,13 @@ impl PointerStream {
             }
             self.next += 1;
             let lane = (g % l) as LaneId;
-            if lanes.owns(lane)
+            if self.owned[lane as usize]
                 && self
                     .resume
                     .as_ref()
                     .is_none_or(|r| g / l >= r.starts[lane as usize])
             {
-                return Some(self.plan.pointer_at(g, &mut self.cache));
+                return Some(self.plan.pointer_in_lane(g, lane, &mut self.cache));
             }
         }
     }

@@ -14,7 +14,6 @@ use futures::future::BoxFuture;
 use futures::stream::FuturesOrdered;
 use futures::{FutureExt, Stream, StreamExt};
 use pin_project::pin_project;
-use std::collections::VecDeque;
 use std::fmt;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -58,7 +57,9 @@ pub struct Fetch<S> {
     group: Vec<SamplePtr>,
     carry: Option<SamplePtr>,
     in_flight: FuturesOrdered<BoxFuture<'static, Result<Vec<Record>>>>,
-    ready: VecDeque<Record>,
+    /// The last read group's records, handed out in place: no copy into
+    /// a queue.
+    ready: std::vec::IntoIter<Record>,
     done: bool,
     probe: Probe,
     inst: Instruments,
@@ -84,7 +85,7 @@ impl<S> Fetch<S> {
             group: Vec::new(),
             carry: None,
             in_flight: FuturesOrdered::new(),
-            ready: VecDeque::new(),
+            ready: Vec::new().into_iter(),
             done: false,
             probe: Probe::default(),
             inst: Instruments::default(),
@@ -175,7 +176,7 @@ where
             && self.carry.is_none()
             && self.group.is_empty()
             && self.in_flight.is_empty()
-            && self.ready.is_empty()
+            && self.ready.len() == 0
     }
 }
 
@@ -204,7 +205,7 @@ where
         loop {
             // Elements are counted per read group (in when it is sent, out
             // when it returns), never per element.
-            if let Some(r) = this.ready.pop_front() {
+            if let Some(r) = this.ready.next() {
                 return Poll::Ready(Some(Ok(r)));
             }
             // Fill the in-flight window with groups of same-shard pointers.
@@ -269,7 +270,7 @@ where
             match this.in_flight.poll_next_unpin(cx) {
                 Poll::Ready(Some(Ok(records))) => {
                     this.probe.output_n(records.len());
-                    this.ready.extend(records);
+                    *this.ready = records.into_iter();
                 }
                 Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
                 Poll::Ready(None) => {
