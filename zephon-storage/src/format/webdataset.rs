@@ -196,8 +196,7 @@ impl ShardIndex for TarIndex {
 impl TarIndex {
     /// Sample `s` from `data`, the shard's bytes from offset `base` on.
     fn sample(&self, s: &Sample, data: &Bytes, base: usize) -> FormatResult<Record> {
-        let mut r =
-            Record::from_fields([(self.key_field.clone(), Value::Text(s.key.clone()))]);
+        let mut r = Record::from_fields([(self.key_field.clone(), Value::Text(s.key.clone()))]);
         for m in &s.members {
             let at = m.offset - base;
             if at + m.size > data.len() {
