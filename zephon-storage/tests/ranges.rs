@@ -62,7 +62,7 @@ fn pass_with(
         .max_group(window)
         .across_shards(across)
         .into_blocking_iter(Runner::Threads { workers: 2 })?
-        .map(|r| r.map(|r| r.tokens("tokens").expect("a tokens field").to_vec()))
+        .map(|r| r.map(|r| r.token_ids("tokens").expect("a tokens field").to_vec()))
         .collect()
 }
 
@@ -168,11 +168,11 @@ fn neighbours_share_range_requests_within_the_gap() {
         let got = runtime::block_on(rd.dataset().shards()[0].read_indices(&every_other)).unwrap();
         assert_eq!(
             got.iter()
-                .map(|r| r.tokens("tokens").unwrap())
+                .map(|r| r.token_ids("tokens").unwrap().to_vec())
                 .collect::<Vec<_>>(),
             wanted
                 .iter()
-                .map(|r| r.tokens("tokens").unwrap())
+                .map(|r| r.token_ids("tokens").unwrap().to_vec())
                 .collect::<Vec<_>>(),
         );
         let requests = nginx.range_gets("a.bin HTTP") - before;
