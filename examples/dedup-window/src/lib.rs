@@ -109,10 +109,7 @@ fn decode(lane: LaneId, cut: &OpLaneCut) -> Result<State> {
 /// [`register_state_check`] when a [`DedupWindow`] is built, so
 /// checkpoints run it on load.
 pub fn check_state(lane: LaneId, cut: &OpLaneCut) -> std::result::Result<(), String> {
-    let s = decode(lane, cut).map_err(|e| match e {
-        Error::Checkpoint { message, .. } => message,
-        e => e.to_string(),
-    })?;
+    let s: State = cut.check_decode(lane, NAME, STATE_VERSION)?;
     let p = &cut.preamble;
     let window = (p.listed.len() as u64).saturating_sub(p.in_flight);
     if p.computed != 0 {

@@ -39,12 +39,7 @@ pub(super) struct MixState {
 
 /// A mixture cut's counts add up to its preamble.
 pub(crate) fn check_state(lane: LaneId, cut: &OpLaneCut) -> std::result::Result<(), String> {
-    let s: MixState = cut
-        .decode_state(lane, NAME, STATE_VERSION)
-        .map_err(|e| match e {
-            Error::Checkpoint { message, .. } => message,
-            e => e.to_string(),
-        })?;
+    let s: MixState = cut.check_decode(lane, NAME, STATE_VERSION)?;
     check(&s, &cut.preamble)
 }
 

@@ -96,12 +96,7 @@ impl PackState {
 
 /// Every piece of a packing cut is of one of its documents, and a range.
 pub(crate) fn check_state(lane: LaneId, cut: &OpLaneCut) -> std::result::Result<(), String> {
-    let s: PackState = cut
-        .decode_state(lane, NAME, STATE_VERSION)
-        .map_err(|e| match e {
-            Error::Checkpoint { message, .. } => message,
-            e => e.to_string(),
-        })?;
+    let s: PackState = cut.check_decode(lane, NAME, STATE_VERSION)?;
     check(&s, &cut.preamble)
 }
 

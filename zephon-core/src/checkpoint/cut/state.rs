@@ -164,4 +164,29 @@ impl OpLaneCut {
         serde_json::from_value(self.state.value.clone())
             .map_err(|e| fail(format!("its state does not decode: {e}")))
     }
+
+    /// [`decode_state`](Self::decode_state) for a
+    /// [`StateCheck`](super::StateCheck): the error is the message alone,
+    /// as a check returns it (whoever runs the check names the checkpoint).
+    ///
+    /// ```
+    /// use zephon_core::checkpoint::cut::{OpLaneCut, OpState};
+    /// let mut cut = OpLaneCut::new("running_total", 3);
+    /// cut.state = OpState::new(2, &7u64).unwrap();
+    /// let total: u64 = cut.check_decode(0, "running_total", 2).unwrap();
+    /// assert_eq!(total, 7);
+    /// let err = cut.check_decode::<u64>(0, "running_total", 3).unwrap_err();
+    /// assert!(err.contains("layout version 2"), "{err}");
+    /// ```
+    pub fn check_decode<T: DeserializeOwned>(
+        &self,
+        lane: LaneId,
+        op: &str,
+        version: u32,
+    ) -> std::result::Result<T, String> {
+        self.decode_state(lane, op, version).map_err(|e| match e {
+            Error::Checkpoint { message, .. } => message,
+            e => e.to_string(),
+        })
+    }
 }

@@ -60,12 +60,7 @@ pub(super) struct ShuffleState {
 /// wrong. Run on every checkpoint loaded (see
 /// [`StateCheck`](crate::checkpoint::cut::StateCheck)), and on restore.
 pub(crate) fn check_state(lane: LaneId, cut: &OpLaneCut) -> std::result::Result<(), String> {
-    let s: ShuffleState = cut
-        .decode_state(lane, NAME, STATE_VERSION)
-        .map_err(|e| match e {
-            Error::Checkpoint { message, .. } => message,
-            e => e.to_string(),
-        })?;
+    let s: ShuffleState = cut.check_decode(lane, NAME, STATE_VERSION)?;
     check(&s, &cut.preamble)
 }
 
