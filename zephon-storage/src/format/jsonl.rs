@@ -268,8 +268,7 @@ pub fn parse_run_with(
 
 /// Parses the samples `samples` of a whole shard `data` into
 /// `out`, cutting the lines where `index` says they are: the newlines were
-/// found once when the shard was indexed, and looking for them again on
-/// every read cost more than a sixth of a local read.
+/// found once when the shard was indexed, so a read need not scan for them.
 pub fn parse_indexed(
     data: &[u8],
     index: &LineIndex,
