@@ -3,49 +3,57 @@
 use crate::download::shard_error;
 use crate::format::compression::Compression;
 use crate::format::detect::DetectedShard;
-use crate::format::jsonl::{LineIndex, parse_run_with};
+use crate::format::jsonl::{LineIndex, parse_indexed};
+use crate::format::shard::map_file;
 use crate::format::{FormatOptions, FormatShard, FormatSpec, detect};
 use crate::manifest::{MANIFEST, Manifest, ManifestError};
 use crate::scan::list_local;
+use bytes::Bytes;
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use zephon_core::dataset::check_run;
 use zephon_core::record::Schema;
 use zephon_core::runner::offload;
 use zephon_core::{Dataset, Error, Record, Result, Shard};
 
-/// A JSONL file on local disk, indexed when opened; reads are positioned
-/// reads of just the lines asked for.
+/// A JSONL file on local disk, memory-mapped and indexed when opened;
+/// reads parse the lines asked for in place, with no copy and no system
+/// call per read.
+///
+/// The mapped pages are the kernel's page cache (counted as `RssFile`, not
+/// the process's own `RssAnon`) and are dropped under memory pressure, so
+/// memory does not grow with the file, as for the other formats read in
+/// place. The shard is the file as it was when opened: lines appended later
+/// are not seen. A file truncated while mapped cannot be defended against:
+/// reading a line past its new end raises `SIGBUS`, which ends the process
+/// instead of returning an error; bytes rewritten in place are parsed as
+/// they now are (a broken line is a [`Error::MalformedRecord`]). Shards must
+/// not be shortened while a job reads them.
 #[derive(Debug)]
 pub struct LocalJsonlShard {
     dataset: String,
     name: String,
-    path: PathBuf,
-    file: Arc<std::fs::File>,
+    data: Bytes,
     index: Arc<LineIndex>,
     /// Field names its records share.
     names: Arc<Schema>,
 }
 
 impl LocalJsonlShard {
-    /// Opens and indexes `path`. The index is built by streaming the file
-    /// through a bounded buffer, so opening a shard of any size takes memory
-    /// for its line offsets only (8 bytes a line), not for its text.
+    /// Maps and indexes `path`: opening takes memory for the line offsets
+    /// only (8 bytes a line), not for the text.
     pub fn open(dataset: &str, path: &Path) -> Result<Self> {
-        let io = |source| Error::Io {
+        let data = map_file(path).map_err(|source| Error::Io {
             path: path.display().to_string(),
             source,
-        };
-        let file = std::fs::File::open(path).map_err(io)?;
-        let index = LineIndex::from_reader(&file).map_err(io)?;
+        })?;
+        let index = LineIndex::build(&data);
         Ok(LocalJsonlShard {
             dataset: dataset.to_owned(),
             name: path.display().to_string(),
-            path: path.to_owned(),
-            file: Arc::new(file),
+            data,
             index: Arc::new(index),
             names: Arc::default(),
         })
@@ -70,24 +78,27 @@ impl Shard for LocalJsonlShard {
         if let Err(e) = check_run(&self.dataset, self, start, count) {
             return futures::future::ready(Err(e)).boxed();
         }
-        let (from, to) = self.index.byte_range(start, count);
-        let (file, names) = (self.file.clone(), self.names.clone());
-        let (dataset, name, path) = (self.dataset.clone(), self.name.clone(), self.path.clone());
+        let (data, index, names) = (self.data.clone(), self.index.clone(), self.names.clone());
+        let (dataset, name) = (self.dataset.clone(), self.name.clone());
         offload("fetch", move || {
-            let mut buf = vec![0u8; (to - from) as usize];
-            file.read_exact_at(&mut buf, from)
-                .map_err(|source| Error::Io {
-                    path: path.display().to_string(),
-                    source,
-                })?;
-            parse_run_with(&buf, start, Some(&names), &dataset, &name)
+            let mut out = Vec::new();
+            parse_indexed(
+                &data,
+                &index,
+                start..start + count,
+                &names,
+                &dataset,
+                &name,
+                &mut out,
+            )?;
+            Ok(out)
         })
         .map(|r| r.and_then(|x| x))
         .boxed()
     }
 
-    /// One hand-off to a worker for the whole group: positioned reads of each
-    /// run of adjacent lines, parsed in request order.
+    /// One hand-off to a worker for the whole group: each run of adjacent
+    /// lines parsed from the map, in request order.
     fn read_indices<'a>(&'a self, indices: &'a [u64]) -> BoxFuture<'a, Result<Vec<Record>>> {
         let len = self.len();
         if let Some(&bad) = indices.iter().find(|&&i| i >= len) {
@@ -100,11 +111,10 @@ impl Shard for LocalJsonlShard {
             .boxed();
         }
         let indices = indices.to_vec();
-        let (file, index, names) = (self.file.clone(), self.index.clone(), self.names.clone());
-        let (dataset, name, path) = (self.dataset.clone(), self.name.clone(), self.path.clone());
+        let (data, index, names) = (self.data.clone(), self.index.clone(), self.names.clone());
+        let (dataset, name) = (self.dataset.clone(), self.name.clone());
         offload("fetch", move || {
             let mut out = Vec::with_capacity(indices.len());
-            let mut buf = Vec::new();
             let mut i = 0;
             while i < indices.len() {
                 // Extend the run while the next index is the next line.
@@ -112,15 +122,8 @@ impl Shard for LocalJsonlShard {
                 while j < indices.len() && indices[j] == indices[j - 1] + 1 {
                     j += 1;
                 }
-                let first = indices[i];
-                let (from, to) = index.byte_range(first, (j - i) as u64);
-                buf.resize((to - from) as usize, 0);
-                file.read_exact_at(&mut buf, from)
-                    .map_err(|source| Error::Io {
-                        path: path.display().to_string(),
-                        source,
-                    })?;
-                out.extend(parse_run_with(&buf, first, Some(&names), &dataset, &name)?);
+                let samples = indices[i]..indices[i] + (j - i) as u64;
+                parse_indexed(&data, &index, samples, &names, &dataset, &name, &mut out)?;
                 i = j;
             }
             Ok(out)
@@ -142,10 +145,10 @@ pub trait DatasetExt: Sized {
     /// shards, or one mixing formats is an error naming the path and listing
     /// what it holds.
     ///
-    /// Shards are read in place, never copied into the shard cache: JSONL by
-    /// positioned reads of the lines asked for (the line index is built by
-    /// streaming the file), every other format from a memory map of the file
-    /// (pages the kernel can drop, not the process's own memory). Memory
+    /// Shards are read in place, never copied into the shard cache: every
+    /// format from a memory map of the file (pages the kernel can drop, not
+    /// the process's own memory; see [`LocalJsonlShard`] for what a file
+    /// truncated while mapped does). Memory
     /// therefore does not grow with a shard's size, except for compressed
     /// shards (`.zst`, `.gz`): each is decoded whole when the dataset is
     /// opened and held in memory for its lifetime (its decoded size).

@@ -4,7 +4,8 @@ use memchr::memchr_iter;
 
 /// Bytes read at a time when a shard is indexed from a stream.
 const READ_BUFFER: usize = 1 << 20;
-use zephon_core::record::Schema;
+use std::collections::BTreeMap;
+use zephon_core::record::{FieldName, Schema};
 use zephon_core::{Error, Record, Result, Value};
 
 /// Byte offsets of the lines of a JSONL shard: `starts[i]` is where sample `i`
@@ -105,21 +106,30 @@ pub fn parse_line_with(
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(malformed("empty line".into()));
     }
-    match serde_json::from_slice::<serde_json::Value>(bytes) {
-        Ok(serde_json::Value::Object(map)) => Ok(Record {
-            fields: map
-                .into_iter()
-                .map(|(k, v)| {
-                    let k = match names {
-                        Some(names) => names.name(&k),
-                        None => k.into(),
-                    };
-                    (k, Value::from_json(v))
-                })
-                .collect(),
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let fast = serde::de::DeserializeSeed::deserialize(RecordSeed { names }, &mut de)
+        .and_then(|fields| de.end().map(|()| fields));
+    match fast {
+        Ok(fields) => Ok(Record {
+            fields,
             ..Record::default()
         }),
-        Ok(other) => Err(malformed(format!(
+        // The direct parse only knows objects; parsing the line again the
+        // general way keeps the error text (what was found instead, where
+        // the JSON broke) word for word, and costs nothing on good lines.
+        Err(_) => Err(malformed(slow_error(bytes))),
+    }
+}
+
+/// Why `bytes` is not a JSON object, in the words of the general parse.
+fn slow_error(bytes: &[u8]) -> String {
+    match serde_json::from_slice::<serde_json::Value>(bytes) {
+        Ok(serde_json::Value::Object(_)) => {
+            // Only reachable if the direct parse refuses an object the
+            // general one accepts; said plainly rather than hidden.
+            "not valid JSON: refused by the record parser".into()
+        }
+        Ok(other) => format!(
             "expected a JSON object, found {}",
             match other {
                 serde_json::Value::Array(_) => "an array",
@@ -128,8 +138,89 @@ pub fn parse_line_with(
                 serde_json::Value::Bool(_) => "a boolean",
                 _ => "null",
             }
-        ))),
-        Err(e) => Err(malformed(format!("not valid JSON: {e}"))),
+        ),
+        Err(e) => format!("not valid JSON: {e}"),
+    }
+}
+
+/// Deserializes a top-level JSON object straight into a record's fields,
+/// with no intermediate `serde_json::Map` and no owned key per field: keys
+/// are looked up in the shard's [`Schema`] while still borrowed from the
+/// line. Values go through `serde_json::Value` and [`Value::from_json`], so
+/// each field is exactly what the general parse gives (a string moves into
+/// [`Value::Text`] without a copy). A repeated key keeps its last value, as
+/// `serde_json::Map` does.
+struct RecordSeed<'a> {
+    names: Option<&'a Schema>,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for RecordSeed<'_> {
+    type Value = BTreeMap<FieldName, Value>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(
+        self,
+        de: D,
+    ) -> std::result::Result<Self::Value, D::Error> {
+        de.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for RecordSeed<'_> {
+    type Value = BTreeMap<FieldName, Value>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> std::result::Result<Self::Value, A::Error> {
+        let mut fields = BTreeMap::new();
+        while let Some(key) = map.next_key_seed(KeySeed { names: self.names })? {
+            let value: serde_json::Value = map.next_value()?;
+            fields.insert(key, Value::from_json(value));
+        }
+        Ok(fields)
+    }
+}
+
+/// A top-level key as a shared [`FieldName`], read without an owned copy
+/// when the key has no escapes.
+struct KeySeed<'a> {
+    names: Option<&'a Schema>,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for KeySeed<'_> {
+    type Value = FieldName;
+
+    fn deserialize<D: serde::Deserializer<'de>>(
+        self,
+        de: D,
+    ) -> std::result::Result<Self::Value, D::Error> {
+        de.deserialize_str(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for KeySeed<'_> {
+    type Value = FieldName;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a string key")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, s: &str) -> std::result::Result<FieldName, E> {
+        Ok(match self.names {
+            Some(names) => names.name(s),
+            None => s.into(),
+        })
+    }
+
+    fn visit_string<E: serde::de::Error>(self, s: String) -> std::result::Result<FieldName, E> {
+        Ok(match self.names {
+            Some(names) => names.name(&s),
+            None => s.into(),
+        })
     }
 }
 
@@ -173,6 +264,27 @@ pub fn parse_run_with(
         start = nl + 1;
     }
     Ok(out)
+}
+
+/// Parses the samples `samples` of a whole shard `data` into
+/// `out`, cutting the lines where `index` says they are: the newlines were
+/// found once when the shard was indexed, so a read need not scan for them.
+pub fn parse_indexed(
+    data: &[u8],
+    index: &LineIndex,
+    samples: std::ops::Range<u64>,
+    names: &Schema,
+    dataset: &str,
+    shard: &str,
+    out: &mut Vec<Record>,
+) -> Result<()> {
+    let starts = &index.starts[samples.start as usize..=samples.end as usize];
+    out.reserve(starts.len() - 1);
+    for (line, w) in (samples.start + 1..).zip(starts.windows(2)) {
+        let bytes = &data[w[0] as usize..w[1] as usize];
+        out.push(parse_line_with(bytes, Some(names), dataset, shard, line)?);
+    }
+    Ok(())
 }
 
 /// A JSONL shard as a [`ShardIndex`](super::ShardIndex), for code that
@@ -257,5 +369,198 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("s.jsonl") && err.contains("line 12"), "{err}");
+    }
+}
+
+#[cfg(test)]
+mod same_as_value {
+    //! The direct record parse against the general one it replaced:
+    //! `serde_json::Value`, then [`Value::from_json`] for each field.
+    use super::*;
+    use proptest::prelude::*;
+
+    fn through_value(bytes: &[u8]) -> std::result::Result<Record, String> {
+        match serde_json::from_slice::<serde_json::Value>(bytes) {
+            Ok(serde_json::Value::Object(map)) => Ok(Record {
+                fields: map
+                    .into_iter()
+                    .map(|(k, v)| (k.into(), Value::from_json(v)))
+                    .collect(),
+                ..Record::default()
+            }),
+            _ => Err(slow_error(bytes)),
+        }
+    }
+
+    /// JSON text for a string, each character written raw, as a short
+    /// escape or as `\u` escapes (surrogate pairs beyond the BMP).
+    fn string_text() -> impl Strategy<Value = String> {
+        let ch = prop_oneof![
+            proptest::char::range(' ', '~'),
+            proptest::char::any(),
+            prop::sample::select(vec![
+                '"', '\\', '/', '\n', '\t', '\u{8}', '\u{c}', '\r', '\0'
+            ]),
+            prop::sample::select(vec!['é', 'ß', '中', '😀', '\u{fffd}', '\u{10ffff}']),
+        ];
+        prop::collection::vec((ch, 0u8..3), 0..12).prop_map(|cs| {
+            let mut out = String::from("\"");
+            for (c, how) in cs {
+                match (c, how) {
+                    ('"', _) => out.push_str("\\\""),
+                    ('\\', _) => out.push_str("\\\\"),
+                    ('\n', 0) => out.push_str("\\n"),
+                    ('\t', 0) => out.push_str("\\t"),
+                    ('/', 0) => out.push_str("\\/"),
+                    (c, _) if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+                    (c, 1) => {
+                        let mut units = [0u16; 2];
+                        for u in c.encode_utf16(&mut units) {
+                            out.push_str(&format!("\\u{u:04X}"));
+                        }
+                    }
+                    (c, _) => out.push(c),
+                }
+            }
+            out.push('"');
+            out
+        })
+    }
+
+    fn number_text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            prop::sample::select(vec![
+                "0",
+                "-0",
+                "0.0",
+                "-0.0",
+                "1e0",
+                "1E+2",
+                "-1e-2",
+                "9223372036854775807",
+                "9223372036854775808",
+                "-9223372036854775808",
+                "-9223372036854775809",
+                "18446744073709551615",
+                "18446744073709551616",
+                "1.7976931348623157e308",
+                "-1.7976931348623157e308",
+                "5e-324",
+                "2.2250738585072014e-308",
+                "1e400",
+                "123456789012345678901234567890",
+                "0.1",
+                "1.0000000000000002",
+            ])
+            .prop_map(str::to_owned),
+            any::<i64>().prop_map(|i| i.to_string()),
+            any::<u64>().prop_map(|u| u.to_string()),
+            any::<f64>()
+                .prop_filter("JSON has no NaN or infinity", |f| f.is_finite())
+                .prop_map(|f| format!("{f:e}")),
+            any::<f64>()
+                .prop_filter("JSON has no NaN or infinity", |f| f.is_finite())
+                .prop_map(|f| format!("{f:?}")),
+        ]
+    }
+
+    fn value_text() -> impl Strategy<Value = String> {
+        let leaf = prop_oneof![
+            prop::sample::select(vec!["null", "true", "false"]).prop_map(str::to_owned),
+            number_text(),
+            string_text(),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4)
+                    .prop_map(|v| format!("[{}]", v.join(","))),
+                prop::collection::vec((string_text(), inner), 0..4).prop_map(|kv| {
+                    let kv: Vec<String> = kv.into_iter().map(|(k, v)| format!("{k}:{v}")).collect();
+                    format!("{{{}}}", kv.join(","))
+                }),
+            ]
+        })
+    }
+
+    /// A line: mostly objects whose keys repeat often (duplicates), with
+    /// spaces around the tokens; sometimes another JSON value or a broken one.
+    fn object_text() -> impl Strategy<Value = String> {
+        let key = prop_oneof![
+            prop::sample::select(vec!["\"a\"", "\"text\"", "\"\\u0061\"", "\"id\""])
+                .prop_map(str::to_owned),
+            string_text(),
+        ];
+        let ws = prop::sample::select(vec!["", " ", "\t", "  \r "]);
+        prop::collection::vec((key, value_text(), ws), 0..6).prop_map(|kv| {
+            let kv: Vec<String> = kv
+                .into_iter()
+                .map(|(k, v, w)| format!("{w}{k}{w}:{w}{v}{w}"))
+                .collect();
+            format!("{{{}}}", kv.join(","))
+        })
+    }
+
+    /// A line: mostly objects whose keys repeat often (duplicates), with
+    /// spaces around the tokens; sometimes another JSON value or a broken one.
+    fn line_text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            6 => object_text(),
+            1 => value_text(),
+            1 => (object_text(), 0usize..64, "[\\]\\[{}:,\"x ]{0,2}").prop_map(|(o, at, junk)| {
+                let mut at = at.min(o.len());
+                while !o.is_char_boundary(at) {
+                    at -= 1;
+                }
+                format!("{}{junk}{}", &o[..at], &o[at..])
+            }),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+        #[test]
+        fn direct_parse_gives_the_records_and_errors_of_the_general_one(line in line_text()) {
+            let names = Schema::default();
+            for names in [None, Some(&names)] {
+                let got = parse_line_with(line.as_bytes(), names, "d", "s", 7);
+                match (got, through_value(line.as_bytes())) {
+                    (Ok(got), Ok(want)) => {
+                        // Debug tells -0.0 from 0.0, which `==` on floats does not.
+                        prop_assert_eq!(format!("{got:?}"), format!("{want:?}"));
+                        prop_assert_eq!(got, want);
+                    }
+                    (Err(Error::MalformedRecord { message, line: 7, .. }), Err(want)) => {
+                        prop_assert_eq!(message, want);
+                    }
+                    (got, want) => prop_assert!(false, "{line}: {got:?} against {want:?}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_repeated_key_keeps_its_last_value_and_errors_keep_their_words() {
+        let r = parse_line(br#"{"a":1,"b":2,"a":"x"}"#, "d", "s", 1).unwrap();
+        assert_eq!(r.text("a"), Some("x"));
+        assert_eq!(r.fields.len(), 2);
+        for (line, says) in [
+            (&b"[1]"[..], "expected a JSON object, found an array"),
+            (b"\"a\"", "expected a JSON object, found a string"),
+            (b"3", "expected a JSON object, found a number"),
+            (b"true", "expected a JSON object, found a boolean"),
+            (b"null", "expected a JSON object, found null"),
+            (
+                b"{\"a\":1} x",
+                "not valid JSON: trailing characters at line 1 column 9",
+            ),
+            (
+                b"{\"a\":}",
+                "not valid JSON: expected value at line 1 column 6",
+            ),
+        ] {
+            let err = parse_line(line, "d", "s", 3).unwrap_err().to_string();
+            assert!(err.contains(says), "{err}");
+        }
     }
 }

@@ -58,7 +58,7 @@ pub struct FormatShard {
     index: tokio::sync::OnceCell<Arc<dyn ShardIndex>>,
 }
 
-fn map_file(path: &Path) -> std::io::Result<Bytes> {
+pub(crate) fn map_file(path: &Path) -> std::io::Result<Bytes> {
     let file = std::fs::File::open(path)?;
     if file.metadata()?.len() == 0 {
         return Ok(Bytes::new());
