@@ -40,6 +40,7 @@
 //! ```
 #![warn(missing_docs)]
 
+mod adapter;
 pub mod checkpoint;
 pub mod context;
 pub mod dataset;

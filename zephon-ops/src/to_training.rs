@@ -319,22 +319,7 @@ pub struct ToTraining<S> {
 }
 
 impl<S> ToTraining<S> {
-    /// The stream this adapter reads from.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The stream this adapter reads from, mutably. Taking items from it
-    /// directly bypasses this adapter.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The stream this adapter reads from; what the adapter holds
-    /// (buffered or in-flight elements) is dropped.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    zephon_core::adapter_accessors!(inner);
 }
 
 impl<S> ToTraining<S> {

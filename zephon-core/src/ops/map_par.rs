@@ -139,22 +139,7 @@ impl<S, T, U> MapPar<S, T, U> {
 }
 
 impl<S, T, U> MapPar<S, T, U> {
-    /// The stream this adapter reads from.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The stream this adapter reads from, mutably. Taking items from it
-    /// directly bypasses this adapter.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The stream this adapter reads from; what the adapter holds
-    /// (buffered or in-flight elements) is dropped.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    crate::adapter_accessors!(inner);
 }
 
 impl<S: fmt::Debug, T, U> fmt::Debug for MapPar<S, T, U> {

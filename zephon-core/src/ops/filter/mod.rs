@@ -52,22 +52,7 @@ impl<S, F> Filter<S, F> {
 }
 
 impl<S, F> Filter<S, F> {
-    /// The stream this adapter reads from.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The stream this adapter reads from, mutably. Taking items from it
-    /// directly bypasses this adapter.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The stream this adapter reads from; what the adapter holds
-    /// (buffered or in-flight elements) is dropped.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    crate::adapter_accessors!(inner);
 }
 
 impl<S: fmt::Debug, F> fmt::Debug for Filter<S, F> {
@@ -175,22 +160,7 @@ impl<S, F> FilterMap<S, F> {
 }
 
 impl<S, F> FilterMap<S, F> {
-    /// The stream this adapter reads from.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The stream this adapter reads from, mutably. Taking items from it
-    /// directly bypasses this adapter.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The stream this adapter reads from; what the adapter holds
-    /// (buffered or in-flight elements) is dropped.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    crate::adapter_accessors!(inner);
 }
 
 impl<S: fmt::Debug, F> fmt::Debug for FilterMap<S, F> {

@@ -194,22 +194,7 @@ impl<S, T> Shuffle<S, T> {
 }
 
 impl<S, T> Shuffle<S, T> {
-    /// The stream this adapter reads from.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The stream this adapter reads from, mutably. Taking items from it
-    /// directly bypasses this adapter.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The stream this adapter reads from; what the adapter holds
-    /// (buffered or in-flight elements) is dropped.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    crate::adapter_accessors!(inner);
 }
 
 impl<S: fmt::Debug, T> fmt::Debug for Shuffle<S, T> {
