@@ -123,17 +123,7 @@ impl CachedShard {
                     }
                     None => Arc::new(blocks.line_index().await?),
                 };
-                if index.len() != self.entry.samples {
-                    return Err(shard_error(
-                        &self.dataset,
-                        &self.uri,
-                        format!(
-                            "has {} lines but the manifest says {} samples",
-                            index.len(),
-                            self.entry.samples
-                        ),
-                    ));
-                }
+                self.counted(&index)?;
                 Ok(index)
             })
             .await
@@ -218,18 +208,25 @@ impl CachedShard {
             return Ok(i.clone());
         }
         let index = Arc::new(LineIndex::build(data));
-        if index.len() != self.entry.samples {
-            return Err(shard_error(
-                &self.dataset,
-                &self.uri,
-                format!(
-                    "has {} lines but the manifest says {} samples",
-                    index.len(),
-                    self.entry.samples
-                ),
-            ));
-        }
+        self.counted(&index)?;
         Ok(self.index.get_or_init(|| index).clone())
+    }
+
+    /// A line index of as many lines as the manifest says the shard holds
+    /// samples, or an error naming the shard.
+    fn counted(&self, index: &LineIndex) -> Result<()> {
+        if index.len() == self.entry.samples {
+            return Ok(());
+        }
+        Err(shard_error(
+            &self.dataset,
+            &self.uri,
+            format!(
+                "has {} lines but the manifest says {} samples",
+                index.len(),
+                self.entry.samples
+            ),
+        ))
     }
 }
 
