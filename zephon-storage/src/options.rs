@@ -78,6 +78,15 @@ pub struct StorageOptions {
     /// request and split, the gap's bytes read and dropped. 0 merges only
     /// adjacent samples. A merged request grows to [`RANGE_SPAN`] at most.
     pub range_gap: u64,
+    /// Most spans (runs of wanted samples, planned with `range_gap`) one
+    /// HTTP request asks for, in [`RANGE_PARTS`] (1 to 4,096; default 256):
+    /// the server answers them in one `multipart/byteranges` body, so the
+    /// cost of a request is shared by all of them. A request also stays
+    /// within [`RANGE_SPAN`] bytes and a 4 KiB `Range` header. 1 sends one
+    /// request per span. Plain HTTP(S) only: object stores (S3, GCS, Azure)
+    /// answer one range per request. A server that ignores multi-range
+    /// requests is detected and read one span at a time.
+    pub range_parts: usize,
     /// The shard cache.
     pub cache: CacheOptions,
     /// What file names cannot tell about a format (flat token files'
@@ -106,6 +115,7 @@ impl Default for StorageOptions {
             byte_range: false,
             range_concurrency: 32,
             range_gap: 256 << 10,
+            range_parts: 256,
             cache: CacheOptions::default(),
             format: FormatOptions::default(),
         }
@@ -163,6 +173,8 @@ setters! {
     range_concurrency: usize => range_concurrency;
     /// Sets the largest gap one byte-range request spans.
     range_gap: u64 => range_gap;
+    /// Sets the most spans one HTTP byte-range request asks for.
+    range_parts: usize => range_parts;
     /// Sets the shard cache options.
     cache: CacheOptions => cache;
     /// Sets the format options.
@@ -180,6 +192,13 @@ pub const RANGE_CONCURRENCY: zephon_core::settings::Range = zephon_core::setting
 pub const RANGE_GAP: zephon_core::settings::Range =
     zephon_core::settings::Range::new(0, 16 << 20, "a gap's bytes are downloaded and dropped");
 
+/// Allowed values of [`StorageOptions::range_parts`]: 1 to 4,096.
+pub const RANGE_PARTS: zephon_core::settings::Range = zephon_core::settings::Range::new(
+    1,
+    4096,
+    "a request's Range header holds at most 4 KiB of ranges anyway",
+);
+
 /// Most bytes one merged byte-range request spans (8 MiB): past it a run of
 /// neighbours is split into more requests, which go out in parallel. A
 /// single sample larger than this is still one request.
@@ -187,7 +206,8 @@ pub const RANGE_SPAN: u64 = 8 << 20;
 
 impl StorageOptions {
     /// Checks the byte-range settings: `range_concurrency` in
-    /// [`RANGE_CONCURRENCY`], `range_gap` in [`RANGE_GAP`]; the error names
+    /// [`RANGE_CONCURRENCY`], `range_gap` in [`RANGE_GAP`], `range_parts`
+    /// in [`RANGE_PARTS`]; the error names
     /// the key at fault. Opening a backend checks them.
     ///
     /// ```
@@ -197,10 +217,13 @@ impl StorageOptions {
     /// assert!(e.to_string().contains("range_concurrency"));
     /// let e = StorageOptions::default().range_gap(1 << 30).validate_ranges().unwrap_err();
     /// assert!(e.to_string().contains("range_gap"));
+    /// let e = StorageOptions::default().range_parts(0).validate_ranges().unwrap_err();
+    /// assert!(e.to_string().contains("range_parts"));
     /// ```
     pub fn validate_ranges(&self) -> zephon_core::Result<()> {
         RANGE_CONCURRENCY.check_usize("range_concurrency", self.range_concurrency)?;
         RANGE_GAP.check("range_gap", self.range_gap)?;
+        RANGE_PARTS.check_usize("range_parts", self.range_parts)?;
         Ok(())
     }
 }

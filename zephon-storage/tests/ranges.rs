@@ -71,6 +71,7 @@ fn ranged(dir: &Path, base: StorageOptions) -> StorageOptions {
     o.format = format();
     o.range_concurrency = base.range_concurrency;
     o.range_gap = base.range_gap;
+    o.range_parts = base.range_parts;
     o
 }
 
@@ -78,8 +79,8 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
 
     /// Over HTTP, by byte ranges, any seed, request window (per shard or
-    /// across shards), gap and concurrency: the same samples in the same
-    /// order as the local read.
+    /// across shards), gap, concurrency and spans per request: the same
+    /// samples in the same order as the local read.
     #[test]
     fn ranged_global_shuffle_over_http_matches_the_local_order(
         seed in 0u64..1_000,
@@ -87,6 +88,7 @@ proptest! {
         gap in prop::sample::select(vec![0u64, 32, 4096, 1 << 20]),
         concurrency in 1usize..80,
         across in any::<bool>(),
+        parts in prop::sample::select(vec![1usize, 2, 7, 256]),
     ) {
         let t = tempfile::tempdir().unwrap();
         let data = t.path().join("data");
@@ -97,11 +99,14 @@ proptest! {
         let nginx = Nginx::start(t.path(), &data);
         let opts = ranged(
             t.path(),
-            StorageOptions::default().range_gap(gap).range_concurrency(concurrency),
+            StorageOptions::default()
+                .range_gap(gap)
+                .range_concurrency(concurrency)
+                .range_parts(parts),
         );
         let rd = RemoteDataset::open("d", &nginx.uri(), &opts).unwrap();
         let got = pass_with(rd.dataset().clone(), Some(seed), window, across).unwrap();
-        prop_assert!(got == want, "seed {seed}, window {window}, gap {gap}, across {across}: another order");
+        prop_assert!(got == want, "seed {seed}, window {window}, gap {gap}, across {across}, parts {parts}: another order");
         prop_assert_eq!(nginx.gets(".bin HTTP"), 0, "no whole-file download");
     }
 }
@@ -139,7 +144,8 @@ fn windows_across_shards_merge_a_global_shuffle_into_fewer_requests() {
 
 /// Samples read in stored order with groups of 64: neighbours share one
 /// request (far fewer requests than samples); with the gap at 0, samples
-/// one apart do not, and with a gap of one sample they do.
+/// one apart do not, and with a gap of one sample they do (one span per
+/// request, as object stores read them).
 #[test]
 fn neighbours_share_range_requests_within_the_gap() {
     let t = tempfile::tempdir().unwrap();
@@ -162,7 +168,10 @@ fn neighbours_share_range_requests_within_the_gap() {
     let every_other: Vec<u64> = (0..640).step_by(2).collect();
     let wanted = runtime::block_on(local.shards()[0].read_indices(&every_other)).unwrap();
     for (gap, most) in [(0u64, 320usize), (32, 1)] {
-        let opts = ranged(t.path(), StorageOptions::default().range_gap(gap));
+        let opts = ranged(
+            t.path(),
+            StorageOptions::default().range_gap(gap).range_parts(1),
+        );
         let rd = RemoteDataset::open("d", &nginx.uri(), &opts).unwrap();
         let before = nginx.range_gets("a.bin HTTP");
         let got = runtime::block_on(rd.dataset().shards()[0].read_indices(&every_other)).unwrap();
@@ -195,6 +204,8 @@ fn range_settings_out_of_range_are_refused_by_name() {
             "range_concurrency",
         ),
         (StorageOptions::default().range_gap(1 << 40), "range_gap"),
+        (StorageOptions::default().range_parts(0), "range_parts"),
+        (StorageOptions::default().range_parts(5000), "range_parts"),
     ] {
         let err = RemoteDataset::open("d", &uri, &ranged(t.path(), opts)).unwrap_err();
         assert!(err.to_string().contains(key), "{err}");

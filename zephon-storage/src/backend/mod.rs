@@ -59,6 +59,8 @@ pub struct Backend {
     /// How byte-range reads are planned: requests in flight per read, and
     /// the largest gap one request spans (from [`StorageOptions`]).
     pub ranges: RangePlan,
+    /// The multi-range client of a plain HTTP(S) backend.
+    pub(crate) http: Option<Arc<crate::ranges::http::HttpRanges>>,
 }
 
 /// How byte-range reads of one backend are planned: neighbours within
@@ -70,6 +72,8 @@ pub struct RangePlan {
     pub concurrency: usize,
     /// Largest gap, in bytes, between two wanted ranges that one request spans.
     pub gap: u64,
+    /// Most spans one HTTP request asks for (multi-range requests).
+    pub parts: usize,
 }
 
 impl Backend {
@@ -252,7 +256,9 @@ impl Backend {
             ranges: RangePlan {
                 concurrency: opts.range_concurrency,
                 gap: opts.range_gap,
+                parts: opts.range_parts,
             },
+            http: crate::ranges::http_client(trimmed, opts),
         })
     }
 

@@ -92,6 +92,10 @@ pub struct Args {
     /// `range_gap`).
     #[arg(long, default_value_t = 256 << 10)]
     pub range_gap: u64,
+    /// Most spans one HTTP byte-range request asks for (storage's
+    /// `range_parts`; 1: a request per span).
+    #[arg(long, default_value_t = 256)]
+    pub range_parts: usize,
     /// A peer command run on the same data in the same invocation, as a
     /// shell command line (e.g. `python3 peers_w2.py plain FILE`); it must
     /// print one JSON line with `system`, `tokens_per_s` and `first_batch_s`.

@@ -41,7 +41,8 @@ pub fn run(a: &Args, dtype: TokenDtype, wide: bool) -> Result<()> {
     let mut servers: Vec<Server> = Vec::new();
     let mut base = StorageOptions::default()
         .range_concurrency(a.range_concurrency)
-        .range_gap(a.range_gap);
+        .range_gap(a.range_gap)
+        .range_parts(a.range_parts);
     let uri = match (a.serve.as_deref(), &a.uri) {
         (None, Some(u)) => {
             if let Some(e) = &a.endpoint {
@@ -130,6 +131,7 @@ pub fn run(a: &Args, dtype: TokenDtype, wide: bool) -> Result<()> {
         if a.shuffle == "global" {
             line["range_concurrency"] = a.range_concurrency.into();
             line["range_gap"] = a.range_gap.into();
+            line["range_parts"] = a.range_parts.into();
         }
         for (key, label) in [
             ("tokens_per_s", "tokens_per_s"),

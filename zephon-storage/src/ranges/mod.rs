@@ -1,0 +1,224 @@
+//! Byte-range reads of remote shards: wanted sample ranges are planned into
+//! spans (neighbours within the backend's gap share one, up to
+//! [`RANGE_SPAN`] bytes); over HTTP many spans travel in one request (see
+//! [`RangePlan::parts`]); many requests go out at once, and every response
+//! is checked to hold exactly the bytes asked for.
+
+pub(crate) mod http;
+mod multipart;
+
+use crate::backend::{Backend, RangePlan, runtime};
+use crate::download::shard_error;
+use crate::metrics::CacheMetrics;
+use crate::options::RANGE_SPAN;
+use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
+use http::{Answer, HttpRanges, MAX_RANGE_HEADER};
+use std::sync::Arc;
+use zephon_core::Result;
+
+/// The requests that cover `ranges` (`(from, to)` byte offsets, sorted by
+/// `from`): a range starting no more than `gap` bytes past the current
+/// request's end joins it while the request stays within `max_span` bytes
+/// (a single range longer than that is one request of its own). Every range
+/// lies wholly inside the last request starting at or before it.
+///
+/// ```
+/// use zephon_storage::ranges::plan_spans;
+/// // Adjacent ranges merge; one 10 bytes away does not with a gap of 4.
+/// assert_eq!(plan_spans([(0, 4), (4, 8), (18, 20)], 4, 1 << 20), vec![(0, 8), (18, 20)]);
+/// // A span stops growing at max_span.
+/// assert_eq!(plan_spans([(0, 4), (4, 8), (8, 12)], 0, 8), vec![(0, 8), (8, 12)]);
+/// ```
+pub fn plan_spans(
+    ranges: impl IntoIterator<Item = (u64, u64)>,
+    gap: u64,
+    max_span: u64,
+) -> Vec<(u64, u64)> {
+    let mut spans: Vec<(u64, u64)> = Vec::new();
+    for (from, to) in ranges {
+        match spans.last_mut() {
+            Some(s) if from <= s.1.saturating_add(gap) && to.max(s.1) - s.0 <= max_span => {
+                s.1 = s.1.max(to);
+            }
+            _ => spans.push((from, to)),
+        }
+    }
+    spans
+}
+
+/// Fetches the byte ranges `(from, to)` (sorted by `from`) of `path` as
+/// [`plan_spans`] plans them with the backend's [`RangePlan`], keeping
+/// `concurrency` requests in flight; the bytes count as downloads. Returns
+/// each request's start offset and bytes, in offset order; a range's bytes
+/// lie in the last chunk starting at or before it. A response of another
+/// length than asked (a shard that shrank, a server that cut the body
+/// short) is an error naming the dataset, the shard's URI and the range.
+pub(crate) async fn fetch_spans(
+    backend: &Backend,
+    path: &str,
+    dataset: &str,
+    uri: &str,
+    ranges: impl IntoIterator<Item = (u64, u64)>,
+    metrics: &CacheMetrics,
+) -> Result<Vec<(u64, Bytes)>> {
+    let RangePlan {
+        concurrency,
+        gap,
+        parts,
+    } = backend.ranges;
+    let spans = plan_spans(ranges, gap, RANGE_SPAN);
+    let multi = backend.http.clone().filter(|h| parts > 1 && h.enabled());
+    let groups = match multi {
+        Some(_) => pack(&spans, parts),
+        None => spans.iter().map(|&s| vec![s]).collect(),
+    };
+    let (op, path) = (backend.op.clone(), path.to_owned());
+    let (dataset, uri) = (dataset.to_owned(), uri.to_owned());
+    let started = std::time::Instant::now();
+    let chunks: Vec<Vec<(u64, Bytes)>> = runtime::spawn(uri.clone(), async move {
+        futures::stream::iter(groups)
+            .map(|group| {
+                let read = Read {
+                    op: op.clone(),
+                    path: path.clone(),
+                    dataset: dataset.clone(),
+                    uri: uri.clone(),
+                };
+                let multi = multi.clone();
+                async move { read.group(multi.as_deref(), group).await }
+            })
+            .buffered(concurrency.max(1))
+            .try_collect()
+            .await
+    })
+    .await?;
+    let chunks: Vec<(u64, Bytes)> = chunks.into_iter().flatten().collect();
+    metrics.download_time.record(started.elapsed());
+    metrics
+        .bytes_downloaded
+        .add(chunks.iter().map(|(_, b)| b.len() as u64).sum());
+    Ok(chunks)
+}
+
+/// Cuts `spans` into the groups one multi-range request each asks for:
+/// consecutive spans, at most `parts` of them, within [`RANGE_SPAN`] bytes
+/// (a single larger span goes alone) and a `Range` header of
+/// [`MAX_RANGE_HEADER`] characters.
+fn pack(spans: &[(u64, u64)], parts: usize) -> Vec<Vec<(u64, u64)>> {
+    let mut groups: Vec<Vec<(u64, u64)>> = Vec::new();
+    let (mut bytes, mut header) = (0u64, 0usize);
+    for &(from, to) in spans {
+        // "FROM-LAST," at most.
+        let text = 2 * 20 + 2;
+        let fits = groups.last().is_some_and(|g| {
+            g.len() < parts
+                && bytes + (to - from) <= RANGE_SPAN
+                && header + text <= MAX_RANGE_HEADER
+        });
+        if !fits {
+            groups.push(Vec::new());
+            (bytes, header) = (0, "bytes=".len());
+        }
+        groups.last_mut().expect("a group").push((from, to));
+        bytes += to - from;
+        header += text;
+    }
+    groups
+}
+
+/// One shard's names for the reads of one [`fetch_spans`] call.
+struct Read {
+    op: opendal::Operator,
+    path: String,
+    dataset: String,
+    uri: String,
+}
+
+impl Read {
+    /// The chunks covering `group`: by one multi-range request where the
+    /// backend has them, else (or when that answer is unusable) one range
+    /// at a time through the operator.
+    async fn group(
+        &self,
+        multi: Option<&HttpRanges>,
+        group: Vec<(u64, u64)>,
+    ) -> Result<Vec<(u64, Bytes)>> {
+        let asked: Vec<(u64, u64)> = group.iter().copied().filter(|(f, t)| f < t).collect();
+        if let (Some(h), false) = (multi, asked.is_empty()) {
+            match h.fetch(&self.path, &asked).await {
+                Ok(Answer::Chunks(chunks)) => {
+                    let mut chunks = chunks.into_iter();
+                    return Ok(group
+                        .iter()
+                        .map(|&(f, t)| match f == t {
+                            true => (f, Bytes::new()),
+                            false => chunks.next().expect("one chunk per range asked"),
+                        })
+                        .collect());
+                }
+                Ok(Answer::Retry(why)) => {
+                    tracing::debug!(uri = %self.uri, %why, "multi-range request unusable; reading its ranges one by one");
+                }
+                Err(e) => {
+                    let (first, last) = (asked[0].0, asked[asked.len() - 1].1);
+                    return Err(shard_error(
+                        &self.dataset,
+                        &self.uri,
+                        format!(
+                            "multi-range read of {} ranges in bytes {first}..{last}: {e}",
+                            asked.len()
+                        ),
+                    ));
+                }
+            }
+        }
+        let mut out = Vec::with_capacity(group.len());
+        for (from, to) in group {
+            out.push(self.single(from, to).await?);
+        }
+        Ok(out)
+    }
+
+    /// Bytes `from..to` by one range request through the operator.
+    async fn single(&self, from: u64, to: u64) -> Result<(u64, Bytes)> {
+        if from == to {
+            return Ok((from, Bytes::new()));
+        }
+        let b = self
+            .op
+            .read_with(&self.path)
+            .range(from..to)
+            .await
+            .map_err(|e| {
+                shard_error(
+                    &self.dataset,
+                    &self.uri,
+                    format!("range read of bytes {from}..{to} failed: {e}"),
+                )
+            })?
+            .to_bytes();
+        if b.len() as u64 != to - from {
+            return Err(shard_error(
+                &self.dataset,
+                &self.uri,
+                format!(
+                    "range read of bytes {from}..{to} returned {} bytes, not {} \
+                     (the object is shorter than its manifest says, or the server cut the response)",
+                    b.len(),
+                    to - from
+                ),
+            ));
+        }
+        Ok((from, b))
+    }
+}
+
+/// A multi-range client for `uri` when it is plain HTTP(S).
+pub(crate) fn http_client(uri: &str, opts: &crate::StorageOptions) -> Option<Arc<HttpRanges>> {
+    let scheme = uri.split_once("://")?.0.to_ascii_lowercase();
+    matches!(scheme.as_str(), "http" | "https")
+        .then(|| HttpRanges::new(uri, opts))
+        .flatten()
+        .map(Arc::new)
+}
