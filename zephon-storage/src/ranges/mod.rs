@@ -49,11 +49,13 @@ pub fn plan_spans(
 
 /// Fetches the byte ranges `(from, to)` (sorted by `from`) of `path` as
 /// [`plan_spans`] plans them with the backend's [`RangePlan`], keeping
-/// `concurrency` requests in flight; the bytes count as downloads. Returns
-/// each request's start offset and bytes, in offset order; a range's bytes
-/// lie in the last chunk starting at or before it. A response of another
-/// length than asked (a shard that shrank, a server that cut the body
-/// short) is an error naming the dataset, the shard's URI and the range.
+/// `concurrency` requests in flight (over HTTP each asks for up to
+/// `parts` spans); the bytes count as downloads. Returns each span's start
+/// offset and bytes, in offset order; a range's bytes lie in the last
+/// chunk starting at or before it. A response of another length than asked
+/// (a shard that shrank, a server that cut the body short) or a multipart
+/// part that is not a span asked for, whole, is an error naming the
+/// dataset, the shard's URI and the range.
 pub(crate) async fn fetch_spans(
     backend: &Backend,
     path: &str,
@@ -109,8 +111,9 @@ fn pack(spans: &[(u64, u64)], parts: usize) -> Vec<Vec<(u64, u64)>> {
     let mut groups: Vec<Vec<(u64, u64)>> = Vec::new();
     let (mut bytes, mut header) = (0u64, 0usize);
     for &(from, to) in spans {
-        // "FROM-LAST," at most.
-        let text = 2 * 20 + 2;
+        // "FROM-LAST,"
+        let digits = |n: u64| n.checked_ilog10().map_or(1, |d| d as usize + 1);
+        let text = digits(from) + digits(to.saturating_sub(1)) + 2;
         let fits = groups.last().is_some_and(|g| {
             g.len() < parts
                 && bytes + (to - from) <= RANGE_SPAN
@@ -221,4 +224,33 @@ pub(crate) fn http_client(uri: &str, opts: &crate::StorageOptions) -> Option<Arc
         .then(|| HttpRanges::new(uri, opts))
         .flatten()
         .map(Arc::new)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pack_keeps_each_request_within_its_parts_bytes_and_header() {
+        let spans: Vec<(u64, u64)> = (0..1000u64)
+            .map(|i| (i * 10_000_000, i * 10_000_000 + 4096))
+            .collect();
+        for parts in [1, 7, 256, 4096] {
+            let groups = pack(&spans, parts);
+            assert_eq!(groups.concat(), spans);
+            for g in &groups {
+                let header: Vec<String> = g.iter().map(|(f, t)| format!("{f}-{}", t - 1)).collect();
+                assert!(g.len() <= parts);
+                assert!("bytes=".len() + header.join(",").len() <= MAX_RANGE_HEADER);
+            }
+            // Full groups up to the header's room: no more requests than that needs.
+            assert!(
+                groups.len() <= (1000 / parts.min(180)) + 1,
+                "{parts}: {}",
+                groups.len()
+            );
+        }
+        let big = [(0, 5 << 20), (6 << 20, 11 << 20), (12 << 20, 12 << 20)];
+        assert_eq!(pack(&big, 256).len(), 2);
+    }
 }
