@@ -89,7 +89,7 @@ pub struct Batcher<S, T> {
     inner: S,
     size: usize,
     drop_last: bool,
-    open: BTreeMap<LaneId, (u64, Vec<T>)>,
+    open: OpenLanes<T>,
     tail: VecDeque<Batch<T>>,
     done: bool,
     probe: Probe,
@@ -97,6 +97,46 @@ pub struct Batcher<S, T> {
     // An out-of-range size, reported by the first poll (a chain method
     // cannot return it).
     invalid: Option<Error>,
+}
+
+/// Each lane's open batch (its number and its elements so far), in lane
+/// order. Found per element: the last element's lane first, since a lane's
+/// elements mostly come in runs, otherwise by binary search; a map lookup
+/// per element cost as much as the rest of batching.
+struct OpenLanes<T> {
+    lanes: Vec<(LaneId, u64, Vec<T>)>,
+    last: usize,
+}
+
+impl<T> OpenLanes<T> {
+    fn new() -> Self {
+        OpenLanes {
+            lanes: Vec::new(),
+            last: 0,
+        }
+    }
+
+    /// The open batch of `lane`, opened (number 0, empty) if it has none.
+    #[inline]
+    fn get(&mut self, lane: LaneId) -> &mut (LaneId, u64, Vec<T>) {
+        let i = match self.lanes.get(self.last) {
+            Some(e) if e.0 == lane => self.last,
+            _ => self.find(lane),
+        };
+        &mut self.lanes[i]
+    }
+
+    fn find(&mut self, lane: LaneId) -> usize {
+        let i = match self.lanes.binary_search_by_key(&lane, |e| e.0) {
+            Ok(i) => i,
+            Err(i) => {
+                self.lanes.insert(i, (lane, 0, Vec::new()));
+                i
+            }
+        };
+        self.last = i;
+        i
+    }
 }
 
 /// Batch's part in a checkpointed pipeline: it asks the board for a lane's
@@ -154,7 +194,7 @@ impl<S, T> Batcher<S, T> {
             inner,
             size: size.clamp(1, BATCH_SIZE.max as usize),
             drop_last,
-            open: BTreeMap::new(),
+            open: OpenLanes::new(),
             tail: VecDeque::new(),
             done: false,
             probe: Probe::default(),
@@ -173,7 +213,7 @@ impl<S: fmt::Debug, T> fmt::Debug for Batcher<S, T> {
             .field("inner", &self.inner)
             .field("size", &self.size)
             .field("drop_last", &self.drop_last)
-            .field("open_lanes", &self.open.len())
+            .field("open_lanes", &self.open.lanes.len())
             .finish_non_exhaustive()
     }
 }
@@ -252,11 +292,12 @@ where
                                 ),
                             })));
                         }
-                        this.open
-                            .insert(lane, (consumed / *this.size as u64, Vec::new()));
+                        let open = this.open.get(lane);
+                        open.1 = consumed / *this.size as u64;
+                        open.2 = Vec::new();
                         ck.lanes.add(lane, consumed);
                     }
-                    let (index, items) = this.open.entry(lane).or_default();
+                    let (_, index, items) = this.open.get(lane);
                     items.push(x);
                     if items.len() == *this.size {
                         // A push is a few instructions; building the batch
@@ -284,10 +325,16 @@ where
                 Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
                 Poll::Ready(None) => {
                     *this.done = true;
-                    let partial: usize = this.open.values().map(|(_, items)| items.len()).sum();
+                    let partial: usize = this
+                        .open
+                        .lanes
+                        .iter()
+                        .map(|(_, _, items)| items.len())
+                        .sum();
                     this.probe.input_n(partial);
                     if !*this.drop_last {
-                        for (&lane, (index, items)) in this.open.iter_mut() {
+                        for (lane, index, items) in this.open.lanes.iter_mut() {
+                            let lane = *lane;
                             if !items.is_empty() {
                                 // Everything upstream has finished: the cut
                                 // of an exhausted lane, which a restore
@@ -320,7 +367,7 @@ where
         let t = self.tail.len();
         (
             (lo / self.size).saturating_add(t),
-            hi.and_then(|h| h.checked_add(t)?.checked_add(self.open.len())),
+            hi.and_then(|h| h.checked_add(t)?.checked_add(self.open.lanes.len())),
         )
     }
 }

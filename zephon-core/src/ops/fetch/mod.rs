@@ -21,6 +21,10 @@ use std::task::{Context, Poll};
 /// Most pointers one read request carries.
 pub const DEFAULT_MAX_GROUP: usize = 256;
 
+/// [`Catalogued::next_pointers`](crate::work::Catalogued::next_pointers) of
+/// the input, where `fetch` knows it.
+type PointerRuns<S> = fn(Pin<&mut S>, &mut Vec<SamplePtr>, usize) -> Option<usize>;
+
 /// Reads the records that pointers name. Consecutive pointers into the same
 /// shard are grouped into one request (the shard reads runs of adjacent
 /// samples at once); up to `parallelism` requests are in flight; records come
@@ -56,6 +60,11 @@ pub struct Fetch<S> {
     across_shards: bool,
     group: Vec<SamplePtr>,
     carry: Option<SamplePtr>,
+    /// Takes the input's pointers in runs, where it can hand them out so.
+    runs: Option<PointerRuns<S>>,
+    /// Pointers taken in a run and not yet grouped, from `pending_at` on.
+    pending: Vec<SamplePtr>,
+    pending_at: usize,
     in_flight: FuturesOrdered<BoxFuture<'static, Result<Vec<Record>>>>,
     /// The last read group's records, handed out in place: no copy into
     /// a queue.
@@ -84,6 +93,9 @@ impl<S> Fetch<S> {
             across_shards: false,
             group: Vec::new(),
             carry: None,
+            runs: None,
+            pending: Vec::new(),
+            pending_at: 0,
             in_flight: FuturesOrdered::new(),
             ready: Vec::new().into_iter(),
             done: false,
@@ -131,6 +143,16 @@ impl<S> Fetch<S> {
     pub fn parallelism(&self) -> usize {
         self.parallelism
     }
+
+    /// Takes the input's pointers with `runs` rather than a poll each.
+    pub(crate) fn pointer_runs(mut self, runs: PointerRuns<S>) -> Self {
+        self.runs = Some(runs);
+        self
+    }
+
+    fn pending(&self) -> usize {
+        self.pending.len() - self.pending_at
+    }
 }
 
 impl<S> Fetch<S> {
@@ -160,6 +182,7 @@ where
             && self.done
             && self.carry.is_none()
             && self.group.is_empty()
+            && self.pending() == 0
             && self.in_flight.is_empty()
             && self.ready.len() == 0
     }
@@ -207,7 +230,27 @@ where
                     }
                     break;
                 }
-                match this.inner.as_mut().poll_next(cx) {
+                let polled = if let Some(&p) = this.pending.get(*this.pending_at) {
+                    *this.pending_at += 1;
+                    Poll::Ready(Some(Ok(p)))
+                } else if let Some(runs) = *this.runs {
+                    this.pending.clear();
+                    *this.pending_at = 0;
+                    match runs(this.inner.as_mut(), this.pending, *this.max_group) {
+                        Some(0) => Poll::Ready(None),
+                        Some(_) => {
+                            *this.pending_at = 1;
+                            Poll::Ready(Some(Ok(this.pending[0])))
+                        }
+                        None => {
+                            *this.runs = None;
+                            this.inner.as_mut().poll_next(cx)
+                        }
+                    }
+                } else {
+                    this.inner.as_mut().poll_next(cx)
+                };
+                match polled {
                     Poll::Ready(Some(Ok(p))) => {
                         this.probe.arrived();
                         let same = this
@@ -216,6 +259,20 @@ where
                             .is_none_or(|f| f.dataset == p.dataset && f.shard == p.shard);
                         if (same || *this.across_shards) && this.group.len() < *this.max_group {
                             this.group.push(p);
+                            // The pointers of a run that join the same group,
+                            // at once: the rule above, applied to each.
+                            let rest = &this.pending[*this.pending_at..];
+                            let room = (*this.max_group - this.group.len()).min(rest.len());
+                            let n = if *this.across_shards {
+                                room
+                            } else {
+                                rest[..room]
+                                    .iter()
+                                    .take_while(|q| q.dataset == p.dataset && q.shard == p.shard)
+                                    .count()
+                            };
+                            this.group.extend_from_slice(&rest[..n]);
+                            *this.pending_at += n;
                         } else {
                             let g = std::mem::take(this.group);
                             this.probe.input_n(g.len());
@@ -274,7 +331,8 @@ where
 
     fn size_hint(&self) -> (usize, Option<usize>) {
         let (lo, hi) = self.inner.size_hint();
-        let extra = self.ready.len() + self.group.len() + self.carry.is_some() as usize;
+        let extra =
+            self.ready.len() + self.group.len() + self.pending() + self.carry.is_some() as usize;
         let flying = self.in_flight.len().saturating_mul(self.max_group);
         (
             lo.saturating_add(extra),
