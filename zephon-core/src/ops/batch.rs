@@ -238,7 +238,11 @@ where
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut this = self.project();
-        if let Some(e) = this.invalid.take() {
+        // Checked before it is taken: taking moves the whole error out
+        // on every poll.
+        if this.invalid.is_some()
+            && let Some(e) = this.invalid.take()
+        {
             *this.done = true;
             return Poll::Ready(Some(Err(e)));
         }
