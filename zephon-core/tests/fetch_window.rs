@@ -159,3 +159,62 @@ proptest! {
         prop_assert_eq!(records_of(&ws, true, window, parallelism, across), want);
     }
 }
+
+/// `(lane, index, ids)` of every batch: `fetch(..).batch(..)` takes the
+/// records fetch has read straight from it, the trait's `batch` polls
+/// fetch for each.
+fn batches_of(
+    ws: &WorkSource,
+    taken: bool,
+    size: usize,
+    drop_last: bool,
+    parallelism: usize,
+    runner: Runner,
+) -> Vec<(u32, u64, Vec<i64>)> {
+    let fetched = ws.stream().fetch(parallelism).max_group(7);
+    let batched = if taken {
+        fetched.batch_with(size, drop_last)
+    } else {
+        PipelineExt::batch_with(fetched, size, drop_last)
+    };
+    batched
+        .into_blocking_iter(runner)
+        .unwrap()
+        .map(|b| {
+            let b = b.unwrap();
+            let ids = b
+                .items
+                .iter()
+                .map(|r| r.get("id").and_then(|v| v.as_int()).unwrap())
+                .collect();
+            (b.lane, b.index, ids)
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    #[test]
+    fn batches_taking_read_records_equal_polled_batches(
+        shards in prop::collection::vec(1usize..80, 1..5),
+        seed in any::<u64>(),
+        lanes in 1u32..5,
+        size in 1usize..40,
+        drop_last in any::<bool>(),
+        parallelism in 1usize..4,
+        threads in any::<bool>(),
+    ) {
+        let ws = WorkSource::builder()
+            .dataset(dataset(&shards), 1.0)
+            .seed(seed)
+            .canonical_lanes(lanes)
+            .build()
+            .unwrap();
+        let runner = if threads { Runner::Threads { workers: 2 } } else { Runner::Inline };
+        let want = batches_of(&ws, false, size, drop_last, parallelism, Runner::Inline);
+        let n: usize = want.iter().map(|b| b.2.len()).sum();
+        prop_assert!(n <= shards.iter().sum::<usize>());
+        prop_assert_eq!(batches_of(&ws, true, size, drop_last, parallelism, runner), want);
+    }
+}

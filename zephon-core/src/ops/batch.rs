@@ -94,10 +94,17 @@ pub struct Batcher<S, T> {
     done: bool,
     probe: Probe,
     checkpoint: Option<Checkpointing>,
+    /// The input's elements already made and waiting to be handed out,
+    /// where the input lets batch take them without a poll each (`fetch`'s
+    /// read records).
+    ready: Option<ReadyOf<S, T>>,
     // An out-of-range size, reported by the first poll (a chain method
     // cannot return it).
     invalid: Option<Error>,
 }
+
+/// Where an input keeps the elements it has made and not yet handed out.
+pub(crate) type ReadyOf<S, T> = for<'a> fn(Pin<&'a mut S>) -> &'a mut std::vec::IntoIter<T>;
 
 /// Each lane's open batch (its number and its elements so far), in lane
 /// order. Found per element: the last element's lane first, since a lane's
@@ -199,8 +206,47 @@ impl<S, T> Batcher<S, T> {
             done: false,
             probe: Probe::default(),
             checkpoint: None,
+            ready: None,
         }
     }
+
+    /// Takes the input's made elements from `ready` rather than polling
+    /// for each (outside a checkpointed pipeline, whose restore looks at
+    /// each element's arrival).
+    pub(crate) fn take_ready(mut self, ready: ReadyOf<S, T>) -> Self {
+        self.ready = Some(ready);
+        self
+    }
+}
+
+/// Closes `items`, the open batch number `index` of `lane`, which is full.
+fn close<T>(
+    probe: &mut Probe,
+    checkpoint: Option<&Checkpointing>,
+    size: usize,
+    lane: LaneId,
+    index: &mut u64,
+    items: &mut Vec<T>,
+) -> Batch<T> {
+    // A push is a few instructions; building the batch (a new buffer, the
+    // lane cut) is batch's real work, so that is what a sample times, one
+    // batch in SAMPLE_EVERY standing for the others' elements.
+    let t = probe.sample();
+    let mut b = Batch {
+        lane,
+        index: *index,
+        items: std::mem::replace(items, Vec::with_capacity(size)),
+        cut: None,
+    };
+    if let Some(ck) = checkpoint {
+        ck.lanes.add(lane, b.items.len() as u64);
+        b.cut = ck.board.cut(lane).map(Arc::new);
+    }
+    *index += 1;
+    probe.sampled_as(t, b.items.len() as u64);
+    probe.input_n(b.items.len());
+    probe.output();
+    b
 }
 
 impl<S, T> Batcher<S, T> {
@@ -274,6 +320,25 @@ where
                 }
                 return Poll::Ready(b.map(Ok));
             }
+            // Elements the input has already made, taken as the polls
+            // below would take them, one after the other.
+            if let Some(take) = *this.ready
+                && this.checkpoint.is_none()
+            {
+                let ready = take(this.inner.as_mut());
+                if ready.len() > 0 {
+                    this.probe.arrived();
+                    for x in ready {
+                        let lane = x.lane();
+                        let (_, index, items) = this.open.get(lane);
+                        items.push(x);
+                        if items.len() == *this.size {
+                            let b = close(this.probe, None, *this.size, lane, index, items);
+                            return Poll::Ready(Some(Ok(b)));
+                        }
+                    }
+                }
+            }
             match this.inner.as_mut().poll_next(cx) {
                 Poll::Ready(Some(Ok(x))) => {
                     // Input is counted per finished batch: nothing per element.
@@ -304,25 +369,14 @@ where
                     let (_, index, items) = this.open.get(lane);
                     items.push(x);
                     if items.len() == *this.size {
-                        // A push is a few instructions; building the batch
-                        // (a new buffer, the lane cut) is batch's real work,
-                        // so that is what a sample times, one batch in
-                        // SAMPLE_EVERY standing for the others' elements.
-                        let t = this.probe.sample();
-                        let mut b = Batch {
+                        let b = close(
+                            this.probe,
+                            this.checkpoint.as_ref(),
+                            *this.size,
                             lane,
-                            index: *index,
-                            items: std::mem::replace(items, Vec::with_capacity(*this.size)),
-                            cut: None,
-                        };
-                        if let Some(ck) = this.checkpoint.as_ref() {
-                            ck.lanes.add(lane, b.items.len() as u64);
-                            b.cut = ck.board.cut(lane).map(Arc::new);
-                        }
-                        *index += 1;
-                        this.probe.sampled_as(t, b.items.len() as u64);
-                        this.probe.input_n(b.items.len());
-                        this.probe.output();
+                            index,
+                            items,
+                        );
                         return Poll::Ready(Some(Ok(b)));
                     }
                 }

@@ -7,6 +7,7 @@ use read::{Instruments, read_window};
 use crate::dataset::Catalog;
 use crate::error::{Error, Result};
 use crate::obs::{Explain, Observer, Probe, StageDescription};
+use crate::ops::batch::Batcher;
 use crate::pointer::SamplePtr;
 use crate::record::Record;
 use crate::settings::{MICRO_BATCH, PARALLELISM};
@@ -157,6 +158,38 @@ impl<S> Fetch<S> {
 
 impl<S> Fetch<S> {
     crate::adapter_accessors!(inner);
+
+    /// The records read and not yet handed out, in order.
+    fn ready(self: Pin<&mut Self>) -> &mut std::vec::IntoIter<Record> {
+        self.project().ready
+    }
+}
+
+impl<S> Fetch<S>
+where
+    S: Stream<Item = Result<SamplePtr>>,
+{
+    /// [`PipelineExt::batch`](crate::PipelineExt::batch), the same batches,
+    /// for which batch takes the records fetch has read straight from it
+    /// rather than polling fetch for each.
+    ///
+    /// ```
+    /// use zephon_core::{Dataset, PipelineExt, Record, Runner, WorkSource};
+    /// let ds = Dataset::in_memory("toy", vec![(0..10).map(|i| Record::new().with("i", i as i64)).collect()]).unwrap();
+    /// let ws = WorkSource::builder().dataset(ds, 1.0).shuffle_within_shard(false).build().unwrap();
+    /// let sizes: Vec<usize> = ws.stream().fetch(2).batch(4).into_blocking_iter(Runner::Inline).unwrap()
+    ///     .map(|b| b.unwrap().len()).collect();
+    /// assert_eq!(sizes, vec![4, 4, 2]);
+    /// ```
+    pub fn batch(self, n: usize) -> Batcher<Self, Record> {
+        Batcher::new(self, n, false).take_ready(Fetch::ready)
+    }
+
+    /// [`PipelineExt::batch_with`](crate::PipelineExt::batch_with), taking
+    /// the read records as [`batch`](Fetch::batch) does.
+    pub fn batch_with(self, n: usize, drop_last: bool) -> Batcher<Self, Record> {
+        Batcher::new(self, n, drop_last).take_ready(Fetch::ready)
+    }
 }
 
 impl<S: fmt::Debug> fmt::Debug for Fetch<S> {
