@@ -40,7 +40,7 @@ pub trait PipelineExt: Stream + Sized {
         Self: Stream<Item = Result<SamplePtr>> + Catalogued,
     {
         let catalog = self.catalog().clone();
-        Fetch::new(self, catalog, parallelism)
+        Fetch::new(self, catalog, parallelism).pointer_runs(<Self as Catalogued>::next_pointers)
     }
 
     /// Like [`fetch`](PipelineExt::fetch), for a pointer stream that does not

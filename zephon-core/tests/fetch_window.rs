@@ -100,3 +100,121 @@ fn a_window_with_an_unknown_shard_is_an_error_naming_the_pointer() {
         .to_string();
     assert!(err.contains(&ptr(7, 0).to_string()), "{err}");
 }
+
+/// `(id, lane, pointer)` of every record of `ws`, its pointers taken in
+/// runs (`fetch`) or polled one by one (`fetch_from`).
+fn records_of(
+    ws: &WorkSource,
+    runs: bool,
+    window: usize,
+    parallelism: usize,
+    across: bool,
+) -> Vec<(i64, u32, SamplePtr)> {
+    let s = ws.stream();
+    let fetched = if runs {
+        s.fetch(parallelism)
+    } else {
+        s.fetch_from(ws.catalog().clone(), parallelism)
+    };
+    fetched
+        .max_group(window)
+        .across_shards(across)
+        .into_blocking_iter(Runner::Inline)
+        .unwrap()
+        .map(|r| {
+            let r = r.unwrap();
+            (
+                r.get("id").and_then(|v| v.as_int()).unwrap(),
+                r.lane,
+                r.lineage[0],
+            )
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn pointers_taken_in_runs_deliver_the_polled_order(
+        shards in prop::collection::vec(1usize..80, 1..6),
+        shuffled in any::<bool>(),
+        lanes in 1u32..5,
+        seek in 0u64..40,
+        window in 1usize..70,
+        parallelism in 1usize..5,
+        across in any::<bool>(),
+    ) {
+        let mut ws = WorkSource::builder()
+            .dataset(dataset(&shards), 1.0)
+            .shuffle_shards(shuffled)
+            .shuffle_within_shard(shuffled)
+            .canonical_lanes(lanes)
+            .passes(2)
+            .build()
+            .unwrap();
+        ws.seek(seek);
+        let want = records_of(&ws, false, window, parallelism, across);
+        prop_assert_eq!(want.len() as u64, 2 * shards.iter().sum::<usize>() as u64 - seek.min(2 * shards.iter().sum::<usize>() as u64));
+        prop_assert_eq!(records_of(&ws, true, window, parallelism, across), want);
+    }
+}
+
+/// `(lane, index, ids)` of every batch: `fetch(..).batch(..)` takes the
+/// records fetch has read straight from it, the trait's `batch` polls
+/// fetch for each.
+fn batches_of(
+    ws: &WorkSource,
+    taken: bool,
+    size: usize,
+    drop_last: bool,
+    parallelism: usize,
+    runner: Runner,
+) -> Vec<(u32, u64, Vec<i64>)> {
+    let fetched = ws.stream().fetch(parallelism).max_group(7);
+    let batched = if taken {
+        fetched.batch_with(size, drop_last)
+    } else {
+        PipelineExt::batch_with(fetched, size, drop_last)
+    };
+    batched
+        .into_blocking_iter(runner)
+        .unwrap()
+        .map(|b| {
+            let b = b.unwrap();
+            let ids = b
+                .items
+                .iter()
+                .map(|r| r.get("id").and_then(|v| v.as_int()).unwrap())
+                .collect();
+            (b.lane, b.index, ids)
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    #[test]
+    fn batches_taking_read_records_equal_polled_batches(
+        shards in prop::collection::vec(1usize..80, 1..5),
+        seed in any::<u64>(),
+        lanes in 1u32..5,
+        size in 1usize..40,
+        drop_last in any::<bool>(),
+        parallelism in 1usize..4,
+        threads in any::<bool>(),
+    ) {
+        let ws = WorkSource::builder()
+            .dataset(dataset(&shards), 1.0)
+            .seed(seed)
+            .canonical_lanes(lanes)
+            .build()
+            .unwrap();
+        let runner = if threads { Runner::Threads { workers: 2 } } else { Runner::Inline };
+        let want = batches_of(&ws, false, size, drop_last, parallelism, Runner::Inline);
+        let n: usize = want.iter().map(|b| b.2.len()).sum();
+        prop_assert!(n <= shards.iter().sum::<usize>());
+        prop_assert_eq!(batches_of(&ws, true, size, drop_last, parallelism, runner), want);
+    }
+}

@@ -89,14 +89,61 @@ pub struct Batcher<S, T> {
     inner: S,
     size: usize,
     drop_last: bool,
-    open: BTreeMap<LaneId, (u64, Vec<T>)>,
+    open: OpenLanes<T>,
     tail: VecDeque<Batch<T>>,
     done: bool,
     probe: Probe,
     checkpoint: Option<Checkpointing>,
+    /// The input's elements already made and waiting to be handed out,
+    /// where the input lets batch take them without a poll each (`fetch`'s
+    /// read records).
+    ready: Option<ReadyOf<S, T>>,
     // An out-of-range size, reported by the first poll (a chain method
     // cannot return it).
     invalid: Option<Error>,
+}
+
+/// Where an input keeps the elements it has made and not yet handed out.
+pub(crate) type ReadyOf<S, T> = for<'a> fn(Pin<&'a mut S>) -> &'a mut std::vec::IntoIter<T>;
+
+/// Each lane's open batch (its number and its elements so far), in lane
+/// order. Found per element: the last element's lane first, since a lane's
+/// elements mostly come in runs, otherwise by binary search; a map lookup
+/// per element cost as much as the rest of batching.
+struct OpenLanes<T> {
+    lanes: Vec<(LaneId, u64, Vec<T>)>,
+    last: usize,
+}
+
+impl<T> OpenLanes<T> {
+    fn new() -> Self {
+        OpenLanes {
+            lanes: Vec::new(),
+            last: 0,
+        }
+    }
+
+    /// The open batch of `lane`, opened (number 0, empty) if it has none.
+    #[inline]
+    fn get(&mut self, lane: LaneId) -> &mut (LaneId, u64, Vec<T>) {
+        let i = match self.lanes.get(self.last) {
+            Some(e) if e.0 == lane => self.last,
+            _ => self.find(lane),
+        };
+        &mut self.lanes[i]
+    }
+
+    fn find(&mut self, lane: LaneId) -> usize {
+        let i = match self.lanes.binary_search_by_key(&lane, |e| e.0) {
+            Ok(i) => i,
+            Err(i) => {
+                self.lanes.insert(i, (lane, 0, Vec::new()));
+                i
+            }
+        };
+        self.last = i;
+        i
+    }
 }
 
 /// Batch's part in a checkpointed pipeline: it asks the board for a lane's
@@ -154,13 +201,52 @@ impl<S, T> Batcher<S, T> {
             inner,
             size: size.clamp(1, BATCH_SIZE.max as usize),
             drop_last,
-            open: BTreeMap::new(),
+            open: OpenLanes::new(),
             tail: VecDeque::new(),
             done: false,
             probe: Probe::default(),
             checkpoint: None,
+            ready: None,
         }
     }
+
+    /// Takes the input's made elements from `ready` rather than polling
+    /// for each (outside a checkpointed pipeline, whose restore looks at
+    /// each element's arrival).
+    pub(crate) fn take_ready(mut self, ready: ReadyOf<S, T>) -> Self {
+        self.ready = Some(ready);
+        self
+    }
+}
+
+/// Closes `items`, the open batch number `index` of `lane`, which is full.
+fn close<T>(
+    probe: &mut Probe,
+    checkpoint: Option<&Checkpointing>,
+    size: usize,
+    lane: LaneId,
+    index: &mut u64,
+    items: &mut Vec<T>,
+) -> Batch<T> {
+    // A push is a few instructions; building the batch (a new buffer, the
+    // lane cut) is batch's real work, so that is what a sample times, one
+    // batch in SAMPLE_EVERY standing for the others' elements.
+    let t = probe.sample();
+    let mut b = Batch {
+        lane,
+        index: *index,
+        items: std::mem::replace(items, Vec::with_capacity(size)),
+        cut: None,
+    };
+    if let Some(ck) = checkpoint {
+        ck.lanes.add(lane, b.items.len() as u64);
+        b.cut = ck.board.cut(lane).map(Arc::new);
+    }
+    *index += 1;
+    probe.sampled_as(t, b.items.len() as u64);
+    probe.input_n(b.items.len());
+    probe.output();
+    b
 }
 
 impl<S, T> Batcher<S, T> {
@@ -173,7 +259,7 @@ impl<S: fmt::Debug, T> fmt::Debug for Batcher<S, T> {
             .field("inner", &self.inner)
             .field("size", &self.size)
             .field("drop_last", &self.drop_last)
-            .field("open_lanes", &self.open.len())
+            .field("open_lanes", &self.open.lanes.len())
             .finish_non_exhaustive()
     }
 }
@@ -198,7 +284,11 @@ where
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut this = self.project();
-        if let Some(e) = this.invalid.take() {
+        // Checked before it is taken: taking moves the whole error out
+        // on every poll.
+        if this.invalid.is_some()
+            && let Some(e) = this.invalid.take()
+        {
             *this.done = true;
             return Poll::Ready(Some(Err(e)));
         }
@@ -230,6 +320,25 @@ where
                 }
                 return Poll::Ready(b.map(Ok));
             }
+            // Elements the input has already made, taken as the polls
+            // below would take them, one after the other.
+            if let Some(take) = *this.ready
+                && this.checkpoint.is_none()
+            {
+                let ready = take(this.inner.as_mut());
+                if ready.len() > 0 {
+                    this.probe.arrived();
+                    for x in ready {
+                        let lane = x.lane();
+                        let (_, index, items) = this.open.get(lane);
+                        items.push(x);
+                        if items.len() == *this.size {
+                            let b = close(this.probe, None, *this.size, lane, index, items);
+                            return Poll::Ready(Some(Ok(b)));
+                        }
+                    }
+                }
+            }
             match this.inner.as_mut().poll_next(cx) {
                 Poll::Ready(Some(Ok(x))) => {
                     // Input is counted per finished batch: nothing per element.
@@ -252,42 +361,38 @@ where
                                 ),
                             })));
                         }
-                        this.open
-                            .insert(lane, (consumed / *this.size as u64, Vec::new()));
+                        let open = this.open.get(lane);
+                        open.1 = consumed / *this.size as u64;
+                        open.2 = Vec::new();
                         ck.lanes.add(lane, consumed);
                     }
-                    let (index, items) = this.open.entry(lane).or_default();
+                    let (_, index, items) = this.open.get(lane);
                     items.push(x);
                     if items.len() == *this.size {
-                        // A push is a few instructions; building the batch
-                        // (a new buffer, the lane cut) is batch's real work,
-                        // so that is what a sample times, one batch in
-                        // SAMPLE_EVERY standing for the others' elements.
-                        let t = this.probe.sample();
-                        let mut b = Batch {
+                        let b = close(
+                            this.probe,
+                            this.checkpoint.as_ref(),
+                            *this.size,
                             lane,
-                            index: *index,
-                            items: std::mem::replace(items, Vec::with_capacity(*this.size)),
-                            cut: None,
-                        };
-                        if let Some(ck) = this.checkpoint.as_ref() {
-                            ck.lanes.add(lane, b.items.len() as u64);
-                            b.cut = ck.board.cut(lane).map(Arc::new);
-                        }
-                        *index += 1;
-                        this.probe.sampled_as(t, b.items.len() as u64);
-                        this.probe.input_n(b.items.len());
-                        this.probe.output();
+                            index,
+                            items,
+                        );
                         return Poll::Ready(Some(Ok(b)));
                     }
                 }
                 Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
                 Poll::Ready(None) => {
                     *this.done = true;
-                    let partial: usize = this.open.values().map(|(_, items)| items.len()).sum();
+                    let partial: usize = this
+                        .open
+                        .lanes
+                        .iter()
+                        .map(|(_, _, items)| items.len())
+                        .sum();
                     this.probe.input_n(partial);
                     if !*this.drop_last {
-                        for (&lane, (index, items)) in this.open.iter_mut() {
+                        for (lane, index, items) in this.open.lanes.iter_mut() {
+                            let lane = *lane;
                             if !items.is_empty() {
                                 // Everything upstream has finished: the cut
                                 // of an exhausted lane, which a restore
@@ -320,7 +425,7 @@ where
         let t = self.tail.len();
         (
             (lo / self.size).saturating_add(t),
-            hi.and_then(|h| h.checked_add(t)?.checked_add(self.open.len())),
+            hi.and_then(|h| h.checked_add(t)?.checked_add(self.open.lanes.len())),
         )
     }
 }

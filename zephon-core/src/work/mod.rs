@@ -256,6 +256,7 @@ impl WorkSource {
             },
             board_looked: false,
             resume: None,
+            cursor: None,
         }
     }
 }
@@ -270,6 +271,69 @@ fn count_lane(from: u64, end: u64, lane: u64, l: u64) -> u64 {
     }
 }
 
+/// Where one global index falls: its lane and lane position, its segment
+/// and its chunk and slot in that segment's mixture. A pointer stream visits
+/// the global indices one after the other, and advancing this by one needs
+/// no division, where computing it from the index takes four (lane, lane
+/// position, chunk and slot) and a search of the segments.
+#[derive(Clone, Debug)]
+struct Cursor {
+    /// The global index described.
+    g: u64,
+    /// `g % canonical_lanes`.
+    lane: u64,
+    /// `g / canonical_lanes`: the position within the lane.
+    round: u64,
+    seg: usize,
+    /// Where the next segment starts (`u64::MAX` after the last).
+    seg_end: u64,
+    /// `(g - segment start) / chunk_size` and `% chunk_size`.
+    chunk: u64,
+    slot: usize,
+}
+
+impl Cursor {
+    /// The cursor of global index `g`.
+    fn at(plan: &Plan, g: u64) -> Self {
+        let l = plan.config.lanes.canonical_lanes as u64;
+        let segs = &plan.schedule.segments;
+        let seg = segs.partition_point(|s| s.start <= g) - 1;
+        let s = &segs[seg];
+        let c = s.mixture.chunk_size();
+        let within = g - s.start;
+        Cursor {
+            g,
+            lane: g % l,
+            round: g / l,
+            seg,
+            seg_end: segs.get(seg + 1).map_or(u64::MAX, |n| n.start),
+            chunk: within / c,
+            slot: (within % c) as usize,
+        }
+    }
+
+    /// Moves to the next global index.
+    #[inline]
+    fn advance(&mut self, plan: &Plan) {
+        let g = self.g.wrapping_add(1);
+        if g >= self.seg_end || g == 0 {
+            *self = Cursor::at(plan, g);
+            return;
+        }
+        self.g = g;
+        self.lane += 1;
+        if self.lane == plan.config.lanes.canonical_lanes as u64 {
+            self.lane = 0;
+            self.round += 1;
+        }
+        self.slot += 1;
+        if self.slot == plan.schedule.segments[self.seg].mixture.slots.len() {
+            self.slot = 0;
+            self.chunk += 1;
+        }
+    }
+}
+
 impl Plan {
     fn pointer_at(&self, g: u64, cache: &mut [Option<PassLayout>]) -> SamplePtr {
         let lane = (g % self.config.lanes.canonical_lanes as u64) as LaneId;
@@ -279,6 +343,31 @@ impl Plan {
     /// [`pointer_at`](Plan::pointer_at) for a caller that knows `g`'s lane.
     fn pointer_in_lane(&self, g: u64, lane: LaneId, cache: &mut [Option<PassLayout>]) -> SamplePtr {
         let (d, pos) = self.schedule.locate(g);
+        self.pointer_of(d, pos, lane, cache)
+    }
+
+    /// The pointer at `cursor`'s global index: [`pointer_at`](Plan::pointer_at)
+    /// without its divisions.
+    #[inline]
+    fn pointer_at_cursor(&self, cursor: &Cursor, cache: &mut [Option<PassLayout>]) -> SamplePtr {
+        let s = &self.schedule.segments[cursor.seg];
+        let m = &s.mixture;
+        let k = m.slots[cursor.slot];
+        let d = s.active[k as usize];
+        let pos =
+            s.base[d as usize] + cursor.chunk * m.quotas[k as usize] + m.occurrence[cursor.slot];
+        self.pointer_of(d, pos, cursor.lane as LaneId, cache)
+    }
+
+    /// The pointer at position `pos` of dataset `d`'s own stream.
+    #[inline]
+    fn pointer_of(
+        &self,
+        d: u32,
+        pos: u64,
+        lane: LaneId,
+        cache: &mut [Option<PassLayout>],
+    ) -> SamplePtr {
         let order = &self.orders[d as usize];
         // A dataset's positions come in order, so the cached pass mostly
         // holds the next one: no division to find it.

@@ -136,6 +136,7 @@ impl DatasetOrder {
     }
 
     /// `(shard, sample)` for position `pos` (`< total`) of pass `layout.pass`.
+    #[inline]
     pub fn locate(&self, layout: &mut PassLayout, pos: u64) -> (u32, u64) {
         let pass = layout.pass;
         let q = match self.block {

@@ -1,7 +1,7 @@
 //! The stream of pointers a work source emits for the lanes a rank owns.
 
 use super::shuffle::PassLayout;
-use super::{Plan, count_lane, restore};
+use super::{Cursor, Plan, count_lane, restore};
 use crate::dataset::Catalog;
 use crate::error::Result;
 use crate::pointer::{LaneId, SamplePtr};
@@ -23,6 +23,8 @@ pub struct PointerStream {
     pub(super) board_looked: bool,
     /// Restoring from lane cuts: the preamble, and where each lane resumes.
     pub(super) resume: Option<restore::Resume>,
+    /// Where `next` falls in the schedule, when it was last computed there.
+    pub(super) cursor: Option<Cursor>,
 }
 
 impl PointerStream {
@@ -37,11 +39,104 @@ impl PointerStream {
 pub trait Catalogued {
     /// The datasets the pointers index into.
     fn catalog(&self) -> &Catalog;
+
+    /// Appends up to `max` of the next pointers to `out` at once and says how
+    /// many (0: the stream has ended), for a stream that never waits and
+    /// never fails; `None` (the default) for any other, which is polled one
+    /// pointer at a time. [`fetch`](crate::PipelineExt::fetch) takes its
+    /// pointers this way where it can: a poll per pointer cost more than
+    /// computing the pointer. Either way gives the same pointers in the same
+    /// order.
+    ///
+    /// ```
+    /// use std::pin::Pin;
+    /// use zephon_core::{Catalogued, Dataset, Record, WorkSource};
+    /// let ds = Dataset::in_memory("d", vec![vec![Record::new(); 10]])?;
+    /// let ws = WorkSource::builder().dataset(ds, 1.0).seed(5).build()?;
+    /// let mut s = ws.stream();
+    /// let mut out = Vec::new();
+    /// assert_eq!(Pin::new(&mut s).next_pointers(&mut out, 4), Some(4));
+    /// assert_eq!(Pin::new(&mut s).next_pointers(&mut out, 100), Some(6));
+    /// assert_eq!(Pin::new(&mut s).next_pointers(&mut out, 100), Some(0));
+    /// assert_eq!(out, ws.stream().pointers().collect::<Vec<_>>());
+    /// # Ok::<(), zephon_core::Error>(())
+    /// ```
+    fn next_pointers(self: Pin<&mut Self>, out: &mut Vec<SamplePtr>, max: usize) -> Option<usize> {
+        let _ = (out, max);
+        None
+    }
 }
 
 impl Catalogued for PointerStream {
     fn catalog(&self) -> &Catalog {
         &self.plan.catalog
+    }
+
+    fn next_pointers(self: Pin<&mut Self>, out: &mut Vec<SamplePtr>, max: usize) -> Option<usize> {
+        let this = self.get_mut();
+        if !this.board_looked {
+            this.look_for_restore();
+        }
+        out.reserve(max);
+        let mut n = 0;
+        while n < max {
+            let Some(p) = this.next_pointer() else { break };
+            out.push(p);
+            n += 1;
+            let run = this.run_after(&p, (max - n) as u64);
+            if run > 0 {
+                let l = this.plan.config.lanes.canonical_lanes;
+                let mut lane = p.lane;
+                out.extend((1..=run).map(|i| {
+                    lane += 1;
+                    if lane == l {
+                        lane = 0;
+                    }
+                    SamplePtr {
+                        sample: p.sample + i,
+                        lane,
+                        ..p
+                    }
+                }));
+                n += run as usize;
+            }
+        }
+        Some(n)
+    }
+}
+
+impl PointerStream {
+    /// How many of the pointers right after `p` (the last one handed out)
+    /// are the next samples of `p`'s shard, in order, up to `limit`; those
+    /// are skipped here, for the caller to hand out. A run: one dataset in
+    /// the mixture, no within-shard or block shuffle, every lane this
+    /// rank's, no restore; anything else is 0 and pointers are located one
+    /// by one.
+    fn run_after(&mut self, p: &SamplePtr, limit: u64) -> u64 {
+        let plan = &*self.plan;
+        let Some(c) = &mut self.cursor else { return 0 };
+        let seg = &plan.schedule.segments[c.seg];
+        let order = &plan.orders[p.dataset as usize];
+        if limit == 0
+            || self.resume.is_some()
+            || seg.active.len() != 1
+            || order.block.is_some()
+            || order.shuffle_within_shard
+            || plan.config.lanes.world_size != 1
+            || c.g != self.next
+        {
+            return 0;
+        }
+        let shard_left = order.shard_lens[p.shard as usize] - p.sample - 1;
+        let run = shard_left
+            .min(c.seg_end - c.g)
+            .min(plan.end.map_or(u64::MAX, |e| e.saturating_sub(c.g)))
+            .min(limit);
+        if run > 0 {
+            self.next += run;
+            *c = Cursor::at(plan, self.next);
+        }
+        run
     }
 }
 
@@ -53,9 +148,8 @@ impl PointerStream {
     }
 
     /// The next pointer of an owned lane, `None` at the end.
+    #[inline]
     pub fn next_pointer(&mut self) -> Option<SamplePtr> {
-        let lanes = self.plan.config.lanes;
-        let l = lanes.canonical_lanes as u64;
         if let Some(r) = &mut self.resume
             && let Some(p) = r.preamble.pop_front()
         {
@@ -66,21 +160,29 @@ impl PointerStream {
             if self.plan.end.is_some_and(|e| g >= e) {
                 return None;
             }
-            self.next += 1;
-            let lane = (g % l) as LaneId;
-            if self.owned[lane as usize]
+            let c = match &mut self.cursor {
+                Some(c) if c.g == g => c,
+                slot => slot.insert(Cursor::at(&self.plan, g)),
+            };
+            let lane = c.lane as LaneId;
+            let take = self.owned[lane as usize]
                 && self
                     .resume
                     .as_ref()
-                    .is_none_or(|r| g / l >= r.starts[lane as usize])
-            {
-                return Some(self.plan.pointer_in_lane(g, lane, &mut self.cache));
+                    .is_none_or(|r| c.round >= r.starts[lane as usize]);
+            let p = take.then(|| self.plan.pointer_at_cursor(c, &mut self.cache));
+            c.advance(&self.plan);
+            self.next += 1;
+            if p.is_some() {
+                return p;
             }
         }
     }
 
     /// First poll of a checkpointed pipeline being restored: take the lane
     /// cuts off the board.
+    #[cold]
+    #[inline(never)]
     fn look_for_restore(&mut self) {
         self.board_looked = true;
         let Some(board) = crate::checkpoint::cut::Board::current() else {
@@ -129,6 +231,7 @@ impl PointerStream {
 
 impl Stream for PointerStream {
     type Item = Result<SamplePtr>;
+    #[inline]
     fn poll_next(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
         if !this.board_looked {
@@ -175,5 +278,108 @@ impl crate::obs::Explain for PointerStream {
                 c.lanes.canonical_lanes
             ),
         ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Catalogued;
+    use crate::work::ExhaustedPolicy;
+    use crate::{BlockShuffle, Dataset, Record, SamplePtr, WorkSource};
+    use std::pin::Pin;
+
+    /// Sources whose streams locate pointers incrementally and in runs
+    /// (segments, passes, shard ends, lanes, ranks, shuffles on and off).
+    fn sources() -> Vec<WorkSource> {
+        let ds = |name: &str, lens: &[usize]| {
+            Dataset::in_memory(name, lens.iter().map(|&n| vec![Record::new(); n]).collect())
+                .unwrap()
+        };
+        let mut out = Vec::new();
+        for shuffled in [false, true] {
+            for (lanes, world) in [(1, 1), (3, 1), (4, 2)] {
+                for rank in 0..world {
+                    let one = WorkSource::builder()
+                        .dataset(ds("a", &[7, 1, 12, 5]), 1.0)
+                        .shuffle_shards(shuffled)
+                        .shuffle_within_shard(shuffled)
+                        .chunk_size(3)
+                        .passes(3)
+                        .canonical_lanes(lanes)
+                        .world_size(world)
+                        .rank(rank)
+                        .build()
+                        .unwrap();
+                    out.push(one.clone());
+                    let mut later = one;
+                    later.seek(11);
+                    out.push(later);
+                    // A dataset that leaves: two segments, the second of
+                    // one dataset.
+                    out.push(
+                        WorkSource::builder()
+                            .dataset(ds("a", &[4, 3]), 1.0)
+                            .dataset(ds("b", &[9, 20, 6]), 2.0)
+                            .exhausted_policy(ExhaustedPolicy::Redistribute)
+                            .shuffle_shards(shuffled)
+                            .shuffle_within_shard(shuffled)
+                            .chunk_size(5)
+                            .canonical_lanes(lanes)
+                            .world_size(world)
+                            .rank(rank)
+                            .build()
+                            .unwrap(),
+                    );
+                }
+            }
+            out.push(
+                WorkSource::builder()
+                    .dataset(ds("a", &[10, 10]), 1.0)
+                    .shuffle_block_size(BlockShuffle::Size(4))
+                    .shuffle_within_shard(shuffled)
+                    .passes(2)
+                    .build()
+                    .unwrap(),
+            );
+        }
+        out
+    }
+
+    /// The pointers a source owes, each located from its global index alone.
+    fn expected(ws: &WorkSource) -> Vec<SamplePtr> {
+        let start = ws.state().next_global;
+        let end = ws.global_len().unwrap();
+        let l = ws.config().lanes.canonical_lanes as u64;
+        (start..end)
+            .filter(|g| ws.config().lanes.owns((g % l) as u32))
+            .map(|g| ws.pointer_at(g))
+            .collect()
+    }
+
+    #[test]
+    fn pointers_one_by_one_are_those_of_their_global_indices() {
+        for ws in sources() {
+            let got: Vec<SamplePtr> = ws.stream().pointers().collect();
+            assert_eq!(got, expected(&ws), "{:?}", ws.config());
+        }
+    }
+
+    #[test]
+    fn pointers_in_runs_are_those_of_their_global_indices() {
+        for ws in sources() {
+            for max in [1, 2, 5, 64] {
+                let mut s = ws.stream();
+                let mut got = Vec::new();
+                loop {
+                    let before = got.len();
+                    let n = Pin::new(&mut s).next_pointers(&mut got, max).unwrap();
+                    assert!(n <= max && got.len() == before + n);
+                    if n == 0 {
+                        break;
+                    }
+                }
+                assert_eq!(got, expected(&ws), "max {max}, {:?}", ws.config());
+            }
+        }
     }
 }

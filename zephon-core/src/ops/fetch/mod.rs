@@ -7,6 +7,7 @@ use read::{Instruments, read_window};
 use crate::dataset::Catalog;
 use crate::error::{Error, Result};
 use crate::obs::{Explain, Observer, Probe, StageDescription};
+use crate::ops::batch::Batcher;
 use crate::pointer::SamplePtr;
 use crate::record::Record;
 use crate::settings::{MICRO_BATCH, PARALLELISM};
@@ -20,6 +21,10 @@ use std::task::{Context, Poll};
 
 /// Most pointers one read request carries.
 pub const DEFAULT_MAX_GROUP: usize = 256;
+
+/// [`Catalogued::next_pointers`](crate::work::Catalogued::next_pointers) of
+/// the input, where `fetch` knows it.
+type PointerRuns<S> = fn(Pin<&mut S>, &mut Vec<SamplePtr>, usize) -> Option<usize>;
 
 /// Reads the records that pointers name. Consecutive pointers into the same
 /// shard are grouped into one request (the shard reads runs of adjacent
@@ -56,6 +61,11 @@ pub struct Fetch<S> {
     across_shards: bool,
     group: Vec<SamplePtr>,
     carry: Option<SamplePtr>,
+    /// Takes the input's pointers in runs, where it can hand them out so.
+    runs: Option<PointerRuns<S>>,
+    /// Pointers taken in a run and not yet grouped, from `pending_at` on.
+    pending: Vec<SamplePtr>,
+    pending_at: usize,
     in_flight: FuturesOrdered<BoxFuture<'static, Result<Vec<Record>>>>,
     /// The last read group's records, handed out in place: no copy into
     /// a queue.
@@ -84,6 +94,9 @@ impl<S> Fetch<S> {
             across_shards: false,
             group: Vec::new(),
             carry: None,
+            runs: None,
+            pending: Vec::new(),
+            pending_at: 0,
             in_flight: FuturesOrdered::new(),
             ready: Vec::new().into_iter(),
             done: false,
@@ -131,10 +144,52 @@ impl<S> Fetch<S> {
     pub fn parallelism(&self) -> usize {
         self.parallelism
     }
+
+    /// Takes the input's pointers with `runs` rather than a poll each.
+    pub(crate) fn pointer_runs(mut self, runs: PointerRuns<S>) -> Self {
+        self.runs = Some(runs);
+        self
+    }
+
+    fn pending(&self) -> usize {
+        self.pending.len() - self.pending_at
+    }
 }
 
 impl<S> Fetch<S> {
     crate::adapter_accessors!(inner);
+
+    /// The records read and not yet handed out, in order.
+    fn ready(self: Pin<&mut Self>) -> &mut std::vec::IntoIter<Record> {
+        self.project().ready
+    }
+}
+
+impl<S> Fetch<S>
+where
+    S: Stream<Item = Result<SamplePtr>>,
+{
+    /// [`PipelineExt::batch`](crate::PipelineExt::batch), the same batches,
+    /// for which batch takes the records fetch has read straight from it
+    /// rather than polling fetch for each.
+    ///
+    /// ```
+    /// use zephon_core::{Dataset, PipelineExt, Record, Runner, WorkSource};
+    /// let ds = Dataset::in_memory("toy", vec![(0..10).map(|i| Record::new().with("i", i as i64)).collect()]).unwrap();
+    /// let ws = WorkSource::builder().dataset(ds, 1.0).shuffle_within_shard(false).build().unwrap();
+    /// let sizes: Vec<usize> = ws.stream().fetch(2).batch(4).into_blocking_iter(Runner::Inline).unwrap()
+    ///     .map(|b| b.unwrap().len()).collect();
+    /// assert_eq!(sizes, vec![4, 4, 2]);
+    /// ```
+    pub fn batch(self, n: usize) -> Batcher<Self, Record> {
+        Batcher::new(self, n, false).take_ready(Fetch::ready)
+    }
+
+    /// [`PipelineExt::batch_with`](crate::PipelineExt::batch_with), taking
+    /// the read records as [`batch`](Fetch::batch) does.
+    pub fn batch_with(self, n: usize, drop_last: bool) -> Batcher<Self, Record> {
+        Batcher::new(self, n, drop_last).take_ready(Fetch::ready)
+    }
 }
 
 impl<S: fmt::Debug> fmt::Debug for Fetch<S> {
@@ -160,6 +215,7 @@ where
             && self.done
             && self.carry.is_none()
             && self.group.is_empty()
+            && self.pending() == 0
             && self.in_flight.is_empty()
             && self.ready.len() == 0
     }
@@ -173,7 +229,11 @@ where
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut this = self.project();
-        if let Some(e) = this.invalid.take() {
+        // Checked before it is taken: taking moves the whole error out
+        // on every poll.
+        if this.invalid.is_some()
+            && let Some(e) = this.invalid.take()
+        {
             *this.done = true;
             return Poll::Ready(Some(Err(e)));
         }
@@ -207,7 +267,27 @@ where
                     }
                     break;
                 }
-                match this.inner.as_mut().poll_next(cx) {
+                let polled = if let Some(&p) = this.pending.get(*this.pending_at) {
+                    *this.pending_at += 1;
+                    Poll::Ready(Some(Ok(p)))
+                } else if let Some(runs) = *this.runs {
+                    this.pending.clear();
+                    *this.pending_at = 0;
+                    match runs(this.inner.as_mut(), this.pending, *this.max_group) {
+                        Some(0) => Poll::Ready(None),
+                        Some(_) => {
+                            *this.pending_at = 1;
+                            Poll::Ready(Some(Ok(this.pending[0])))
+                        }
+                        None => {
+                            *this.runs = None;
+                            this.inner.as_mut().poll_next(cx)
+                        }
+                    }
+                } else {
+                    this.inner.as_mut().poll_next(cx)
+                };
+                match polled {
                     Poll::Ready(Some(Ok(p))) => {
                         this.probe.arrived();
                         let same = this
@@ -216,6 +296,20 @@ where
                             .is_none_or(|f| f.dataset == p.dataset && f.shard == p.shard);
                         if (same || *this.across_shards) && this.group.len() < *this.max_group {
                             this.group.push(p);
+                            // The pointers of a run that join the same group,
+                            // at once: the rule above, applied to each.
+                            let rest = &this.pending[*this.pending_at..];
+                            let room = (*this.max_group - this.group.len()).min(rest.len());
+                            let n = if *this.across_shards {
+                                room
+                            } else {
+                                rest[..room]
+                                    .iter()
+                                    .take_while(|q| q.dataset == p.dataset && q.shard == p.shard)
+                                    .count()
+                            };
+                            this.group.extend_from_slice(&rest[..n]);
+                            *this.pending_at += n;
                         } else {
                             let g = std::mem::take(this.group);
                             this.probe.input_n(g.len());
@@ -274,7 +368,8 @@ where
 
     fn size_hint(&self) -> (usize, Option<usize>) {
         let (lo, hi) = self.inner.size_hint();
-        let extra = self.ready.len() + self.group.len() + self.carry.is_some() as usize;
+        let extra =
+            self.ready.len() + self.group.len() + self.pending() + self.carry.is_some() as usize;
         let flying = self.in_flight.len().saturating_mul(self.max_group);
         (
             lo.saturating_add(extra),
