@@ -99,9 +99,8 @@ pub struct Args {
     #[arg(long)]
     pub peer: Vec<String>,
     /// Pointers looked ahead to warm the block cache (storage's `prefetch`,
-    /// 4 warm-ups at once) in the passes of `--shuffle block` with `--uri`
-    /// or `--serve`, the local pass as well so that both run one pipeline
-    /// (a local file has nothing to warm); 0: none.
+    /// 4 warm-ups at once) in the remote passes of `--shuffle block` (with
+    /// `--uri` or `--serve`; the local file has nothing to warm); 0: none.
     #[arg(long, default_value_t = 2048)]
     pub prefetch: usize,
     /// Internal: run one pass in this process and print its figures
