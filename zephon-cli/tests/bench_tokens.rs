@@ -188,3 +188,49 @@ fn bench_tokens_reads_the_file_over_http_beside_the_local_run() {
     let (ok, _, err) = bench(&["--file", &file, "--serve", "ftp"]);
     assert!(!ok && err.contains("--serve"), "{err}");
 }
+
+/// `--serve s3 --shuffle block` (moto_server on 127.0.0.1): each pass runs
+/// in a process of its own, so each line's peak memory is its pass's own.
+/// The cold pass keeps the file's blocks in the cache's memory tier; the
+/// local pass, run after it in the second round, does not carry them.
+#[test]
+fn bench_tokens_reports_each_pass_its_own_peak_memory() {
+    let t = tempfile::tempdir().unwrap();
+    // 32 MB of tokens: 8 blocks of the cache, held by the cold pass.
+    let path = t.path().join("train.bin");
+    let bytes: Vec<u8> = (0..16u32 << 20)
+        .flat_map(|t| (t as u16).to_le_bytes())
+        .collect();
+    std::fs::write(&path, bytes).unwrap();
+    let file = path.display().to_string();
+    let (ok, out, err) = bench(&[
+        "--file",
+        &file,
+        "--serve",
+        "s3",
+        "--shuffle",
+        "block",
+        "--repeat",
+        "2",
+    ]);
+    assert!(ok, "{err}");
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let names: Vec<&str> = lines
+        .iter()
+        .map(|l| l["system"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["zephon", "zephon-cache-cold", "zephon-cache-warm"],
+        "{out}"
+    );
+    let peak = |l: &serde_json::Value| l["peak_rss_anon_mb"].as_f64().unwrap();
+    let (local, cold) = (peak(&lines[0]), peak(&lines[1]));
+    assert!(local > 0.0 && local + 24.0 < cold, "{out}");
+    for l in &lines[1..] {
+        assert!(l["server_cpu_s"].as_f64().is_some(), "{l}");
+    }
+}

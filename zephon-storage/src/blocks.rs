@@ -32,6 +32,13 @@ const BLOCK_PARALLELISM: usize = 16;
 /// held in memory until its turn, so this bounds that scan's memory.
 const INDEX_READ_AHEAD: usize = 4;
 
+/// How one read is served: its spans, each a byte range of the shard, and
+/// the blocks they lie in, in order.
+struct Plan {
+    spans: Vec<(u64, u64)>,
+    wanted: Vec<u64>,
+}
+
 /// An uncompressed remote shard read by blocks through the shard cache.
 #[derive(Debug)]
 pub struct BlockFile {
@@ -162,14 +169,23 @@ impl BlockFile {
         Ok(b)
     }
 
-    /// The bytes of each range `(from, to)` (sorted by `from`, within the
-    /// shard): ranges sharing a block are merged into one span, every block
-    /// is fetched once, 16 at a time. Returns each span's start and bytes, in offset order; a range's
-    /// bytes lie in the last span starting at or before it.
+    /// The bytes of each range `(from, to)` (sorted, within the shard):
+    /// ranges within one block are merged into one span (a slice of the
+    /// block, no copy), a range across blocks is a span of its own (copied);
+    /// every block is fetched once, 16 at a time. Returns each span's start
+    /// and bytes, in offset order; a range's bytes lie in the last span
+    /// starting at or before it.
     pub async fn read_spans(
         self: Arc<Self>,
         ranges: impl IntoIterator<Item = (u64, u64)>,
     ) -> Result<Vec<(u64, Bytes)>> {
+        let plan = self.plan(ranges)?;
+        self.read_planned(plan, HashMap::new()).await
+    }
+
+    /// The spans `ranges` are read in (see
+    /// [`read_spans`](BlockFile::read_spans)) and the blocks they need.
+    fn plan(&self, ranges: impl IntoIterator<Item = (u64, u64)>) -> Result<Plan> {
         let mut spans: Vec<(u64, u64)> = Vec::new();
         for (from, to) in ranges {
             if to > self.entry.bytes || from > to {
@@ -182,11 +198,22 @@ impl BlockFile {
                     ),
                 ));
             }
+            let block = |at: u64| at / self.block;
             match spans.last_mut() {
-                // Sharing a block, not merely adjacent: a span across blocks
-                // is copied together, gap included.
-                Some(s) if from / self.block <= s.1.saturating_sub(1) / self.block => {
-                    s.1 = s.1.max(to)
+                Some(s) if to <= s.1 => {}
+                // Within the one block the span lies in: a slice of that
+                // block. A range across blocks is a span of its own, copied
+                // alone: merged with its neighbours, the copy would take the
+                // gaps between them too (in a shuffled read, a few MB for a
+                // few KB of samples).
+                Some(s)
+                    if from < to
+                        && s.0 < s.1
+                        && block(s.0) == block(s.1 - 1)
+                        && block(from) == block(s.0)
+                        && block(to - 1) == block(s.0) =>
+                {
+                    s.1 = to
                 }
                 _ => spans.push((from, to)),
             }
@@ -197,8 +224,23 @@ impl BlockFile {
             .flat_map(|&(from, to)| from / self.block..to.div_ceil(self.block))
             .collect();
         wanted.dedup();
+        Ok(Plan { spans, wanted })
+    }
+
+    /// The bytes of the spans of `plan`, of whose blocks `found` holds some
+    /// already.
+    async fn read_planned(
+        self: Arc<Self>,
+        plan: Plan,
+        mut found: HashMap<u64, Bytes>,
+    ) -> Result<Vec<(u64, Bytes)>> {
+        let missing: Vec<u64> = plan
+            .wanted
+            .into_iter()
+            .filter(|i| !found.contains_key(i))
+            .collect();
         let this = self.clone();
-        let blocks: HashMap<u64, Bytes> = futures::stream::iter(wanted)
+        let fetched: Vec<(u64, Bytes)> = futures::stream::iter(missing)
             .map(|i| {
                 let this = this.clone();
                 async move { Ok::<_, zephon_core::Error>((i, this.block(i).await?)) }
@@ -206,10 +248,19 @@ impl BlockFile {
             .buffered(BLOCK_PARALLELISM)
             .try_collect()
             .await?;
-        Ok(spans
+        found.extend(fetched);
+        Ok(self.assemble_all(plan.spans, &found))
+    }
+
+    fn assemble_all(
+        &self,
+        spans: Vec<(u64, u64)>,
+        blocks: &HashMap<u64, Bytes>,
+    ) -> Vec<(u64, Bytes)> {
+        spans
             .into_iter()
-            .map(|(from, to)| (from, self.assemble(&blocks, from, to)))
-            .collect())
+            .map(|(from, to)| (from, self.assemble(blocks, from, to)))
+            .collect()
     }
 
     /// Bytes `from..to` out of the fetched `blocks` (a slice when one block
@@ -236,16 +287,31 @@ impl BlockFile {
         out.freeze()
     }
 
-    /// Runs [`read_spans`](BlockFile::read_spans) on the storage runtime.
+    /// [`read_spans`](BlockFile::read_spans) from any runtime: when the
+    /// memory tier holds every block the ranges need, here and at once (one
+    /// look-up per block, not per range); otherwise the blocks it lacks are
+    /// read on the storage runtime.
     pub async fn fetch_spans(
         self: &Arc<Self>,
         ranges: Vec<(u64, u64)>,
     ) -> Result<Vec<(u64, Bytes)>> {
+        let plan = self.plan(ranges)?;
+        let mut found = HashMap::with_capacity(plan.wanted.len());
+        for &i in &plan.wanted {
+            match self.cache.get_in_memory(&self.block_key(i)) {
+                Some(b) => {
+                    found.insert(i, b);
+                }
+                None => break,
+            }
+        }
+        if found.len() == plan.wanted.len() {
+            return Ok(self.assemble_all(plan.spans, &found));
+        }
         let this = self.clone();
-        runtime::spawn(
-            self.uri.clone(),
-            async move { this.read_spans(ranges).await },
-        )
+        runtime::spawn(self.uri.clone(), async move {
+            this.read_planned(plan, found).await
+        })
         .await
     }
 

@@ -10,11 +10,16 @@ use common::{
     write_dataset,
 };
 use std::path::Path;
+use std::sync::Arc;
 use zephon_core::{Dataset, PipelineExt, Runner, WorkSource};
 use zephon_storage::backend::{Backend, runtime};
+use zephon_storage::blocks::BlockFile;
 use zephon_storage::format::{FormatOptions, TokenDtype};
+use zephon_storage::metrics::CacheMetrics;
 use zephon_storage::scan::build_index;
-use zephon_storage::{CacheOptions, DatasetExt, PrefetchExt, RemoteDataset};
+use zephon_storage::{
+    CacheOptions, DatasetExt, PrefetchExt, RemoteDataset, ShardCache, ShardEntry,
+};
 
 /// Writes the manifest and line-index sidecars of the local folder `dir`.
 fn index(dir: &Path) {
@@ -262,4 +267,73 @@ fn block_settings_out_of_range_are_refused_naming_the_key() {
             .limit_bytes(68 << 10),
     );
     RemoteDataset::open("d", &uri, &opts).unwrap();
+}
+
+/// Ranges on both sides of block boundaries, as a read of samples in
+/// shuffled order asks for them: each comes back whole, only a range across
+/// a boundary is copied (alone, not with the gaps between its neighbours),
+/// and a read whose blocks the memory tier holds looks each block up once.
+#[test]
+fn a_range_across_blocks_is_copied_alone() {
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let block = 64u64 << 10;
+    let bytes: Vec<u8> = (0..4 * block).map(|i| (i % 251) as u8).collect();
+    std::fs::write(data.join("blob.bin"), &bytes).unwrap();
+    let moto = Moto::start(t.path());
+    moto.upload("bkt", "ds", &data);
+    let opts = moto.opts(small_cache(t.path(), 1 << 20, 8 << 20));
+    let backend = Backend::open("d", "s3://bkt/ds", &opts).unwrap();
+    let cache = runtime::block_on(ShardCache::open(&opts.cache, "s3://bkt/ds", 0)).unwrap();
+    let file = Arc::new(BlockFile::new(
+        "d",
+        backend,
+        ShardEntry::new("blob.bin", 1, bytes.len() as u64),
+        "blob",
+        cache.clone(),
+        Arc::new(CacheMetrics::default()),
+    ));
+    let read = |ranges: Vec<(u64, u64)>| {
+        let spans = runtime::block_on(file.fetch_spans(ranges.clone())).unwrap();
+        for &(from, to) in &ranges {
+            let k = spans.partition_point(|(s, _)| *s <= from) - 1;
+            let (start, b) = &spans[k];
+            assert_eq!(
+                &b[(from - start) as usize..(to - start) as usize],
+                &bytes[from as usize..to as usize],
+                "bytes {from}..{to}"
+            );
+        }
+        // Bytes of spans that cross a boundary: copied, not sliced.
+        spans
+            .iter()
+            .filter(|(s, b)| !b.is_empty() && s / block != (s + b.len() as u64 - 1) / block)
+            .map(|(_, b)| b.len() as u64)
+            .sum::<u64>()
+    };
+    let ranges = vec![
+        (100, 200),
+        (block - 3000, block - 2000),
+        (block - 500, block + 500),
+        (block + 1000, block + 1100),
+        (block + 1100, block + 1100),
+        (2 * block - 100, 2 * block + 100),
+        (2 * block + 5000, 2 * block + 5100),
+    ];
+    for pass in 0..2 {
+        assert_eq!(read(ranges.clone()), 1000 + 200, "pass {pass}");
+    }
+    let s = cache.metrics().snapshot();
+    assert_eq!((s.misses, s.hits), (3, 3), "{s:?}");
+    // Block 2 in memory, block 3 not: one look-up each, one download.
+    assert_eq!(
+        read(vec![
+            (2 * block, 2 * block + 10),
+            (3 * block + 7, 4 * block)
+        ]),
+        0
+    );
+    let s = cache.metrics().snapshot();
+    assert_eq!((s.misses, s.hits), (4, 4), "{s:?}");
 }

@@ -260,7 +260,7 @@ fn write_entry(temp: &Path, bytes: &Bytes) -> io::Result<()> {
         .open(temp)?;
     f.write_all(MAGIC)?;
     f.write_all(&(bytes.len() as u64).to_le_bytes())?;
-    f.write_all(&crc32c::crc32c(bytes).to_le_bytes())?;
+    f.write_all(&crc_fast::crc32_iscsi(bytes).to_le_bytes())?;
     f.write_all(bytes)?;
     f.sync_all()
 }
@@ -271,7 +271,7 @@ fn decode(data: &[u8]) -> Option<usize> {
     let len = u64::from_le_bytes(header[16..24].try_into().ok()?);
     (header[..16] == MAGIC[..]
         && len == body.len() as u64
-        && crc32c::crc32c(body).to_le_bytes()[..] == header[24..])
+        && crc_fast::crc32_iscsi(body).to_le_bytes()[..] == header[24..])
         .then_some(HEADER)
 }
 
@@ -305,6 +305,19 @@ mod tests {
         assert!(matches!(d.read("j").unwrap(), Lookup::Missing));
         d.publish("k", &body).await.unwrap();
         assert!(!d.path("j", TEMP).exists());
+        assert!(matches!(d.read("k").unwrap(), Lookup::Found(b) if b == body));
+    }
+
+    #[tokio::test]
+    async fn the_header_carries_the_crc32c_of_the_body() {
+        // CRC-32C's check value: entries written by any version of this
+        // tier, whatever computed their checksum, keep reading back.
+        let t = tempfile::tempdir().unwrap();
+        let d = tier(t.path(), 1 << 20);
+        let body = Bytes::from_static(b"123456789");
+        d.publish("k", &body).await.unwrap();
+        let raw = fs::read(d.path("k", SHARD)).unwrap();
+        assert_eq!(raw[24..HEADER], 0xE306_9283u32.to_le_bytes());
         assert!(matches!(d.read("k").unwrap(), Lookup::Found(b) if b == body));
     }
 

@@ -54,6 +54,11 @@ pub struct ShardCache {
     lock_wait: std::time::Duration,
     lock_warned: AtomicBool,
     block_bytes: u64,
+    /// Disk-tier reads at once: each maps and checks an entry on a
+    /// blocking thread, CPU work once the file is in the page cache, so
+    /// more at once than cores only adds threads (each new one costs its
+    /// allocator fresh pages to fill), not speed.
+    disk_reads: tokio::sync::Semaphore,
 }
 
 impl std::fmt::Debug for ShardCache {
@@ -262,6 +267,7 @@ impl ShardCache {
     /// removed (under its key lock) and reads as a miss.
     async fn read_disk(&self, key: &str) -> Option<Bytes> {
         let disk = self.live_disk()?;
+        let _permit = self.disk_reads.acquire().await.ok()?;
         // Reading and hashing a shard is blocking work: off the I/O threads.
         let (d, k) = (disk.clone(), key.to_owned());
         let found = tokio::task::spawn_blocking(move || d.read(&k))

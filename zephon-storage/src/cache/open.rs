@@ -90,6 +90,9 @@ impl ShardCache {
             lock_wait: opts.lock_wait,
             lock_warned: AtomicBool::new(false),
             block_bytes: opts.block_bytes,
+            disk_reads: tokio::sync::Semaphore::new(
+                std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 16)),
+            ),
         };
         // Room the filesystem can give: what the folder's entries use now
         // plus what is free. Less than the capacity asked for, and the disk

@@ -65,7 +65,7 @@ struct Run {
 
 /// User plus system CPU time of process `pid` (all its threads), from
 /// `/proc/PID/stat` in clock ticks of 1/100 s (Linux's fixed USER_HZ).
-fn cpu_time(pid: u32) -> Option<Duration> {
+pub(super) fn cpu_time(pid: u32) -> Option<Duration> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the parenthesised command name; utime and stime are the
     // 14th and 15th fields of the whole line.

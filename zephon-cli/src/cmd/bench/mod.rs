@@ -20,7 +20,7 @@ pub enum Bench {
     /// Workload W2: pre-tokenized reads of a flat token file, globally
     /// shuffled windows in batches; one JSON line like the peers, with peak
     /// anonymous memory, and peers run side by side.
-    Tokens(tokens::Args),
+    Tokens(Box<tokens::Args>),
 }
 
 pub mod engine;
@@ -39,6 +39,6 @@ pub fn run(b: Bench) -> anyhow::Result<()> {
         Bench::Fetch(a) => fetch::run(a),
         Bench::Formats(a) => formats::run(a),
         Bench::TokenizePack(a) => tokenize_pack::run(a),
-        Bench::Tokens(a) => tokens::run(a),
+        Bench::Tokens(a) => tokens::run(*a),
     }
 }

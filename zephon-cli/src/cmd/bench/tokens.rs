@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::time::Instant;
 use zephon_core::record::{TokenWidth, Tokens};
 use zephon_core::{BlockShuffle, Dataset, PipelineExt, Runner, WorkSource};
+use zephon_storage::PrefetchExt;
 use zephon_storage::format::tokens::TOKENS_FIELD;
 use zephon_storage::format::{FormatShard, FormatSpec, TokenDtype};
 
@@ -101,6 +102,19 @@ pub struct Args {
     /// print one JSON line with `system`, `tokens_per_s` and `first_batch_s`.
     #[arg(long)]
     pub peer: Vec<String>,
+    /// Pointers looked ahead to warm the block cache (storage's `prefetch`,
+    /// 4 warm-ups at once) in the remote passes of `--shuffle block` (with
+    /// `--uri` or `--serve`; the local file has nothing to warm); 0: none.
+    #[arg(long, default_value_t = 2048)]
+    pub prefetch: usize,
+    /// Internal: run one pass in this process and print its figures
+    /// (`local`; with `--uri`, `ranges` or `cache`), so that each pass's
+    /// peak memory is its own.
+    #[arg(long, hide = true)]
+    pub child: Option<String>,
+    /// Internal: the cache folder of a `--child cache` pass.
+    #[arg(long, hide = true)]
+    pub cache_dir: Option<PathBuf>,
 }
 
 /// One run of one system, as the peers print it.
@@ -123,8 +137,11 @@ pub fn run(a: Args) -> Result<()> {
     ensure!(a.seq_len > 0, "--seq-len must be at least 1");
     ensure!(a.batch > 0, "--batch must be at least 1");
     ensure!(a.block_size > 0, "--block-size must be at least 1");
+    if let Some(kind) = &a.child {
+        return super::tokens_remote::child(&a, dtype, wide, kind);
+    }
     if a.uri.is_some() || a.serve.is_some() {
-        return super::tokens_remote::run(&a, dtype, wide);
+        return super::tokens_remote::run(&a, dtype);
     }
     let mut best: Option<Run> = None;
     let mut peers: Vec<Option<Run>> = vec![None; a.peer.len()];
@@ -187,15 +204,20 @@ pub(super) enum Source {
 
 /// One pass of the workload through a Zephon pipeline, in this process.
 fn measure_self(a: &Args, dtype: TokenDtype, wide: bool) -> Result<Run> {
-    measure_from(a, dtype, wide, &Source::Local)
+    measure_from(a, dtype, wide, &Source::Local, 0)
 }
 
-/// One pass of the workload, reading from `source`.
+/// Warm-ups one `prefetch` keeps in flight.
+const PREFETCH_PARALLELISM: usize = 4;
+
+/// One pass of the workload, reading from `source`, with `prefetch`
+/// pointers looked ahead (0: no prefetch stage).
 pub(super) fn measure_from(
     a: &Args,
     dtype: TokenDtype,
     wide: bool,
     source: &Source,
+    prefetch: usize,
 ) -> Result<Run> {
     let sampler = PeakRss::start();
     let cores = zephon_core::runner::num_cpus();
@@ -232,13 +254,23 @@ pub(super) fn measure_from(
         other => bail!("--shuffle: `{other}` is neither global nor block"),
     };
     let ws = ws.canonical_lanes(1).build()?;
-    let batches = ws
-        .stream()
-        .fetch(k)
-        .max_group(a.max_group)
-        .batch_with(a.batch, true)
-        .prefetch_batches(4)
-        .into_blocking_iter(Runner::Threads { workers: k })?;
+    let runner = Runner::Threads { workers: k };
+    let batches = if prefetch > 0 {
+        ws.stream()
+            .prefetch(prefetch, PREFETCH_PARALLELISM)
+            .fetch(k)
+            .max_group(a.max_group)
+            .batch_with(a.batch, true)
+            .prefetch_batches(4)
+            .into_blocking_iter(runner)?
+    } else {
+        ws.stream()
+            .fetch(k)
+            .max_group(a.max_group)
+            .batch_with(a.batch, true)
+            .prefetch_batches(4)
+            .into_blocking_iter(runner)?
+    };
     let rows = a.batch * width as usize;
     let (mut first, mut n_batches, mut samples) = (None, 0u64, 0u64);
     for b in batches {
@@ -295,6 +327,7 @@ pub(super) fn measure_from(
         "max_group": a.max_group,
         "collate": if wide { "u32" } else { "u16" },
         "shuffle": a.shuffle,
+        "prefetch": prefetch,
     });
     Ok(Run {
         line,
