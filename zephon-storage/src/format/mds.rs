@@ -22,7 +22,7 @@ use super::{FormatResult, FormatSpec, ShardIndex};
 use crate::manifest::{Manifest, ShardEntry};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use zephon_core::record::FieldName;
+use zephon_core::record::{FieldName, Fields};
 use zephon_core::{Record, Value};
 
 /// One column of an MDS dataset.
@@ -135,10 +135,87 @@ pub fn manifest_from_index(json: &[u8]) -> FormatResult<Option<Manifest>> {
 /// The samples of one MDS shard: its offset table.
 #[derive(Debug)]
 pub struct MdsIndex {
-    columns: Vec<MdsColumn>,
-    /// The columns' names, made once and shared by every sample.
-    names: Vec<FieldName>,
+    columns: Vec<Column>,
+    /// How many columns have a size header in each sample.
+    variable: usize,
     offsets: Vec<u32>,
+}
+
+/// One column as a sample is decoded: its name (made once, shared by
+/// every record), size and decoder, the encoding's name looked up once per
+/// shard rather than once per value.
+#[derive(Debug)]
+struct Column {
+    name: FieldName,
+    size: Option<u32>,
+    kind: Kind,
+}
+
+/// How a column's bytes become a [`Value`] (the encodings of the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Text,
+    Bytes,
+    I64,
+    I32,
+    I16,
+    I8,
+    U64,
+    U32,
+    U16,
+    U8,
+    F64,
+    F32,
+    F16,
+    StrInt,
+    StrFloat,
+    Json,
+}
+
+impl Kind {
+    fn of(encoding: &str) -> Kind {
+        match encoding {
+            "str" | "str_decimal" => Kind::Text,
+            "int" | "int64" => Kind::I64,
+            "int32" => Kind::I32,
+            "int16" => Kind::I16,
+            "int8" => Kind::I8,
+            "uint64" => Kind::U64,
+            "uint32" => Kind::U32,
+            "uint16" => Kind::U16,
+            "uint8" => Kind::U8,
+            "float64" => Kind::F64,
+            "float32" => Kind::F32,
+            "float16" => Kind::F16,
+            "str_int" => Kind::StrInt,
+            "str_float" => Kind::StrFloat,
+            "json" => Kind::Json,
+            // `bytes`, and what stays bytes (`pkl`, `jpeg`, `ndarray...`).
+            _ => Kind::Bytes,
+        }
+    }
+
+    /// Streaming's name for it, for error messages.
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Text => "str",
+            Kind::Bytes => "bytes",
+            Kind::I64 => "int64",
+            Kind::I32 => "int32",
+            Kind::I16 => "int16",
+            Kind::I8 => "int8",
+            Kind::U64 => "uint64",
+            Kind::U32 => "uint32",
+            Kind::U16 => "uint16",
+            Kind::U8 => "uint8",
+            Kind::F64 => "float64",
+            Kind::F32 => "float32",
+            Kind::F16 => "float16",
+            Kind::StrInt => "str_int",
+            Kind::StrFloat => "str_float",
+            Kind::Json => "json",
+        }
+    }
 }
 
 fn u32_at(b: &[u8], at: usize) -> u32 {
@@ -185,34 +262,53 @@ impl MdsIndex {
             ));
         }
         Ok(MdsIndex {
-            columns: columns.to_vec(),
-            names: columns.iter().map(|c| FieldName::from(&c.name)).collect(),
+            columns: columns
+                .iter()
+                .map(|c| Column {
+                    name: FieldName::from(&c.name),
+                    size: c.size,
+                    kind: Kind::of(&c.encoding),
+                })
+                .collect(),
+            variable: columns.iter().filter(|c| c.size.is_none()).count(),
             offsets,
         })
     }
 
-    /// Decodes one sample from its bytes.
-    fn sample(&self, data: Bytes) -> FormatResult<Record> {
-        let variable = self.columns.iter().filter(|c| c.size.is_none()).count();
-        if data.len() < 4 * variable {
+    /// Decodes the sample at `data[from..to]`. Only `bytes` columns take a
+    /// slice of `data` (a reference count); other values are read from the
+    /// borrowed bytes.
+    fn sample(&self, data: &Bytes, from: usize, to: usize) -> FormatResult<Record> {
+        let b = &data[from..to];
+        let head = 4 * self.variable;
+        if b.len() < head {
             return Err("sample shorter than its size header".into());
         }
-        let mut sizes = (0..variable).map(|k| u32_at(&data, 4 * k) as usize);
-        let mut at = 4 * variable;
-        let mut r = Record::new();
-        for (c, name) in self.columns.iter().zip(&self.names) {
-            let size = c
-                .size
-                .map_or_else(|| sizes.next().unwrap_or(0), |s| s as usize);
-            if at + size > data.len() {
-                return Err(format!("column {:?} runs past the sample's end", c.name));
-            }
-            let v = decode_value(&c.encoding, data.slice(at..at + size))
-                .map_err(|e| format!("column {:?}: {e}", c.name))?;
-            r.set(name.clone(), v);
-            at += size;
-        }
-        Ok(r)
+        let mut sizes = b[..head]
+            .chunks_exact(4)
+            .map(|s| u32::from_le_bytes(s.try_into().expect("4 bytes")) as usize);
+        let mut at = head;
+        let fields = self
+            .columns
+            .iter()
+            .map(|c| {
+                let size = c
+                    .size
+                    .map_or_else(|| sizes.next().unwrap_or(0), |s| s as usize);
+                let end = at
+                    .checked_add(size)
+                    .filter(|&e| e <= b.len())
+                    .ok_or_else(|| format!("column {:?} runs past the sample's end", c.name))?;
+                let v = decode_value(c.kind, &b[at..end], || data.slice(from + at..from + end))
+                    .map_err(|e| format!("column {:?}: {e}", c.name))?;
+                at = end;
+                Ok((c.name.clone(), v))
+            })
+            .collect::<FormatResult<Fields>>()?;
+        Ok(Record {
+            fields,
+            ..Record::default()
+        })
     }
 }
 
@@ -228,41 +324,38 @@ fn f16_to_f64(bits: u16) -> f64 {
     }
 }
 
-fn decode_value(encoding: &str, b: Bytes) -> FormatResult<Value> {
-    let text = || {
-        std::str::from_utf8(&b)
-            .map(str::to_owned)
-            .map_err(|e| format!("not UTF-8: {e}"))
-    };
+/// The value of a column of kind `kind` from its bytes `b`; `shared` gives
+/// the same bytes as a [`Bytes`] sharing the shard's buffer, for `bytes`
+/// columns.
+fn decode_value(kind: Kind, b: &[u8], shared: impl FnOnce() -> Bytes) -> FormatResult<Value> {
+    let text = || std::str::from_utf8(b).map_err(|e| format!("not UTF-8: {e}"));
     let fixed = |n: usize| -> FormatResult<&[u8]> {
         (b.len() == n)
-            .then_some(&b[..])
-            .ok_or_else(|| format!("{encoding} needs {n} bytes, found {}", b.len()))
+            .then_some(b)
+            .ok_or_else(|| format!("{} needs {n} bytes, found {}", kind.name(), b.len()))
     };
-    Ok(match encoding {
-        "str" => Value::Text(text()?),
-        "bytes" => Value::Bytes(b.clone()),
-        "int" | "int64" => Value::Int(i64::from_le_bytes(fixed(8)?.try_into().expect("8"))),
-        "int32" => Value::Int(i32::from_le_bytes(fixed(4)?.try_into().expect("4")) as i64),
-        "int16" => Value::Int(i16::from_le_bytes(fixed(2)?.try_into().expect("2")) as i64),
-        "int8" => Value::Int(fixed(1)?[0] as i8 as i64),
-        "uint64" => {
+    Ok(match kind {
+        Kind::Text => Value::Text(text()?.to_owned()),
+        Kind::Bytes => Value::Bytes(shared()),
+        Kind::I64 => Value::Int(i64::from_le_bytes(fixed(8)?.try_into().expect("8"))),
+        Kind::I32 => Value::Int(i32::from_le_bytes(fixed(4)?.try_into().expect("4")) as i64),
+        Kind::I16 => Value::Int(i16::from_le_bytes(fixed(2)?.try_into().expect("2")) as i64),
+        Kind::I8 => Value::Int(fixed(1)?[0] as i8 as i64),
+        Kind::U64 => {
             let v = u64::from_le_bytes(fixed(8)?.try_into().expect("8"));
             Value::Int(i64::try_from(v).map_err(|_| format!("uint64 {v} exceeds i64"))?)
         }
-        "uint32" => Value::Int(u32::from_le_bytes(fixed(4)?.try_into().expect("4")) as i64),
-        "uint16" => Value::Int(u16::from_le_bytes(fixed(2)?.try_into().expect("2")) as i64),
-        "uint8" => Value::Int(fixed(1)?[0] as i64),
-        "float64" => Value::Float(f64::from_le_bytes(fixed(8)?.try_into().expect("8"))),
-        "float32" => Value::Float(f32::from_le_bytes(fixed(4)?.try_into().expect("4")) as f64),
-        "float16" => Value::Float(f16_to_f64(u16::from_le_bytes(
+        Kind::U32 => Value::Int(u32::from_le_bytes(fixed(4)?.try_into().expect("4")) as i64),
+        Kind::U16 => Value::Int(u16::from_le_bytes(fixed(2)?.try_into().expect("2")) as i64),
+        Kind::U8 => Value::Int(fixed(1)?[0] as i64),
+        Kind::F64 => Value::Float(f64::from_le_bytes(fixed(8)?.try_into().expect("8"))),
+        Kind::F32 => Value::Float(f32::from_le_bytes(fixed(4)?.try_into().expect("4")) as f64),
+        Kind::F16 => Value::Float(f16_to_f64(u16::from_le_bytes(
             fixed(2)?.try_into().expect("2"),
         ))),
-        "str_int" => Value::Int(text()?.trim().parse().map_err(|e| format!("{e}"))?),
-        "str_float" => Value::Float(text()?.trim().parse().map_err(|e| format!("{e}"))?),
-        "str_decimal" => Value::Text(text()?),
-        "json" => Value::from_json(serde_json::from_slice(&b).map_err(|e| format!("{e}"))?),
-        _ => Value::Bytes(b.clone()),
+        Kind::StrInt => Value::Int(text()?.trim().parse().map_err(|e| format!("{e}"))?),
+        Kind::StrFloat => Value::Float(text()?.trim().parse().map_err(|e| format!("{e}"))?),
+        Kind::Json => Value::from_json(serde_json::from_slice(b).map_err(|e| format!("{e}"))?),
     })
 }
 
@@ -276,7 +369,7 @@ impl ShardIndex for MdsIndex {
             .iter()
             .map(|&i| {
                 let (from, to) = self.byte_range(i).expect("a sample of this shard");
-                self.sample(data.slice(from as usize..to as usize))
+                self.sample(data, from as usize, to as usize)
                     .map_err(|e| format!("sample {i}: {e}"))
             })
             .collect()
@@ -292,7 +385,8 @@ impl ShardIndex for MdsIndex {
 
     /// Copies the sample's bytes once, so `bytes` columns own their data.
     fn decode_range(&self, i: u64, bytes: &Bytes) -> FormatResult<Record> {
-        self.sample(Bytes::copy_from_slice(bytes))
+        let own = Bytes::copy_from_slice(bytes);
+        self.sample(&own, 0, own.len())
             .map_err(|e| format!("sample {i}: {e}"))
     }
 }
