@@ -463,6 +463,125 @@ pub fn encode_shard(columns: &[MdsColumn], samples: &[Vec<Vec<u8>>]) -> Vec<u8> 
 mod tests {
     use super::*;
 
+    /// One sample with a column of each encoding, decoded from the whole
+    /// shard and from its bytes alone, and a fixed-size column of the wrong
+    /// size named in the error.
+    #[test]
+    fn every_encoding_decodes_to_its_value() {
+        let cols: Vec<(&str, Option<u32>, Vec<u8>, Value)> = vec![
+            ("a_str", None, b"hi".to_vec(), Value::from("hi")),
+            (
+                "b_bytes",
+                None,
+                vec![0, 255],
+                Value::Bytes(Bytes::from_static(&[0, 255])),
+            ),
+            (
+                "c_int",
+                Some(8),
+                (-5i64).to_le_bytes().to_vec(),
+                Value::Int(-5),
+            ),
+            (
+                "d_int32",
+                Some(4),
+                (-6i32).to_le_bytes().to_vec(),
+                Value::Int(-6),
+            ),
+            (
+                "e_int16",
+                Some(2),
+                (-7i16).to_le_bytes().to_vec(),
+                Value::Int(-7),
+            ),
+            ("f_int8", Some(1), vec![0xf8], Value::Int(-8)),
+            (
+                "g_uint64",
+                Some(8),
+                9u64.to_le_bytes().to_vec(),
+                Value::Int(9),
+            ),
+            (
+                "h_uint32",
+                Some(4),
+                10u32.to_le_bytes().to_vec(),
+                Value::Int(10),
+            ),
+            (
+                "i_uint16",
+                Some(2),
+                11u16.to_le_bytes().to_vec(),
+                Value::Int(11),
+            ),
+            ("j_uint8", Some(1), vec![12], Value::Int(12)),
+            (
+                "k_float64",
+                Some(8),
+                1.5f64.to_le_bytes().to_vec(),
+                Value::Float(1.5),
+            ),
+            (
+                "l_float32",
+                Some(4),
+                2.5f32.to_le_bytes().to_vec(),
+                Value::Float(2.5),
+            ),
+            ("m_float16", Some(2), vec![0x00, 0x3c], Value::Float(1.0)),
+            ("n_str_int", None, b" 13 ".to_vec(), Value::Int(13)),
+            ("o_str_float", None, b"3.5".to_vec(), Value::Float(3.5)),
+            ("p_str_decimal", None, b"1.25".to_vec(), Value::from("1.25")),
+            (
+                "q_json",
+                None,
+                br#"{"k":1}"#.to_vec(),
+                Value::Json(serde_json::json!({"k": 1})),
+            ),
+            (
+                "r_pkl",
+                None,
+                vec![1, 2],
+                Value::Bytes(Bytes::from_static(&[1, 2])),
+            ),
+        ];
+        let columns: Vec<MdsColumn> = cols
+            .iter()
+            .map(|(n, size, _, _)| MdsColumn {
+                name: n.to_string(),
+                encoding: n.split_once('_').unwrap().1.into(),
+                size: *size,
+            })
+            .collect();
+        let sample: Vec<Vec<u8>> = cols.iter().map(|c| c.2.clone()).collect();
+        let shard = Bytes::from(encode_shard(&columns, &[sample]));
+        let index = MdsIndex::open(&shard, &columns).unwrap();
+        let (from, to) = index.byte_range(0).unwrap();
+        let alone = index
+            .decode_range(0, &shard.slice(from as usize..to as usize))
+            .unwrap();
+        for r in [&index.decode(&shard, &[0]).unwrap()[0], &alone] {
+            assert_eq!(r.fields.len(), cols.len());
+            for (name, _, _, want) in &cols {
+                assert_eq!(r.get(name), Some(want), "{name}");
+            }
+        }
+        let mut wrong = columns.clone();
+        wrong[2].size = Some(4);
+        let short: Vec<Vec<u8>> = cols
+            .iter()
+            .enumerate()
+            .map(|(k, c)| if k == 2 { vec![0; 4] } else { c.2.clone() })
+            .collect();
+        let shard = Bytes::from(encode_shard(&wrong, &[short]));
+        let err = MdsIndex::open(&shard, &wrong)
+            .unwrap()
+            .decode(&shard, &[0])
+            .unwrap_err();
+        assert!(
+            err.contains("sample 0") && err.contains("c_int") && err.contains("needs 8 bytes"),
+            "{err}"
+        );
+    }
+
     #[test]
     fn half_floats() {
         assert_eq!(f16_to_f64(0x3c00), 1.0);

@@ -455,8 +455,10 @@ mod tests {
     use parquet::arrow::ArrowWriter;
     use parquet::file::properties::WriterProperties;
 
-    const GROUP: usize = 1000;
-    const GROUPS: usize = 10;
+    // Larger than a decoded slice (`SLICE_ROWS`), so rows are found across
+    // slices, the last one short.
+    const GROUP: usize = 2500;
+    const GROUPS: usize = 4;
     const ROWS: usize = GROUP * GROUPS;
 
     fn text(i: usize) -> String {
