@@ -7,8 +7,11 @@ use std::fmt;
 use std::iter::FusedIterator;
 
 /// Fields held in the record itself; more move to one heap allocation.
-/// Most readers make one or two (`tokens`; `id` and `text`).
-const INLINE: usize = 2;
+/// One, not two: records are moved whole through every stage, and the
+/// bytes of a second inline field cost more in moves than the one
+/// allocation a record of two fields makes (measured on `bench engine` and
+/// `bench formats`).
+const INLINE: usize = 1;
 
 type Entries = SmallVec<[(FieldName, Value); INLINE]>;
 
@@ -16,9 +19,10 @@ type Entries = SmallVec<[(FieldName, Value); INLINE]>;
 /// vector sorted by name.
 ///
 /// Iteration is in name order (what [`Record::digest`](super::Record::digest)
-/// hashes), lookups are binary searches, and the first two fields live in
-/// the record itself, so a record of one or two fields allocates nothing for
-/// them (a tree map allocates a node of several hundred bytes per record).
+/// hashes), lookups are binary searches, and a single field lives in the
+/// record itself: a record of one field allocates nothing for it, one of
+/// more fields one exact-size block (a tree map allocates a node of several
+/// hundred bytes per record).
 /// Building from many fields at once ([`FromIterator`], [`Extend`]) sorts
 /// once, so a record of thousands of fields costs `n log n`, not `n²`; a
 /// repeated name keeps its last value, as a map's `insert` would.
