@@ -3,12 +3,13 @@
 use crate::pointer::{Identity, LaneId, Laned, SamplePtr};
 use bytes::Bytes;
 use smallvec::SmallVec;
-use std::collections::BTreeMap;
 use std::fmt;
 
+pub mod fields;
 mod name;
 mod tokens;
 
+pub use fields::Fields;
 pub use name::{FieldName, Schema};
 pub use tokens::{TokenView, TokenWidth, Tokens};
 
@@ -235,7 +236,7 @@ pub struct Record {
     /// The source samples this record was made from (inline for one).
     pub lineage: Lineage,
     /// Named fields, in name order; the names are shared ([`FieldName`]).
-    pub fields: BTreeMap<FieldName, Value>,
+    pub fields: Fields,
 }
 
 impl Record {
@@ -252,13 +253,10 @@ impl Record {
     /// assert_eq!(r.text("text"), Some("hello"));
     /// ```
     pub fn from_fields<K: Into<FieldName>>(fields: impl IntoIterator<Item = (K, Value)>) -> Self {
-        // Inserting one by one: collecting sorts through a scratch vector,
-        // an allocation too many for the one or few fields a reader makes.
-        let mut r = Record::new();
-        for (k, v) in fields {
-            r.fields.insert(k.into(), v);
+        Record {
+            fields: fields.into_iter().map(|(k, v)| (k.into(), v)).collect(),
+            ..Record::default()
         }
-        r
     }
 
     /// Builder-style: sets a field.

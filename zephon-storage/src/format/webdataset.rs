@@ -24,7 +24,7 @@ use std::io::{Cursor, Read};
 /// The `tar` crate, re-exported so callers write shards with the version
 /// Zephon reads them with.
 pub use tar;
-use zephon_core::record::{FieldName, Schema};
+use zephon_core::record::{FieldName, Fields, Schema};
 use zephon_core::{Record, Value};
 
 /// The field holding a sample's key.
@@ -196,8 +196,7 @@ impl ShardIndex for TarIndex {
 impl TarIndex {
     /// Sample `s` from `data`, the shard's bytes from offset `base` on.
     fn sample(&self, s: &Sample, data: &Bytes, base: usize) -> FormatResult<Record> {
-        let mut r = Record::from_fields([(self.key_field.clone(), Value::Text(s.key.clone()))]);
-        for m in &s.members {
+        let members = s.members.iter().map(|m| {
             let at = m.offset - base;
             if at + m.size > data.len() {
                 return Err(format!(
@@ -207,9 +206,18 @@ impl TarIndex {
             }
             let v = value_of(&m.field, data.slice(at..at + m.size))
                 .map_err(|e| format!("sample {:?}: {e}", s.key))?;
-            r.set(m.field.clone(), v);
-        }
-        Ok(r)
+            Ok((m.field.clone(), v))
+        });
+        // Collected at once (sorted once): a hostile sample of many members
+        // costs `n log n`; a member named like the key field wins, as it
+        // is written after it.
+        let fields = std::iter::once(Ok((self.key_field.clone(), Value::Text(s.key.clone()))))
+            .chain(members)
+            .collect::<FormatResult<Fields>>()?;
+        Ok(Record {
+            fields,
+            ..Record::default()
+        })
     }
 }
 

@@ -20,23 +20,20 @@
 //! float, booleans, binary -> bytes, lists of integers -> token ids
 //! (pre-tokenized `input_ids`), anything else -> its display text.
 
-use super::{FormatResult, ShardIndex};
+mod value;
 
-use arrow_array::cast::AsArray;
-use arrow_array::types::{
-    Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type, UInt16Type,
-    UInt32Type, UInt64Type,
-};
-use arrow_array::{Array, RecordBatch};
-use arrow_schema::DataType;
+use super::{FormatResult, ShardIndex};
+use value::value;
+
+use arrow_array::RecordBatch;
 use bytes::Bytes;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
 };
 use parquet::file::reader::ChunkReader;
-use std::sync::{Arc, Mutex};
-use zephon_core::record::Schema;
+use std::sync::{Arc, Mutex, OnceLock};
+use zephon_core::record::{FieldName, Fields};
 use zephon_core::{Record, Value};
 /// The crates this format is read with, re-exported so callers (fixtures,
 /// benchmarks) write files with the very versions Zephon reads them with.
@@ -57,8 +54,10 @@ pub struct ParquetIndex {
     budget: usize,
     /// Rows decoded so far, which tests hold to a bound.
     decoded: std::sync::atomic::AtomicU64,
-    /// The column names every row shares.
-    names: Schema,
+    /// The projected columns' names, made once and shared by every row,
+    /// in name order with each one's column index (known from the first
+    /// group decoded: every group has the projected schema).
+    names: OnceLock<Vec<(FieldName, usize)>>,
 }
 
 impl ParquetIndex {
@@ -99,7 +98,7 @@ impl ParquetIndex {
             recent: Mutex::new(Recent::default()),
             budget: DECODED_BUDGET,
             decoded: Default::default(),
-            names: Schema::default(),
+            names: OnceLock::new(),
         })
     }
 
@@ -121,31 +120,27 @@ impl ParquetIndex {
         &self,
         data: &R,
         g: usize,
-    ) -> FormatResult<Arc<RecordBatch>> {
+    ) -> FormatResult<Arc<Group>> {
         if let Some(b) = self.recent.lock().expect("poisoned").get(g) {
             return Ok(b);
         }
         let mut builder =
             ParquetRecordBatchReaderBuilder::new_with_metadata(data.clone(), self.meta.clone())
                 .with_row_groups(vec![g])
-                .with_batch_size((self.starts[g + 1] - self.starts[g]).max(1) as usize);
+                .with_batch_size(SLICE_ROWS);
         if let Some(mask) = &self.mask {
             builder = builder.with_projection(mask.clone());
         }
         let reader = builder.build().map_err(|e| format!("row group {g}: {e}"))?;
-        let schema = arrow_array::RecordBatchReader::schema(&reader);
-        let batches = reader
+        let slices = reader
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| format!("row group {g}: {e}"))?;
-        let batch = Arc::new(
-            arrow_select::concat::concat_batches(&schema, &batches)
-                .map_err(|e| format!("row group {g}: {e}"))?,
-        );
+        let group = Arc::new(Group::new(slices));
         let rows = (self.starts[g + 1] - self.starts[g]) as usize;
-        if batch.num_rows() != rows {
+        if group.rows() != rows {
             return Err(format!(
                 "row group {g} gave {} rows, the footer says {rows}",
-                batch.num_rows()
+                group.rows()
             ));
         }
         self.decoded
@@ -153,8 +148,88 @@ impl ParquetIndex {
         self.recent
             .lock()
             .expect("poisoned")
-            .insert(g, batch.clone(), self.budget);
-        Ok(batch)
+            .insert(g, group.clone(), self.budget);
+        Ok(group)
+    }
+
+    /// The shared names, in name order, with their columns in `batch`.
+    fn names(&self, batch: &RecordBatch) -> &[(FieldName, usize)] {
+        self.names.get_or_init(|| {
+            let mut names: Vec<(FieldName, usize)> = batch
+                .schema_ref()
+                .fields()
+                .iter()
+                .enumerate()
+                .map(|(c, f)| (FieldName::from(f.name().as_str()), c))
+                .collect();
+            names.sort_by(|a, b| a.0.cmp(&b.0));
+            names
+        })
+    }
+
+    /// Row `r` of decoded group `group`.
+    fn record(&self, group: &Group, r: usize) -> Record {
+        let (batch, row) = group.locate(r);
+        let columns = batch.columns();
+        Record {
+            fields: self
+                .names(batch)
+                .iter()
+                .map(|(name, c)| {
+                    // Every group has the projected schema the names were
+                    // taken from; a missing column would read as null.
+                    let v = columns
+                        .get(*c)
+                        .map_or(Value::Null, |a| value(a.as_ref(), row));
+                    (name.clone(), v)
+                })
+                .collect::<Fields>(),
+            ..Record::default()
+        }
+    }
+}
+
+/// Rows decoded per slice of a row group. A group is kept as slices of this
+/// many rows, as the reader hands them out: one slice of the whole group
+/// would grow its buffers by doubling through memory the allocator has to
+/// fetch (and the kernel zero) afresh, and gluing slices together copies
+/// every byte once more.
+const SLICE_ROWS: usize = 1024;
+
+/// A decoded row group: its slices, in order.
+#[derive(Debug)]
+struct Group {
+    slices: Vec<RecordBatch>,
+    /// `ends[k]` is the row after the last of slice `k`.
+    ends: Vec<usize>,
+}
+
+impl Group {
+    fn new(slices: Vec<RecordBatch>) -> Self {
+        let ends = slices
+            .iter()
+            .scan(0, |end, b| {
+                *end += b.num_rows();
+                Some(*end)
+            })
+            .collect();
+        Group { slices, ends }
+    }
+
+    fn rows(&self) -> usize {
+        self.ends.last().copied().unwrap_or(0)
+    }
+
+    fn memory_size(&self) -> usize {
+        self.slices.iter().map(|b| b.get_array_memory_size()).sum()
+    }
+
+    /// The slice row `r` of the group is in, and its row there (`r` is
+    /// below [`rows`](Group::rows), checked when the group was decoded).
+    fn locate(&self, r: usize) -> (&RecordBatch, usize) {
+        let k = self.ends.partition_point(|&e| e <= r);
+        let start = if k == 0 { 0 } else { self.ends[k - 1] };
+        (&self.slices[k], r - start)
     }
 }
 
@@ -165,12 +240,12 @@ pub const DECODED_BUDGET: usize = 64 << 20;
 /// Decoded row groups, least recently used first, with their total size.
 #[derive(Debug, Default)]
 struct Recent {
-    groups: Vec<(usize, Arc<RecordBatch>, usize)>,
+    groups: Vec<(usize, Arc<Group>, usize)>,
     bytes: usize,
 }
 
 impl Recent {
-    fn get(&mut self, g: usize) -> Option<Arc<RecordBatch>> {
+    fn get(&mut self, g: usize) -> Option<Arc<Group>> {
         let at = self.groups.iter().position(|(k, _, _)| *k == g)?;
         let entry = self.groups.remove(at);
         let batch = entry.1.clone();
@@ -178,103 +253,18 @@ impl Recent {
         Some(batch)
     }
 
-    fn insert(&mut self, g: usize, batch: Arc<RecordBatch>, budget: usize) {
+    fn insert(&mut self, g: usize, batch: Arc<Group>, budget: usize) {
         // Another reader may have decoded the same group meanwhile.
         if self.get(g).is_some() {
             return;
         }
-        let size = batch.get_array_memory_size();
+        let size = batch.memory_size();
         self.groups.push((g, batch, size));
         self.bytes += size;
         while self.bytes > budget && self.groups.len() > 1 {
             let (_, _, freed) = self.groups.remove(0);
             self.bytes -= freed;
         }
-    }
-}
-
-fn record(batch: &RecordBatch, r: usize, names: &Schema) -> Record {
-    Record::from_fields(
-        batch
-            .schema_ref()
-            .fields()
-            .iter()
-            .zip(batch.columns())
-            .map(|(f, col)| (names.name(f.name()), value(col.as_ref(), r))),
-    )
-}
-
-fn token_ids(a: &dyn Array) -> Option<Vec<u32>> {
-    fn conv<T: Copy>(v: &[T], f: impl Fn(T) -> Option<u32>) -> Option<Vec<u32>> {
-        v.iter().map(|&x| f(x)).collect()
-    }
-    if a.null_count() > 0 {
-        return None;
-    }
-    match a.data_type() {
-        DataType::UInt8 => conv(a.as_primitive::<UInt8Type>().values(), |x| Some(x as u32)),
-        DataType::UInt16 => conv(a.as_primitive::<UInt16Type>().values(), |x| Some(x as u32)),
-        DataType::UInt32 => Some(a.as_primitive::<UInt32Type>().values().to_vec()),
-        DataType::UInt64 => conv(a.as_primitive::<UInt64Type>().values(), |x| {
-            u32::try_from(x).ok()
-        }),
-        DataType::Int16 => conv(a.as_primitive::<Int16Type>().values(), |x| {
-            u32::try_from(x).ok()
-        }),
-        DataType::Int32 => conv(a.as_primitive::<Int32Type>().values(), |x| {
-            u32::try_from(x).ok()
-        }),
-        DataType::Int64 => conv(a.as_primitive::<Int64Type>().values(), |x| {
-            u32::try_from(x).ok()
-        }),
-        _ => None,
-    }
-}
-
-fn display(a: &dyn Array, r: usize) -> Value {
-    let opts = arrow_cast::display::FormatOptions::default();
-    match arrow_cast::display::ArrayFormatter::try_new(a, &opts) {
-        Ok(f) => Value::Text(f.value(r).to_string()),
-        Err(_) => Value::Null,
-    }
-}
-
-fn value(a: &dyn Array, r: usize) -> Value {
-    if a.is_null(r) {
-        return Value::Null;
-    }
-    match a.data_type() {
-        DataType::Boolean => Value::Bool(a.as_boolean().value(r)),
-        DataType::Int8 => Value::Int(a.as_primitive::<Int8Type>().value(r) as i64),
-        DataType::Int16 => Value::Int(a.as_primitive::<Int16Type>().value(r) as i64),
-        DataType::Int32 => Value::Int(a.as_primitive::<Int32Type>().value(r) as i64),
-        DataType::Int64 => Value::Int(a.as_primitive::<Int64Type>().value(r)),
-        DataType::UInt8 => Value::Int(a.as_primitive::<UInt8Type>().value(r) as i64),
-        DataType::UInt16 => Value::Int(a.as_primitive::<UInt16Type>().value(r) as i64),
-        DataType::UInt32 => Value::Int(a.as_primitive::<UInt32Type>().value(r) as i64),
-        DataType::UInt64 => match i64::try_from(a.as_primitive::<UInt64Type>().value(r)) {
-            Ok(v) => Value::Int(v),
-            Err(_) => display(a, r),
-        },
-        DataType::Float32 => Value::Float(a.as_primitive::<Float32Type>().value(r) as f64),
-        DataType::Float64 => Value::Float(a.as_primitive::<Float64Type>().value(r)),
-        DataType::Utf8 => Value::Text(a.as_string::<i32>().value(r).to_owned()),
-        DataType::LargeUtf8 => Value::Text(a.as_string::<i64>().value(r).to_owned()),
-        DataType::Utf8View => Value::Text(a.as_string_view().value(r).to_owned()),
-        DataType::Binary => Value::Bytes(Bytes::copy_from_slice(a.as_binary::<i32>().value(r))),
-        DataType::LargeBinary => {
-            Value::Bytes(Bytes::copy_from_slice(a.as_binary::<i64>().value(r)))
-        }
-        DataType::BinaryView => Value::Bytes(Bytes::copy_from_slice(a.as_binary_view().value(r))),
-        DataType::List(_) => match token_ids(a.as_list::<i32>().value(r).as_ref()) {
-            Some(t) => Value::Tokens(t),
-            None => display(a, r),
-        },
-        DataType::LargeList(_) => match token_ids(a.as_list::<i64>().value(r).as_ref()) {
-            Some(t) => Value::Tokens(t),
-            None => display(a, r),
-        },
-        _ => display(a, r),
     }
 }
 
@@ -351,7 +341,7 @@ impl ShardIndex for ParquetIndex {
         Ok(Some(
             indices
                 .iter()
-                .map(|&i| record(&batch, (i - first) as usize, &self.names))
+                .map(|&i| self.record(&batch, (i - first) as usize))
                 .collect(),
         ))
     }
@@ -366,28 +356,19 @@ impl ShardIndex for ParquetIndex {
             .collect();
         let mut order: Vec<usize> = (0..indices.len()).collect();
         order.sort_by_key(|&k| groups[k]);
-        let mut out: Vec<Option<Record>> = vec![None; indices.len()];
-        let mut current: Option<(usize, Arc<RecordBatch>)> = None;
+        // Filled in group order: empty records (which allocate nothing)
+        // hold the places not reached yet.
+        let mut out: Vec<Record> = (0..indices.len()).map(|_| Record::default()).collect();
+        let mut current: Option<(usize, Arc<Group>)> = None;
         for k in order {
             let g = groups[k];
-            let batch = match &current {
-                Some((c, b)) if *c == g => b.clone(),
-                _ => {
-                    let b = self.group(data, g)?;
-                    current = Some((g, b.clone()));
-                    b
-                }
-            };
-            out[k] = Some(record(
-                &batch,
-                (indices[k] - self.starts[g]) as usize,
-                &self.names,
-            ));
+            if current.as_ref().is_none_or(|(c, _)| *c != g) {
+                current = Some((g, self.group(data, g)?));
+            }
+            let (_, group) = current.as_ref().expect("set just above");
+            out[k] = self.record(group, (indices[k] - self.starts[g]) as usize);
         }
-        Ok(out
-            .into_iter()
-            .map(|r| r.expect("every position is visited"))
-            .collect())
+        Ok(out)
     }
 }
 
@@ -397,8 +378,10 @@ mod tests {
     use parquet::arrow::ArrowWriter;
     use parquet::file::properties::WriterProperties;
 
-    const GROUP: usize = 1000;
-    const GROUPS: usize = 10;
+    // Larger than a decoded slice (`SLICE_ROWS`), so rows are found across
+    // slices, the last one short.
+    const GROUP: usize = 2500;
+    const GROUPS: usize = 4;
     const ROWS: usize = GROUP * GROUPS;
 
     fn text(i: usize) -> String {
