@@ -350,13 +350,20 @@ impl Plan {
     /// without its divisions.
     #[inline]
     fn pointer_at_cursor(&self, cursor: &Cursor, cache: &mut [Option<PassLayout>]) -> SamplePtr {
+        let (d, pos) = self.position_at_cursor(cursor);
+        self.pointer_of(d, pos, cursor.lane as LaneId, cache)
+    }
+
+    /// The dataset and its position that the cursor's global index is.
+    #[inline]
+    fn position_at_cursor(&self, cursor: &Cursor) -> (u32, u64) {
         let s = &self.schedule.segments[cursor.seg];
         let m = &s.mixture;
         let k = m.slots[cursor.slot];
         let d = s.active[k as usize];
         let pos =
             s.base[d as usize] + cursor.chunk * m.quotas[k as usize] + m.occurrence[cursor.slot];
-        self.pointer_of(d, pos, cursor.lane as LaneId, cache)
+        (d, pos)
     }
 
     /// The pointer at position `pos` of dataset `d`'s own stream.

@@ -138,17 +138,75 @@ impl DatasetOrder {
     /// `(shard, sample)` for position `pos` (`< total`) of pass `layout.pass`.
     #[inline]
     pub fn locate(&self, layout: &mut PassLayout, pos: u64) -> (u32, u64) {
-        let pass = layout.pass;
         let q = match self.block {
             Some(b) => {
                 let block = pos / b;
                 let start = block * b;
                 let len = b.min(self.total - start);
-                let k = key(&[self.seed, self.dataset as u64, pass, block, BLOCK]);
-                start + permute(pos - start, len, k)
+                start + permute(pos - start, len, self.block_key(layout.pass, block))
             }
             None => pos,
         };
+        self.locate_shuffled(layout, q)
+    }
+
+    fn block_key(&self, pass: u64, block: u64) -> u64 {
+        key(&[self.seed, self.dataset as u64, pass, block, BLOCK])
+    }
+
+    /// `f(shard, sample)` for the `n` positions from `pos` (`pos + n <=
+    /// total`) of pass `layout.pass`, in order: what [`locate`](Self::locate)
+    /// gives for each, with each permutation's key hashed once per block or
+    /// shard rather than per position.
+    pub fn locate_run(
+        &self,
+        layout: &mut PassLayout,
+        pos: u64,
+        n: u64,
+        mut f: impl FnMut(u32, u64),
+    ) {
+        let end = pos + n;
+        let Some(b) = self.block else {
+            // Shard by shard: a run of consecutive offsets of one shard.
+            let mut q = pos;
+            while q < end {
+                let (shard, first) = self.locate_shuffled(layout, q);
+                f(shard, first);
+                let idx = layout.hint;
+                let off = q - layout.starts[idx];
+                let len = self.shard_lens[shard as usize];
+                let stop = end.min(q + len - off);
+                match layout.within_key {
+                    Some((_, k)) if self.shuffle_within_shard => {
+                        (off + 1..off + (stop - q)).for_each(|o| f(shard, permute(o, len, k)))
+                    }
+                    _ => (off + 1..off + (stop - q)).for_each(|o| f(shard, o)),
+                }
+                q = stop;
+            }
+            return;
+        };
+        let mut p = pos;
+        while p < end {
+            let block = p / b;
+            let start = block * b;
+            let len = b.min(self.total - start);
+            let k = self.block_key(layout.pass, block);
+            let stop = end.min(start + len);
+            for i in p..stop {
+                let q = start + permute(i - start, len, k);
+                let (shard, sample) = self.locate_shuffled(layout, q);
+                f(shard, sample);
+            }
+            p = stop;
+        }
+    }
+
+    /// `(shard, sample)` for position `q` of pass `layout.pass` after the
+    /// block shuffle: the shard order and the within-shard shuffle.
+    #[inline]
+    fn locate_shuffled(&self, layout: &mut PassLayout, q: u64) -> (u32, u64) {
+        let pass = layout.pass;
         let starts = &layout.starts;
         let h = layout.hint;
         let idx = if starts[h] <= q && starts.get(h + 1).is_none_or(|&next| q < next) {

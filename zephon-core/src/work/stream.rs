@@ -83,59 +83,66 @@ impl Catalogued for PointerStream {
             let Some(p) = this.next_pointer() else { break };
             out.push(p);
             n += 1;
-            let run = this.run_after(&p, (max - n) as u64);
-            if run > 0 {
-                let l = this.plan.config.lanes.canonical_lanes;
-                let mut lane = p.lane;
-                out.extend((1..=run).map(|i| {
-                    lane += 1;
-                    if lane == l {
-                        lane = 0;
-                    }
-                    SamplePtr {
-                        sample: p.sample + i,
-                        lane,
-                        ..p
-                    }
-                }));
-                n += run as usize;
-            }
+            n += this.run_after(&p, (max - n) as u64, out) as usize;
         }
         Some(n)
     }
 }
 
 impl PointerStream {
-    /// How many of the pointers right after `p` (the last one handed out)
-    /// are the next samples of `p`'s shard, in order, up to `limit`; those
-    /// are skipped here, for the caller to hand out. A run: one dataset in
-    /// the mixture, no within-shard or block shuffle, every lane this
-    /// rank's, no restore; anything else is 0 and pointers are located one
-    /// by one.
-    fn run_after(&mut self, p: &SamplePtr, limit: u64) -> u64 {
+    /// Appends to `out` the pointers right after `p` (the last one handed
+    /// out) that can be located as a run of consecutive positions of one
+    /// dataset's pass, up to `limit`, and says how many. A run: one dataset
+    /// in the mixture, every lane this rank's, no restore; the shard order,
+    /// within-shard and block shuffles of the pass are applied to the whole
+    /// run at once ([`DatasetOrder::locate_run`]). Anything else is 0, and
+    /// pointers are located one by one.
+    ///
+    /// [`DatasetOrder::locate_run`]: super::shuffle::DatasetOrder::locate_run
+    fn run_after(&mut self, p: &SamplePtr, limit: u64, out: &mut Vec<SamplePtr>) -> u64 {
         let plan = &*self.plan;
         let Some(c) = &mut self.cursor else { return 0 };
         let seg = &plan.schedule.segments[c.seg];
-        let order = &plan.orders[p.dataset as usize];
         if limit == 0
             || self.resume.is_some()
             || seg.active.len() != 1
-            || order.block.is_some()
-            || order.shuffle_within_shard
             || plan.config.lanes.world_size != 1
             || c.g != self.next
         {
             return 0;
         }
-        let shard_left = order.shard_lens[p.shard as usize] - p.sample - 1;
-        let run = shard_left
+        let (d, pos) = plan.position_at_cursor(c);
+        let order = &plan.orders[d as usize];
+        let Some(layout) = self.cache[d as usize]
+            .as_mut()
+            .filter(|l| pos.wrapping_sub(l.first) < order.total)
+        else {
+            return 0;
+        };
+        let within = pos - layout.first;
+        let run = (order.total - within)
             .min(c.seg_end - c.g)
             .min(plan.end.map_or(u64::MAX, |e| e.saturating_sub(c.g)))
             .min(limit);
-        if run > 0 {
-            self.next += run;
-            *c = Cursor::at(plan, self.next);
+        if run == 0 {
+            return 0;
         }
+        let l = plan.config.lanes.canonical_lanes;
+        let mut lane = p.lane;
+        order.locate_run(layout, within, run, |shard, sample| {
+            lane += 1;
+            if lane == l {
+                lane = 0;
+            }
+            out.push(SamplePtr {
+                dataset: d,
+                shard,
+                sample,
+                lane,
+            });
+        });
+        self.next += run;
+        *c = Cursor::at(plan, self.next);
         run
     }
 }
@@ -380,6 +387,70 @@ mod tests {
                 }
                 assert_eq!(got, expected(&ws), "max {max}, {:?}", ws.config());
             }
+        }
+    }
+
+    /// Takes the whole stream in runs of at most `max`.
+    fn in_runs(ws: &WorkSource, max: usize) -> Vec<SamplePtr> {
+        let mut s = ws.stream();
+        let mut got = Vec::new();
+        loop {
+            let before = got.len();
+            let n = Pin::new(&mut s).next_pointers(&mut got, max).unwrap();
+            assert!(n <= max && got.len() == before + n);
+            if n == 0 {
+                return got;
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
+
+        /// Runs through shuffled orders (within-shard, block, global) give
+        /// exactly the pointers of the one-by-one path.
+        #[test]
+        fn shuffled_runs_are_the_pointers_one_by_one(
+            lens in proptest::collection::vec(1usize..13, 1..6),
+            other in proptest::option::of(proptest::collection::vec(1usize..9, 1..4)),
+            seed in 0u64..1000,
+            shards in proptest::bool::ANY,
+            within in proptest::bool::ANY,
+            block in 0u64..24,
+            lanes in 1u32..5,
+            passes in 1u64..4,
+            seek in 0u64..20,
+            max in 1usize..70,
+        ) {
+            let ds = |name: &str, lens: &[usize]| {
+                Dataset::in_memory(name, lens.iter().map(|&n| vec![Record::new(); n]).collect())
+                    .unwrap()
+            };
+            let block = match block {
+                0 => BlockShuffle::Off,
+                1 => BlockShuffle::Auto,
+                2 => BlockShuffle::Global,
+                n => BlockShuffle::Size(n - 2),
+            };
+            let mut b = WorkSource::builder()
+                .dataset(ds("a", &lens), 1.0)
+                .seed(seed)
+                .shuffle_shards(shards)
+                .shuffle_within_shard(within)
+                .shuffle_block_size(block)
+                .chunk_size(4)
+                .canonical_lanes(lanes)
+                .passes(passes);
+            if let Some(o) = &other {
+                b = b
+                    .dataset(ds("b", o), 1.0)
+                    .exhausted_policy(ExhaustedPolicy::Redistribute);
+            }
+            let mut ws = b.build().unwrap();
+            ws.seek(seek);
+            let one_by_one: Vec<SamplePtr> = ws.stream().pointers().collect();
+            proptest::prop_assert_eq!(&one_by_one, &expected(&ws));
+            proptest::prop_assert_eq!(in_runs(&ws, max), one_by_one);
         }
     }
 }
