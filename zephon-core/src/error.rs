@@ -137,8 +137,10 @@ fn panic_text(op: &Option<&'static str>, payload: &str) -> String {
 pub struct SampleSource {
     /// The sample's pointer (the first of its lineage), if it has one.
     pub ptr: Option<SamplePtr>,
-    /// The dataset's name and the shard's path or URI.
-    pub names: Option<(String, String)>,
+    /// The dataset's name and the shard's path or URI (boxed: every
+    /// `Result` of the pipeline is as large as its largest error, and
+    /// results are moved through each stage).
+    pub names: Option<Box<(String, String)>>,
 }
 
 impl SampleSource {
@@ -153,7 +155,7 @@ impl SampleSource {
             && let Some(ds) = catalog.get(p.dataset as usize)
             && let Some(shard) = ds.shards().get(p.shard as usize)
         {
-            self.names = Some((ds.name().to_owned(), shard.name().to_owned()));
+            self.names = Some(Box::new((ds.name().to_owned(), shard.name().to_owned())));
         }
     }
 }
@@ -162,10 +164,10 @@ impl std::fmt::Display for SampleSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match (&self.ptr, &self.names) {
             (None, _) => f.write_str("a sample without lineage"),
-            (Some(p), Some((dataset, shard))) => write!(
+            (Some(p), Some(names)) => write!(
                 f,
-                "dataset `{dataset}`, shard `{shard}`, sample {}",
-                p.sample
+                "dataset `{}`, shard `{}`, sample {}",
+                names.0, names.1, p.sample
             ),
             (Some(p), None) => write!(
                 f,
@@ -239,4 +241,21 @@ pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
         .map(|s| s.to_string())
         .or_else(|| p.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "(a panic payload that is not a string)".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Error;
+    use crate::record::Record;
+
+    /// Every poll of every stage moves a `Result<Record>`, as large as the
+    /// larger of a record and an error: an error variant that grows past a
+    /// record makes all of them move more.
+    #[test]
+    fn an_error_is_no_larger_than_a_record() {
+        let (error, record) = (size_of::<Error>(), size_of::<Record>());
+        assert!(error <= record, "Error is {error} bytes, Record {record}");
+        // A tag at most: the result weighs what the record does.
+        assert!(size_of::<Result<Record, Error>>() <= record + 8);
+    }
 }
