@@ -93,7 +93,12 @@ const HANDOFF_DEPTH: usize = 2;
 /// Most items per hand-off. Items already finished travel together, so a fast
 /// pipeline wakes the caller once per chunk instead of once per item; a slow
 /// one still hands each item over as soon as it is ready.
-const HANDOFF_CHUNK: usize = 16;
+const HANDOFF_CHUNK: usize = 32;
+/// Times the caller looks for a chunk, yielding its core in between, before
+/// it sleeps on the queue: a fast pipeline usually has the next chunk ready
+/// within a few yields, and a sleep and its wake-up cost a futex call each
+/// way, more than a cheap pipeline takes to make a chunk.
+const HANDOFF_SPINS: u32 = 32;
 
 impl<T> std::fmt::Debug for BlockingIter<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -215,6 +220,20 @@ fn drive<T: Send + 'static>(
     }
 }
 
+/// The next chunk from the pipeline task: looked for a few times, yielding
+/// the core in between, before sleeping until it comes.
+fn recv_spinning<T>(rx: &mut tokio::sync::mpsc::Receiver<T>) -> Option<T> {
+    use tokio::sync::mpsc::error::TryRecvError;
+    for _ in 0..HANDOFF_SPINS {
+        match rx.try_recv() {
+            Ok(chunk) => return Some(chunk),
+            Err(TryRecvError::Disconnected) => return None,
+            Err(TryRecvError::Empty) => std::thread::yield_now(),
+        }
+    }
+    rx.blocking_recv()
+}
+
 /// The next item of `stream`, a panic while computing it turned into an
 /// error (the stream is not polled again after one).
 async fn next_or_panic<T>(stream: &mut BoxedPipeline<T>) -> Option<Result<T>> {
@@ -311,7 +330,7 @@ impl<T> Iterator for BlockingIter<T> {
             Source::Driven { rx, local, .. } => {
                 if local.as_slice().is_empty() {
                     asked = timed.then(Instant::now);
-                    if let Some(chunk) = rx.blocking_recv() {
+                    if let Some(chunk) = recv_spinning(rx) {
                         *local = chunk.into_iter();
                     }
                 }
