@@ -15,6 +15,21 @@ fn bench(args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// A successful run's JSON lines, one per system, with the systems' names.
+fn bench_lines(args: &[&str]) -> (Vec<serde_json::Value>, Vec<String>, String) {
+    let (ok, out, err) = bench(args);
+    assert!(ok, "{err}");
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let names = lines
+        .iter()
+        .map(|l| l["system"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    (lines, names, out)
+}
+
 fn token_file(dir: &std::path::Path, tokens: u16) -> String {
     let path = dir.join("train.bin");
     let bytes: Vec<u8> = (0..tokens).flat_map(|t| t.to_le_bytes()).collect();
@@ -28,7 +43,7 @@ fn bench_tokens_prints_the_peer_keys_and_counts_every_window_once() {
     // 1000 tokens: 62 windows of 16 (seq_len 15 + the label), 15 batches of 4.
     let file = token_file(t.path(), 1000);
     for collate in ["u32", "u16"] {
-        let (ok, out, err) = bench(&[
+        let (lines, _, out) = bench_lines(&[
             "--file",
             &file,
             "--seq-len",
@@ -40,10 +55,8 @@ fn bench_tokens_prints_the_peer_keys_and_counts_every_window_once() {
             "--collate",
             collate,
         ]);
-        assert!(ok, "{err}");
-        let lines: Vec<&str> = out.lines().collect();
         assert_eq!(lines.len(), 1, "{out}");
-        let r: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+        let r = &lines[0];
         for key in [
             "system",
             "batches",
@@ -77,7 +90,7 @@ fn bench_tokens_runs_a_peer_and_reports_ratios_to_it() {
     let t = tempfile::tempdir().unwrap();
     let file = token_file(t.path(), 1000);
     let peer = r#"printf '%s\n' 'warming up' '{"system": "fake", "seconds": 2.0, "tokens_per_s": 480, "first_batch_s": 0.5}'"#;
-    let (ok, out, err) = bench(&[
+    let (lines, _, out) = bench_lines(&[
         "--file",
         &file,
         "--seq-len",
@@ -87,11 +100,6 @@ fn bench_tokens_runs_a_peer_and_reports_ratios_to_it() {
         "--peer",
         peer,
     ]);
-    assert!(ok, "{err}");
-    let lines: Vec<serde_json::Value> = out
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
     assert_eq!(lines.len(), 2, "{out}");
     assert_eq!(lines[0]["system"], "fake");
     assert!(lines[0].get("peak_rss_anon_mb").is_some(), "{}", lines[0]);
@@ -144,7 +152,7 @@ fn bench_tokens_reads_the_file_over_http_beside_the_local_run() {
             vec!["zephon", "zephon-cache-cold", "zephon-cache-warm"],
         ),
     ] {
-        let (ok, out, err) = bench(&[
+        let (lines, names, out) = bench_lines(&[
             "--file",
             &file,
             "--seq-len",
@@ -160,15 +168,6 @@ fn bench_tokens_reads_the_file_over_http_beside_the_local_run() {
             "--range-gap",
             "0",
         ]);
-        assert!(ok, "{err}");
-        let lines: Vec<serde_json::Value> = out
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
-        let names: Vec<&str> = lines
-            .iter()
-            .map(|l| l["system"].as_str().unwrap())
-            .collect();
         assert_eq!(names, systems, "{out}");
         for l in &lines {
             assert_eq!(l["samples"], 60, "{l}");
@@ -203,7 +202,7 @@ fn bench_tokens_reports_each_pass_its_own_peak_memory() {
         .collect();
     std::fs::write(&path, bytes).unwrap();
     let file = path.display().to_string();
-    let (ok, out, err) = bench(&[
+    let (lines, names, out) = bench_lines(&[
         "--file",
         &file,
         "--serve",
@@ -213,15 +212,6 @@ fn bench_tokens_reports_each_pass_its_own_peak_memory() {
         "--repeat",
         "2",
     ]);
-    assert!(ok, "{err}");
-    let lines: Vec<serde_json::Value> = out
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let names: Vec<&str> = lines
-        .iter()
-        .map(|l| l["system"].as_str().unwrap())
-        .collect();
     assert_eq!(
         names,
         ["zephon", "zephon-cache-cold", "zephon-cache-warm"],
