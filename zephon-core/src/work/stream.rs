@@ -375,16 +375,7 @@ mod tests {
     fn pointers_in_runs_are_those_of_their_global_indices() {
         for ws in sources() {
             for max in [1, 2, 5, 64] {
-                let mut s = ws.stream();
-                let mut got = Vec::new();
-                loop {
-                    let before = got.len();
-                    let n = Pin::new(&mut s).next_pointers(&mut got, max).unwrap();
-                    assert!(n <= max && got.len() == before + n);
-                    if n == 0 {
-                        break;
-                    }
-                }
+                let got = in_runs(&ws, max);
                 assert_eq!(got, expected(&ws), "max {max}, {:?}", ws.config());
             }
         }
