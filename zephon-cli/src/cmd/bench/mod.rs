@@ -27,6 +27,7 @@ pub mod engine;
 pub mod fetch;
 pub mod formats;
 pub mod mem;
+pub mod servers;
 pub mod stats;
 pub mod tokenize_pack;
 pub mod tokens;

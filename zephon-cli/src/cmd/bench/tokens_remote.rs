@@ -7,7 +7,7 @@
 //! line's peak anonymous memory is its own, and a pass from a server started
 //! here reports the CPU that server spent on it (`server_cpu_s`).
 
-use super::fetch::{Server, cpu_time, start_moto, start_nginx, upload};
+use super::servers::{Server, cpu_time, start_moto, start_nginx, upload};
 use super::stats::round3;
 use super::tokens::{Args, Run, Source, keep, measure_from};
 use anyhow::{Context, Result, bail};
