@@ -3,24 +3,52 @@
 //! batches as batching the fetched records one by one, whatever the
 //! parallelism, read group size, runner, lanes or shuffle.
 
+use futures::future::BoxFuture;
 use proptest::prelude::*;
 use std::collections::BTreeMap;
-use zephon_core::{Batch, Dataset, PipelineExt, Record, Runner, Value, WorkSource};
+use std::sync::Arc;
+use zephon_core::{Batch, Dataset, PipelineExt, Record, Runner, Shard, Value, WorkSource};
+
+/// A shard that implements only what a shard must (`read_run`), so fetch
+/// reads it through the trait's default `read_indices` and `read_pointers`.
+#[derive(Debug)]
+struct RunsOnly {
+    name: String,
+    records: Vec<Record>,
+}
+
+impl Shard for RunsOnly {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn len(&self) -> u64 {
+        self.records.len() as u64
+    }
+    fn read_run(&self, start: u64, count: u64) -> BoxFuture<'_, zephon_core::Result<Vec<Record>>> {
+        let res = zephon_core::dataset::check_run("runs", self, start, count)
+            .map(|()| self.records[start as usize..(start + count) as usize].to_vec());
+        Box::pin(std::future::ready(res))
+    }
+}
+
+fn records(shards: &[usize]) -> Vec<Vec<Record>> {
+    shards
+        .iter()
+        .enumerate()
+        .map(|(s, &n)| {
+            (0..n)
+                .map(|i| Record::new().with("id", Value::Int((s * 1000 + i) as i64)))
+                .collect()
+        })
+        .collect()
+}
 
 fn source(shards: &[usize], lanes: u32, shuffled: bool, seed: u64) -> WorkSource {
-    let ds = Dataset::in_memory(
-        "fb",
-        shards
-            .iter()
-            .enumerate()
-            .map(|(s, &n)| {
-                (0..n)
-                    .map(|i| Record::new().with("id", Value::Int((s * 1000 + i) as i64)))
-                    .collect()
-            })
-            .collect(),
-    )
-    .unwrap();
+    let ds = Dataset::in_memory("fb", records(shards)).unwrap();
+    source_of(ds, lanes, shuffled, seed)
+}
+
+fn source_of(ds: Dataset, lanes: u32, shuffled: bool, seed: u64) -> WorkSource {
     WorkSource::builder()
         .dataset(ds, 1.0)
         .seed(seed)
@@ -102,6 +130,56 @@ proptest! {
                 .map(Result::unwrap)
                 .collect();
             prop_assert_eq!(&got, &expected, "p={} {:?}", p, runner);
+        }
+    }
+}
+
+/// A shard read through the trait's defaults gives the records an in-memory
+/// shard gives, lane and lineage set from their pointers: one pointer each,
+/// the sample's own.
+#[test]
+fn a_shard_read_through_the_defaults_gets_lane_and_lineage_from_its_pointers() {
+    let shards = [37, 5, 64];
+    let stored: Vec<Arc<dyn Shard>> = records(&shards)
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut records)| {
+            // Lineage a shard has no business giving: fetch replaces it.
+            for r in &mut records {
+                r.lineage.push(zephon_core::SamplePtr {
+                    dataset: 9,
+                    shard: 9,
+                    sample: 9,
+                    lane: 9,
+                });
+            }
+            Arc::new(RunsOnly {
+                name: format!("runs/{i}"),
+                records,
+            }) as Arc<dyn Shard>
+        })
+        .collect();
+    let runs = Dataset::new("fb", "runs", stored).unwrap();
+    for shuffled in [false, true] {
+        let run = |ws: WorkSource| -> Vec<Batch<Record>> {
+            ws.stream()
+                .fetch(3)
+                .max_group(16)
+                .batch(7)
+                .into_blocking_iter(Runner::Threads { workers: 2 })
+                .unwrap()
+                .map(Result::unwrap)
+                .collect()
+        };
+        let got = run(source_of(runs.clone(), 3, shuffled, 11));
+        let expected = run(source(&shards, 3, shuffled, 11));
+        assert_eq!(got, expected, "shuffled: {shuffled}");
+        for r in got.iter().flat_map(|b| &b.items) {
+            let [p] = r.lineage.as_slice() else {
+                panic!("lineage {:?}", r.lineage)
+            };
+            let id = r.get("id").and_then(Value::as_int).unwrap() as u64;
+            assert_eq!((p.shard as u64 * 1000 + p.sample, p.lane), (id, r.lane));
         }
     }
 }
