@@ -328,10 +328,17 @@ where
                 let ready = take(this.inner.as_mut());
                 if ready.len() > 0 {
                     this.probe.arrived();
-                    for x in ready {
-                        let lane = x.lane();
+                    // Taken a run of one lane at a time, up to the room in
+                    // its open batch: one lane lookup and one bulk move per
+                    // run, not per element.
+                    while let Some(lane) = ready.as_slice().first().map(T::lane) {
                         let (_, index, items) = this.open.get(lane);
-                        items.push(x);
+                        let room = (*this.size - items.len()).min(ready.len());
+                        let run = 1 + ready.as_slice()[1..room]
+                            .iter()
+                            .take_while(|x| x.lane() == lane)
+                            .count();
+                        items.extend(ready.by_ref().take(run));
                         if items.len() == *this.size {
                             let b = close(this.probe, None, *this.size, lane, index, items);
                             return Poll::Ready(Some(Ok(b)));

@@ -37,7 +37,6 @@ fn read_group(
     };
     let dataset = catalog[first.dataset as usize].name().to_owned();
     async move {
-        let indices: Vec<u64> = group.iter().map(|p| p.sample).collect();
         let timed = inst.op.is_some() || inst.fetch.is_some();
         let t0 = timed.then(Instant::now);
         let hit = !timed || shard.is_warm();
@@ -47,7 +46,9 @@ fn read_group(
             let _ = shard.warm().await;
         }
         let t1 = timed.then(Instant::now);
-        let mut records = shard.read_indices(&indices).await?;
+        // Lane and lineage come set: a shard making its records sets them
+        // as it makes each.
+        let records = shard.read_pointers(&group).await?;
         if let (Some(t0), Some(t1)) = (t0, t1) {
             let (open_ns, read_ns) = ((t1 - t0).as_nanos() as u64, t1.elapsed().as_nanos() as u64);
             if let Some(f) = &inst.fetch {
@@ -86,11 +87,6 @@ fn read_group(
                     group.len()
                 ),
             });
-        }
-        for (r, p) in records.iter_mut().zip(&group) {
-            r.lane = p.lane;
-            r.lineage.clear();
-            r.lineage.push(*p);
         }
         Ok(records)
     }
