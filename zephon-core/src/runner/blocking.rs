@@ -97,7 +97,18 @@ const HANDOFF_DEPTH: usize = 1;
 /// or more; on a busy machine a cheap pipeline ran about 13% slower with
 /// chunks of 32 than of 128 (`bench engine`), and a deeper queue of small
 /// chunks did not win that back, so the queue holds one large chunk.
+///
+/// Chunks grow to this size only while the caller takes them quickly: a
+/// chunk that waits longer than [`HANDOFF_PATIENCE`] for the queue halves
+/// the next one's size (down to one item), any other doubles it. A caller
+/// that spends milliseconds an item (a training step) thus holds a few
+/// items ahead, not three chunks of this size: the memory a pipeline keeps
+/// ready stays what its own buffers (`prefetch_batches`) say, while a
+/// caller taking items in microseconds gets the large chunks.
 const HANDOFF_CHUNK: usize = 128;
+/// How long a chunk may wait for room in the queue before the next one is
+/// made smaller: about the time a chunk's wake-up costs many times over.
+const HANDOFF_PATIENCE: std::time::Duration = std::time::Duration::from_millis(1);
 /// Times the caller looks for a chunk, yielding its core in between, before
 /// it sleeps on the queue: a fast pipeline usually has the next chunk ready
 /// within a few yields, and a sleep and its wake-up cost a futex call each
@@ -181,17 +192,19 @@ fn drive<T: Send + 'static>(
     mut stream: BoxedPipeline<T>,
     observer: Option<Observer>,
 ) -> Source<T> {
+    use tokio::sync::mpsc::error::TrySendError;
     let (tx, rx) = tokio::sync::mpsc::channel(HANDOFF_DEPTH);
     let driver = async move {
+        let mut limit = 1;
         loop {
             let first = match next_or_panic(&mut stream).await {
                 Some(x) => x,
                 None => break,
             };
-            let mut chunk = Vec::with_capacity(HANDOFF_CHUNK);
+            let mut chunk = Vec::with_capacity(limit);
             let mut stop = ends_pipeline(&first);
             chunk.push(first);
-            while chunk.len() < HANDOFF_CHUNK && !stop {
+            while chunk.len() < limit && !stop {
                 match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     stream.next().now_or_never()
                 })) {
@@ -207,7 +220,24 @@ fn drive<T: Send + 'static>(
                 }
             }
             let last = chunk.last().is_some_and(|r| r.is_err());
-            if tx.send(chunk).await.is_err() || last || stop {
+            let sent = match tx.try_send(chunk) {
+                Ok(()) => {
+                    limit = (limit * 2).min(HANDOFF_CHUNK);
+                    true
+                }
+                Err(TrySendError::Full(chunk)) => {
+                    let waiting = Instant::now();
+                    let sent = tx.send(chunk).await.is_ok();
+                    limit = if waiting.elapsed() > HANDOFF_PATIENCE {
+                        (limit / 2).max(1)
+                    } else {
+                        (limit * 2).min(HANDOFF_CHUNK)
+                    };
+                    sent
+                }
+                Err(TrySendError::Closed(_)) => false,
+            };
+            if !sent || last || stop {
                 break;
             }
         }
