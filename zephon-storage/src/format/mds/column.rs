@@ -87,6 +87,7 @@ fn f16_to_f64(bits: u16) -> f64 {
 /// The value of a column of kind `kind` from its bytes `b`; `shared` gives
 /// the same bytes as a [`Bytes`] sharing the shard's buffer, for `bytes`
 /// columns.
+#[inline]
 pub(super) fn decode_value(
     kind: Kind,
     b: &[u8],

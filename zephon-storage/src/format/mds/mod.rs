@@ -139,6 +139,9 @@ pub fn manifest_from_index(json: &[u8]) -> FormatResult<Option<Manifest>> {
 #[derive(Debug)]
 pub struct MdsIndex {
     columns: Vec<Column>,
+    /// The columns in field-name order (stable: of two columns of one name
+    /// the later comes later, so the record keeps its value as a map would).
+    by_name: Vec<usize>,
     /// How many columns have a size header in each sample.
     variable: usize,
     offsets: Vec<u32>,
@@ -202,6 +205,8 @@ impl MdsIndex {
                 "the offset table does not cover the shard ({total} bytes); corrupt or truncated"
             ));
         }
+        let mut by_name: Vec<usize> = (0..columns.len()).collect();
+        by_name.sort_by(|&a, &b| columns[a].name.cmp(&columns[b].name));
         Ok(MdsIndex {
             columns: columns
                 .iter()
@@ -211,45 +216,59 @@ impl MdsIndex {
                     kind: Kind::of(&c.encoding),
                 })
                 .collect(),
+            by_name,
             variable: columns.iter().filter(|c| c.size.is_none()).count(),
             offsets,
         })
     }
 
-    /// Decodes the sample at `data[from..to]`. Only `bytes` columns take a
-    /// slice of `data` (a reference count); other values are read from the
-    /// borrowed bytes.
-    fn sample(&self, data: &Bytes, from: usize, to: usize) -> FormatResult<Record> {
+    /// Decodes the sample at `data[from..to]` into `fields` (empty);
+    /// `spans` is scratch space for where each column lies, kept by the
+    /// caller across samples. Values are read from the borrowed bytes;
+    /// `bytes` columns take a slice of `data` (a reference count).
+    fn sample(
+        &self,
+        data: &Bytes,
+        from: usize,
+        to: usize,
+        spans: &mut Vec<(usize, usize)>,
+        fields: &mut Fields,
+    ) -> FormatResult<()> {
         let b = &data[from..to];
         let head = 4 * self.variable;
         if b.len() < head {
             return Err("sample shorter than its size header".into());
         }
-        let mut sizes = b[..head]
-            .chunks_exact(4)
-            .map(|s| u32::from_le_bytes(s.try_into().expect("4 bytes")) as usize);
+        // Where each column lies follows from the sizes in stored order;
+        // the fields are then made in name order, each placed after the
+        // last without moving the others.
+        spans.clear();
+        let mut sizes = b[..head].chunks_exact(4);
         let mut at = head;
-        let fields = self
-            .columns
-            .iter()
-            .map(|c| {
-                let size = c
-                    .size
-                    .map_or_else(|| sizes.next().unwrap_or(0), |s| s as usize);
-                let end = at
-                    .checked_add(size)
-                    .filter(|&e| e <= b.len())
-                    .ok_or_else(|| format!("column {:?} runs past the sample's end", c.name))?;
-                let v = decode_value(c.kind, &b[at..end], || data.slice(from + at..from + end))
-                    .map_err(|e| format!("column {:?}: {e}", c.name))?;
-                at = end;
-                Ok((c.name.clone(), v))
+        for c in &self.columns {
+            let size = match c.size {
+                Some(s) => s as usize,
+                None => sizes.next().map_or(0, |s| {
+                    u32::from_le_bytes(s.try_into().expect("4 bytes")) as usize
+                }),
+            };
+            let end = at
+                .checked_add(size)
+                .filter(|&e| e <= b.len())
+                .ok_or_else(|| format!("column {:?} runs past the sample's end", c.name))?;
+            spans.push((at, end));
+            at = end;
+        }
+        *fields = Fields::with_capacity(self.columns.len());
+        for &k in &self.by_name {
+            let (c, (start, end)) = (&self.columns[k], spans[k]);
+            let v = decode_value(c.kind, &b[start..end], || {
+                data.slice(from + start..from + end)
             })
-            .collect::<FormatResult<Fields>>()?;
-        Ok(Record {
-            fields,
-            ..Record::default()
-        })
+            .map_err(|e| format!("column {:?}: {e}", c.name))?;
+            fields.insert(c.name.clone(), v);
+        }
+        Ok(())
     }
 }
 
@@ -277,14 +296,17 @@ impl ShardIndex for MdsIndex {
                 .fold(t, |t, at| t ^ data[at])
         });
         std::hint::black_box(touched);
-        indices
-            .iter()
-            .zip(spans)
-            .map(|(&i, (from, to))| {
-                self.sample(data, from, to)
-                    .map_err(|e| format!("sample {i}: {e}"))
-            })
-            .collect()
+        // Each record is made where it stays, in the vector handed back:
+        // built elsewhere and moved in, its bytes would be copied again.
+        let mut scratch = Vec::with_capacity(self.columns.len());
+        let mut out: Vec<Record> = Vec::with_capacity(indices.len());
+        for (&i, (from, to)) in indices.iter().zip(spans) {
+            out.push(Record::default());
+            let r = out.last_mut().expect("just pushed");
+            self.sample(data, from, to, &mut scratch, &mut r.fields)
+                .map_err(|e| format!("sample {i}: {e}"))?;
+        }
+        Ok(out)
     }
 
     fn byte_range(&self, i: u64) -> Option<(u64, u64)> {
@@ -298,8 +320,10 @@ impl ShardIndex for MdsIndex {
     /// Copies the sample's bytes once, so `bytes` columns own their data.
     fn decode_range(&self, i: u64, bytes: &Bytes) -> FormatResult<Record> {
         let own = Bytes::copy_from_slice(bytes);
-        self.sample(&own, 0, own.len())
-            .map_err(|e| format!("sample {i}: {e}"))
+        let mut r = Record::default();
+        self.sample(&own, 0, own.len(), &mut Vec::new(), &mut r.fields)
+            .map_err(|e| format!("sample {i}: {e}"))?;
+        Ok(r)
     }
 }
 
@@ -468,6 +492,109 @@ mod tests {
             .unwrap_err();
         assert!(
             err.contains("sample 0") && err.contains("c_int") && err.contains("needs 8 bytes"),
+            "{err}"
+        );
+    }
+
+    fn col(name: &str, encoding: &str, size: Option<u32>) -> MdsColumn {
+        MdsColumn {
+            name: name.into(),
+            encoding: encoding.into(),
+            size,
+        }
+    }
+
+    /// Columns stored out of name order, one name twice: the record's
+    /// fields come out in name order, each with its own column's value,
+    /// and of a repeated name the later column wins (as a map's insert).
+    #[test]
+    fn columns_in_any_order_land_in_their_fields() {
+        let columns = vec![
+            col("text", "str", None),
+            col("id", "int", Some(8)),
+            col("blob", "bytes", None),
+            col("id", "int32", Some(4)),
+        ];
+        let samples: Vec<Vec<Vec<u8>>> = (0..3i64)
+            .map(|i| {
+                vec![
+                    format!("doc {i}").into_bytes(),
+                    i.to_le_bytes().to_vec(),
+                    vec![i as u8; 3],
+                    (100 + i as i32).to_le_bytes().to_vec(),
+                ]
+            })
+            .collect();
+        let shard = Bytes::from(encode_shard(&columns, &samples));
+        let index = MdsIndex::open(&shard, &columns).unwrap();
+        let records = index.decode(&shard, &[2, 0, 1]).unwrap();
+        for (r, i) in records.iter().zip([2i64, 0, 1]) {
+            let names: Vec<&str> = r.fields.keys().map(|k| k.as_str()).collect();
+            assert_eq!(names, ["blob", "id", "text"]);
+            assert_eq!(r.text("text"), Some(format!("doc {i}").as_str()));
+            assert_eq!(r.get("id"), Some(&Value::Int(100 + i)));
+            assert_eq!(
+                r.get("blob"),
+                Some(&Value::Bytes(Bytes::from(vec![i as u8; 3])))
+            );
+        }
+    }
+
+    /// A shard whose sample 1 is broken in `how`: reading samples 0..3
+    /// must fail with an error naming sample 1 (and `what`), and sample 0
+    /// alone must still read.
+    fn broken(how: impl Fn(&mut Vec<u8>, usize), what: &[&str]) {
+        let columns = vec![col("id", "int", Some(8)), col("text", "str", None)];
+        let samples: Vec<Vec<Vec<u8>>> = (0..3i64)
+            .map(|i| vec![i.to_le_bytes().to_vec(), b"abcdef".to_vec()])
+            .collect();
+        let mut raw = encode_shard(&columns, &samples);
+        let at = u32_at(&raw, 8) as usize;
+        how(&mut raw, at);
+        let shard = Bytes::from(raw);
+        let index = MdsIndex::open(&shard, &columns).unwrap();
+        let err = index.decode(&shard, &[0, 1, 2]).unwrap_err();
+        assert!(err.contains("sample 1"), "{err}");
+        for w in what {
+            assert!(err.contains(w), "{err} lacks {w:?}");
+        }
+        assert_eq!(
+            index.decode(&shard, &[0]).unwrap()[0].get("id"),
+            Some(&Value::Int(0))
+        );
+    }
+
+    #[test]
+    fn text_that_is_not_utf8_is_an_error() {
+        // Sample 1: size header (4), id (8), then the text.
+        broken(
+            |raw, at| raw[at + 12 + 2] = 0xff,
+            &["\"text\"", "not UTF-8"],
+        );
+    }
+
+    #[test]
+    fn a_size_past_the_sample_is_an_error() {
+        broken(
+            |raw, at| raw[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes()),
+            &["\"text\"", "runs past the sample's end"],
+        );
+    }
+
+    #[test]
+    fn a_sample_shorter_than_its_header_is_an_error() {
+        let columns = vec![col("a", "str", None), col("b", "str", None)];
+        // One sample of 4 bytes, where the header of two sizes needs 8.
+        let mut raw = Vec::new();
+        raw.extend(1u32.to_le_bytes());
+        raw.extend(12u32.to_le_bytes());
+        raw.extend(16u32.to_le_bytes());
+        raw.extend(0u32.to_le_bytes());
+        let shard = Bytes::from(raw);
+        let index = MdsIndex::open(&shard, &columns).unwrap();
+        let err = index.decode(&shard, &[0]).unwrap_err();
+        assert!(
+            err.contains("sample 0") && err.contains("shorter than its size header"),
             "{err}"
         );
     }

@@ -23,7 +23,7 @@
 mod value;
 
 use super::{FormatResult, ShardIndex};
-use value::value;
+use value::Column;
 
 use arrow_array::RecordBatch;
 use bytes::Bytes;
@@ -167,24 +167,17 @@ impl ParquetIndex {
         })
     }
 
-    /// Row `r` of decoded group `group`.
-    fn record(&self, group: &Group, r: usize) -> Record {
-        let (batch, row) = group.locate(r);
-        let columns = batch.columns();
-        Record {
-            fields: self
-                .names(batch)
-                .iter()
-                .map(|(name, c)| {
-                    // Every group has the projected schema the names were
-                    // taken from; a missing column would read as null.
-                    let v = columns
-                        .get(*c)
-                        .map_or(Value::Null, |a| value(a.as_ref(), row));
-                    (name.clone(), v)
-                })
-                .collect::<Fields>(),
-            ..Record::default()
+    /// Row `r` of decoded group `group`, into `fields` (empty).
+    fn fill(&self, group: &Group, r: usize, fields: &mut Fields) {
+        let (k, row) = group.locate(r);
+        let columns = &group.columns[k];
+        let names = self.names(&group.slices[k]);
+        *fields = Fields::with_capacity(names.len());
+        for (name, c) in names {
+            // Every group has the projected schema the names were taken
+            // from; a missing column would read as null.
+            let v = columns.get(*c).map_or(Value::Null, |a| a.value(row));
+            fields.insert(name.clone(), v);
         }
     }
 }
@@ -200,6 +193,8 @@ const SLICE_ROWS: usize = 1024;
 #[derive(Debug)]
 struct Group {
     slices: Vec<RecordBatch>,
+    /// Each slice's columns, their types looked up once.
+    columns: Vec<Vec<Column>>,
     /// `ends[k]` is the row after the last of slice `k`.
     ends: Vec<usize>,
 }
@@ -213,7 +208,15 @@ impl Group {
                 Some(*end)
             })
             .collect();
-        Group { slices, ends }
+        let columns = slices
+            .iter()
+            .map(|b| b.columns().iter().map(Column::new).collect())
+            .collect();
+        Group {
+            slices,
+            columns,
+            ends,
+        }
     }
 
     fn rows(&self) -> usize {
@@ -226,10 +229,10 @@ impl Group {
 
     /// The slice row `r` of the group is in, and its row there (`r` is
     /// below [`rows`](Group::rows), checked when the group was decoded).
-    fn locate(&self, r: usize) -> (&RecordBatch, usize) {
+    fn locate(&self, r: usize) -> (usize, usize) {
         let k = self.ends.partition_point(|&e| e <= r);
         let start = if k == 0 { 0 } else { self.ends[k - 1] };
-        (&self.slices[k], r - start)
+        (k, r - start)
     }
 }
 
@@ -338,12 +341,13 @@ impl ShardIndex for ParquetIndex {
                 self.group(&super::blocked::Spans::new(self.file_len, spans), g)?
             }
         };
-        Ok(Some(
-            indices
-                .iter()
-                .map(|&i| self.record(&batch, (i - first) as usize))
-                .collect(),
-        ))
+        let mut out: Vec<Record> = Vec::with_capacity(indices.len());
+        for &i in indices {
+            out.push(Record::default());
+            let r = out.last_mut().expect("just pushed");
+            self.fill(&batch, (i - first) as usize, &mut r.fields);
+        }
+        Ok(Some(out))
     }
 
     fn decode(&self, data: &Bytes, indices: &[u64]) -> FormatResult<Vec<Record>> {
@@ -366,7 +370,8 @@ impl ShardIndex for ParquetIndex {
                 current = Some((g, self.group(data, g)?));
             }
             let (_, group) = current.as_ref().expect("set just above");
-            out[k] = self.record(group, (indices[k] - self.starts[g]) as usize);
+            let row = (indices[k] - self.starts[g]) as usize;
+            self.fill(group, row, &mut out[k].fields);
         }
         Ok(out)
     }
