@@ -208,16 +208,18 @@ fn bench_formats_compares_one_thread_with_one_thread_and_reports_memory() {
         "{stdout}"
     );
     assert!(lines[1].contains("zephon 3t /s"), "{stdout}");
+    assert!(lines[1].contains("in order 1t /s"), "{stdout}");
     for (line, format) in lines[2..].iter().zip(["jsonl", "tokens"]) {
         let f: Vec<&str> = line.split_whitespace().collect();
         assert_eq!(f[0], format, "{stdout}");
         assert_eq!(f[1], "400", "{stdout}");
-        // Rates and ratios, then three peaks in MiB.
+        // Rates and ratios (shuffled, in order, more threads), then three
+        // peaks in MiB.
         for x in &f[2..] {
             let x: f64 = x.parse().unwrap_or_else(|_| panic!("{x} in {line}"));
             assert!(x > 0.0 && x.is_finite(), "{line}");
         }
-        assert_eq!(f.len(), 10, "{line}");
+        assert_eq!(f.len(), 12, "{line}");
     }
 }
 

@@ -309,10 +309,24 @@ fn plain_parquet(dir: &Path) -> Result<usize> {
 
 /// Zephon's `fetch -> batch` over the dataset with `threads` fetch
 /// parallelism: one thread is the inline runner (the caller's thread, as the
-/// plain loop), more the threads runner with that many workers.
-fn zephon(dir: &Path, opts: &FormatOptions, a: &Args, threads: usize) -> Result<usize> {
+/// plain loop), more the threads runner with that many workers. Shuffled
+/// (shards, and samples within each shard: the work source's defaults), or
+/// in file order, the plain loop's order.
+fn zephon(
+    dir: &Path,
+    opts: &FormatOptions,
+    a: &Args,
+    threads: usize,
+    shuffled: bool,
+) -> Result<usize> {
     let ds = Dataset::from_path_with("bench", dir, opts)?;
-    let ws = WorkSource::builder().dataset(ds, 1.0).seed(1).build()?;
+    let ws = WorkSource::builder().dataset(ds, 1.0).seed(1);
+    let ws = if shuffled {
+        ws
+    } else {
+        ws.shuffle_shards(false).shuffle_within_shard(false)
+    }
+    .build()?;
     let runner = if threads <= 1 {
         Runner::Inline
     } else {
@@ -399,16 +413,20 @@ pub fn run(a: Args) -> Result<()> {
     let mut lines = vec![
         format!(
             "samples/s, best of {} rounds; ratios: median over rounds of zephon over the plain \
-             loop in the same round; peak RssAnon in MiB",
+             loop in the same round; zephon shuffles shards and samples within them (its \
+             defaults) except in the `in order` column, which reads in the plain loop's order; \
+             peak RssAnon in MiB",
             a.repeat.max(1)
         ),
         format!(
-            "{:<11} {:>9} {:>14} {:>14} {:>7} {:>14} {:>7} {:>8} {:>8} {:>8}",
+            "{:<11} {:>9} {:>14} {:>14} {:>7} {:>14} {:>7} {:>14} {:>7} {:>8} {:>8} {:>8}",
             "format",
             "samples",
             "plain 1t /s",
             "zephon 1t /s",
             "1t:1t",
+            "in order 1t /s",
+            "ord:1t",
             wide,
             format!("{p}t:1t"),
             "MiB pl",
@@ -426,22 +444,26 @@ pub fn run(a: Args) -> Result<()> {
         }
         let dir = root.path().join(format);
         let opts = write(format, &dir, &a)?;
-        let (mut plain_side, mut one, mut many) =
-            (Side::default(), Side::default(), Side::default());
+        let (mut plain_side, mut one, mut ordered, mut many) = Default::default();
         for round in 0..a.repeat.max(1) {
             // Each round starts with another side, so none always runs on
             // the machine (and the heap) another left.
-            let mut order = [0, 1, 2];
-            order.rotate_left(round % 3);
+            let mut order = [0, 1, 2, 3];
+            order.rotate_left(round % 4);
             for side in order {
                 match side {
-                    0 => plain_side.measure(|| plain(format, &dir, &a))?,
-                    1 => one.measure(|| zephon(&dir, &opts, &a, 1))?,
-                    _ => many.measure(|| zephon(&dir, &opts, &a, p))?,
+                    0 => Side::measure(&mut plain_side, || plain(format, &dir, &a))?,
+                    1 => Side::measure(&mut one, || zephon(&dir, &opts, &a, 1, true))?,
+                    2 => Side::measure(&mut ordered, || zephon(&dir, &opts, &a, 1, false))?,
+                    _ => Side::measure(&mut many, || zephon(&dir, &opts, &a, p, true))?,
                 }
             }
         }
-        for (name, side) in [("zephon, 1 thread", &one), ("zephon, more threads", &many)] {
+        for (name, side) in [
+            ("zephon, 1 thread", &one),
+            ("zephon, 1 thread in order", &ordered),
+            ("zephon, more threads", &many),
+        ] {
             let counts = plain_side.samples.iter().chain(&side.samples);
             if let Some(n) = counts.clone().find(|&&n| n != plain_side.samples[0]) {
                 anyhow::bail!(
@@ -451,11 +473,13 @@ pub fn run(a: Args) -> Result<()> {
             }
         }
         lines.push(format!(
-            "{format:<11} {:>9} {:>14.0} {:>14.0} {:>7.2} {:>14.0} {:>7.2} {:>8} {:>8} {:>8}",
+            "{format:<11} {:>9} {:>14.0} {:>14.0} {:>7.2} {:>14.0} {:>7.2} {:>14.0} {:>7.2} {:>8} {:>8} {:>8}",
             plain_side.samples[0],
             plain_side.best_rate(),
             one.best_rate(),
             plain_side.ratio_of(&one),
+            ordered.best_rate(),
+            plain_side.ratio_of(&ordered),
             many.best_rate(),
             plain_side.ratio_of(&many),
             mem::mib(plain_side.peak()),
@@ -468,6 +492,8 @@ pub fn run(a: Args) -> Result<()> {
             "plain_1t_per_s": plain_side.best_rate().round(),
             "zephon_1t_per_s": one.best_rate().round(),
             "ratio_1t_median": stats::round3(plain_side.ratio_of(&one)),
+            "zephon_1t_in_order_per_s": ordered.best_rate().round(),
+            "ratio_1t_in_order_median": stats::round3(plain_side.ratio_of(&ordered)),
             "zephon_threads": p,
             "zephon_nt_per_s": many.best_rate().round(),
             "ratio_nt_to_plain_1t_median": stats::round3(plain_side.ratio_of(&many)),
