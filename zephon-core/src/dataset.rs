@@ -301,7 +301,7 @@ impl Shard for InMemoryShard {
             std::iter::once(head)
                 .chain(rest.chunks(len.max(1)))
                 .filter(|c| !c.is_empty())
-                .map(|c| c.iter().map(|p| self.make(p)).collect())
+                .map(|c| self.make_all(c))
                 .collect()
         });
         Box::pin(std::future::ready(res))
@@ -320,6 +320,27 @@ impl InMemoryShard {
             }),
             None => Ok(()),
         }
+    }
+
+    /// The records `ptrs` name, each made in its place in the buffer: built
+    /// aside and then moved in, a record's fields were written twice.
+    fn make_all(&self, ptrs: &[SamplePtr]) -> Vec<Record> {
+        let mut out: Vec<Record> = Vec::with_capacity(ptrs.len());
+        for (slot, p) in out.spare_capacity_mut().iter_mut().zip(ptrs) {
+            let fields = &self.records[p.sample as usize].fields;
+            let r = slot.as_mut_ptr();
+            // SAFETY: `r` points at an unused slot of `out`'s buffer, and
+            // each field of the record there is written once. A panic
+            // before `set_len` leaks the records made so far, nothing more.
+            unsafe {
+                (&raw mut (*r).fields).write(fields.clone());
+                (&raw mut (*r).lane).write(p.lane);
+                (&raw mut (*r).lineage).write(Lineage::from_buf([*p]));
+            }
+        }
+        // SAFETY: the loop above made the first `ptrs.len()` records.
+        unsafe { out.set_len(ptrs.len()) };
+        out
     }
 
     /// The record `p` names, made whole in one write: lane and lineage from

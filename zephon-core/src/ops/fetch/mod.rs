@@ -363,11 +363,10 @@ where
                             .first()
                             .is_none_or(|f| f.dataset == p.dataset && f.shard == p.shard);
                         if (same || *this.across_shards) && this.group.len() < *this.max_group {
-                            this.group.push(p);
                             // The pointers of a run that join the same group,
                             // at once: the rule above, applied to each.
                             let rest = &this.pending[*this.pending_at..];
-                            let room = (*this.max_group - this.group.len()).min(rest.len());
+                            let room = (*this.max_group - this.group.len() - 1).min(rest.len());
                             let n = if *this.across_shards {
                                 room
                             } else {
@@ -376,8 +375,18 @@ where
                                     .take_while(|q| q.dataset == p.dataset && q.shard == p.shard)
                                     .count()
                             };
-                            this.group.extend_from_slice(&rest[..n]);
-                            *this.pending_at += n;
+                            if this.group.is_empty() && *this.pending_at == 1 && n == rest.len() {
+                                // A whole run (`p` its first pointer) makes an
+                                // empty group: its buffer becomes the group's,
+                                // not copied.
+                                std::mem::swap(this.group, this.pending);
+                                this.pending.clear();
+                                *this.pending_at = 0;
+                            } else {
+                                this.group.push(p);
+                                this.group.extend_from_slice(&rest[..n]);
+                                *this.pending_at += n;
+                            }
                         } else {
                             let g = std::mem::take(this.group);
                             send(
