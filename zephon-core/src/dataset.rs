@@ -82,6 +82,35 @@ pub trait Shard: Send + Sync + fmt::Debug {
         })
     }
 
+    /// Reads as [`read_pointers`](Shard::read_pointers) does, the records
+    /// handed back in consecutive chunks: the first `first` long, each
+    /// later one `len` long, the last one what remains. `fetch` asks for
+    /// chunks cut where `batch` closes its batches, so a full chunk of one
+    /// lane becomes a batch as it is, without moving its records again.
+    ///
+    /// The cut is a wish: the records, concatenated, are what counts, and
+    /// a shard may cut them anywhere. The default reads them with
+    /// [`read_pointers`](Shard::read_pointers) into one chunk; a shard
+    /// that makes its records itself can make each chunk in place.
+    ///
+    /// ```
+    /// use zephon_core::{InMemoryShard, Record, SamplePtr, Shard};
+    /// let shard = InMemoryShard::new("toy", (0..8).map(|i| Record::new().with("i", i as i64)).collect());
+    /// let ptrs: Vec<SamplePtr> = (0..7).map(|sample| SamplePtr { dataset: 0, shard: 0, sample, lane: 0 }).collect();
+    /// let chunks = futures::executor::block_on(shard.read_pointer_chunks(&ptrs, 1, 3)).unwrap();
+    /// assert_eq!(chunks.iter().map(Vec::len).collect::<Vec<_>>(), [1, 3, 3]);
+    /// assert_eq!(chunks[1][0].get("i").and_then(|v| v.as_int()), Some(1));
+    /// ```
+    fn read_pointer_chunks<'a>(
+        &'a self,
+        ptrs: &'a [SamplePtr],
+        first: usize,
+        len: usize,
+    ) -> BoxFuture<'a, Result<Vec<Vec<Record>>>> {
+        let _ = (first, len);
+        Box::pin(async move { Ok(vec![self.read_pointers(ptrs).await?]) })
+    }
+
     /// Makes later reads of this shard cheap, e.g. by downloading it into a
     /// cache. Shard prefetching calls this ahead of the reads; a failure there
     /// is not fatal (the read tries again). The default does nothing.
@@ -255,25 +284,74 @@ impl Shard for InMemoryShard {
     }
 
     fn read_pointers<'a>(&'a self, ptrs: &'a [SamplePtr]) -> BoxFuture<'a, Result<Vec<Record>>> {
-        // Each record made whole in one write: lane and lineage from its
-        // pointer, its stored lineage (if any) never copied.
-        let res = match ptrs.iter().find(|p| p.sample >= self.len()) {
+        let res = self
+            .check_pointers(ptrs)
+            .map(|()| ptrs.iter().map(|p| self.make(p)).collect());
+        Box::pin(std::future::ready(res))
+    }
+
+    fn read_pointer_chunks<'a>(
+        &'a self,
+        ptrs: &'a [SamplePtr],
+        first: usize,
+        len: usize,
+    ) -> BoxFuture<'a, Result<Vec<Vec<Record>>>> {
+        let res = self.check_pointers(ptrs).map(|()| {
+            let (head, rest) = ptrs.split_at(first.max(1).min(ptrs.len()));
+            std::iter::once(head)
+                .chain(rest.chunks(len.max(1)))
+                .filter(|c| !c.is_empty())
+                .map(|c| self.make_all(c))
+                .collect()
+        });
+        Box::pin(std::future::ready(res))
+    }
+}
+
+impl InMemoryShard {
+    /// Checks that every pointer names a sample of this shard.
+    fn check_pointers(&self, ptrs: &[SamplePtr]) -> Result<()> {
+        match ptrs.iter().find(|p| p.sample >= self.len()) {
             Some(p) => Err(Error::SampleOutOfRange {
                 dataset: "memory".into(),
                 shard: self.name.clone(),
                 sample: p.sample,
                 len: self.len(),
             }),
-            None => Ok(ptrs
-                .iter()
-                .map(|p| Record {
-                    lane: p.lane,
-                    lineage: Lineage::from_buf([*p]),
-                    fields: self.records[p.sample as usize].fields.clone(),
-                })
-                .collect()),
-        };
-        Box::pin(std::future::ready(res))
+            None => Ok(()),
+        }
+    }
+
+    /// The records `ptrs` name, each made in its place in the buffer: built
+    /// aside and then moved in, a record's fields were written twice.
+    fn make_all(&self, ptrs: &[SamplePtr]) -> Vec<Record> {
+        let mut out: Vec<Record> = Vec::with_capacity(ptrs.len());
+        for (slot, p) in out.spare_capacity_mut().iter_mut().zip(ptrs) {
+            let fields = &self.records[p.sample as usize].fields;
+            let r = slot.as_mut_ptr();
+            // SAFETY: `r` points at an unused slot of `out`'s buffer, and
+            // each field of the record there is written once. A panic
+            // before `set_len` leaks the records made so far, nothing more.
+            unsafe {
+                (&raw mut (*r).fields).write(fields.clone());
+                (&raw mut (*r).lane).write(p.lane);
+                (&raw mut (*r).lineage).write(Lineage::from_buf([*p]));
+            }
+        }
+        // SAFETY: the loop above made the first `ptrs.len()` records.
+        unsafe { out.set_len(ptrs.len()) };
+        out
+    }
+
+    /// The record `p` names, made whole in one write: lane and lineage from
+    /// its pointer, its stored lineage (if any) never copied.
+    #[inline]
+    fn make(&self, p: &SamplePtr) -> Record {
+        Record {
+            lane: p.lane,
+            lineage: Lineage::from_buf([*p]),
+            fields: self.records[p.sample as usize].fields.clone(),
+        }
     }
 }
 

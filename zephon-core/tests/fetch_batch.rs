@@ -7,7 +7,9 @@ use futures::future::BoxFuture;
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use zephon_core::{Batch, Dataset, PipelineExt, Record, Runner, Shard, Value, WorkSource};
+use zephon_core::{
+    Batch, Dataset, InMemoryShard, PipelineExt, Record, Runner, SamplePtr, Shard, Value, WorkSource,
+};
 
 /// A shard that implements only what a shard must (`read_run`), so fetch
 /// reads it through the trait's default `read_indices` and `read_pointers`.
@@ -28,6 +30,45 @@ impl Shard for RunsOnly {
         let res = zephon_core::dataset::check_run("runs", self, start, count)
             .map(|()| self.records[start as usize..(start + count) as usize].to_vec());
         Box::pin(std::future::ready(res))
+    }
+}
+
+/// A shard that cuts the records of a read into chunks of its own lengths
+/// (`cuts`, in turn), wherever fetch asked for the cuts.
+#[derive(Debug)]
+struct OwnCuts {
+    inner: InMemoryShard,
+    cuts: Vec<usize>,
+}
+
+impl Shard for OwnCuts {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read_run(&self, start: u64, count: u64) -> BoxFuture<'_, zephon_core::Result<Vec<Record>>> {
+        self.inner.read_run(start, count)
+    }
+    fn read_pointer_chunks<'a>(
+        &'a self,
+        ptrs: &'a [SamplePtr],
+        _first: usize,
+        _len: usize,
+    ) -> BoxFuture<'a, zephon_core::Result<Vec<Vec<Record>>>> {
+        Box::pin(async move {
+            let mut records = self.inner.read_pointers(ptrs).await?.into_iter();
+            let mut chunks = Vec::new();
+            for &n in self.cuts.iter().cycle() {
+                let chunk: Vec<Record> = records.by_ref().take(n).collect();
+                if chunk.is_empty() && records.len() == 0 {
+                    break;
+                }
+                chunks.push(chunk);
+            }
+            Ok(chunks)
+        })
     }
 }
 
@@ -130,6 +171,65 @@ proptest! {
                 .map(Result::unwrap)
                 .collect();
             prop_assert_eq!(&got, &expected, "p={} {:?}", p, runner);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Fetch asks a shard for its records cut where batches close, and
+    /// batch takes a full chunk of one lane as a batch when that lane's
+    /// open batch is empty; a shard that cuts elsewhere (empty chunks,
+    /// chunks of a batch's size starting mid-batch, of mixed lanes) gets
+    /// the same batches.
+    #[test]
+    fn chunks_cut_anywhere_give_the_batches_of_one_record_at_a_time(
+        shards in prop::collection::vec(1usize..80, 1..4),
+        lanes in prop_oneof![Just(1u32), Just(1), Just(2), Just(3)],
+        shuffled in any::<bool>(),
+        seed in any::<u64>(),
+        size in 1usize..12,
+        max_group in 1usize..40,
+        cuts in prop::collection::vec(prop_oneof![Just(0usize), 1usize..6, Just(usize::MAX)], 1..6),
+    ) {
+        let expected = {
+            let ws = source(&shards, lanes, shuffled, seed);
+            let records: Vec<Record> = ws
+                .stream()
+                .fetch(1)
+                .max_group(1)
+                .into_blocking_iter(Runner::Inline)
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+            batched(records, size)
+        };
+        // usize::MAX stands for a chunk of a batch's size.
+        let cuts: Vec<usize> = cuts.iter().map(|&n| if n == usize::MAX { size } else { n }).collect();
+        prop_assume!(cuts.iter().any(|&n| n > 0));
+        let stored: Vec<Arc<dyn Shard>> = records(&shards)
+            .into_iter()
+            .enumerate()
+            .map(|(i, records)| {
+                Arc::new(OwnCuts {
+                    inner: InMemoryShard::new(format!("cuts/{i}"), records),
+                    cuts: cuts.clone(),
+                }) as Arc<dyn Shard>
+            })
+            .collect();
+        let ws = source_of(Dataset::new("fb", "cuts", stored).unwrap(), lanes, shuffled, seed);
+        for (p, runner) in [(1, Runner::Inline), (4, Runner::Threads { workers: 2 })] {
+            let got: Vec<Batch<Record>> = ws
+                .stream()
+                .fetch(p)
+                .max_group(max_group)
+                .batch(size)
+                .into_blocking_iter(runner)
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+            prop_assert_eq!(&got, &expected, "p={} {:?} cuts {:?}", p, runner, &cuts);
         }
     }
 }

@@ -104,7 +104,15 @@ pub struct Batcher<S, T> {
 }
 
 /// Where an input keeps the elements it has made and not yet handed out.
-pub(crate) type ReadyOf<S, T> = for<'a> fn(Pin<&'a mut S>) -> &'a mut std::vec::IntoIter<T>;
+pub(crate) type ReadyOf<S, T> = for<'a> fn(Pin<&'a mut S>) -> Ready<'a, T>;
+
+/// An input's elements made and not yet handed out: `items` first, then
+/// each of `chunks` in turn. A chunk that fills a lane's empty open batch
+/// becomes that batch as it is, its elements not moved again.
+pub(crate) struct Ready<'a, T> {
+    pub(crate) items: &'a mut std::vec::IntoIter<T>,
+    pub(crate) chunks: &'a mut std::vec::IntoIter<Vec<T>>,
+}
 
 /// Each lane's open batch (its number and its elements so far), in lane
 /// order. Found per element: the last element's lane first, since a lane's
@@ -231,11 +239,23 @@ fn close<T>(
     // A push is a few instructions; building the batch (a new buffer, the
     // lane cut) is batch's real work, so that is what a sample times, one
     // batch in SAMPLE_EVERY standing for the others' elements.
+    let items = std::mem::replace(items, Vec::with_capacity(size));
+    close_with(probe, checkpoint, lane, index, items)
+}
+
+/// Closes `items` as batch number `index` of `lane`.
+fn close_with<T>(
+    probe: &mut Probe,
+    checkpoint: Option<&Checkpointing>,
+    lane: LaneId,
+    index: &mut u64,
+    items: Vec<T>,
+) -> Batch<T> {
     let t = probe.sample();
     let mut b = Batch {
         lane,
         index: *index,
-        items: std::mem::replace(items, Vec::with_capacity(size)),
+        items,
         cut: None,
     };
     if let Some(ck) = checkpoint {
@@ -325,24 +345,44 @@ where
             if let Some(take) = *this.ready
                 && this.checkpoint.is_none()
             {
-                let ready = take(this.inner.as_mut());
-                if ready.len() > 0 {
+                let Ready {
+                    items: ready,
+                    chunks,
+                } = take(this.inner.as_mut());
+                if ready.len() > 0 || chunks.len() > 0 {
                     this.probe.arrived();
+                }
+                loop {
+                    if ready.len() == 0 {
+                        let Some(chunk) = chunks.next() else { break };
+                        if chunk.len() == *this.size
+                            && let lane = chunk[0].lane()
+                            && chunk.iter().all(|x| x.lane() == lane)
+                        {
+                            let (_, index, items) = this.open.get(lane);
+                            if items.is_empty() {
+                                let b = close_with(this.probe, None, lane, index, chunk);
+                                return Poll::Ready(Some(Ok(b)));
+                            }
+                        }
+                        *ready = chunk.into_iter();
+                    }
                     // Taken a run of one lane at a time, up to the room in
                     // its open batch: one lane lookup and one bulk move per
                     // run, not per element.
-                    while let Some(lane) = ready.as_slice().first().map(T::lane) {
-                        let (_, index, items) = this.open.get(lane);
-                        let room = (*this.size - items.len()).min(ready.len());
-                        let run = 1 + ready.as_slice()[1..room]
-                            .iter()
-                            .take_while(|x| x.lane() == lane)
-                            .count();
-                        items.extend(ready.by_ref().take(run));
-                        if items.len() == *this.size {
-                            let b = close(this.probe, None, *this.size, lane, index, items);
-                            return Poll::Ready(Some(Ok(b)));
-                        }
+                    let Some(lane) = ready.as_slice().first().map(T::lane) else {
+                        continue;
+                    };
+                    let (_, index, items) = this.open.get(lane);
+                    let room = (*this.size - items.len()).min(ready.len());
+                    let run = 1 + ready.as_slice()[1..room]
+                        .iter()
+                        .take_while(|x| x.lane() == lane)
+                        .count();
+                    items.extend(ready.by_ref().take(run));
+                    if items.len() == *this.size {
+                        let b = close(this.probe, None, *this.size, lane, index, items);
+                        return Poll::Ready(Some(Ok(b)));
                     }
                 }
             }

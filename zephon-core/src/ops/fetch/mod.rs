@@ -2,12 +2,12 @@
 
 mod read;
 
-use read::{Instruments, read_window};
+use read::{Chunks, Instruments, read_window};
 
 use crate::dataset::Catalog;
 use crate::error::{Error, Result};
 use crate::obs::{Explain, Observer, Probe, StageDescription};
-use crate::ops::batch::Batcher;
+use crate::ops::batch::{Batcher, Ready};
 use crate::pointer::SamplePtr;
 use crate::record::Record;
 use crate::settings::{MICRO_BATCH, PARALLELISM};
@@ -66,10 +66,14 @@ pub struct Fetch<S> {
     /// Pointers taken in a run and not yet grouped, from `pending_at` on.
     pending: Vec<SamplePtr>,
     pending_at: usize,
-    in_flight: FuturesOrdered<BoxFuture<'static, Result<Vec<Record>>>>,
-    /// The last read group's records, handed out in place: no copy into
-    /// a queue.
+    in_flight: FuturesOrdered<BoxFuture<'static, Result<Chunks>>>,
+    /// The chunk of the last read group being handed out, in place: no
+    /// copy into a queue.
     ready: std::vec::IntoIter<Record>,
+    /// The last read group's chunks after `ready`.
+    chunks: std::vec::IntoIter<Vec<Record>>,
+    /// Where batch closes its batches, when batch takes fetch's records.
+    chunking: Option<Chunking>,
     done: bool,
     probe: Probe,
     inst: Instruments,
@@ -99,6 +103,8 @@ impl<S> Fetch<S> {
             pending_at: 0,
             in_flight: FuturesOrdered::new(),
             ready: Vec::new().into_iter(),
+            chunks: Vec::new().into_iter(),
+            chunking: None,
             done: false,
             probe: Probe::default(),
             inst: Instruments::default(),
@@ -154,14 +160,67 @@ impl<S> Fetch<S> {
     fn pending(&self) -> usize {
         self.pending.len() - self.pending_at
     }
+
+    /// Records read and not yet handed out.
+    fn ready_len(&self) -> usize {
+        self.ready.len() + self.chunks.as_slice().iter().map(Vec::len).sum::<usize>()
+    }
+}
+
+/// Where `batch` will close batches of `size` of a lane that has every
+/// element: after each `size` pointers from the stream's start. Fetch asks
+/// for its read groups' records cut there, so a chunk can be a batch
+/// without a copy. With several lanes the cuts fall elsewhere and batch
+/// copies as it would without them: the cut changes no batch.
+#[derive(Clone, Copy, Debug)]
+struct Chunking {
+    size: usize,
+    /// Pointers sent to reads so far, modulo `size`.
+    phase: usize,
+}
+
+impl Chunking {
+    /// The cut of the next group, of `n` pointers.
+    fn cut(&mut self, n: usize) -> (usize, usize) {
+        let first = self.size - self.phase;
+        self.phase = (self.phase + n % self.size) % self.size;
+        (first, self.size)
+    }
+}
+
+/// Sends `group` to be read: counted in, cut as `chunking` asks.
+fn send(
+    in_flight: &mut FuturesOrdered<BoxFuture<'static, Result<Chunks>>>,
+    catalog: &Catalog,
+    probe: &mut Probe,
+    chunking: &mut Option<Chunking>,
+    group: Vec<SamplePtr>,
+    inst: &Instruments,
+) {
+    probe.input_n(group.len());
+    let cut = chunking.as_mut().map(|c| c.cut(group.len()));
+    in_flight.push_back(read_window(catalog, group, cut, inst.clone()));
 }
 
 impl<S> Fetch<S> {
     crate::adapter_accessors!(inner);
 
     /// The records read and not yet handed out, in order.
-    fn ready(self: Pin<&mut Self>) -> &mut std::vec::IntoIter<Record> {
-        self.project().ready
+    fn ready(self: Pin<&mut Self>) -> Ready<'_, Record> {
+        let this = self.project();
+        Ready {
+            items: this.ready,
+            chunks: this.chunks,
+        }
+    }
+
+    /// Cuts read groups where batches of `size` close.
+    fn chunked(mut self, size: usize) -> Self {
+        self.chunking = Some(Chunking {
+            size: size.clamp(1, crate::settings::BATCH_SIZE.max as usize),
+            phase: 0,
+        });
+        self
     }
 }
 
@@ -182,13 +241,13 @@ where
     /// assert_eq!(sizes, vec![4, 4, 2]);
     /// ```
     pub fn batch(self, n: usize) -> Batcher<Self, Record> {
-        Batcher::new(self, n, false).take_ready(Fetch::ready)
+        Batcher::new(self.chunked(n), n, false).take_ready(Fetch::ready)
     }
 
     /// [`PipelineExt::batch_with`](crate::PipelineExt::batch_with), taking
     /// the read records as [`batch`](Fetch::batch) does.
     pub fn batch_with(self, n: usize, drop_last: bool) -> Batcher<Self, Record> {
-        Batcher::new(self, n, drop_last).take_ready(Fetch::ready)
+        Batcher::new(self.chunked(n), n, drop_last).take_ready(Fetch::ready)
     }
 }
 
@@ -200,7 +259,7 @@ impl<S: fmt::Debug> fmt::Debug for Fetch<S> {
             .field("max_group", &self.max_group)
             .field("across_shards", &self.across_shards)
             .field("in_flight", &self.in_flight.len())
-            .field("ready", &self.ready.len())
+            .field("ready", &self.ready_len())
             .finish_non_exhaustive()
     }
 }
@@ -217,7 +276,7 @@ where
             && self.group.is_empty()
             && self.pending() == 0
             && self.in_flight.is_empty()
-            && self.ready.len() == 0
+            && self.ready_len() == 0
     }
 }
 
@@ -253,6 +312,10 @@ where
             if let Some(r) = this.ready.next() {
                 return Poll::Ready(Some(Ok(r)));
             }
+            if let Some(c) = this.chunks.next() {
+                *this.ready = c.into_iter();
+                continue;
+            }
             // Fill the in-flight window with groups of same-shard pointers.
             while this.in_flight.len() < *this.parallelism {
                 if let Some(p) = this.carry.take() {
@@ -261,9 +324,14 @@ where
                 if *this.done {
                     if !this.group.is_empty() {
                         let g = std::mem::take(this.group);
-                        this.probe.input_n(g.len());
-                        this.in_flight
-                            .push_back(read_window(this.catalog, g, inst.clone()));
+                        send(
+                            this.in_flight,
+                            this.catalog,
+                            this.probe,
+                            this.chunking,
+                            g,
+                            inst,
+                        );
                     }
                     break;
                 }
@@ -295,11 +363,10 @@ where
                             .first()
                             .is_none_or(|f| f.dataset == p.dataset && f.shard == p.shard);
                         if (same || *this.across_shards) && this.group.len() < *this.max_group {
-                            this.group.push(p);
                             // The pointers of a run that join the same group,
                             // at once: the rule above, applied to each.
                             let rest = &this.pending[*this.pending_at..];
-                            let room = (*this.max_group - this.group.len()).min(rest.len());
+                            let room = (*this.max_group - this.group.len() - 1).min(rest.len());
                             let n = if *this.across_shards {
                                 room
                             } else {
@@ -308,22 +375,42 @@ where
                                     .take_while(|q| q.dataset == p.dataset && q.shard == p.shard)
                                     .count()
                             };
-                            this.group.extend_from_slice(&rest[..n]);
-                            *this.pending_at += n;
+                            if this.group.is_empty() && *this.pending_at == 1 && n == rest.len() {
+                                // A whole run (`p` its first pointer) makes an
+                                // empty group: its buffer becomes the group's,
+                                // not copied.
+                                std::mem::swap(this.group, this.pending);
+                                this.pending.clear();
+                                *this.pending_at = 0;
+                            } else {
+                                this.group.push(p);
+                                this.group.extend_from_slice(&rest[..n]);
+                                *this.pending_at += n;
+                            }
                         } else {
                             let g = std::mem::take(this.group);
-                            this.probe.input_n(g.len());
-                            this.in_flight
-                                .push_back(read_window(this.catalog, g, inst.clone()));
+                            send(
+                                this.in_flight,
+                                this.catalog,
+                                this.probe,
+                                this.chunking,
+                                g,
+                                inst,
+                            );
                             *this.carry = Some(p);
                         }
                     }
                     Poll::Ready(Some(Err(e))) => {
                         if !this.group.is_empty() {
                             let g = std::mem::take(this.group);
-                            this.probe.input_n(g.len());
-                            this.in_flight
-                                .push_back(read_window(this.catalog, g, inst.clone()));
+                            send(
+                                this.in_flight,
+                                this.catalog,
+                                this.probe,
+                                this.chunking,
+                                g,
+                                inst,
+                            );
                         }
                         this.in_flight
                             .push_back(futures::future::ready(Err(e)).boxed());
@@ -333,9 +420,14 @@ where
                         // Do not hold a partial group back waiting for more.
                         if !this.group.is_empty() {
                             let g = std::mem::take(this.group);
-                            this.probe.input_n(g.len());
-                            this.in_flight
-                                .push_back(read_window(this.catalog, g, inst.clone()));
+                            send(
+                                this.in_flight,
+                                this.catalog,
+                                this.probe,
+                                this.chunking,
+                                g,
+                                inst,
+                            );
                         } else if this.in_flight.is_empty() {
                             this.probe.input_pending();
                         }
@@ -347,9 +439,9 @@ where
                 s.max_queue.observe(this.in_flight.len() as u64);
             }
             match this.in_flight.poll_next_unpin(cx) {
-                Poll::Ready(Some(Ok(records))) => {
-                    this.probe.output_n(records.len());
-                    *this.ready = records.into_iter();
+                Poll::Ready(Some(Ok(chunks))) => {
+                    this.probe.output_n(chunks.iter().map(Vec::len).sum());
+                    *this.chunks = chunks.into_iter();
                 }
                 Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
                 Poll::Ready(None) => {
@@ -369,7 +461,7 @@ where
     fn size_hint(&self) -> (usize, Option<usize>) {
         let (lo, hi) = self.inner.size_hint();
         let extra =
-            self.ready.len() + self.group.len() + self.pending() + self.carry.is_some() as usize;
+            self.ready_len() + self.group.len() + self.pending() + self.carry.is_some() as usize;
         let flying = self.in_flight.len().saturating_mul(self.max_group);
         (
             lo.saturating_add(extra),

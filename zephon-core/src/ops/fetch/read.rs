@@ -22,11 +22,21 @@ pub(super) struct Instruments {
     pub(super) fetch: Option<Arc<FetchStats>>,
 }
 
+/// Records read by one group, in pointer order, in consecutive chunks.
+pub(super) type Chunks = Vec<Vec<Record>>;
+
+/// Where a group's records are to be cut into chunks: the first chunk's
+/// length, then every later one's (see [`Shard::read_pointer_chunks`]).
+///
+/// [`Shard::read_pointer_chunks`]: crate::Shard::read_pointer_chunks
+pub(super) type Cut = Option<(usize, usize)>;
+
 fn read_group(
     catalog: &Catalog,
     group: Vec<SamplePtr>,
+    cut: Cut,
     inst: Instruments,
-) -> BoxFuture<'static, Result<Vec<Record>>> {
+) -> BoxFuture<'static, Result<Chunks>> {
     let first = group[0];
     let Some(shard) = catalog
         .get(first.dataset as usize)
@@ -48,7 +58,11 @@ fn read_group(
         let t1 = timed.then(Instant::now);
         // Lane and lineage come set: a shard making its records sets them
         // as it makes each.
-        let records = shard.read_pointers(&group).await?;
+        let records = match cut {
+            Some((first, len)) => shard.read_pointer_chunks(&group, first, len).await?,
+            None => vec![shard.read_pointers(&group).await?],
+        };
+        let count: usize = records.iter().map(Vec::len).sum();
         if let (Some(t0), Some(t1)) = (t0, t1) {
             let (open_ns, read_ns) = ((t1 - t0).as_nanos() as u64, t1.elapsed().as_nanos() as u64);
             if let Some(f) = &inst.fetch {
@@ -66,24 +80,24 @@ fn read_group(
                 // Sizing every record costs more than reading it from memory;
                 // one group in BYTE_SAMPLE stands for the others.
                 // Within it, one record in BYTE_SAMPLE too.
-                if op.tick().is_multiple_of(BYTE_SAMPLE) && !records.is_empty() {
+                if op.tick().is_multiple_of(BYTE_SAMPLE) && count > 0 {
                     let step = BYTE_SAMPLE as usize;
                     let (sum, n) = records
                         .iter()
+                        .flatten()
                         .step_by(step)
                         .fold((0u64, 0u64), |(s, n), r| (s + r.byte_len() as u64, n + 1));
-                    op.bytes_out
-                        .add(sum * records.len() as u64 / n * BYTE_SAMPLE);
+                    op.bytes_out.add(sum * count as u64 / n * BYTE_SAMPLE);
                 }
             }
         }
-        if records.len() != group.len() {
+        if count != group.len() {
             return Err(Error::Operator {
                 op: "fetch",
                 message: format!(
                     "dataset `{dataset}`, shard `{}` returned {} records for {} samples",
                     shard.name(),
-                    records.len(),
+                    count,
                     group.len()
                 ),
             });
@@ -95,18 +109,20 @@ fn read_group(
 
 /// Reads a group whose pointers may name several shards: one
 /// [`read_group`] per shard, all at once, the records put back in pointer
-/// order.
+/// order. A group of one shard is cut into chunks as `cut` asks; one of
+/// several comes back in one chunk.
 pub(super) fn read_window(
     catalog: &Catalog,
     group: Vec<SamplePtr>,
+    cut: Cut,
     inst: Instruments,
-) -> BoxFuture<'static, Result<Vec<Record>>> {
+) -> BoxFuture<'static, Result<Chunks>> {
     let first = group[0];
     if group
         .iter()
         .all(|p| p.dataset == first.dataset && p.shard == first.shard)
     {
-        return read_group(catalog, group, inst);
+        return read_group(catalog, group, cut, inst);
     }
     // Each shard's positions and pointers, in order of first appearance.
     let mut slot: HashMap<(u32, u32), usize> = HashMap::new();
@@ -121,7 +137,7 @@ pub(super) fn read_window(
     }
     let reads: Vec<_> = parts
         .iter_mut()
-        .map(|(_, ptrs)| read_group(catalog, std::mem::take(ptrs), inst.clone()))
+        .map(|(_, ptrs)| read_group(catalog, std::mem::take(ptrs), None, inst.clone()))
         .collect();
     let n = group.len();
     async move {
@@ -129,12 +145,13 @@ pub(super) fn read_window(
         let mut out: Vec<Option<Record>> = (0..n).map(|_| None).collect();
         for ((positions, _), records) in parts.iter().zip(results) {
             // `read_group` checked that each share got one record per pointer.
-            for (&i, r) in positions.iter().zip(records) {
+            for (&i, r) in positions.iter().zip(records.into_iter().flatten()) {
                 out[i] = Some(r);
             }
         }
         out.into_iter()
             .collect::<Option<Vec<Record>>>()
+            .map(|records| vec![records])
             .ok_or_else(|| Error::Operator {
                 op: "fetch",
                 message: format!("a read window of {n} pointers came back incomplete"),
