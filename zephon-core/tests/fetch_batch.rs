@@ -100,6 +100,36 @@ fn source_of(ds: Dataset, lanes: u32, shuffled: bool, seed: u64) -> WorkSource {
         .unwrap()
 }
 
+/// Every record, fetched one at a time on the caller's thread.
+fn one_at_a_time(ws: &WorkSource) -> Vec<Record> {
+    ws.stream()
+        .fetch(1)
+        .max_group(1)
+        .into_blocking_iter(Runner::Inline)
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+/// The batches of `fetch(p) -> batch(size)`, fetch taking groups of up to
+/// `max_group` pointers.
+fn fetched_batches(
+    ws: &WorkSource,
+    p: usize,
+    max_group: usize,
+    size: usize,
+    runner: Runner,
+) -> Vec<Batch<Record>> {
+    ws.stream()
+        .fetch(p)
+        .max_group(max_group)
+        .batch(size)
+        .into_blocking_iter(runner)
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
 /// The batches `batch` makes of `records`, one element at a time: each
 /// lane's open batch closes when full; the partial ones follow in lane order.
 fn batched(records: Vec<Record>, size: usize) -> Vec<Batch<Record>> {
@@ -145,14 +175,7 @@ proptest! {
         max_group in 1usize..40,
     ) {
         let ws = source(&shards, lanes, shuffled, seed);
-        let records: Vec<Record> = ws
-            .stream()
-            .fetch(1)
-            .max_group(1)
-            .into_blocking_iter(Runner::Inline)
-            .unwrap()
-            .map(Result::unwrap)
-            .collect();
+        let records = one_at_a_time(&ws);
         prop_assert_eq!(records.len(), shards.iter().sum::<usize>());
         let expected = batched(records, size);
         for (p, runner) in [
@@ -161,15 +184,7 @@ proptest! {
             (2, Runner::Threads { workers: 2 }),
             (8, Runner::Threads { workers: 4 }),
         ] {
-            let got: Vec<Batch<Record>> = ws
-                .stream()
-                .fetch(p)
-                .max_group(max_group)
-                .batch(size)
-                .into_blocking_iter(runner)
-                .unwrap()
-                .map(Result::unwrap)
-                .collect();
+            let got = fetched_batches(&ws, p, max_group, size, runner);
             prop_assert_eq!(&got, &expected, "p={} {:?}", p, runner);
         }
     }
@@ -195,15 +210,7 @@ proptest! {
     ) {
         let expected = {
             let ws = source(&shards, lanes, shuffled, seed);
-            let records: Vec<Record> = ws
-                .stream()
-                .fetch(1)
-                .max_group(1)
-                .into_blocking_iter(Runner::Inline)
-                .unwrap()
-                .map(Result::unwrap)
-                .collect();
-            batched(records, size)
+            batched(one_at_a_time(&ws), size)
         };
         // usize::MAX stands for a chunk of a batch's size.
         let cuts: Vec<usize> = cuts.iter().map(|&n| if n == usize::MAX { size } else { n }).collect();
@@ -220,15 +227,7 @@ proptest! {
             .collect();
         let ws = source_of(Dataset::new("fb", "cuts", stored).unwrap(), lanes, shuffled, seed);
         for (p, runner) in [(1, Runner::Inline), (4, Runner::Threads { workers: 2 })] {
-            let got: Vec<Batch<Record>> = ws
-                .stream()
-                .fetch(p)
-                .max_group(max_group)
-                .batch(size)
-                .into_blocking_iter(runner)
-                .unwrap()
-                .map(Result::unwrap)
-                .collect();
+            let got = fetched_batches(&ws, p, max_group, size, runner);
             prop_assert_eq!(&got, &expected, "p={} {:?} cuts {:?}", p, runner, &cuts);
         }
     }

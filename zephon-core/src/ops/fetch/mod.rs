@@ -50,7 +50,7 @@ type PointerRuns<S> = fn(Pin<&mut S>, &mut Vec<SamplePtr>, usize) -> Option<usiz
 /// assert_eq!(records[3].get("i").and_then(|v| v.as_int()), Some(3));
 /// assert_eq!(records[3].lineage[0].sample, 3);
 /// ```
-#[pin_project]
+#[pin_project(project = FetchProj)]
 #[must_use = "streams do nothing unless polled"]
 pub struct Fetch<S> {
     #[pin]
@@ -188,18 +188,18 @@ impl Chunking {
     }
 }
 
-/// Sends `group` to be read: counted in, cut as `chunking` asks.
-fn send(
-    in_flight: &mut FuturesOrdered<BoxFuture<'static, Result<Chunks>>>,
-    catalog: &Catalog,
-    probe: &mut Probe,
-    chunking: &mut Option<Chunking>,
-    group: Vec<SamplePtr>,
-    inst: &Instruments,
-) {
-    probe.input_n(group.len());
-    let cut = chunking.as_mut().map(|c| c.cut(group.len()));
-    in_flight.push_back(read_window(catalog, group, cut, inst.clone()));
+/// Sends the open group, if any, to be read: counted in, cut as
+/// `chunking` asks. Whether there was one.
+fn flush<S>(this: &mut FetchProj<'_, S>) -> bool {
+    if this.group.is_empty() {
+        return false;
+    }
+    let group = std::mem::take(this.group);
+    this.probe.input_n(group.len());
+    let cut = this.chunking.as_mut().map(|c| c.cut(group.len()));
+    let read = read_window(this.catalog, group, cut, this.inst.clone());
+    this.in_flight.push_back(read);
+    true
 }
 
 impl<S> Fetch<S> {
@@ -305,7 +305,6 @@ where
                 fetch: Observer::current().map(|o| o.fetch_stats(this.catalog.clone())),
             };
         }
-        let inst = &*this.inst;
         loop {
             // Elements are counted per read group (in when it is sent, out
             // when it returns), never per element.
@@ -322,17 +321,7 @@ where
                     this.group.push(p);
                 }
                 if *this.done {
-                    if !this.group.is_empty() {
-                        let g = std::mem::take(this.group);
-                        send(
-                            this.in_flight,
-                            this.catalog,
-                            this.probe,
-                            this.chunking,
-                            g,
-                            inst,
-                        );
-                    }
+                    flush(&mut this);
                     break;
                 }
                 let polled = if let Some(&p) = this.pending.get(*this.pending_at) {
@@ -388,47 +377,19 @@ where
                                 *this.pending_at += n;
                             }
                         } else {
-                            let g = std::mem::take(this.group);
-                            send(
-                                this.in_flight,
-                                this.catalog,
-                                this.probe,
-                                this.chunking,
-                                g,
-                                inst,
-                            );
+                            flush(&mut this);
                             *this.carry = Some(p);
                         }
                     }
                     Poll::Ready(Some(Err(e))) => {
-                        if !this.group.is_empty() {
-                            let g = std::mem::take(this.group);
-                            send(
-                                this.in_flight,
-                                this.catalog,
-                                this.probe,
-                                this.chunking,
-                                g,
-                                inst,
-                            );
-                        }
+                        flush(&mut this);
                         this.in_flight
                             .push_back(futures::future::ready(Err(e)).boxed());
                     }
                     Poll::Ready(None) => *this.done = true,
                     Poll::Pending => {
                         // Do not hold a partial group back waiting for more.
-                        if !this.group.is_empty() {
-                            let g = std::mem::take(this.group);
-                            send(
-                                this.in_flight,
-                                this.catalog,
-                                this.probe,
-                                this.chunking,
-                                g,
-                                inst,
-                            );
-                        } else if this.in_flight.is_empty() {
+                        if !flush(&mut this) && this.in_flight.is_empty() {
                             this.probe.input_pending();
                         }
                         break;
