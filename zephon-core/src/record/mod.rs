@@ -5,10 +5,12 @@ use bytes::Bytes;
 use smallvec::SmallVec;
 use std::fmt;
 
+mod chunks;
 pub mod fields;
 mod name;
 mod tokens;
 
+pub use chunks::PointerChunks;
 pub use fields::Fields;
 pub use name::{FieldName, Schema};
 pub use tokens::{TokenView, TokenWidth, Tokens};

@@ -33,6 +33,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::sync::Arc;
 use zephon_core::Record;
+use zephon_core::record::PointerChunks;
 
 pub use detect::{Detected, detect};
 pub use shard::FormatShard;
@@ -167,6 +168,27 @@ pub trait ShardIndex: Send + Sync + fmt::Debug {
     /// Decodes samples `indices` (each `< len()`) from `data`, the bytes this
     /// index was built from, in request order.
     fn decode(&self, data: &Bytes, indices: &[u64]) -> FormatResult<Vec<Record>>;
+
+    /// Decodes the samples `out`'s pointers name (each `< len()`), in
+    /// pointer order, into `out`: what a local shard hands `fetch`. The
+    /// default decodes them with [`decode`](ShardIndex::decode) and places
+    /// each; a format that fills each record where it stays
+    /// ([`PointerChunks::next_record`]) saves moving it there.
+    fn decode_chunks(&self, data: &Bytes, out: &mut PointerChunks<'_>) -> FormatResult<()> {
+        let indices: Vec<u64> = out.pointers().iter().map(|p| p.sample).collect();
+        let records = self.decode(data, &indices)?;
+        if records.len() != indices.len() {
+            return Err(format!(
+                "{} records decoded for {} samples",
+                records.len(),
+                indices.len()
+            ));
+        }
+        for r in records {
+            out.push(r);
+        }
+        Ok(())
+    }
 
     /// Where sample `i` lies in the shard, `[start, end)`, for formats whose
     /// samples can be read alone by byte range (token files); `None` otherwise.

@@ -14,8 +14,9 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use std::path::Path;
 use std::sync::Arc;
+use zephon_core::record::PointerChunks;
 use zephon_core::runner::offload;
-use zephon_core::{Error, Record, Result, Shard};
+use zephon_core::{Error, Record, Result, SamplePtr, Shard};
 
 #[derive(Debug)]
 enum Source {
@@ -425,6 +426,42 @@ impl Shard for FormatShard {
             offload("fetch", move || {
                 index
                     .decode(&data, &indices)
+                    .map_err(|m| shard_error(&dataset, &name, m))
+            })
+            .await?
+        }
+        .boxed()
+    }
+
+    /// A shard whose bytes are at hand (local, or cached whole) is decoded
+    /// straight into the chunks, each record in its place; one read by
+    /// range or by blocks reads as `read_pointers` does.
+    fn read_pointer_chunks<'a>(
+        &'a self,
+        ptrs: &'a [SamplePtr],
+        first: usize,
+        len: usize,
+    ) -> BoxFuture<'a, Result<Vec<Vec<Record>>>> {
+        async move {
+            if let Source::Range { .. } | Source::Blocks { .. } = &self.source {
+                return Ok(vec![self.read_pointers(ptrs).await?]);
+            }
+            if let Some(p) = ptrs.iter().find(|p| p.sample >= self.len) {
+                return Err(Error::SampleOutOfRange {
+                    dataset: self.dataset.to_string(),
+                    shard: self.name.clone(),
+                    sample: p.sample,
+                    len: self.len,
+                });
+            }
+            let data = self.data().await?;
+            let index = self.index(&data).await?;
+            let (dataset, name, ptrs) = (self.dataset.clone(), self.name.clone(), ptrs.to_vec());
+            offload("fetch", move || {
+                let mut out = PointerChunks::new(&ptrs, first, len);
+                index
+                    .decode_chunks(&data, &mut out)
+                    .and_then(|()| out.finish())
                     .map_err(|m| shard_error(&dataset, &name, m))
             })
             .await?

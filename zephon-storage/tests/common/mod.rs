@@ -13,7 +13,76 @@ use std::time::{Duration, Instant};
 use zephon_core::{Dataset, PipelineExt, Record, Runner, Value, WorkSource};
 use zephon_storage::DatasetExt;
 use zephon_storage::backend::{Backend, runtime};
+use zephon_storage::format::mds::{MdsColumn, encode_shard};
 use zephon_storage::{CacheOptions, StorageOptions};
+
+/// Bytes that neither compress nor repeat (an LCG), so file sizes are what
+/// the test says.
+pub fn noise(seed: u64, n: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..n)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 56) as u8
+        })
+        .collect()
+}
+
+/// `shards` MDS shards of `per_shard` samples (an id, a text and about
+/// 300 bytes of noise each) and Streaming's `index.json` naming them.
+pub fn write_mds(dir: &Path, shards: usize, per_shard: usize) {
+    std::fs::create_dir_all(dir).unwrap();
+    let columns = vec![
+        MdsColumn {
+            name: "id".into(),
+            encoding: "int".into(),
+            size: Some(8),
+        },
+        MdsColumn {
+            name: "text".into(),
+            encoding: "str".into(),
+            size: None,
+        },
+        MdsColumn {
+            name: "blob".into(),
+            encoding: "bytes".into(),
+            size: None,
+        },
+    ];
+    let mut infos = Vec::new();
+    for s in 0..shards {
+        let samples: Vec<Vec<Vec<u8>>> = (0..per_shard)
+            .map(|i| {
+                let id = (s * per_shard + i) as i64;
+                vec![
+                    id.to_le_bytes().to_vec(),
+                    format!("sample {i} of shard {s}").into_bytes(),
+                    noise(id as u64, 200 + i % 200),
+                ]
+            })
+            .collect();
+        let data = encode_shard(&columns, &samples);
+        let name = format!("shard.{s:05}.mds");
+        std::fs::write(dir.join(&name), &data).unwrap();
+        infos.push(serde_json::json!({
+            "format": "mds",
+            "column_encodings": ["int", "str", "bytes"],
+            "column_names": ["id", "text", "blob"],
+            "column_sizes": [8, null, null],
+            "compression": null,
+            "hashes": [],
+            "raw_data": {"basename": name, "bytes": data.len(), "hashes": {}},
+            "samples": per_shard,
+            "size_limit": 1 << 26,
+            "version": 2,
+            "zip_data": null,
+        }));
+    }
+    let index = serde_json::json!({"shards": infos, "version": 2});
+    std::fs::write(dir.join("index.json"), index.to_string()).unwrap();
+}
 
 /// Writes `shards` JSONL shards of `per_shard` records into `dir`; returns
 /// the records written, as [`fields`] prints them, sorted: what a read of

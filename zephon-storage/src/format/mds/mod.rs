@@ -26,7 +26,7 @@ use bytes::Bytes;
 use column::{Kind, decode_value};
 use serde::{Deserialize, Serialize};
 use zephon_core::Record;
-use zephon_core::record::{FieldName, Fields};
+use zephon_core::record::{FieldName, Fields, PointerChunks};
 
 /// One column of an MDS dataset.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -222,6 +222,28 @@ impl MdsIndex {
         })
     }
 
+    /// Where samples `indices` lie in `data`, each brought into the cache.
+    /// Shuffled samples lie anywhere in the shard, each a few cache misses
+    /// when decoding reaches it. Touching every cache line of the samples
+    /// first (their first `TOUCH` bytes), in a loop whose loads depend on
+    /// nothing, lets the processor wait for all those misses at once
+    /// instead of one by one.
+    fn touch(&self, data: &Bytes, indices: impl Iterator<Item = u64>) -> Vec<(usize, usize)> {
+        let spans: Vec<(usize, usize)> = indices
+            .map(|i| {
+                let (from, to) = self.byte_range(i).expect("a sample of this shard");
+                (from as usize, to as usize)
+            })
+            .collect();
+        let touched = spans.iter().fold(0u8, |t, &(from, to)| {
+            (from..to.min(from + TOUCH))
+                .step_by(64)
+                .fold(t, |t, at| t ^ data[at])
+        });
+        std::hint::black_box(touched);
+        spans
+    }
+
     /// Decodes the sample at `data[from..to]` into `fields` (empty);
     /// `spans` is scratch space for where each column lies, kept by the
     /// caller across samples. Values are read from the borrowed bytes;
@@ -278,24 +300,7 @@ impl ShardIndex for MdsIndex {
     }
 
     fn decode(&self, data: &Bytes, indices: &[u64]) -> FormatResult<Vec<Record>> {
-        let spans: Vec<(usize, usize)> = indices
-            .iter()
-            .map(|&i| {
-                let (from, to) = self.byte_range(i).expect("a sample of this shard");
-                (from as usize, to as usize)
-            })
-            .collect();
-        // Shuffled samples lie anywhere in the shard, each a few cache
-        // misses when decoding reaches it. Touching every cache line of the
-        // samples first (their first `TOUCH` bytes), in a loop whose loads
-        // depend on nothing, lets the processor wait for all those misses
-        // at once instead of one by one.
-        let touched = spans.iter().fold(0u8, |t, &(from, to)| {
-            (from..to.min(from + TOUCH))
-                .step_by(64)
-                .fold(t, |t, at| t ^ data[at])
-        });
-        std::hint::black_box(touched);
+        let spans = self.touch(data, indices.iter().copied());
         // Each record is made where it stays, in the vector handed back:
         // built elsewhere and moved in, its bytes would be copied again.
         let mut scratch = Vec::with_capacity(self.columns.len());
@@ -307,6 +312,18 @@ impl ShardIndex for MdsIndex {
                 .map_err(|e| format!("sample {i}: {e}"))?;
         }
         Ok(out)
+    }
+
+    /// As `decode`, each record made in its place in `out`'s chunks.
+    fn decode_chunks(&self, data: &Bytes, out: &mut PointerChunks<'_>) -> FormatResult<()> {
+        let spans = self.touch(data, out.pointers().iter().map(|p| p.sample));
+        let mut scratch = Vec::with_capacity(self.columns.len());
+        for (from, to) in spans {
+            let (p, r) = out.next_record().expect("a record per pointer");
+            self.sample(data, from, to, &mut scratch, &mut r.fields)
+                .map_err(|e| format!("sample {}: {e}", p.sample))?;
+        }
+        Ok(())
     }
 
     fn byte_range(&self, i: u64) -> Option<(u64, u64)> {
