@@ -103,6 +103,12 @@ fn records_of_one_field_allocate_nothing_for_it() {
     ]);
     assert_eq!(allocations() - before, 1);
     assert_eq!(two.fields.keys().collect::<Vec<_>>(), [&id, &text]);
+    // Copies likewise: none for one field, one block for two.
+    let one = Record::new().with(id.clone(), Value::Int(7));
+    let before = allocations();
+    let copies = (one.clone(), two.clone());
+    assert_eq!(allocations() - before, 1);
+    assert_eq!(copies, (one, two));
 }
 
 /// A record of thousands of fields built at once, in reverse order, with
@@ -176,6 +182,8 @@ proptest! {
             }
             prop_assert_eq!(f.len(), m.len());
             prop_assert!(f.iter().eq(m.iter()));
+            let copy = f.clone();
+            prop_assert!(copy.iter().eq(f.iter()));
             for k in 0..24 {
                 prop_assert_eq!(f.get(&name(k)), m.get(&*name(k)));
                 prop_assert_eq!(f.contains_key(&name(k)), m.contains_key(&*name(k)));

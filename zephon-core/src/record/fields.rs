@@ -39,9 +39,28 @@ type Entries = SmallVec<[(FieldName, Value); INLINE]>;
 /// assert_eq!(f.remove("text"), Some(Value::from("hi")));
 /// assert_eq!(format!("{f:?}"), r#"{"id": Int(2)}"#);
 /// ```
-#[derive(Clone, Default, PartialEq)]
+#[derive(Default, PartialEq)]
 pub struct Fields {
     entries: Entries,
+}
+
+impl Clone for Fields {
+    /// A record of one field is copied in one write, without the generic
+    /// extend a small vector's clone goes through (checks for spilling and
+    /// growth per element); more fields take one exact-size block.
+    #[inline]
+    fn clone(&self) -> Self {
+        let entries = match self.entries.as_slice() {
+            [] => Entries::new(),
+            [one] => Entries::from_buf([one.clone()]),
+            many => {
+                let mut v = Vec::with_capacity(many.len());
+                v.extend_from_slice(many);
+                Entries::from_vec(v)
+            }
+        };
+        Fields { entries }
+    }
 }
 
 impl Fields {
@@ -106,6 +125,11 @@ impl Fields {
     pub fn insert(&mut self, name: FieldName, value: Value) -> Option<Value> {
         match self.find(&name) {
             Ok(i) => Some(std::mem::replace(&mut self.entries[i].1, value)),
+            // Readers add fields in name order: a push, not a shift.
+            Err(i) if i == self.entries.len() => {
+                self.entries.push((name, value));
+                None
+            }
             Err(i) => {
                 self.entries.insert(i, (name, value));
                 None
