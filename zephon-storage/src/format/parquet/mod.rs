@@ -50,6 +50,11 @@ pub struct ParquetIndex {
     /// `starts[g]` is the first row of row group `g`; the last entry is the row count.
     starts: Vec<u64>,
     recent: Mutex<Recent>,
+    /// One lock per row group, held while it is decoded: reads in flight
+    /// at once that need the same group (a shuffle within a shard spreads
+    /// every read over all its groups) decode it once, the others waiting
+    /// for it rather than decoding it again beside it.
+    decoding: Vec<Mutex<()>>,
     /// Bytes of decoded groups `recent` may hold ([`DECODED_BUDGET`]).
     budget: usize,
     /// Rows decoded so far, which tests hold to a bound.
@@ -94,6 +99,7 @@ impl ParquetIndex {
             meta,
             mask,
             file_len: data.len(),
+            decoding: (1..starts.len()).map(|_| Mutex::new(())).collect(),
             starts,
             recent: Mutex::new(Recent::default()),
             budget: DECODED_BUDGET,
@@ -121,6 +127,16 @@ impl ParquetIndex {
         data: &R,
         g: usize,
     ) -> FormatResult<Arc<Group>> {
+        if let Some(b) = self.recent.lock().expect("poisoned").get(g) {
+            return Ok(b);
+        }
+        let _decoding = self
+            .decoding
+            .get(g)
+            .ok_or_else(|| format!("no row group {g}"))?
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        // Decoded by another read while this one waited.
         if let Some(b) = self.recent.lock().expect("poisoned").get(g) {
             return Ok(b);
         }
@@ -497,5 +513,32 @@ mod tests {
                 "{what}: decoded {decoded} rows to read a shard of {ROWS}"
             );
         }
+    }
+
+    /// Reads in flight at once that need the same row groups (what
+    /// `fetch(p)` issues under a shuffle within a shard) decode each group
+    /// once: the others wait for it and take it from the recent groups.
+    #[test]
+    fn reads_at_once_decode_each_group_once() {
+        let data = shard();
+        let index = ParquetIndex::open(&data, None).unwrap();
+        let calls: Vec<Vec<u64>> = shuffled(ROWS, 5)
+            .chunks(ROWS / 8)
+            .map(|c| c.iter().map(|&i| i as u64).collect())
+            .collect();
+        let start = std::sync::Barrier::new(calls.len());
+        std::thread::scope(|s| {
+            for call in &calls {
+                let (index, data, start) = (&index, &data, &start);
+                s.spawn(move || {
+                    start.wait();
+                    let records = index.decode(data, call).unwrap();
+                    for (&i, r) in call.iter().zip(&records) {
+                        assert_eq!(r.get("id"), Some(&Value::Int(i as i64)));
+                    }
+                });
+            }
+        });
+        assert_eq!(index.decoded_rows(), ROWS as u64);
     }
 }
