@@ -202,7 +202,9 @@ fn intern(s: &str) -> Option<&'static str> {
     if s.len() > INTERN_MAX_LEN {
         return None;
     }
-    if let Some(found) = SEEN.with(|seen| seen.borrow().get(s).copied()) {
+    // `try_with`: a name made while this thread's locals are being torn
+    // down goes to the table, without the thread's list.
+    if let Ok(Some(found)) = SEEN.try_with(|seen| seen.borrow().get(s).copied()) {
         return Some(found);
     }
     // A poisoned lock only means another thread panicked while holding
@@ -212,7 +214,7 @@ fn intern(s: &str) -> Option<&'static str> {
         .unwrap_or_else(|e| e.into_inner())
         .get_or_insert_with(Table::default)
         .get_or_add(s)?;
-    SEEN.with(|seen| seen.borrow_mut().insert(found));
+    let _ = SEEN.try_with(|seen| seen.borrow_mut().insert(found));
     Some(found)
 }
 
