@@ -48,7 +48,7 @@ impl Clone for Fields {
     /// A record of one field is copied in one write, without the generic
     /// extend a small vector's clone goes through (checks for spilling and
     /// growth per element); more fields take one exact-size block.
-    #[inline]
+    #[inline(always)]
     fn clone(&self) -> Self {
         let entries = match self.entries.as_slice() {
             [] => Entries::new(),
