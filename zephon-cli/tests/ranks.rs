@@ -199,11 +199,7 @@ fn a_manifest_naming_files_outside_the_data_folder_is_refused() {
     let data = t.path().join("data");
     std::fs::create_dir_all(&data).unwrap();
     // Streaming's index, its second shard outside the folder.
-    let cols = [MdsColumn {
-        name: "id".into(),
-        encoding: "int".into(),
-        size: Some(8),
-    }];
+    let cols = [MdsColumn::new("id", "int", Some(8))];
     let shard = |ids: std::ops::Range<i64>| {
         encode_shard(
             &cols,

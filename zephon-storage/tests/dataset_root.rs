@@ -114,11 +114,7 @@ fn mds_index(basenames: &[(&str, usize)]) -> String {
 }
 
 fn mds_shard(texts: &[&str]) -> Vec<u8> {
-    let cols = [MdsColumn {
-        name: "text".into(),
-        encoding: "str".into(),
-        size: None,
-    }];
+    let cols = [MdsColumn::new("text", "str", None)];
     let samples: Vec<Vec<Vec<u8>>> = texts.iter().map(|t| vec![t.as_bytes().to_vec()]).collect();
     encode_shard(&cols, &samples)
 }

@@ -13,6 +13,8 @@ use hostile::inputs::{jsonl, streaming_index, tar_of, zephon_manifest};
 use hostile::{Outcome, Tally, inside, mutated};
 use proptest::prelude::*;
 use std::collections::HashSet;
+use zephon_core::SamplePtr;
+use zephon_core::record::PointerChunks;
 use zephon_storage::format::jsonl::{LineIndex, parse_run};
 use zephon_storage::format::mds::{MdsColumn, MdsIndex, encode_shard};
 use zephon_storage::format::webdataset::{TarIndex, tar};
@@ -81,21 +83,9 @@ fn mds_index() {
 #[test]
 fn mds_shards() {
     let cols = vec![
-        MdsColumn {
-            name: "id".into(),
-            encoding: "int".into(),
-            size: Some(8),
-        },
-        MdsColumn {
-            name: "text".into(),
-            encoding: "str".into(),
-            size: None,
-        },
-        MdsColumn {
-            name: "j".into(),
-            encoding: "json".into(),
-            size: None,
-        },
+        MdsColumn::new("id", "int", Some(8)),
+        MdsColumn::new("text", "str", None),
+        MdsColumn::new("j", "json", None),
     ];
     let sample = ("[a-z]{0,6}", "[0-9]{0,3}")
         .prop_map(|(t, j)| vec![7i64.to_le_bytes().to_vec(), t.into_bytes(), j.into_bytes()]);
@@ -113,6 +103,22 @@ fn mds_shards() {
                     if let Err(e) = index.decode(&data, &[i]) {
                         return Outcome::error(&e);
                     }
+                }
+                // The path fetch takes: every sample at once, into chunks.
+                let ptrs: Vec<SamplePtr> = (0..index.len())
+                    .map(|sample| SamplePtr {
+                        dataset: 0,
+                        shard: 0,
+                        sample,
+                        lane: 0,
+                    })
+                    .collect();
+                let mut out = PointerChunks::new(&ptrs, 2, 3);
+                if let Err(e) = index
+                    .decode_chunks(&data, &mut out)
+                    .and_then(|()| out.finish())
+                {
+                    return Outcome::error(&e);
                 }
                 Outcome::Valid
             }

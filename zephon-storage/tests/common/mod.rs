@@ -35,21 +35,9 @@ pub fn noise(seed: u64, n: usize) -> Vec<u8> {
 pub fn write_mds(dir: &Path, shards: usize, per_shard: usize) {
     std::fs::create_dir_all(dir).unwrap();
     let columns = vec![
-        MdsColumn {
-            name: "id".into(),
-            encoding: "int".into(),
-            size: Some(8),
-        },
-        MdsColumn {
-            name: "text".into(),
-            encoding: "str".into(),
-            size: None,
-        },
-        MdsColumn {
-            name: "blob".into(),
-            encoding: "bytes".into(),
-            size: None,
-        },
+        MdsColumn::new("id", "int", Some(8)),
+        MdsColumn::new("text", "str", None),
+        MdsColumn::new("blob", "bytes", None),
     ];
     let mut infos = Vec::new();
     for s in 0..shards {

@@ -131,16 +131,8 @@ fn write(format: &str, dir: &Path, a: &Args) -> Result<FormatOptions> {
 
 fn mds_columns() -> Vec<MdsColumn> {
     vec![
-        MdsColumn {
-            name: "id".into(),
-            encoding: "int".into(),
-            size: Some(8),
-        },
-        MdsColumn {
-            name: "text".into(),
-            encoding: "str".into(),
-            size: None,
-        },
+        MdsColumn::new("id", "int", Some(8)),
+        MdsColumn::new("text", "str", None),
     ]
 }
 

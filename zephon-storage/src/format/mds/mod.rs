@@ -39,6 +39,24 @@ pub struct MdsColumn {
     pub size: Option<u32>,
 }
 
+impl MdsColumn {
+    /// A column named `name`, stored with Streaming's `encoding`, `size`
+    /// bytes a value or variable (`None`).
+    ///
+    /// ```
+    /// use zephon_storage::format::mds::MdsColumn;
+    /// let id = MdsColumn::new("id", "int", Some(8));
+    /// assert_eq!((id.name.as_str(), id.encoding.as_str(), id.size), ("id", "int", Some(8)));
+    /// ```
+    pub fn new(name: impl Into<String>, encoding: impl Into<String>, size: Option<u32>) -> Self {
+        MdsColumn {
+            name: name.into(),
+            encoding: encoding.into(),
+            size,
+        }
+    }
+}
+
 #[derive(Deserialize)]
 struct IndexFile {
     shards: Vec<ShardInfo>,
@@ -352,8 +370,8 @@ impl ShardIndex for MdsIndex {
 /// use zephon_storage::format::ShardIndex;
 /// use zephon_storage::format::mds::{MdsColumn, MdsIndex, encode_shard};
 /// let cols = vec![
-///     MdsColumn { name: "id".into(), encoding: "int".into(), size: Some(8) },
-///     MdsColumn { name: "text".into(), encoding: "str".into(), size: None },
+///     MdsColumn::new("id", "int", Some(8)),
+///     MdsColumn::new("text", "str", None),
 /// ];
 /// let shard = encode_shard(&cols, &[vec![7i64.to_le_bytes().to_vec(), b"hi".to_vec()]]);
 /// let index = MdsIndex::open(&shard, &cols).unwrap();
@@ -514,11 +532,7 @@ mod tests {
     }
 
     fn col(name: &str, encoding: &str, size: Option<u32>) -> MdsColumn {
-        MdsColumn {
-            name: name.into(),
-            encoding: encoding.into(),
-            size,
-        }
+        MdsColumn::new(name, encoding, size)
     }
 
     /// Columns stored out of name order, one name twice: the record's
