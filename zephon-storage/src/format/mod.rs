@@ -190,6 +190,13 @@ pub trait ShardIndex: Send + Sync + fmt::Debug {
         Ok(())
     }
 
+    /// Whether decoding costs so little a sample (token views over the
+    /// shard's bytes) that a read decodes where it runs: handing the work
+    /// to the CPU pool would cost more than the work. The default says no.
+    fn cheap_decode(&self) -> bool {
+        false
+    }
+
     /// Where sample `i` lies in the shard, `[start, end)`, for formats whose
     /// samples can be read alone by byte range (token files); `None` otherwise.
     fn byte_range(&self, i: u64) -> Option<(u64, u64)> {

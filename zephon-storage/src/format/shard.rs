@@ -456,6 +456,13 @@ impl Shard for FormatShard {
             }
             let data = self.data().await?;
             let index = self.index(&data).await?;
+            if index.cheap_decode() {
+                let mut out = PointerChunks::new(ptrs, first, len);
+                return index
+                    .decode_chunks(&data, &mut out)
+                    .and_then(|()| out.finish())
+                    .map_err(|m| shard_error(&self.dataset, &self.name, m));
+            }
             let (dataset, name, ptrs) = (self.dataset.clone(), self.name.clone(), ptrs.to_vec());
             offload("fetch", move || {
                 let mut out = PointerChunks::new(&ptrs, first, len);

@@ -232,6 +232,10 @@ impl ShardIndex for FlatTokens {
         self.samples
     }
 
+    fn cheap_decode(&self) -> bool {
+        true
+    }
+
     fn byte_range(&self, i: u64) -> Option<(u64, u64)> {
         let width = self.seq_len * self.dtype.size() as u64;
         Some((i * width, (i + 1) * width))
@@ -345,6 +349,10 @@ impl MegatronIndex {
 impl ShardIndex for MegatronIndex {
     fn len(&self) -> u64 {
         self.lengths.len() as u64
+    }
+
+    fn cheap_decode(&self) -> bool {
+        true
     }
 
     fn byte_range(&self, i: u64) -> Option<(u64, u64)> {
