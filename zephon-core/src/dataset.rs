@@ -91,7 +91,9 @@ pub trait Shard: Send + Sync + fmt::Debug {
     /// The cut is a wish: the records, concatenated, are what counts, and
     /// a shard may cut them anywhere. The default reads them with
     /// [`read_pointers`](Shard::read_pointers) into one chunk; a shard
-    /// that makes its records itself can make each chunk in place.
+    /// that makes its records itself can make each chunk in place, with
+    /// [`PointerChunks`](crate::record::PointerChunks) cutting the chunks
+    /// and setting each record's lane and lineage.
     ///
     /// ```
     /// use zephon_core::{InMemoryShard, Record, SamplePtr, Shard};
