@@ -63,29 +63,42 @@ impl<'a> PointerChunks<'a> {
     /// in its place; `None` once every pointer has its record.
     #[inline]
     pub fn next_record(&mut self) -> Option<(&'a SamplePtr, &mut Record)> {
-        let p = self.ptrs.get(self.made)?;
-        self.made += 1;
-        let chunk = self.open_chunk();
-        chunk.push(Record {
+        let p = self.next_pointer()?;
+        let r = self.place(Record {
             lane: p.lane,
             lineage: Lineage::from_buf([*p]),
             ..Record::default()
         });
-        Some((p, chunk.last_mut().expect("just pushed")))
+        Some((p, r))
     }
 
     /// Places `r` as the record of the next pointer, its lane and lineage
     /// replaced by that pointer's (what a shard stored there is not the
     /// read's); `false`, placing nothing, once every pointer has its record.
     pub fn push(&mut self, mut r: Record) -> bool {
-        let Some(p) = self.ptrs.get(self.made) else {
+        let Some(p) = self.next_pointer() else {
             return false;
         };
-        self.made += 1;
         r.lane = p.lane;
         r.lineage = Lineage::from_buf([*p]);
-        self.open_chunk().push(r);
+        self.place(r);
         true
+    }
+
+    /// The pointer whose record comes next, counted as made.
+    #[inline]
+    fn next_pointer(&mut self) -> Option<&'a SamplePtr> {
+        let p = self.ptrs.get(self.made)?;
+        self.made += 1;
+        Some(p)
+    }
+
+    /// `r` at the end of the open chunk.
+    #[inline]
+    fn place(&mut self, r: Record) -> &mut Record {
+        let chunk = self.open_chunk();
+        chunk.push(r);
+        chunk.last_mut().expect("just pushed")
     }
 
     /// The chunk the next record goes in: the last one, or a new one when

@@ -379,6 +379,21 @@ impl FormatShard {
     }
 }
 
+impl FormatShard {
+    /// Every sample in `samples` is one of this shard's.
+    fn check_samples(&self, mut samples: impl Iterator<Item = u64>) -> Result<()> {
+        match samples.find(|&i| i >= self.len) {
+            Some(sample) => Err(Error::SampleOutOfRange {
+                dataset: self.dataset.to_string(),
+                shard: self.name.clone(),
+                sample,
+                len: self.len,
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
 impl Shard for FormatShard {
     fn name(&self) -> &str {
         &self.name
@@ -395,14 +410,7 @@ impl Shard for FormatShard {
 
     fn read_indices<'a>(&'a self, indices: &'a [u64]) -> BoxFuture<'a, Result<Vec<Record>>> {
         async move {
-            if let Some(&bad) = indices.iter().find(|&&i| i >= self.len) {
-                return Err(Error::SampleOutOfRange {
-                    dataset: self.dataset.to_string(),
-                    shard: self.name.clone(),
-                    sample: bad,
-                    len: self.len,
-                });
-            }
+            self.check_samples(indices.iter().copied())?;
             if let Source::Range { .. } | Source::Blocks { .. } = &self.source {
                 let index = self.index(&Bytes::new()).await?;
                 if let (Source::Blocks { file, .. }, FormatSpec::Parquet { .. }) =
@@ -446,30 +454,23 @@ impl Shard for FormatShard {
             if let Source::Range { .. } | Source::Blocks { .. } = &self.source {
                 return Ok(vec![self.read_pointers(ptrs).await?]);
             }
-            if let Some(p) = ptrs.iter().find(|p| p.sample >= self.len) {
-                return Err(Error::SampleOutOfRange {
-                    dataset: self.dataset.to_string(),
-                    shard: self.name.clone(),
-                    sample: p.sample,
-                    len: self.len,
-                });
-            }
+            self.check_samples(ptrs.iter().map(|p| p.sample))?;
             let data = self.data().await?;
             let index = self.index(&data).await?;
+            let decode =
+                move |index: &dyn ShardIndex, ptrs: &[SamplePtr], dataset: &str, name: &str| {
+                    let mut out = PointerChunks::new(ptrs, first, len);
+                    index
+                        .decode_chunks(&data, &mut out)
+                        .and_then(|()| out.finish())
+                        .map_err(|m| shard_error(dataset, name, m))
+                };
             if index.cheap_decode() {
-                let mut out = PointerChunks::new(ptrs, first, len);
-                return index
-                    .decode_chunks(&data, &mut out)
-                    .and_then(|()| out.finish())
-                    .map_err(|m| shard_error(&self.dataset, &self.name, m));
+                return decode(index.as_ref(), ptrs, &self.dataset, &self.name);
             }
             let (dataset, name, ptrs) = (self.dataset.clone(), self.name.clone(), ptrs.to_vec());
             offload("fetch", move || {
-                let mut out = PointerChunks::new(&ptrs, first, len);
-                index
-                    .decode_chunks(&data, &mut out)
-                    .and_then(|()| out.finish())
-                    .map_err(|m| shard_error(&dataset, &name, m))
+                decode(index.as_ref(), &ptrs, &dataset, &name)
             })
             .await?
         }
