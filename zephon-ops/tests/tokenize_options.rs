@@ -146,3 +146,29 @@ fn tokenizer_default_adds_what_the_post_processor_adds_and_keeps_it_when_truncat
         .special_tokens(SpecialTokens::TokenizerDefault);
     assert_eq!(ids(&run(none, &[TEXT])[0], "input_ids"), plain);
 }
+
+/// Text read in place from a shard (`Value::TextView`) tokenizes as the
+/// same text owned does, and `keep_text` keeps it as it came.
+#[test]
+fn text_read_in_place_tokenizes_as_owned_text() {
+    use zephon_core::Value;
+    use zephon_core::record::ByteString;
+    let shard = bytes::Bytes::from(format!("<{TEXT}>"));
+    let view = ByteString::try_from(shard.slice(1..shard.len() - 1)).unwrap();
+    let config = || {
+        TokenizeConfig::from_bytes(TOKENIZER)
+            .unwrap()
+            .keep_text(true)
+    };
+    let owned = run(config(), &[TEXT]);
+    let viewed: Vec<Record> =
+        futures::stream::iter([Ok(Record::new().with("text", Value::TextView(view)))])
+            .tokenize(config(), 2)
+            .into_blocking_iter(Runner::threads())
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+    assert_eq!(ids(&viewed[0], "input_ids"), ids(&owned[0], "input_ids"));
+    assert!(matches!(viewed[0].get("text"), Some(Value::TextView(_))));
+    assert_eq!(viewed[0], owned[0]);
+}

@@ -100,7 +100,9 @@ fn show(v: &Value, width: usize) -> serde_json::Value {
         Value::Bool(b) => J::Bool(*b),
         Value::Int(i) => J::from(*i),
         Value::Float(f) => J::from(*f),
-        Value::Text(t) => J::String(truncate(t, width)),
+        Value::Text(_) | Value::TextView(_) => {
+            J::String(truncate(v.as_text().expect("a text value"), width))
+        }
         Value::Tokens(_) | Value::TokenView(_) => {
             let t = v.token_ids().expect("a token value");
             if t.len() <= width / 4 {

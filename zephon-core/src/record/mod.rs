@@ -2,6 +2,7 @@
 
 use crate::pointer::{Identity, LaneId, Laned, SamplePtr};
 use bytes::Bytes;
+pub use bytestring::ByteString;
 use smallvec::SmallVec;
 use std::fmt;
 
@@ -21,7 +22,10 @@ pub use tokens::{TokenView, TokenWidth, Tokens};
 /// [`Value::Tokens`] (owned, what operators produce) and
 /// [`Value::TokenView`] (ids in their stored width over a shard's bytes, what
 /// token-file readers produce); [`Value::token_ids`] reads both, and both
-/// print as `Tokens([..])`.
+/// print as `Tokens([..])`. Text likewise: [`Value::Text`] (owned) and
+/// [`Value::TextView`] (checked UTF-8 sharing a shard's buffer) compare,
+/// digest and read alike ([`Value::as_text`]), and both print as
+/// `Text(..)`.
 #[derive(Clone)]
 pub enum Value {
     /// JSON `null` or a missing value.
@@ -32,8 +36,11 @@ pub enum Value {
     Int(i64),
     /// A float.
     Float(f64),
-    /// Text (a document, a caption).
+    /// Text (a document, a caption), owned.
     Text(String),
+    /// Text read in place: UTF-8 checked once, sharing a shard's buffer (a
+    /// memory map, a cached block, a decoded column) rather than copied.
+    TextView(ByteString),
     /// Token ids, owned.
     Tokens(Vec<u32>),
     /// Token ids read in place from a shard's buffer (`u16` or `u32`).
@@ -60,11 +67,33 @@ impl Value {
         }
     }
 
-    /// The text, if this is [`Value::Text`].
+    /// The text, if this is [`Value::Text`] or [`Value::TextView`].
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use zephon_core::Value;
+    /// use zephon_core::record::ByteString;
+    /// let shard = Bytes::from_static(b"{hello}");
+    /// let v = Value::TextView(ByteString::try_from(shard.slice(1..6)).unwrap());
+    /// assert_eq!(v.as_text(), Some("hello"));
+    /// assert_eq!(v, Value::Text("hello".into()));
+    /// assert!(ByteString::try_from(Bytes::from_static(&[0xff])).is_err());
+    /// ```
     pub fn as_text(&self) -> Option<&str> {
         match self {
             Value::Text(s) => Some(s),
+            Value::TextView(s) => Some(s),
             _ => None,
+        }
+    }
+
+    /// Owned text: moved out of [`Value::Text`], copied out of a
+    /// [`Value::TextView`]; `Err(self)` for other values.
+    pub fn into_text(self) -> Result<String, Value> {
+        match self {
+            Value::Text(s) => Ok(s),
+            Value::TextView(s) => Ok(String::from(&*s)),
+            other => Err(other),
         }
     }
 
@@ -121,7 +150,7 @@ impl Value {
             Value::Bool(_) => "bool",
             Value::Int(_) => "int",
             Value::Float(_) => "float",
-            Value::Text(_) => "text",
+            Value::Text(_) | Value::TextView(_) => "text",
             Value::Tokens(_) | Value::TokenView(_) => "tokens",
             Value::Bytes(_) => "bytes",
             Value::Json(_) => "json",
@@ -132,6 +161,7 @@ impl Value {
     pub fn byte_len(&self) -> usize {
         match self {
             Value::Text(s) => s.len(),
+            Value::TextView(s) => s.len(),
             Value::Tokens(t) => t.len() * 4,
             Value::TokenView(v) => v.bytes().len(),
             Value::Bytes(b) => b.len(),
@@ -147,7 +177,9 @@ impl Value {
             Value::Bool(b) => combine(combine(h, 1), *b as u64),
             Value::Int(i) => combine(combine(h, 2), *i as u64),
             Value::Float(f) => combine(combine(h, 3), f.to_bits()),
+            // Owned text and views of the same text digest alike.
             Value::Text(s) => combine(combine(h, 4), bytes(s.as_bytes())),
+            Value::TextView(s) => combine(combine(h, 4), bytes(s.as_bytes())),
             // Owned ids and views of the same ids digest alike.
             Value::Tokens(t) => t.iter().fold(combine(h, 5), |h, &x| combine(h, x as u64)),
             Value::TokenView(v) => v
@@ -168,6 +200,7 @@ impl fmt::Debug for Value {
             Value::Int(i) => f.debug_tuple("Int").field(i).finish(),
             Value::Float(x) => f.debug_tuple("Float").field(x).finish(),
             Value::Text(t) => f.debug_tuple("Text").field(t).finish(),
+            Value::TextView(t) => f.debug_tuple("Text").field(&&**t).finish(),
             // Equal ids print alike, whichever form holds them.
             Value::Tokens(_) | Value::TokenView(_) => {
                 let t = self.token_ids().expect("a token value");
@@ -187,7 +220,7 @@ impl PartialEq for Value {
             (Bool(a), Bool(b)) => a == b,
             (Int(a), Int(b)) => a == b,
             (Float(a), Float(b)) => a == b,
-            (Text(a), Text(b)) => a == b,
+            (Text(_) | TextView(_), Text(_) | TextView(_)) => self.as_text() == other.as_text(),
             (Bytes(a), Bytes(b)) => a == b,
             (Json(a), Json(b)) => a == b,
             _ => match (self.token_ids(), other.token_ids()) {
@@ -201,6 +234,12 @@ impl PartialEq for Value {
 impl From<TokenView> for Value {
     fn from(v: TokenView) -> Self {
         Value::TokenView(v)
+    }
+}
+
+impl From<ByteString> for Value {
+    fn from(s: ByteString) -> Self {
+        Value::TextView(s)
     }
 }
 

@@ -1,7 +1,7 @@
 //! Where position `p` of a dataset's pass lands: shard shuffle, within-shard
 //! shuffle and block shuffle, each a keyed permutation evaluated on demand.
 
-use crate::hash::{key, permute};
+use crate::hash::{Permutation, key, permute};
 use serde::{Deserialize, Serialize};
 
 /// Block shuffle: after shard order and within-shard order are fixed, the
@@ -178,7 +178,8 @@ impl DatasetOrder {
                 let stop = end.min(q + len - off);
                 match layout.within_key {
                     Some((_, k)) if self.shuffle_within_shard => {
-                        (off + 1..off + (stop - q)).for_each(|o| f(shard, permute(o, len, k)))
+                        let within = Permutation::new(len, k);
+                        (off + 1..off + (stop - q)).for_each(|o| f(shard, within.at(o)))
                     }
                     _ => (off + 1..off + (stop - q)).for_each(|o| f(shard, o)),
                 }
@@ -191,10 +192,10 @@ impl DatasetOrder {
             let block = p / b;
             let start = block * b;
             let len = b.min(self.total - start);
-            let k = self.block_key(layout.pass, block);
+            let within = Permutation::new(len, self.block_key(layout.pass, block));
             let stop = end.min(start + len);
             for i in p..stop {
-                let q = start + permute(i - start, len, k);
+                let q = start + within.at(i - start);
                 let (shard, sample) = self.locate_shuffled(layout, q);
                 f(shard, sample);
             }

@@ -59,8 +59,11 @@ pub(crate) type GroupKey = (LaneId, String);
 
 /// The value of `field` of `r` as a group key.
 fn group_of(field: &str, r: &Record) -> crate::Result<String> {
-    match r.get(field) {
-        Some(Value::Text(t)) => Ok(t.clone()),
+    let v = r.get(field);
+    if let Some(t) = v.and_then(Value::as_text) {
+        return Ok(t.to_owned());
+    }
+    match v {
         Some(Value::Int(i)) => Ok(i.to_string()),
         Some(Value::Bool(b)) => Ok(b.to_string()),
         _ => Err(Error::missing(

@@ -62,7 +62,7 @@ impl Prepared {
     ) {
         let c = &self.config;
         let text = match r.take(&c.field) {
-            Some(Value::Text(t)) => t,
+            Some(v) if v.as_text().is_some() => v,
             other => {
                 if let Some(v) = other {
                     r.set(c.field.clone(), v);
@@ -76,7 +76,7 @@ impl Prepared {
                 return;
             }
         };
-        let enc = match tok.encode_fast(text.as_str(), false) {
+        let enc = match tok.encode_fast(text.as_text().expect("text, checked above"), false) {
             Ok(e) => e,
             Err(e) => {
                 out.push(Err(Error::Encode {
@@ -89,7 +89,7 @@ impl Prepared {
             }
         };
         if c.keep_text {
-            r.set(c.field.clone(), Value::Text(text));
+            r.set(c.field.clone(), text);
         } else {
             drop(text);
         }

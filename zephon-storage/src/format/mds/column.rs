@@ -4,6 +4,7 @@
 use super::FormatResult;
 use bytes::Bytes;
 use zephon_core::Value;
+use zephon_core::record::ByteString;
 
 /// How a column's bytes become a [`Value`] (the encodings of the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,7 +87,7 @@ fn f16_to_f64(bits: u16) -> f64 {
 
 /// The value of a column of kind `kind` from its bytes `b`; `shared` gives
 /// the same bytes as a [`Bytes`] sharing the shard's buffer, for `bytes`
-/// columns.
+/// and `str` columns (text is checked as UTF-8 and shared, not copied).
 #[inline]
 pub(super) fn decode_value(
     kind: Kind,
@@ -100,7 +101,9 @@ pub(super) fn decode_value(
             .ok_or_else(|| format!("{} needs {n} bytes, found {}", kind.name(), b.len()))
     };
     Ok(match kind {
-        Kind::Text => Value::Text(text()?.to_owned()),
+        Kind::Text => {
+            Value::TextView(ByteString::try_from(shared()).map_err(|e| format!("not UTF-8: {e}"))?)
+        }
         Kind::Bytes => Value::Bytes(shared()),
         Kind::I64 => Value::Int(i64::from_le_bytes(fixed(8)?.try_into().expect("8"))),
         Kind::I32 => Value::Int(i32::from_le_bytes(fixed(4)?.try_into().expect("4")) as i64),

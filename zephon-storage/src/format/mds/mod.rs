@@ -507,12 +507,17 @@ mod tests {
         let alone = index
             .decode_range(0, &shard.slice(from as usize..to as usize))
             .unwrap();
-        for r in [&index.decode(&shard, &[0]).unwrap()[0], &alone] {
+        let whole = &index.decode(&shard, &[0]).unwrap()[0];
+        for r in [whole, &alone] {
             assert_eq!(r.fields.len(), cols.len());
             for (name, _, _, want) in &cols {
                 assert_eq!(r.get(name), Some(want), "{name}");
             }
         }
+        // Text is read in place: a view of the shard, not a copy.
+        let text = whole.text("a_str").unwrap();
+        assert!(matches!(whole.get("a_str"), Some(Value::TextView(_))));
+        assert!(shard.as_ptr_range().contains(&text.as_ptr()));
         let mut wrong = columns.clone();
         wrong[2].size = Some(4);
         let short: Vec<Vec<u8>> = cols

@@ -18,7 +18,10 @@
 //!
 //! Arrow types map to values: strings -> text, integers -> int, floats ->
 //! float, booleans, binary -> bytes, lists of integers -> token ids
-//! (pre-tokenized `input_ids`), anything else -> its display text.
+//! (pre-tokenized `input_ids`), anything else -> its display text. `Utf8`
+//! and `LargeUtf8` strings are [`Value::TextView`](zephon_core::Value::TextView)s
+//! sharing the decoded column's buffer, not copies: a record kept holds its
+//! slice of the row group (1,024 rows of that column) in memory.
 
 mod value;
 
@@ -457,6 +460,8 @@ mod tests {
             for (&i, r) in call.iter().zip(&records) {
                 assert_eq!(r.get("id"), Some(&Value::Int(i as i64)));
                 assert_eq!(r.get("text"), Some(&Value::Text(text(i as usize))));
+                // Shared with the decoded column, not copied per record.
+                assert!(matches!(r.get("text"), Some(Value::TextView(_))));
             }
             seen += call.len();
         }

@@ -12,6 +12,7 @@ use arrow_array::{LargeStringArray, StringArray, StringViewArray};
 use arrow_schema::DataType;
 use bytes::Bytes;
 use zephon_core::Value;
+use zephon_core::record::ByteString;
 
 fn token_ids(a: &dyn Array) -> Option<Vec<u32>> {
     fn conv<T: Copy>(v: &[T], f: impl Fn(T) -> Option<u32>) -> Option<Vec<u32>> {
@@ -89,6 +90,29 @@ pub(super) fn value(a: &dyn Array, r: usize) -> Value {
     }
 }
 
+/// An Arrow buffer as the owner of a [`Bytes`]: the slice's decoded text
+/// is then shared by the records read from it, not copied into each.
+struct ArrowBytes(arrow_buffer::Buffer);
+
+impl AsRef<[u8]> for ArrowBytes {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+fn shared(values: &arrow_buffer::Buffer) -> Bytes {
+    Bytes::from_owner(ArrowBytes(values.clone()))
+}
+
+/// Text at `values[from..to]`, shared; checked as UTF-8 again (Arrow
+/// checked it when decoding) rather than trusted without a check.
+fn text_view(values: &Bytes, from: usize, to: usize) -> Value {
+    match ByteString::try_from(values.slice(from..to)) {
+        Ok(s) => Value::TextView(s),
+        Err(_) => Value::Text(String::from_utf8_lossy(&values[from..to]).into_owned()),
+    }
+}
+
 /// One column of a decoded slice with its type looked up once, when the
 /// slice is decoded, rather than once per value: the common types read
 /// straight from their typed arrays, the rest through [`value`].
@@ -98,8 +122,9 @@ pub(super) enum Column {
     I32(Int32Array),
     I64(Int64Array),
     F64(Float64Array),
-    Utf8(StringArray),
-    LargeUtf8(LargeStringArray),
+    /// The array and its value bytes as a buffer that text views share.
+    Utf8(StringArray, Bytes),
+    LargeUtf8(LargeStringArray, Bytes),
     Utf8View(StringViewArray),
     Other(ArrayRef),
 }
@@ -111,8 +136,14 @@ impl Column {
             DataType::Int32 => Column::I32(a.as_primitive::<Int32Type>().clone()),
             DataType::Int64 => Column::I64(a.as_primitive::<Int64Type>().clone()),
             DataType::Float64 => Column::F64(a.as_primitive::<Float64Type>().clone()),
-            DataType::Utf8 => Column::Utf8(a.as_string::<i32>().clone()),
-            DataType::LargeUtf8 => Column::LargeUtf8(a.as_string::<i64>().clone()),
+            DataType::Utf8 => {
+                let a = a.as_string::<i32>();
+                Column::Utf8(a.clone(), shared(a.values()))
+            }
+            DataType::LargeUtf8 => {
+                let a = a.as_string::<i64>();
+                Column::LargeUtf8(a.clone(), shared(a.values()))
+            }
             DataType::Utf8View => Column::Utf8View(a.as_string_view().clone()),
             _ => Column::Other(a.clone()),
         }
@@ -129,8 +160,14 @@ impl Column {
             Column::I32(a) => typed(a, r, |a| Value::Int(a.value(r) as i64)),
             Column::I64(a) => typed(a, r, |a| Value::Int(a.value(r))),
             Column::F64(a) => typed(a, r, |a| Value::Float(a.value(r))),
-            Column::Utf8(a) => typed(a, r, |a| Value::Text(a.value(r).to_owned())),
-            Column::LargeUtf8(a) => typed(a, r, |a| Value::Text(a.value(r).to_owned())),
+            Column::Utf8(a, values) => typed(a, r, |a| {
+                let o = a.value_offsets();
+                text_view(values, o[r] as usize, o[r + 1] as usize)
+            }),
+            Column::LargeUtf8(a, values) => typed(a, r, |a| {
+                let o = a.value_offsets();
+                text_view(values, o[r] as usize, o[r + 1] as usize)
+            }),
             Column::Utf8View(a) => typed(a, r, |a| Value::Text(a.value(r).to_owned())),
             Column::Other(a) => value(a.as_ref(), r),
         }
