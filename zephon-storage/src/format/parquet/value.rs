@@ -104,13 +104,22 @@ fn shared(values: &arrow_buffer::Buffer) -> Bytes {
     Bytes::from_owner(ArrowBytes(values.clone()))
 }
 
-/// Text at `values[from..to]`, shared; checked as UTF-8 again (Arrow
-/// checked it when decoding) rather than trusted without a check.
-fn text_view(values: &Bytes, from: usize, to: usize) -> Value {
-    match ByteString::try_from(values.slice(from..to)) {
-        Ok(s) => Value::TextView(s),
-        Err(_) => Value::Text(String::from_utf8_lossy(&values[from..to]).into_owned()),
-    }
+/// Row `r` of string array `a` whose value bytes are `values` (shared),
+/// as a view of them. Nothing of the text is read: a shuffled read would
+/// otherwise wait for a cache miss per row here, only for the text to be
+/// read again where it is used.
+fn text_view<O: arrow_array::OffsetSizeTrait>(
+    a: &arrow_array::GenericStringArray<O>,
+    values: &Bytes,
+    r: usize,
+) -> Value {
+    let o = a.value_offsets();
+    let (from, to) = (o[r].as_usize(), o[r + 1].as_usize());
+    // SAFETY: each value of an Arrow string array is UTF-8 (the invariant
+    // `GenericStringArray::value` relies on the same way; the Parquet reader
+    // checks it when it decodes), and `values` holds the array's value
+    // bytes, so `from..to` is one whole value.
+    Value::TextView(unsafe { ByteString::from_bytes_unchecked(values.slice(from..to)) })
 }
 
 /// One column of a decoded slice with its type looked up once, when the
@@ -122,7 +131,7 @@ pub(super) enum Column {
     I32(Int32Array),
     I64(Int64Array),
     F64(Float64Array),
-    /// The array and its value bytes as a buffer that text views share.
+    /// The array and its value bytes, shared by the text views of its rows.
     Utf8(StringArray, Bytes),
     LargeUtf8(LargeStringArray, Bytes),
     Utf8View(StringViewArray),
@@ -160,14 +169,8 @@ impl Column {
             Column::I32(a) => typed(a, r, |a| Value::Int(a.value(r) as i64)),
             Column::I64(a) => typed(a, r, |a| Value::Int(a.value(r))),
             Column::F64(a) => typed(a, r, |a| Value::Float(a.value(r))),
-            Column::Utf8(a, values) => typed(a, r, |a| {
-                let o = a.value_offsets();
-                text_view(values, o[r] as usize, o[r + 1] as usize)
-            }),
-            Column::LargeUtf8(a, values) => typed(a, r, |a| {
-                let o = a.value_offsets();
-                text_view(values, o[r] as usize, o[r + 1] as usize)
-            }),
+            Column::Utf8(a, values) => typed(a, r, |a| text_view(a, values, r)),
+            Column::LargeUtf8(a, values) => typed(a, r, |a| text_view(a, values, r)),
             Column::Utf8View(a) => typed(a, r, |a| Value::Text(a.value(r).to_owned())),
             Column::Other(a) => value(a.as_ref(), r),
         }
@@ -222,6 +225,14 @@ mod tests {
                 ],
             ),
             (
+                // A slice: its offsets point past the start of its values.
+                Arc::new(
+                    StringArray::from(vec![Some("skipped"), Some("é"), None, Some("z")])
+                        .slice(1, 3),
+                ),
+                vec![Value::from("é"), Value::Null, Value::from("z")],
+            ),
+            (
                 Arc::new(Int16Array::from(vec![Some(5), None, Some(-6)])),
                 vec![Value::Int(5), Value::Null, Value::Int(-6)],
             ),
@@ -233,7 +244,11 @@ mod tests {
         for (a, want) in &columns {
             let typed = Column::new(a);
             for (r, w) in want.iter().enumerate() {
-                assert_eq!(&typed.value(r), w, "{} row {r}", a.data_type());
+                let v = typed.value(r);
+                assert_eq!(&v, w, "{} row {r}", a.data_type());
+                if matches!(a.data_type(), DataType::Utf8 | DataType::LargeUtf8) && !a.is_null(r) {
+                    assert!(matches!(v, Value::TextView(_)), "a view of the column");
+                }
                 assert_eq!(&value(a.as_ref(), r), w, "{} row {r}", a.data_type());
             }
         }
