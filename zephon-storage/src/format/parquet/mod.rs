@@ -19,7 +19,7 @@
 //! Arrow types map to values: strings -> text, integers -> int, floats ->
 //! float, booleans, binary -> bytes, lists of integers -> token ids
 //! (pre-tokenized `input_ids`), anything else -> its display text. `Utf8`
-//! and `LargeUtf8` strings are [`Value::TextView`](zephon_core::Value::TextView)s
+//! and `LargeUtf8` strings are [`Value::TextView`]s
 //! sharing the decoded column's buffer, not copies: a record kept holds its
 //! slice of the row group (1,024 rows of that column) in memory.
 
