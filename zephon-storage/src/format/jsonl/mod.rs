@@ -1,11 +1,14 @@
 //! JSONL shards: one JSON object per line, addressed through a line-offset index.
 
+mod seed;
+
+use bytes::Bytes;
 use memchr::memchr_iter;
 
 /// Bytes read at a time when a shard is indexed from a stream.
 const READ_BUFFER: usize = 1 << 20;
-use zephon_core::record::{FieldName, Fields, Schema};
-use zephon_core::{Error, Record, Result, Value};
+use zephon_core::record::Schema;
+use zephon_core::{Error, Record, Result};
 
 /// Byte offsets of the lines of a JSONL shard: `starts[i]` is where sample `i`
 /// begins, `starts[len]` is the end of the last line (past its newline).
@@ -94,6 +97,44 @@ pub fn parse_line_with(
     shard: &str,
     line: u64,
 ) -> Result<Record> {
+    parse_line_in(bytes, None, names, dataset, shard, line)
+}
+
+/// [`parse_line_with`] for the line at `line_range` of `shard_bytes`: its
+/// strings without escapes become
+/// [`Value::TextView`](zephon_core::Value::TextView)s of those bytes (UTF-8
+/// checked once, not copied); strings with escapes are decoded and owned,
+/// as everywhere.
+///
+/// ```
+/// use bytes::Bytes;
+/// use zephon_core::Value;
+/// use zephon_storage::format::jsonl::parse_line_shared;
+/// let shard = Bytes::from_static(b"{\"text\":\"in place\",\"esc\":\"a\\nb\"}\n");
+/// let r = parse_line_shared(&shard, 0..shard.len(), None, "d", "s", 1).unwrap();
+/// assert!(matches!(r.get("text"), Some(Value::TextView(_))));
+/// assert_eq!((r.text("text"), r.text("esc")), (Some("in place"), Some("a\nb")));
+/// ```
+pub fn parse_line_shared(
+    shard_bytes: &Bytes,
+    line_range: std::ops::Range<usize>,
+    names: Option<&Schema>,
+    dataset: &str,
+    shard: &str,
+    line: u64,
+) -> Result<Record> {
+    let bytes = shard_bytes.get(line_range).unwrap_or(&[]);
+    parse_line_in(bytes, Some(shard_bytes), names, dataset, shard, line)
+}
+
+fn parse_line_in(
+    bytes: &[u8],
+    base: Option<&Bytes>,
+    names: Option<&Schema>,
+    dataset: &str,
+    shard: &str,
+    line: u64,
+) -> Result<Record> {
     let bytes = bytes.strip_suffix(b"\n").unwrap_or(bytes);
     let bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
     let malformed = |message: String| Error::MalformedRecord {
@@ -106,7 +147,7 @@ pub fn parse_line_with(
         return Err(malformed("empty line".into()));
     }
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    let fast = serde::de::DeserializeSeed::deserialize(RecordSeed { names }, &mut de)
+    let fast = serde::de::DeserializeSeed::deserialize(seed::RecordSeed { names, base }, &mut de)
         .and_then(|fields| de.end().map(|()| fields));
     match fast {
         Ok(fields) => Ok(Record {
@@ -139,101 +180,6 @@ fn slow_error(bytes: &[u8]) -> String {
             }
         ),
         Err(e) => format!("not valid JSON: {e}"),
-    }
-}
-
-/// Deserializes a top-level JSON object straight into a record's fields,
-/// with no intermediate `serde_json::Map` and no owned key per field: keys
-/// are looked up in the shard's [`Schema`] while still borrowed from the
-/// line. Values go through `serde_json::Value` and [`Value::from_json`], so
-/// each field is exactly what the general parse gives (a string moves into
-/// [`Value::Text`] without a copy). A repeated key keeps its last value, as
-/// `serde_json::Map` does.
-struct RecordSeed<'a> {
-    names: Option<&'a Schema>,
-}
-
-impl<'de> serde::de::DeserializeSeed<'de> for RecordSeed<'_> {
-    type Value = Fields;
-
-    fn deserialize<D: serde::Deserializer<'de>>(
-        self,
-        de: D,
-    ) -> std::result::Result<Self::Value, D::Error> {
-        de.deserialize_map(self)
-    }
-}
-
-impl<'de> serde::de::Visitor<'de> for RecordSeed<'_> {
-    type Value = Fields;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("a JSON object")
-    }
-
-    fn visit_map<A: serde::de::MapAccess<'de>>(
-        self,
-        mut map: A,
-    ) -> std::result::Result<Self::Value, A::Error> {
-        // Collected, not inserted one by one: the fields are sorted once at
-        // the end, so a line of many keys in any order costs `n log n`.
-        let mut failed = None;
-        let fields = std::iter::from_fn(|| {
-            let next = map
-                .next_key_seed(KeySeed { names: self.names })
-                .and_then(|k| match k {
-                    Some(k) => map.next_value().map(|v| Some((k, Value::from_json(v)))),
-                    None => Ok(None),
-                });
-            next.unwrap_or_else(|e| {
-                failed = Some(e);
-                None
-            })
-        })
-        .collect::<Fields>();
-        match failed {
-            Some(e) => Err(e),
-            None => Ok(fields),
-        }
-    }
-}
-
-/// A top-level key as a shared [`FieldName`], read without an owned copy
-/// when the key has no escapes.
-struct KeySeed<'a> {
-    names: Option<&'a Schema>,
-}
-
-impl<'de> serde::de::DeserializeSeed<'de> for KeySeed<'_> {
-    type Value = FieldName;
-
-    fn deserialize<D: serde::Deserializer<'de>>(
-        self,
-        de: D,
-    ) -> std::result::Result<Self::Value, D::Error> {
-        de.deserialize_str(self)
-    }
-}
-
-impl<'de> serde::de::Visitor<'de> for KeySeed<'_> {
-    type Value = FieldName;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("a string key")
-    }
-
-    fn visit_str<E: serde::de::Error>(self, s: &str) -> std::result::Result<FieldName, E> {
-        Ok(match self.names {
-            Some(names) => names.name(s),
-            None => s.into(),
-        })
-    }
-
-    fn visit_string<E: serde::de::Error>(self, s: String) -> std::result::Result<FieldName, E> {
-        Ok(match self.names {
-            Some(names) => names.name(&s),
-            None => s.into(),
-        })
     }
 }
 
@@ -282,8 +228,9 @@ pub fn parse_run_with(
 /// Parses the samples `samples` of a whole shard `data` into
 /// `out`, cutting the lines where `index` says they are: the newlines were
 /// found once when the shard was indexed, so a read need not scan for them.
+/// Strings without escapes are views of `data` ([`parse_line_shared`]).
 pub fn parse_indexed(
-    data: &[u8],
+    data: &Bytes,
     index: &LineIndex,
     samples: std::ops::Range<u64>,
     names: &Schema,
@@ -295,7 +242,14 @@ pub fn parse_indexed(
     out.reserve(starts.len() - 1);
     for (line, w) in (samples.start + 1..).zip(starts.windows(2)) {
         let bytes = &data[w[0] as usize..w[1] as usize];
-        out.push(parse_line_with(bytes, Some(names), dataset, shard, line)?);
+        out.push(parse_line_in(
+            bytes,
+            Some(data),
+            Some(names),
+            dataset,
+            shard,
+            line,
+        )?);
     }
     Ok(())
 }
@@ -311,7 +265,7 @@ impl super::ShardIndex for JsonlIndex {
         self.0.len()
     }
 
-    fn decode(&self, data: &bytes::Bytes, indices: &[u64]) -> super::FormatResult<Vec<Record>> {
+    fn decode(&self, data: &Bytes, indices: &[u64]) -> super::FormatResult<Vec<Record>> {
         indices
             .iter()
             .map(|&i| {
@@ -388,9 +342,11 @@ mod tests {
 #[cfg(test)]
 mod same_as_value {
     //! The direct record parse against the general one it replaced:
-    //! `serde_json::Value`, then [`Value::from_json`] for each field.
+    //! `serde_json::Value`, then [`Value::from_json`] for each field; and
+    //! the same line parsed inside a shard's bytes, its strings as views.
     use super::*;
     use proptest::prelude::*;
+    use zephon_core::Value;
 
     fn through_value(bytes: &[u8]) -> std::result::Result<Record, String> {
         match serde_json::from_slice::<serde_json::Value>(bytes) {
@@ -536,7 +492,24 @@ mod same_as_value {
         fn direct_parse_gives_the_records_and_errors_of_the_general_one(line in line_text()) {
             let names = Schema::default();
             for names in [None, Some(&names)] {
+                // The line inside a shard, between two others.
+                let shard = Bytes::from(format!("{{\"x\":1}}\n{line}\n{{}}\n"));
+                let at = 8..8 + line.len();
+                let shared = parse_line_shared(&shard, at, names, "d", "s", 7);
                 let got = parse_line_with(line.as_bytes(), names, "d", "s", 7);
+                match (&shared, &got) {
+                    (Ok(a), Ok(b)) => {
+                        prop_assert_eq!(format!("{a:?}"), format!("{b:?}"));
+                        prop_assert_eq!(a, b);
+                        for (_, v) in a.fields.iter() {
+                            if let Value::TextView(t) = v {
+                                prop_assert!(shard.as_ptr_range().contains(&t.as_ptr()) || t.is_empty());
+                            }
+                        }
+                    }
+                    (Err(a), Err(b)) => prop_assert_eq!(a.to_string(), b.to_string()),
+                    (a, b) => prop_assert!(false, "{line}: {a:?} against {b:?}"),
+                }
                 match (got, through_value(line.as_bytes())) {
                     (Ok(got), Ok(want)) => {
                         // Debug tells -0.0 from 0.0, which `==` on floats does not.
