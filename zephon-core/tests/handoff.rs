@@ -45,3 +45,81 @@ fn a_fast_caller_gets_every_item_in_order_under_the_threads_runner() {
         .collect();
     assert!(got.iter().copied().eq(0..100_000));
 }
+
+/// An item that takes `micros` of the pipeline's time.
+fn busy(micros: u64) {
+    let t = std::time::Instant::now();
+    while t.elapsed() < Duration::from_micros(micros) {
+        std::hint::spin_loop();
+    }
+}
+
+/// A caller that waits for every item polls the pipeline itself (nothing is
+/// made ahead of what it took); one that then spends long on its items gets
+/// the pipeline run ahead on a task again. Every item arrives once, in
+/// order, across both changes.
+#[test]
+fn a_waiting_caller_runs_the_pipeline_and_a_slow_one_hands_it_back() {
+    let made = Arc::new(AtomicUsize::new(0));
+    let counter = made.clone();
+    let stream = futures::stream::iter(0..6000u32).map(move |i| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        busy(20);
+        Ok::<_, Error>(i)
+    });
+    let mut it = stream
+        .into_blocking_iter(Runner::Threads { workers: 2 })
+        .unwrap();
+    // Waiting on a pipeline slower than itself: made in step with taken.
+    let (mut run, mut longest) = (0, 0);
+    for taken in 1..=4000usize {
+        assert_eq!(it.next().unwrap().unwrap(), taken as u32 - 1);
+        if made.load(Ordering::SeqCst) == taken {
+            run += 1;
+            longest = longest.max(run);
+        } else {
+            run = 0;
+        }
+    }
+    assert!(
+        longest >= 1000,
+        "the pipeline kept running ahead of a waiting caller (longest run in step: {longest})"
+    );
+    // A caller spending a millisecond an item: the pipeline runs ahead.
+    let mut ahead = false;
+    for taken in 4001..=4200usize {
+        assert_eq!(it.next().unwrap().unwrap(), taken as u32 - 1);
+        std::thread::sleep(Duration::from_millis(1));
+        ahead |= made.load(Ordering::SeqCst) > taken;
+    }
+    assert!(ahead, "the pipeline never ran ahead of a slow caller again");
+    let rest: Vec<u32> = it.map(Result::unwrap).collect();
+    assert!(rest.iter().copied().eq(4200..6000));
+}
+
+/// A panic while the caller polls the pipeline itself is an error item
+/// naming the panic, after which the iterator ends.
+#[test]
+fn a_panic_while_the_caller_polls_ends_the_iterator_with_an_error() {
+    let stream = futures::stream::iter(0..3000u32).map(|i| {
+        busy(20);
+        assert!(i != 2000, "boom at {i}");
+        Ok::<_, Error>(i)
+    });
+    let got: Vec<Result<u32, Error>> = stream
+        .into_blocking_iter(Runner::Threads { workers: 2 })
+        .unwrap()
+        .collect();
+    assert_eq!(got.len(), 2001);
+    assert!(
+        got[..2000]
+            .iter()
+            .enumerate()
+            .all(|(i, r)| r.as_ref().ok() == Some(&(i as u32)))
+    );
+    let err = got[2000].as_ref().unwrap_err();
+    assert!(
+        err.is_panic() && err.to_string().contains("boom at 2000"),
+        "{err}"
+    );
+}

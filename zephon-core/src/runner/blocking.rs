@@ -2,10 +2,11 @@
 //! hand-off from the threads runner, and the consumer's clock.
 
 use super::Runner;
+use super::handoff::{Driven, Helping, Next, ends_pipeline};
 use crate::context::PipelineContext;
 use crate::error::{Error, Result};
 use crate::obs::{Observer, Tracking};
-use futures::{FutureExt, Stream, StreamExt};
+use futures::{Stream, StreamExt};
 use std::pin::Pin;
 use std::time::Instant;
 
@@ -35,11 +36,17 @@ pub struct BlockingIter<T> {
     // deliveries (and at the end): shared counters per batch would cost more
     // than a cheap pipeline's batch.
     local: ConsumerTally,
+    /// Puts a pipeline the caller polled back on a task (made where `T` is
+    /// known to be `Send`).
+    respawn: Respawn<T>,
     // Dropped last, so tasks the pipeline spawned can wind down.
     runtime: tokio::runtime::Runtime,
 }
 
-type BoxedPipeline<T> = Pin<Box<dyn Stream<Item = Result<T>> + Send>>;
+type Respawn<T> =
+    fn(&tokio::runtime::Runtime, BoxedPipeline<T>, Option<PipelineContext>) -> Driven<T>;
+
+pub(super) type BoxedPipeline<T> = Pin<Box<dyn Stream<Item = Result<T>> + Send>>;
 
 type Starter<T> = Box<dyn FnOnce(&tokio::runtime::Runtime, Option<&Observer>) -> Source<T> + Send>;
 
@@ -50,12 +57,10 @@ enum Source<T> {
     Polled(BoxedPipeline<T>),
     /// Threads runner: a task on the pool drives the pipeline while the
     /// caller trains, handing items over a short queue.
-    Driven {
-        rx: tokio::sync::mpsc::Receiver<Vec<Result<T>>>,
-        /// The last chunk, handed out in place.
-        local: std::vec::IntoIter<Result<T>>,
-        task: tokio::task::JoinHandle<()>,
-    },
+    Driven(Driven<T>),
+    /// Threads runner, a caller waiting on every item: it polls the
+    /// pipeline itself (see [`handoff`](super::handoff)).
+    Helping(Helping<T>),
     /// Between states.
     Taken,
 }
@@ -87,34 +92,6 @@ impl ConsumerTally {
     }
 }
 
-/// Chunks the threads runner keeps ready between the pipeline task and the
-/// caller: enough to decouple them, small enough not to hold memory.
-const HANDOFF_DEPTH: usize = 1;
-/// Most items per hand-off. Items already finished travel together, so a fast
-/// pipeline wakes the caller once per chunk instead of once per item; a slow
-/// one still hands each item over as soon as it is ready. Each hand-off
-/// that finds the other side asleep costs a wake-up and a context switch
-/// or more; on a busy machine a cheap pipeline ran about 13% slower with
-/// chunks of 32 than of 128 (`bench engine`), and a deeper queue of small
-/// chunks did not win that back, so the queue holds one large chunk.
-///
-/// Chunks grow to this size only while the caller takes them quickly: a
-/// chunk that waits longer than [`HANDOFF_PATIENCE`] for the queue halves
-/// the next one's size (down to one item), any other doubles it. A caller
-/// that spends milliseconds an item (a training step) thus holds a few
-/// items ahead, not three chunks of this size: the memory a pipeline keeps
-/// ready stays what its own buffers (`prefetch_batches`) say, while a
-/// caller taking items in microseconds gets the large chunks.
-const HANDOFF_CHUNK: usize = 128;
-/// How long a chunk may wait for room in the queue before the next one is
-/// made smaller: about the time a chunk's wake-up costs many times over.
-const HANDOFF_PATIENCE: std::time::Duration = std::time::Duration::from_millis(1);
-/// Times the caller looks for a chunk, yielding its core in between, before
-/// it sleeps on the queue: a fast pipeline usually has the next chunk ready
-/// within a few yields, and a sleep and its wake-up cost a futex call each
-/// way, more than a cheap pipeline takes to make a chunk.
-const HANDOFF_SPINS: u32 = 32;
-
 impl<T> std::fmt::Debug for BlockingIter<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BlockingIter")
@@ -141,7 +118,11 @@ impl<T> BlockingIter<T> {
                 // The context is entered once per poll of the driving
                 // task, which hands over up to a chunk of items per poll,
                 // rather than once per item.
-                drive(runtime, Box::pin(stream), observer.cloned())
+                Source::Driven(Driven::spawn(
+                    runtime,
+                    Box::pin(stream),
+                    observer.map(PipelineContext::observing),
+                ))
             } else {
                 Source::Polled(match observer {
                     Some(obs) => Box::pin(obs.observe(stream).without_consumer()),
@@ -156,6 +137,7 @@ impl<T> BlockingIter<T> {
             untimed: 0,
             fast_consumer: false,
             local: ConsumerTally::default(),
+            respawn: Driven::<T>::spawn,
             runtime: runner.runtime()?,
         })
     }
@@ -186,124 +168,45 @@ impl<T> BlockingIter<T> {
     }
 }
 
-/// Spawns the pipeline on the pool, handing finished items over in chunks.
-fn drive<T: Send + 'static>(
-    runtime: &tokio::runtime::Runtime,
-    mut stream: BoxedPipeline<T>,
-    observer: Option<Observer>,
-) -> Source<T> {
-    use tokio::sync::mpsc::error::TrySendError;
-    let (tx, rx) = tokio::sync::mpsc::channel(HANDOFF_DEPTH);
-    let driver = async move {
-        let mut limit = 1;
+impl<T> BlockingIter<T> {
+    /// The next item under the threads runner, moving the pipeline between
+    /// the task and this caller as the caller's pace asks; and whether this
+    /// call ran the pipeline here (as the inline runner does) rather than
+    /// taking an item already made. `asked` is set when the caller may wait.
+    fn next_threaded(
+        &mut self,
+        timed: bool,
+        asked: &mut Option<Instant>,
+    ) -> (Option<Result<T>>, bool) {
         loop {
-            let first = match next_or_panic(&mut stream).await {
-                Some(x) => x,
-                None => break,
-            };
-            let mut chunk = Vec::with_capacity(limit);
-            let mut stop = ends_pipeline(&first);
-            chunk.push(first);
-            while chunk.len() < limit && !stop {
-                match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    stream.next().now_or_never()
-                })) {
-                    Ok(Some(Some(x))) => {
-                        stop = ends_pipeline(&x);
-                        chunk.push(x);
-                    }
-                    Ok(_) => break,
-                    Err(payload) => {
-                        chunk.push(Err(Error::panic(None, payload)));
-                        stop = true;
+            match &mut self.source {
+                Source::Helping(h) => {
+                    if !h.caller_slow() {
+                        if timed && asked.is_none() {
+                            *asked = Some(Instant::now());
+                        }
+                        return (h.next(&self.runtime), true);
                     }
                 }
-            }
-            let last = chunk.last().is_some_and(|r| r.is_err());
-            let sent = match tx.try_send(chunk) {
-                Ok(()) => {
-                    limit = (limit * 2).min(HANDOFF_CHUNK);
-                    true
+                Source::Driven(d) => {
+                    if !d.has_local() {
+                        *asked = timed.then(Instant::now);
+                    }
+                    match d.next() {
+                        Next::Item(item) => return (item, false),
+                        Next::Back(stream) => {
+                            let ctx = d.ctx();
+                            self.source = Source::Helping(Helping::new(stream, ctx));
+                            continue;
+                        }
+                    }
                 }
-                Err(TrySendError::Full(chunk)) => {
-                    let waiting = Instant::now();
-                    let sent = tx.send(chunk).await.is_ok();
-                    limit = if waiting.elapsed() > HANDOFF_PATIENCE {
-                        (limit / 2).max(1)
-                    } else {
-                        (limit * 2).min(HANDOFF_CHUNK)
-                    };
-                    sent
-                }
-                Err(TrySendError::Closed(_)) => false,
-            };
-            if !sent || last || stop {
-                break;
+                _ => return (None, false),
             }
-        }
-    };
-    // One future type whether observed or not, so both run the same code.
-    let task = runtime.spawn(InScope {
-        ctx: observer.as_ref().map(PipelineContext::observing),
-        inner: Box::pin(driver),
-    });
-    Source::Driven {
-        rx,
-        local: Vec::new().into_iter(),
-        task,
-    }
-}
-
-/// The next chunk from the pipeline task: looked for a few times, yielding
-/// the core in between, before sleeping until it comes.
-fn recv_spinning<T>(rx: &mut tokio::sync::mpsc::Receiver<T>) -> Option<T> {
-    use tokio::sync::mpsc::error::TryRecvError;
-    for _ in 0..HANDOFF_SPINS {
-        match rx.try_recv() {
-            Ok(chunk) => return Some(chunk),
-            Err(TryRecvError::Disconnected) => return None,
-            Err(TryRecvError::Empty) => std::thread::yield_now(),
-        }
-    }
-    rx.blocking_recv()
-}
-
-/// The next item of `stream`, a panic while computing it turned into an
-/// error (the stream is not polled again after one).
-async fn next_or_panic<T>(stream: &mut BoxedPipeline<T>) -> Option<Result<T>> {
-    match std::panic::AssertUnwindSafe(stream.next())
-        .catch_unwind()
-        .await
-    {
-        Ok(x) => x,
-        Err(payload) => Some(Err(Error::panic(None, payload))),
-    }
-}
-
-/// Whether the pipeline cannot go on after `item` (a caught panic).
-fn ends_pipeline<T>(item: &Result<T>) -> bool {
-    matches!(item, Err(e) if e.is_panic())
-}
-
-/// Polls `inner` in the pipeline context of `observer`, if any, on every
-/// poll: an operator first polled late (after a `chain` switches over, inside
-/// a `flat_map`) joins it too. One poll hands over up to a chunk of items.
-struct InScope<F> {
-    ctx: Option<PipelineContext>,
-    inner: Pin<Box<F>>,
-}
-
-impl<F: Future> Future for InScope<F> {
-    type Output = F::Output;
-
-    fn poll(
-        mut self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<F::Output> {
-        let this = &mut *self;
-        match &this.ctx {
-            Some(ctx) => ctx.enter(|| this.inner.as_mut().poll(cx)),
-            None => this.inner.as_mut().poll(cx),
+            // The caller became slow: the pipeline goes back to a task.
+            if let Source::Helping(h) = std::mem::replace(&mut self.source, Source::Taken) {
+                self.source = Source::Driven(h.into_driven(&self.runtime, self.respawn));
+            }
         }
     }
 }
@@ -313,8 +216,8 @@ impl<T> Drop for BlockingIter<T> {
         if let Some(o) = &self.observer {
             self.local.publish(o);
         }
-        if let Source::Driven { task, .. } = &self.source {
-            task.abort();
+        if let Source::Driven(d) = &self.source {
+            d.abort();
         }
     }
 }
@@ -361,22 +264,18 @@ impl<T> Iterator for BlockingIter<T> {
                 }))
                 .unwrap_or_else(|payload| Some(Err(Error::panic(None, payload))))
             }
-            Source::Driven { rx, local, .. } => {
-                if local.as_slice().is_empty() {
-                    asked = timed.then(Instant::now);
-                    if let Some(chunk) = recv_spinning(rx) {
-                        *local = chunk.into_iter();
-                    }
-                }
-                local.next()
+            Source::Driven(_) | Source::Helping(_) => {
+                let (item, waited) = self.next_threaded(timed, &mut asked);
+                untimed_waited = waited;
+                item
             }
             Source::Idle(_) | Source::Taken => None,
         };
         if item.as_ref().is_some_and(ends_pipeline) {
             // Nothing after a panic can be trusted: stop the pipeline (its
             // task, if any) and end here.
-            if let Source::Driven { task, .. } = &self.source {
-                task.abort();
+            if let Source::Driven(d) = &self.source {
+                d.abort();
             }
             self.source = Source::Taken;
         }
@@ -432,7 +331,8 @@ impl<T> Iterator for BlockingIter<T> {
         match &self.source {
             Source::Polled(stream) => stream.size_hint(),
             Source::Idle(_) => (0, None),
-            Source::Driven { local, .. } => (local.len(), None),
+            Source::Driven(d) => (d.ready(), None),
+            Source::Helping(h) => h.size_hint(),
             Source::Taken => (0, None),
         }
     }

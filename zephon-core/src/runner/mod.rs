@@ -7,6 +7,7 @@ use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
 mod blocking;
+mod handoff;
 mod pool;
 pub use blocking::BlockingIter;
 
@@ -20,7 +21,11 @@ pub enum Runner {
     /// Thread pools: async workers drive the pipeline and its I/O, and a CPU
     /// pool of as many threads runs the CPU-heavy micro-batches (`map_par`,
     /// `tokenize`, shard reads and parsing) handed to
-    /// [`offload`].
+    /// [`offload`]. A blocking caller ([`BlockingIter`]) that waits for
+    /// every item, with little work of its own between them, polls the
+    /// pipeline itself instead of taking items made on another core, and
+    /// hands it back to the workers when it becomes slow again; the CPU
+    /// pool serves both.
     Threads {
         /// Threads of each pool, in [`WORKERS`](crate::settings::WORKERS)
         /// (0 to 4096; 0 means one per core), checked when the pipeline is

@@ -1,0 +1,380 @@
+//! The threads runner's two ways of running a pipeline for a blocking
+//! caller: driven ahead by a task on the pool and handed over in chunks
+//! ([`Driven`]), or, while the caller takes items as fast as they come and
+//! waits for each, polled by the caller itself ([`Helping`]), and back.
+//!
+//! A caller that waits for every item gains nothing from a task running
+//! ahead of it, and pays for the hand-off: each item is made on one core
+//! and read, then freed, on another. On a 2-core machine a cheap pipeline
+//! (`bench engine`) ran about twice as fast with every thread pinned to one
+//! core as spread over two. So a caller found waiting with little work of
+//! its own per item, chunk after chunk, takes the pipeline over; one that
+//! later spends long on its items (a training step) gives it back to a
+//! task, which again runs ahead. Only one side holds the pipeline at a time
+//! and it changes hands between items, so the output is the same either
+//! way. CPU work the operators hand to the pool stays on the pool.
+
+use super::blocking::BoxedPipeline;
+use crate::context::PipelineContext;
+use crate::error::{Error, Result};
+use futures::{FutureExt, StreamExt};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// Chunks the threads runner keeps ready between the pipeline task and the
+/// caller: enough to decouple them, small enough not to hold memory.
+const HANDOFF_DEPTH: usize = 1;
+/// Most items per hand-off. Items already finished travel together, so a fast
+/// pipeline wakes the caller once per chunk instead of once per item; a slow
+/// one still hands each item over as soon as it is ready. Each hand-off
+/// that finds the other side asleep costs a wake-up and a context switch
+/// or more; on a busy machine a cheap pipeline ran about 13% slower with
+/// chunks of 32 than of 128 (`bench engine`), and a deeper queue of small
+/// chunks did not win that back, so the queue holds one large chunk.
+///
+/// Chunks grow to this size only while the caller takes them quickly: a
+/// chunk that waits longer than [`HANDOFF_PATIENCE`] for the queue halves
+/// the next one's size (down to one item), any other doubles it. A caller
+/// that spends milliseconds an item (a training step) thus holds a few
+/// items ahead, not three chunks of this size: the memory a pipeline keeps
+/// ready stays what its own buffers (`prefetch_batches`) say, while a
+/// caller taking items in microseconds gets the large chunks.
+const HANDOFF_CHUNK: usize = 128;
+/// How long a chunk may wait for room in the queue before the next one is
+/// made smaller: about the time a chunk's wake-up costs many times over.
+const HANDOFF_PATIENCE: Duration = Duration::from_millis(1);
+/// Times the caller looks for a chunk, yielding its core in between, before
+/// it sleeps on the queue: a fast pipeline usually has the next chunk ready
+/// within a few yields, and a sleep and its wake-up cost a futex call each
+/// way, more than a cheap pipeline takes to make a chunk.
+const HANDOFF_SPINS: u32 = 32;
+
+/// A caller spending less than this on each item of a chunk, and finding
+/// the queue empty when it asks for the next, is waiting on the pipeline.
+const FAST_ITEM: Duration = Duration::from_micros(20);
+/// Chunks in a row the caller must wait that way before it takes the
+/// pipeline over: one slow start or one hiccup is not a pace.
+const HELP_AFTER: u32 = 4;
+/// A caller polling the pipeline itself that spends longer than this on an
+/// item (sampled) is doing work of its own the pipeline could overlap.
+const SLOW_ITEM: Duration = Duration::from_micros(200);
+/// Sampled items in a row that slow before the pipeline goes back to a task.
+const SLOW_SAMPLES: u32 = 2;
+/// The caller polling the pipeline times one item in this many.
+const SAMPLE_EVERY: u64 = 8;
+
+/// What the pipeline task sends the caller.
+enum Handoff<T> {
+    /// Finished items, in order.
+    Items(Vec<Result<T>>),
+    /// The pipeline itself, after the last chunk: the caller asked for it.
+    Back(BoxedPipeline<T>),
+}
+
+/// What the caller gets from [`Driven::next`].
+pub(super) enum Next<T> {
+    /// The next item (`None`: the pipeline ended).
+    Item(Option<Result<T>>),
+    /// The pipeline, handed back for the caller to poll ([`Helping`]).
+    Back(BoxedPipeline<T>),
+}
+
+/// A task on the pool drives the pipeline while the caller trains, handing
+/// items over a short queue.
+pub(super) struct Driven<T> {
+    rx: tokio::sync::mpsc::Receiver<Handoff<T>>,
+    /// The last chunk, handed out in place.
+    local: std::vec::IntoIter<Result<T>>,
+    task: tokio::task::JoinHandle<()>,
+    /// Set by the caller to have the pipeline handed back.
+    want: Arc<AtomicBool>,
+    ctx: Option<PipelineContext>,
+    pace: Pace,
+}
+
+impl<T: Send + 'static> Driven<T> {
+    /// Spawns the pipeline on the pool, handing finished items over in
+    /// chunks; `ctx` is entered on every poll.
+    pub(super) fn spawn(
+        runtime: &tokio::runtime::Runtime,
+        mut stream: BoxedPipeline<T>,
+        ctx: Option<PipelineContext>,
+    ) -> Self {
+        use tokio::sync::mpsc::error::TrySendError;
+        let (tx, rx) = tokio::sync::mpsc::channel(HANDOFF_DEPTH);
+        let want = Arc::new(AtomicBool::new(false));
+        let wanted = want.clone();
+        let driver = async move {
+            let mut limit = 1;
+            loop {
+                if wanted.load(Ordering::Acquire) {
+                    // Everything made so far is queued before it.
+                    let _ = tx.send(Handoff::Back(stream)).await;
+                    return;
+                }
+                let first = match next_or_panic(&mut stream).await {
+                    Some(x) => x,
+                    None => return,
+                };
+                let mut chunk = Vec::with_capacity(limit);
+                let mut stop = ends_pipeline(&first);
+                chunk.push(first);
+                while chunk.len() < limit && !stop {
+                    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        stream.next().now_or_never()
+                    })) {
+                        Ok(Some(Some(x))) => {
+                            stop = ends_pipeline(&x);
+                            chunk.push(x);
+                        }
+                        Ok(_) => break,
+                        Err(payload) => {
+                            chunk.push(Err(Error::panic(None, payload)));
+                            stop = true;
+                        }
+                    }
+                }
+                let last = chunk.last().is_some_and(|r| r.is_err());
+                let sent = match tx.try_send(Handoff::Items(chunk)) {
+                    Ok(()) => {
+                        limit = (limit * 2).min(HANDOFF_CHUNK);
+                        true
+                    }
+                    Err(TrySendError::Full(chunk)) => {
+                        let waiting = Instant::now();
+                        let sent = tx.send(chunk).await.is_ok();
+                        limit = if waiting.elapsed() > HANDOFF_PATIENCE {
+                            (limit / 2).max(1)
+                        } else {
+                            (limit * 2).min(HANDOFF_CHUNK)
+                        };
+                        sent
+                    }
+                    Err(TrySendError::Closed(_)) => false,
+                };
+                if !sent || last || stop {
+                    return;
+                }
+            }
+        };
+        // One future type whether observed or not, so both run the same code.
+        let task = runtime.spawn(InScope {
+            ctx: ctx.clone(),
+            inner: Box::pin(driver),
+        });
+        Driven {
+            rx,
+            local: Vec::new().into_iter(),
+            task,
+            want,
+            ctx,
+            pace: Pace::default(),
+        }
+    }
+}
+
+impl<T> Driven<T> {
+    /// Whether the next item is already here (no wait, no clock).
+    pub(super) fn has_local(&self) -> bool {
+        !self.local.as_slice().is_empty()
+    }
+
+    /// Items already handed over.
+    pub(super) fn ready(&self) -> usize {
+        self.local.len()
+    }
+
+    /// The pipeline context the task polls in, for the caller to poll in.
+    pub(super) fn ctx(&self) -> Option<PipelineContext> {
+        self.ctx.clone()
+    }
+
+    /// Stops the task (the caller is done, or the pipeline panicked).
+    pub(super) fn abort(&self) {
+        self.task.abort();
+    }
+
+    /// The next item, waiting for a chunk if none is here; or the pipeline,
+    /// when the task handed it back.
+    pub(super) fn next(&mut self) -> Next<T> {
+        if let Some(x) = self.local.next() {
+            return Next::Item(Some(x));
+        }
+        let asked = Instant::now();
+        let (msg, waited) = recv_spinning(&mut self.rx);
+        match msg {
+            Some(Handoff::Items(chunk)) => {
+                if self.pace.chunk(asked, waited, chunk.len()) {
+                    self.want.store(true, Ordering::Release);
+                }
+                self.local = chunk.into_iter();
+                Next::Item(self.local.next())
+            }
+            Some(Handoff::Back(stream)) => Next::Back(stream),
+            None => Next::Item(None),
+        }
+    }
+}
+
+/// The caller's pace as the chunks arrive.
+#[derive(Debug, Default)]
+struct Pace {
+    /// When the last chunk arrived, and its length.
+    last: Option<(Instant, usize)>,
+    /// Chunks in a row the caller waited for with little work per item.
+    waiting: u32,
+}
+
+impl Pace {
+    /// A chunk of `n` items arrived for a request made at `asked`, which
+    /// found the queue empty if `waited`; whether the caller should now
+    /// poll the pipeline itself.
+    fn chunk(&mut self, asked: Instant, waited: bool, n: usize) -> bool {
+        let per_item = self
+            .last
+            .map(|(at, len)| asked.saturating_duration_since(at) / len.max(1) as u32);
+        self.waiting = match per_item {
+            Some(p) if waited && p < FAST_ITEM => self.waiting + 1,
+            _ => 0,
+        };
+        self.last = Some((Instant::now(), n));
+        self.waiting >= HELP_AFTER
+    }
+}
+
+/// The caller polls the pipeline itself, in the runtime's context (CPU
+/// work still goes to the pool, I/O to the runtime's drivers).
+pub(super) struct Helping<T> {
+    stream: BoxedPipeline<T>,
+    ctx: Option<PipelineContext>,
+    calls: u64,
+    /// When the last timed item was handed out.
+    sampled: Option<Instant>,
+    /// Timed items in a row the caller spent long on.
+    slow: u32,
+}
+
+impl<T> Helping<T> {
+    pub(super) fn new(stream: BoxedPipeline<T>, ctx: Option<PipelineContext>) -> Self {
+        Helping {
+            stream,
+            ctx,
+            calls: 0,
+            sampled: None,
+            slow: 0,
+        }
+    }
+
+    /// Whether the caller has become slow enough for the pipeline to run
+    /// ahead on a task again; call as an item is asked for.
+    pub(super) fn caller_slow(&mut self) -> bool {
+        if let Some(at) = self.sampled.take() {
+            self.slow = if at.elapsed() > SLOW_ITEM {
+                self.slow + 1
+            } else {
+                0
+            };
+        }
+        self.slow >= SLOW_SAMPLES
+    }
+
+    /// The pipeline back on a task, spawned by `spawn` ([`Driven::spawn`]).
+    pub(super) fn into_driven(
+        self,
+        runtime: &tokio::runtime::Runtime,
+        spawn: fn(&tokio::runtime::Runtime, BoxedPipeline<T>, Option<PipelineContext>) -> Driven<T>,
+    ) -> Driven<T> {
+        spawn(runtime, self.stream, self.ctx)
+    }
+
+    /// The next item, polled here; a panic is an error item.
+    pub(super) fn next(&mut self, runtime: &tokio::runtime::Runtime) -> Option<Result<T>> {
+        let (stream, ctx) = (&mut self.stream, &self.ctx);
+        let item = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // Most items are ready at once: polled without `block_on`'s
+            // set-up, which takes over when the pipeline has to wait.
+            let ready = {
+                let _in_runtime = runtime.enter();
+                let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+                match ctx {
+                    Some(c) => c.enter(|| stream.poll_next_unpin(&mut cx)),
+                    None => stream.poll_next_unpin(&mut cx),
+                }
+            };
+            match ready {
+                std::task::Poll::Ready(x) => x,
+                std::task::Poll::Pending => runtime.block_on(InScope {
+                    ctx: ctx.clone(),
+                    inner: Box::pin(stream.next()),
+                }),
+            }
+        }))
+        .unwrap_or_else(|payload| Some(Err(Error::panic(None, payload))));
+        self.calls += 1;
+        if self.calls.is_multiple_of(SAMPLE_EVERY) {
+            self.sampled = Some(Instant::now());
+        }
+        item
+    }
+
+    pub(super) fn size_hint(&self) -> (usize, Option<usize>) {
+        self.stream.size_hint()
+    }
+}
+
+/// The next message from the pipeline task, and whether the queue was
+/// empty when asked: looked for a few times, yielding the core in between,
+/// before sleeping until it comes.
+fn recv_spinning<T>(rx: &mut tokio::sync::mpsc::Receiver<T>) -> (Option<T>, bool) {
+    use tokio::sync::mpsc::error::TryRecvError;
+    for spin in 0..HANDOFF_SPINS {
+        match rx.try_recv() {
+            Ok(msg) => return (Some(msg), spin > 0),
+            Err(TryRecvError::Disconnected) => return (None, spin > 0),
+            Err(TryRecvError::Empty) => std::thread::yield_now(),
+        }
+    }
+    (rx.blocking_recv(), true)
+}
+
+/// The next item of `stream`, a panic while computing it turned into an
+/// error (the stream is not polled again after one).
+async fn next_or_panic<T>(stream: &mut BoxedPipeline<T>) -> Option<Result<T>> {
+    match std::panic::AssertUnwindSafe(stream.next())
+        .catch_unwind()
+        .await
+    {
+        Ok(x) => x,
+        Err(payload) => Some(Err(Error::panic(None, payload))),
+    }
+}
+
+/// Whether the pipeline cannot go on after `item` (a caught panic).
+pub(super) fn ends_pipeline<T>(item: &Result<T>) -> bool {
+    matches!(item, Err(e) if e.is_panic())
+}
+
+/// Polls `inner` in the pipeline context of `observer`, if any, on every
+/// poll: an operator first polled late (after a `chain` switches over, inside
+/// a `flat_map`) joins it too. One poll hands over up to a chunk of items.
+struct InScope<F> {
+    ctx: Option<PipelineContext>,
+    inner: Pin<Box<F>>,
+}
+
+impl<F: Future> Future for InScope<F> {
+    type Output = F::Output;
+
+    fn poll(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        let this = &mut *self;
+        match &this.ctx {
+            Some(ctx) => ctx.enter(|| this.inner.as_mut().poll(cx)),
+            None => this.inner.as_mut().poll(cx),
+        }
+    }
+}
