@@ -6,11 +6,22 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use zephon_core::{Error, PipelineExt, Runner};
 
+/// Held by every test here: they time the two sides of the hand-off, and
+/// run one at a time so that they do not take each other's cores.
+static TIMED: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn timed() -> std::sync::MutexGuard<'static, ()> {
+    TIMED
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// A caller slower than its pipeline (a training step) holds a few items
 /// ahead, not the hand-off's largest chunks: what a pipeline keeps ready is
 /// what its own buffers say. The items still arrive all, in order.
 #[test]
 fn a_slow_caller_holds_few_items_ahead_under_the_threads_runner() {
+    let _alone = timed();
     let made = Arc::new(AtomicUsize::new(0));
     let counter = made.clone();
     let stream = futures::stream::iter(0..200u32).map(move |i| {
@@ -37,6 +48,7 @@ fn a_slow_caller_holds_few_items_ahead_under_the_threads_runner() {
 /// however the chunks grow and shrink on the way.
 #[test]
 fn a_fast_caller_gets_every_item_in_order_under_the_threads_runner() {
+    let _alone = timed();
     let stream = futures::stream::iter(0..100_000u32).map(Ok::<_, Error>);
     let got: Vec<u32> = stream
         .into_blocking_iter(Runner::Threads { workers: 2 })
@@ -60,6 +72,7 @@ fn busy(micros: u64) {
 /// order, across both changes.
 #[test]
 fn a_waiting_caller_runs_the_pipeline_and_a_slow_one_hands_it_back() {
+    let _alone = timed();
     let made = Arc::new(AtomicUsize::new(0));
     let counter = made.clone();
     let stream = futures::stream::iter(0..6000u32).map(move |i| {
@@ -101,6 +114,7 @@ fn a_waiting_caller_runs_the_pipeline_and_a_slow_one_hands_it_back() {
 /// naming the panic, after which the iterator ends.
 #[test]
 fn a_panic_while_the_caller_polls_ends_the_iterator_with_an_error() {
+    let _alone = timed();
     let stream = futures::stream::iter(0..3000u32).map(|i| {
         busy(20);
         assert!(i != 2000, "boom at {i}");

@@ -54,11 +54,17 @@ const HANDOFF_SPINS: u32 = 32;
 /// A caller spending less than this on each item of a chunk, and finding
 /// the queue empty when it asks for the next, is waiting on the pipeline.
 const FAST_ITEM: Duration = Duration::from_micros(20);
+/// ... and waiting for the chunk at least this many times as long as it
+/// worked on the chunk before: polling the pipeline itself then costs it
+/// at most about a fifth of what a task overlapping its work would save.
+const WAIT_OVER_WORK: u32 = 4;
 /// Chunks in a row the caller must wait that way before it takes the
 /// pipeline over: one slow start or one hiccup is not a pace.
 const HELP_AFTER: u32 = 4;
 /// A caller polling the pipeline itself that spends longer than this on an
 /// item (sampled) is doing work of its own the pipeline could overlap.
+/// (Compared with what the pipeline took for the same item instead, it
+/// flapped: a batch cut from a chunk read earlier costs next to nothing.)
 const SLOW_ITEM: Duration = Duration::from_micros(200);
 /// Sampled items in a row that slow before the pipeline goes back to a task.
 const SLOW_SAMPLES: u32 = 2;
@@ -206,7 +212,7 @@ impl<T> Driven<T> {
         let (msg, waited) = recv_spinning(&mut self.rx);
         match msg {
             Some(Handoff::Items(chunk)) => {
-                if self.pace.chunk(asked, waited, chunk.len()) {
+                if self.pace.chunk(asked, Instant::now(), waited, chunk.len()) {
                     self.want.store(true, Ordering::Release);
                 }
                 self.local = chunk.into_iter();
@@ -228,18 +234,18 @@ struct Pace {
 }
 
 impl Pace {
-    /// A chunk of `n` items arrived for a request made at `asked`, which
-    /// found the queue empty if `waited`; whether the caller should now
-    /// poll the pipeline itself.
-    fn chunk(&mut self, asked: Instant, waited: bool, n: usize) -> bool {
-        let per_item = self
-            .last
-            .map(|(at, len)| asked.saturating_duration_since(at) / len.max(1) as u32);
-        self.waiting = match per_item {
-            Some(p) if waited && p < FAST_ITEM => self.waiting + 1,
-            _ => 0,
-        };
-        self.last = Some((Instant::now(), n));
+    /// A chunk of `n` items arrived at `now` for a request made at `asked`,
+    /// which found the queue empty if `waited`; whether the caller should
+    /// now poll the pipeline itself.
+    fn chunk(&mut self, asked: Instant, now: Instant, waited: bool, n: usize) -> bool {
+        let waiting = self.last.is_some_and(|(at, len)| {
+            let work = asked.saturating_duration_since(at);
+            waited
+                && work / len.max(1) as u32 <= FAST_ITEM
+                && work * WAIT_OVER_WORK <= now.saturating_duration_since(asked)
+        });
+        self.waiting = if waiting { self.waiting + 1 } else { 0 };
+        self.last = Some((now, n));
         self.waiting >= HELP_AFTER
     }
 }
@@ -376,5 +382,64 @@ impl<F: Future> Future for InScope<F> {
             Some(ctx) => ctx.enter(|| this.inner.as_mut().poll(cx)),
             None => this.inner.as_mut().poll(cx),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds `Pace` chunks of `n` items where the caller worked `work` per
+    /// item and then waited `wait` for the next chunk; returns the chunk
+    /// (1-based) at which it would take the pipeline over, if any.
+    fn takes_over(work_us: u64, wait_us: u64, waited: bool, chunks: usize) -> Option<usize> {
+        let mut pace = Pace::default();
+        let mut t = Instant::now();
+        let n = 8;
+        (1..=chunks).find(|_| {
+            let asked = t + Duration::from_micros(work_us * n as u64);
+            let now = asked + Duration::from_micros(wait_us);
+            t = now;
+            pace.chunk(asked, now, waited, n)
+        })
+    }
+
+    #[test]
+    fn a_caller_that_mostly_waits_takes_the_pipeline_over_after_four_chunks() {
+        // The first chunk has no work before it to judge by.
+        assert_eq!(takes_over(1, 500, true, 10), Some(5));
+    }
+
+    #[test]
+    fn a_caller_with_work_of_its_own_or_that_did_not_wait_keeps_the_task() {
+        // Work per item past FAST_ITEM.
+        assert_eq!(takes_over(25, 10_000, true, 50), None);
+        // Work a good share of the wait: overlapping it is worth more.
+        assert_eq!(takes_over(18, 18 * 8 * 3, true, 50), None);
+        // The next chunk was already there.
+        assert_eq!(takes_over(1, 500, false, 50), None);
+        // Just past the bar: waiting four times the chunk's work.
+        assert_eq!(takes_over(18, 18 * 8 * 4, true, 10), Some(5));
+    }
+
+    #[test]
+    fn one_chunk_that_breaks_the_pace_starts_the_count_again() {
+        let mut pace = Pace::default();
+        let mut t = Instant::now();
+        let mut step = |work_us: u64, wait_us: u64| {
+            let asked = t + Duration::from_micros(work_us * 8);
+            let now = asked + Duration::from_micros(wait_us);
+            t = now;
+            pace.chunk(asked, now, true, 8)
+        };
+        assert!(!step(1, 500)); // first: nothing to judge by
+        assert!(!step(1, 500));
+        assert!(!step(1, 500));
+        assert!(!step(1, 500));
+        assert!(!step(100, 500)); // a slow chunk
+        assert!(!step(1, 500));
+        assert!(!step(1, 500));
+        assert!(!step(1, 500));
+        assert!(step(1, 500));
     }
 }
