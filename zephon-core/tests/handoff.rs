@@ -22,16 +22,8 @@ fn timed() -> std::sync::MutexGuard<'static, ()> {
 #[test]
 fn a_slow_caller_holds_few_items_ahead_under_the_threads_runner() {
     let _alone = timed();
-    let made = Arc::new(AtomicUsize::new(0));
-    let counter = made.clone();
-    let stream = futures::stream::iter(0..200u32).map(move |i| {
-        counter.fetch_add(1, Ordering::SeqCst);
-        Ok::<_, Error>(i)
-    });
+    let (made, it) = counted(200, 0);
     let mut most_ahead = 0;
-    let it = stream
-        .into_blocking_iter(Runner::Threads { workers: 2 })
-        .unwrap();
     for (taken, item) in it.enumerate() {
         assert_eq!(item.unwrap(), taken as u32);
         std::thread::sleep(Duration::from_millis(2));
@@ -58,6 +50,22 @@ fn a_fast_caller_gets_every_item_in_order_under_the_threads_runner() {
     assert!(got.iter().copied().eq(0..100_000));
 }
 
+/// Items `0..n` under the threads runner, each counted in the returned
+/// counter as the pipeline starts making it and taking `micros` of its time.
+fn counted(n: u32, micros: u64) -> (Arc<AtomicUsize>, zephon_core::BlockingIter<u32>) {
+    let made = Arc::new(AtomicUsize::new(0));
+    let counter = made.clone();
+    let stream = futures::stream::iter(0..n).map(move |i| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        busy(micros);
+        Ok::<_, Error>(i)
+    });
+    let it = stream
+        .into_blocking_iter(Runner::Threads { workers: 2 })
+        .unwrap();
+    (made, it)
+}
+
 /// An item that takes `micros` of the pipeline's time.
 fn busy(micros: u64) {
     let t = std::time::Instant::now();
@@ -73,16 +81,7 @@ fn busy(micros: u64) {
 #[test]
 fn a_waiting_caller_runs_the_pipeline_and_a_slow_one_hands_it_back() {
     let _alone = timed();
-    let made = Arc::new(AtomicUsize::new(0));
-    let counter = made.clone();
-    let stream = futures::stream::iter(0..6000u32).map(move |i| {
-        counter.fetch_add(1, Ordering::SeqCst);
-        busy(20);
-        Ok::<_, Error>(i)
-    });
-    let mut it = stream
-        .into_blocking_iter(Runner::Threads { workers: 2 })
-        .unwrap();
+    let (made, mut it) = counted(6000, 20);
     // Waiting on a pipeline slower than itself: made in step with taken.
     let (mut run, mut longest) = (0, 0);
     for taken in 1..=4000usize {

@@ -2,11 +2,11 @@
 //! hand-off from the threads runner, and the consumer's clock.
 
 use super::Runner;
-use super::handoff::{Driven, Helping, Next, ends_pipeline};
+use super::handoff::{Driven, Helping, Next, ends_pipeline, poll_here};
 use crate::context::PipelineContext;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::obs::{Observer, Tracking};
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use std::pin::Pin;
 use std::time::Instant;
 
@@ -14,7 +14,7 @@ use std::time::Instant;
 /// `next()`. Owns its runtime.
 ///
 /// A panic anywhere in the pipeline, under either runner, is an
-/// [`Error::Panic`] (naming the operator where known), after which the
+/// [`Error::Panic`](crate::Error::Panic) (naming the operator where known), after which the
 /// iterator ends: a failed pipeline never looks like one that ran out of data.
 ///
 /// ```
@@ -244,25 +244,7 @@ impl<T> Iterator for BlockingIter<T> {
                     !self.fast_consumer || (self.untimed + 1).is_multiple_of(FAST_SAMPLE_EVERY);
                 asked = (timed && sample).then(Instant::now);
                 untimed_waited = true;
-                let runtime = &self.runtime;
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    // Most items are ready at once: polled in the runtime's
-                    // context without `block_on`, whose set-up cost as much
-                    // as a cheap pipeline's batch. `block_on` returns a
-                    // ready item without running other tasks or the
-                    // drivers either, so this changes nothing but the
-                    // cost; it takes over when the pipeline has to wait.
-                    let ready = {
-                        let _in_runtime = runtime.enter();
-                        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-                        stream.poll_next_unpin(&mut cx)
-                    };
-                    match ready {
-                        std::task::Poll::Ready(x) => x,
-                        std::task::Poll::Pending => runtime.block_on(stream.next()),
-                    }
-                }))
-                .unwrap_or_else(|payload| Some(Err(Error::panic(None, payload))))
+                poll_here(&self.runtime, stream, None)
             }
             Source::Driven(_) | Source::Helping(_) => {
                 let (item, waited) = self.next_threaded(timed, &mut asked);

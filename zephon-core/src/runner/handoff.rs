@@ -297,27 +297,7 @@ impl<T> Helping<T> {
 
     /// The next item, polled here; a panic is an error item.
     pub(super) fn next(&mut self, runtime: &tokio::runtime::Runtime) -> Option<Result<T>> {
-        let (stream, ctx) = (&mut self.stream, &self.ctx);
-        let item = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            // Most items are ready at once: polled without `block_on`'s
-            // set-up, which takes over when the pipeline has to wait.
-            let ready = {
-                let _in_runtime = runtime.enter();
-                let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-                match ctx {
-                    Some(c) => c.enter(|| stream.poll_next_unpin(&mut cx)),
-                    None => stream.poll_next_unpin(&mut cx),
-                }
-            };
-            match ready {
-                std::task::Poll::Ready(x) => x,
-                std::task::Poll::Pending => runtime.block_on(InScope {
-                    ctx: ctx.clone(),
-                    inner: Box::pin(stream.next()),
-                }),
-            }
-        }))
-        .unwrap_or_else(|payload| Some(Err(Error::panic(None, payload))));
+        let item = poll_here(runtime, &mut self.stream, self.ctx.as_ref());
         self.calls += 1;
         if self.calls.is_multiple_of(SAMPLE_EVERY) {
             self.sampled = Some(Instant::now());
@@ -328,6 +308,39 @@ impl<T> Helping<T> {
     pub(super) fn size_hint(&self) -> (usize, Option<usize>) {
         self.stream.size_hint()
     }
+}
+
+/// The next item of `stream`, polled on the calling thread in `runtime`'s
+/// context (and `ctx`'s, if any); a panic is an error item.
+pub(super) fn poll_here<T>(
+    runtime: &tokio::runtime::Runtime,
+    stream: &mut BoxedPipeline<T>,
+    ctx: Option<&PipelineContext>,
+) -> Option<Result<T>> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // Most items are ready at once: polled in the runtime's context
+        // without `block_on`, whose set-up cost as much as a cheap
+        // pipeline's batch. `block_on` returns a ready item without running
+        // other tasks or the drivers either, so this changes nothing but
+        // the cost; it takes over when the pipeline has to wait.
+        let ready = {
+            let _in_runtime = runtime.enter();
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            match ctx {
+                Some(c) => c.enter(|| stream.poll_next_unpin(&mut cx)),
+                None => stream.poll_next_unpin(&mut cx),
+            }
+        };
+        match (ready, ctx) {
+            (std::task::Poll::Ready(x), _) => x,
+            (std::task::Poll::Pending, None) => runtime.block_on(stream.next()),
+            (std::task::Poll::Pending, Some(c)) => runtime.block_on(InScope {
+                ctx: Some(c.clone()),
+                inner: Box::pin(stream.next()),
+            }),
+        }
+    }))
+    .unwrap_or_else(|payload| Some(Err(Error::panic(None, payload))))
 }
 
 /// The next message from the pipeline task, and whether the queue was

@@ -123,7 +123,19 @@ pub fn parse_line_shared(
     shard: &str,
     line: u64,
 ) -> Result<Record> {
-    let bytes = shard_bytes.get(line_range).unwrap_or(&[]);
+    let Some(bytes) = shard_bytes.get(line_range.clone()) else {
+        return Err(Error::MalformedRecord {
+            dataset: dataset.to_owned(),
+            shard: shard.to_owned(),
+            line,
+            message: format!(
+                "bytes {}..{} lie outside the shard's {} bytes",
+                line_range.start,
+                line_range.end,
+                shard_bytes.len()
+            ),
+        });
+    };
     parse_line_in(bytes, Some(shard_bytes), names, dataset, shard, line)
 }
 
@@ -523,6 +535,28 @@ mod same_as_value {
                 }
             }
         }
+    }
+
+    /// A value nested past serde_json's depth limit is an error naming the
+    /// line on both paths, never a stack overflow.
+    #[test]
+    fn a_value_nested_too_deep_is_an_error() {
+        let line = format!("{{\"a\":{}{}}}", "[".repeat(100_000), "]".repeat(100_000));
+        let err = parse_line(line.as_bytes(), "d", "s", 4)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("line 4") && err.contains("recursion limit"),
+            "{err}"
+        );
+        let shard = Bytes::from(line);
+        let err = parse_line_shared(&shard, 0..shard.len(), None, "d", "s", 4)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("line 4") && err.contains("recursion limit"),
+            "{err}"
+        );
     }
 
     #[test]
