@@ -150,6 +150,7 @@ pub async fn read_groups(
                     .ok_or_else(|| fail(format!("group {g} was not decoded")))?
             }
         };
+        super::shard::warn_once(index.as_ref(), dataset, name);
         if records.len() != at.len() {
             return Err(fail(format!(
                 "group {g} gave {} samples for {} asked",

@@ -238,6 +238,15 @@ pub trait ShardIndex: Send + Sync + fmt::Debug {
         let _ = (spans, indices);
         Err(format!("group {g}: this format has no groups"))
     }
+
+    /// A warning about how this shard is being read, given once (the next
+    /// call says `None`): a Parquet shard whose row groups are decoded again
+    /// and again because a shuffle within it reads them at random past the
+    /// memory kept for them. The reader logs it naming the dataset and the
+    /// shard. The default has none.
+    fn take_warning(&self) -> Option<String> {
+        None
+    }
 }
 
 /// The index of a shard read by byte range, built without its bytes: from

@@ -379,6 +379,14 @@ impl FormatShard {
     }
 }
 
+/// Logs the warning `index` has about how its shard is read, if any (each
+/// is given once), naming the dataset and the shard.
+pub(super) fn warn_once(index: &dyn ShardIndex, dataset: &str, shard: &str) {
+    if let Some(w) = index.take_warning() {
+        tracing::warn!(dataset, shard, "{w}");
+    }
+}
+
 impl FormatShard {
     /// Every sample in `samples` is one of this shard's.
     fn check_samples(&self, mut samples: impl Iterator<Item = u64>) -> Result<()> {
@@ -432,9 +440,11 @@ impl Shard for FormatShard {
             let (dataset, name, indices) =
                 (self.dataset.clone(), self.name.clone(), indices.to_vec());
             offload("fetch", move || {
-                index
+                let records = index
                     .decode(&data, &indices)
-                    .map_err(|m| shard_error(&dataset, &name, m))
+                    .map_err(|m| shard_error(&dataset, &name, m));
+                warn_once(index.as_ref(), &dataset, &name);
+                records
             })
             .await?
         }
@@ -460,10 +470,12 @@ impl Shard for FormatShard {
             let decode =
                 move |index: &dyn ShardIndex, ptrs: &[SamplePtr], dataset: &str, name: &str| {
                     let mut out = PointerChunks::new(ptrs, first, len);
-                    index
+                    let records = index
                         .decode_chunks(&data, &mut out)
                         .and_then(|()| out.finish())
-                        .map_err(|m| shard_error(dataset, name, m))
+                        .map_err(|m| shard_error(dataset, name, m));
+                    warn_once(index, dataset, name);
+                    records
                 };
             if index.cheap_decode() {
                 return decode(index.as_ref(), ptrs, &self.dataset, &self.name);

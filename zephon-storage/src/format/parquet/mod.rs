@@ -6,10 +6,19 @@
 //! ([`FormatOptions::columns`](super::FormatOptions::columns)); a local
 //! shard is memory-mapped, so only those groups' column chunks are read
 //! from disk. Decoded groups are kept, most recently used first, up to
-//! [`DECODED_BUDGET`] bytes per shard: a within-shard shuffle touches every
-//! group of the shard in every read, so a cache of a fixed few groups would
-//! decode a group again for nearly every read once the shard has more
-//! groups than that.
+//! [`DECODED_BUDGET`] bytes for all the shards of the process together: a
+//! within-shard shuffle touches every group of the shard in every read, so
+//! a cache of a fixed few groups would decode a group again for nearly
+//! every read once the shard has more groups than that; one budget for all
+//! shards keeps memory flat however many shards a dataset has.
+//!
+//! A shard whose decoded size is past the budget cannot be shuffled within
+//! itself cheaply: its samples come from groups read at random, most of
+//! them no longer in memory. Such a shard says so once (a warning naming
+//! the dataset and the shard, see [`ShardIndex::take_warning`]); read it
+//! with `shuffle_within_shard` off and a block shuffle (`shuffle_block_size`,
+//! which permutes runs of consecutive samples and so stays within a few
+//! groups at a time), or write shards of smaller row groups and fewer rows.
 //!
 //! A remote shard read by blocks (see [`blocked`](super::blocked)) is
 //! read the same way: the footer, then for each row group a read touches
@@ -23,10 +32,12 @@
 //! sharing the decoded column's buffer, not copies: a record kept holds its
 //! slice of the row group (1,024 rows of that column) in memory.
 
+mod decoded;
 mod value;
 
 use super::{FormatResult, ShardIndex};
-use value::Column;
+pub use decoded::DECODED_BUDGET;
+use decoded::{Decoded, Group, SLICE_ROWS};
 
 use arrow_array::RecordBatch;
 use bytes::Bytes;
@@ -35,6 +46,7 @@ use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
 };
 use parquet::file::reader::ChunkReader;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use zephon_core::record::{FieldName, Fields};
 use zephon_core::{Record, Value};
@@ -52,16 +64,22 @@ pub struct ParquetIndex {
     file_len: u64,
     /// `starts[g]` is the first row of row group `g`; the last entry is the row count.
     starts: Vec<u64>,
-    recent: Mutex<Recent>,
+    /// This index's number in `decoded`'s keys.
+    id: u64,
+    /// The decoded groups kept (the process's [`Decoded::shared`]).
+    decoded_groups: Arc<Decoded>,
     /// One lock per row group, held while it is decoded: reads in flight
     /// at once that need the same group (a shuffle within a shard spreads
     /// every read over all its groups) decode it once, the others waiting
     /// for it rather than decoding it again beside it.
     decoding: Vec<Mutex<()>>,
-    /// Bytes of decoded groups `recent` may hold ([`DECODED_BUDGET`]).
-    budget: usize,
     /// Rows decoded so far, which tests hold to a bound.
-    decoded: std::sync::atomic::AtomicU64,
+    decoded: AtomicU64,
+    /// Groups decoded so far: past twice the shard's groups, its reads are
+    /// decoding groups again ([`ShardIndex::take_warning`]).
+    groups_decoded: AtomicU64,
+    /// Whether that warning was given.
+    warned: AtomicBool,
     /// The projected columns' names, made once and shared by every row,
     /// in name order with each one's column index (known from the first
     /// group decoded: every group has the projected schema).
@@ -104,11 +122,20 @@ impl ParquetIndex {
             file_len: data.len(),
             decoding: (1..starts.len()).map(|_| Mutex::new(())).collect(),
             starts,
-            recent: Mutex::new(Recent::default()),
-            budget: DECODED_BUDGET,
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            decoded_groups: Decoded::shared(),
             decoded: Default::default(),
+            groups_decoded: Default::default(),
+            warned: Default::default(),
             names: OnceLock::new(),
         })
+    }
+
+    /// The same index keeping its decoded groups in `cache` (tests).
+    #[cfg(test)]
+    fn with_cache(mut self, cache: Arc<Decoded>) -> Self {
+        self.decoded_groups = cache;
+        self
     }
 
     /// Number of row groups.
@@ -118,7 +145,11 @@ impl ParquetIndex {
 
     #[cfg(test)]
     fn decoded_rows(&self) -> u64 {
-        self.decoded.load(std::sync::atomic::Ordering::Relaxed)
+        self.decoded.load(Ordering::Relaxed)
+    }
+
+    fn cached(&self, g: usize) -> Option<Arc<Group>> {
+        self.decoded_groups.get((self.id, g))
     }
 
     /// Row group `g`, decoded (projected columns only), from the small
@@ -130,7 +161,7 @@ impl ParquetIndex {
         data: &R,
         g: usize,
     ) -> FormatResult<Arc<Group>> {
-        if let Some(b) = self.recent.lock().expect("poisoned").get(g) {
+        if let Some(b) = self.cached(g) {
             return Ok(b);
         }
         let _decoding = self
@@ -140,7 +171,7 @@ impl ParquetIndex {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         // Decoded by another read while this one waited.
-        if let Some(b) = self.recent.lock().expect("poisoned").get(g) {
+        if let Some(b) = self.cached(g) {
             return Ok(b);
         }
         let mut builder =
@@ -162,12 +193,9 @@ impl ParquetIndex {
                 group.rows()
             ));
         }
-        self.decoded
-            .fetch_add(rows as u64, std::sync::atomic::Ordering::Relaxed);
-        self.recent
-            .lock()
-            .expect("poisoned")
-            .insert(g, group.clone(), self.budget);
+        self.decoded.fetch_add(rows as u64, Ordering::Relaxed);
+        self.groups_decoded.fetch_add(1, Ordering::Relaxed);
+        self.decoded_groups.insert((self.id, g), group.clone());
         Ok(group)
     }
 
@@ -201,98 +229,38 @@ impl ParquetIndex {
     }
 }
 
-/// Rows decoded per slice of a row group. A group is kept as slices of this
-/// many rows, as the reader hands them out: one slice of the whole group
-/// would grow its buffers by doubling through memory the allocator has to
-/// fetch (and the kernel zero) afresh, and gluing slices together copies
-/// every byte once more.
-const SLICE_ROWS: usize = 1024;
+/// Numbers the indexes, so each one's groups have keys of their own in
+/// the shared cache.
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
-/// A decoded row group: its slices, in order.
-#[derive(Debug)]
-struct Group {
-    slices: Vec<RecordBatch>,
-    /// Each slice's columns, their types looked up once.
-    columns: Vec<Vec<Column>>,
-    /// `ends[k]` is the row after the last of slice `k`.
-    ends: Vec<usize>,
-}
-
-impl Group {
-    fn new(slices: Vec<RecordBatch>) -> Self {
-        let ends = slices
-            .iter()
-            .scan(0, |end, b| {
-                *end += b.num_rows();
-                Some(*end)
-            })
-            .collect();
-        let columns = slices
-            .iter()
-            .map(|b| b.columns().iter().map(Column::new).collect())
-            .collect();
-        Group {
-            slices,
-            columns,
-            ends,
-        }
-    }
-
-    fn rows(&self) -> usize {
-        self.ends.last().copied().unwrap_or(0)
-    }
-
-    fn memory_size(&self) -> usize {
-        self.slices.iter().map(|b| b.get_array_memory_size()).sum()
-    }
-
-    /// The slice row `r` of the group is in, and its row there (`r` is
-    /// below [`rows`](Group::rows), checked when the group was decoded).
-    fn locate(&self, r: usize) -> (usize, usize) {
-        let k = self.ends.partition_point(|&e| e <= r);
-        let start = if k == 0 { 0 } else { self.ends[k - 1] };
-        (k, r - start)
-    }
-}
-
-/// Bytes of decoded row groups kept per shard. The group just decoded is
-/// kept even when it alone is larger, so a read never decodes a group twice.
-pub const DECODED_BUDGET: usize = 64 << 20;
-
-/// Decoded row groups, least recently used first, with their total size.
-#[derive(Debug, Default)]
-struct Recent {
-    groups: Vec<(usize, Arc<Group>, usize)>,
-    bytes: usize,
-}
-
-impl Recent {
-    fn get(&mut self, g: usize) -> Option<Arc<Group>> {
-        let at = self.groups.iter().position(|(k, _, _)| *k == g)?;
-        let entry = self.groups.remove(at);
-        let batch = entry.1.clone();
-        self.groups.push(entry);
-        Some(batch)
-    }
-
-    fn insert(&mut self, g: usize, batch: Arc<Group>, budget: usize) {
-        // Another reader may have decoded the same group meanwhile.
-        if self.get(g).is_some() {
-            return;
-        }
-        let size = batch.memory_size();
-        self.groups.push((g, batch, size));
-        self.bytes += size;
-        while self.bytes > budget && self.groups.len() > 1 {
-            let (_, _, freed) = self.groups.remove(0);
-            self.bytes -= freed;
-        }
+impl Drop for ParquetIndex {
+    fn drop(&mut self) {
+        self.decoded_groups.forget(self.id);
     }
 }
 
 impl ShardIndex for ParquetIndex {
     fn len(&self) -> u64 {
         *self.starts.last().expect("non-empty")
+    }
+
+    /// Once the shard has decoded more than twice as many row groups as it
+    /// has: its groups no longer fit the decoded-group budget beside what
+    /// else is being read, and a shuffle within it decodes them again.
+    fn take_warning(&self) -> Option<String> {
+        let groups = self.row_groups() as u64;
+        let decoded = self.groups_decoded.load(Ordering::Relaxed);
+        if decoded <= 2 * groups || self.warned.swap(true, Ordering::Relaxed) {
+            return None;
+        }
+        Some(format!(
+            "decoded {decoded} row groups so far for a shard of {groups}: its decoded groups do \
+             not fit the {} MiB kept for all Parquet shards together, and a shuffle within the \
+             shard reads them at random, decoding a whole group again for a few rows; read it \
+             with `shuffle_within_shard` off and a block shuffle (`shuffle_block_size`), or \
+             write smaller row groups and shards",
+            DECODED_BUDGET >> 20
+        ))
     }
 
     fn group_of(&self, i: u64) -> Option<usize> {
@@ -352,8 +320,7 @@ impl ShardIndex for ParquetIndex {
         if let Some(&i) = indices.iter().find(|&&i| i < first || i >= end) {
             return Err(format!("sample {i} is not in row group {g}"));
         }
-        let cached = self.recent.lock().expect("poisoned").get(g);
-        let batch = match (cached, spans) {
+        let batch = match (self.cached(g), spans) {
             (Some(b), _) => b,
             (None, None) => return Ok(None),
             (None, Some(spans)) => {
@@ -472,8 +439,10 @@ mod tests {
     #[test]
     fn groups_over_the_budget_are_dropped_and_each_read_decodes_a_group_once() {
         let data = shard();
-        let mut index = ParquetIndex::open(&data, None).unwrap();
-        index.budget = 0;
+        let cache = Arc::new(Decoded::new(0));
+        let index = ParquetIndex::open(&data, None)
+            .unwrap()
+            .with_cache(cache.clone());
         let mut bound = 0;
         for call in shuffled(ROWS, 3).chunks(256) {
             let call: Vec<u64> = call.iter().map(|&i| i as u64).collect();
@@ -485,7 +454,7 @@ mod tests {
             groups.sort_unstable();
             groups.dedup();
             bound += groups.len() as u64 * GROUP as u64;
-            assert_eq!(index.recent.lock().unwrap().groups.len(), 1);
+            assert_eq!(cache.held().0, 1);
         }
         assert!(index.decoded_rows() <= bound);
     }
@@ -517,6 +486,83 @@ mod tests {
                 decoded <= 2 * ROWS as u64,
                 "{what}: decoded {decoded} rows to read a shard of {ROWS}"
             );
+        }
+    }
+
+    /// The groups of many shards share one budget: reading shard after
+    /// shard keeps what fits it (plus the group just decoded), and an index
+    /// dropped takes its groups with it.
+    #[test]
+    fn shards_share_one_budget_and_a_dropped_index_frees_its_groups() {
+        let data = shard();
+        let one_group = {
+            let probe = ParquetIndex::open(&data, None)
+                .unwrap()
+                .with_cache(Arc::new(Decoded::new(usize::MAX)));
+            probe.group(&data, 0).unwrap().memory_size()
+        };
+        // Room for three groups of the eight shards' 32.
+        let cache = Arc::new(Decoded::new(3 * one_group + one_group / 2));
+        let indexes: Vec<ParquetIndex> = (0..8)
+            .map(|_| {
+                ParquetIndex::open(&data, None)
+                    .unwrap()
+                    .with_cache(cache.clone())
+            })
+            .collect();
+        for index in &indexes {
+            let all: Vec<u64> = shuffled(ROWS, 9).into_iter().map(|i| i as u64).collect();
+            let records = index.decode(&data, &all).unwrap();
+            assert_eq!(records.len(), ROWS);
+            let (groups, bytes) = cache.held();
+            assert!(groups <= 3, "{groups} groups held");
+            assert!(bytes <= 3 * one_group + one_group / 2, "{bytes} bytes held");
+        }
+        let kept = cache.held().0;
+        assert!(kept > 0);
+        drop(indexes);
+        assert_eq!(
+            cache.held(),
+            (0, 0),
+            "{kept} groups of dropped indexes kept"
+        );
+    }
+
+    /// A shard shuffled within itself past the budget decodes its groups
+    /// again and says so, once; one whose groups stay in memory does not.
+    #[test]
+    fn a_shard_decoding_its_groups_again_warns_once() {
+        let data = shard();
+        let calls: Vec<Vec<u64>> = shuffled(ROWS, 13)
+            .chunks(16)
+            .map(|c| c.iter().map(|&i| i as u64).collect())
+            .collect();
+        let starved = ParquetIndex::open(&data, None)
+            .unwrap()
+            .with_cache(Arc::new(Decoded::new(0)));
+        let mut warnings = Vec::new();
+        for call in &calls {
+            starved.decode(&data, call).unwrap();
+            warnings.extend(starved.take_warning());
+        }
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].contains("shuffle_block_size"),
+            "{}",
+            warnings[0]
+        );
+        assert!(
+            warnings[0].contains(&format!("a shard of {GROUPS}")),
+            "{}",
+            warnings[0]
+        );
+
+        let roomy = ParquetIndex::open(&data, None)
+            .unwrap()
+            .with_cache(Arc::new(Decoded::new(usize::MAX)));
+        for call in &calls {
+            roomy.decode(&data, call).unwrap();
+            assert_eq!(roomy.take_warning(), None);
         }
     }
 
