@@ -142,6 +142,15 @@ impl Decoded {
         }
     }
 
+    /// Drops group `key` (its rows have all been read).
+    pub(super) fn remove(&self, key: Key) {
+        let mut lru = self.lock();
+        if let Some(at) = lru.groups.iter().rposition(|(k, _, _)| *k == key) {
+            let (_, _, freed) = lru.groups.remove(at);
+            lru.bytes -= freed;
+        }
+    }
+
     /// Drops every group index `id` decoded (its index is being dropped).
     pub(super) fn forget(&self, id: u64) {
         let mut lru = self.lock();

@@ -75,9 +75,17 @@ pub struct ParquetIndex {
     decoding: Vec<Mutex<()>>,
     /// Rows decoded so far, which tests hold to a bound.
     decoded: AtomicU64,
-    /// Groups decoded so far: past twice the shard's groups, its reads are
-    /// decoding groups again ([`ShardIndex::take_warning`]).
-    groups_decoded: AtomicU64,
+    /// Rows served from each group since it was last decoded: a group
+    /// whose every row has been read (one pass of a shuffle within the
+    /// shard, or of a read in order) leaves the cache at once, so its
+    /// memory goes to the next group while it is still the process's
+    /// (rather than groups read through waiting for the budget to push
+    /// them out, and new groups taking memory the kernel must zero).
+    served: Vec<AtomicU64>,
+    /// Groups decoded again before all their rows were read: past the
+    /// shard's number of groups, its reads are thrashing
+    /// ([`ShardIndex::take_warning`]).
+    redecoded: AtomicU64,
     /// Whether that warning was given.
     warned: AtomicBool,
     /// The projected columns' names, made once and shared by every row,
@@ -121,11 +129,12 @@ impl ParquetIndex {
             mask,
             file_len: data.len(),
             decoding: (1..starts.len()).map(|_| Mutex::new(())).collect(),
+            served: (1..starts.len()).map(|_| AtomicU64::new(0)).collect(),
             starts,
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             decoded_groups: Decoded::shared(),
             decoded: Default::default(),
-            groups_decoded: Default::default(),
+            redecoded: Default::default(),
             warned: Default::default(),
             names: OnceLock::new(),
         })
@@ -194,9 +203,22 @@ impl ParquetIndex {
             ));
         }
         self.decoded.fetch_add(rows as u64, Ordering::Relaxed);
-        self.groups_decoded.fetch_add(1, Ordering::Relaxed);
+        if self.served[g].swap(0, Ordering::Relaxed) > 0 {
+            self.redecoded.fetch_add(1, Ordering::Relaxed);
+        }
         self.decoded_groups.insert((self.id, g), group.clone());
         Ok(group)
+    }
+
+    /// Counts `n` rows of group `g` read; once all its rows are, the group
+    /// leaves the cache (see `served`).
+    fn served(&self, g: usize, n: usize) {
+        let rows = self.starts[g + 1] - self.starts[g];
+        let before = self.served[g].fetch_add(n as u64, Ordering::Relaxed);
+        if before < rows && before + n as u64 >= rows {
+            self.served[g].store(0, Ordering::Relaxed);
+            self.decoded_groups.remove((self.id, g));
+        }
     }
 
     /// The shared names, in name order, with their columns in `batch`.
@@ -244,17 +266,19 @@ impl ShardIndex for ParquetIndex {
         *self.starts.last().expect("non-empty")
     }
 
-    /// Once the shard has decoded more than twice as many row groups as it
-    /// has: its groups no longer fit the decoded-group budget beside what
-    /// else is being read, and a shuffle within it decodes them again.
+    /// Once the shard has decoded more of its row groups again, before all
+    /// their rows were read, than it has groups: they no longer fit the
+    /// decoded-group budget beside what else is being read, and a shuffle
+    /// within the shard decodes them again and again.
     fn take_warning(&self) -> Option<String> {
         let groups = self.row_groups() as u64;
-        let decoded = self.groups_decoded.load(Ordering::Relaxed);
-        if decoded <= 2 * groups || self.warned.swap(true, Ordering::Relaxed) {
+        let again = self.redecoded.load(Ordering::Relaxed);
+        if again <= groups || self.warned.swap(true, Ordering::Relaxed) {
             return None;
         }
         Some(format!(
-            "decoded {decoded} row groups so far for a shard of {groups}: its decoded groups do \
+            "decoded row groups {again} times again before their rows were all read, in a \
+             shard of {groups} groups: its decoded groups do \
              not fit the {} MiB kept for all Parquet shards together, and a shuffle within the \
              shard reads them at random, decoding a whole group again for a few rows; read it \
              with `shuffle_within_shard` off and a block shuffle (`shuffle_block_size`), or \
@@ -333,6 +357,7 @@ impl ShardIndex for ParquetIndex {
             let r = out.last_mut().expect("just pushed");
             self.fill(&batch, (i - first) as usize, &mut r.fields);
         }
+        self.served(g, indices.len());
         Ok(Some(out))
     }
 
@@ -349,15 +374,23 @@ impl ShardIndex for ParquetIndex {
         // Filled in group order: empty records (which allocate nothing)
         // hold the places not reached yet.
         let mut out: Vec<Record> = (0..indices.len()).map(|_| Record::default()).collect();
-        let mut current: Option<(usize, Arc<Group>)> = None;
+        // The group being filled from, and how many rows it gave.
+        let mut current: Option<(usize, Arc<Group>, usize)> = None;
         for k in order {
             let g = groups[k];
-            if current.as_ref().is_none_or(|(c, _)| *c != g) {
-                current = Some((g, self.group(data, g)?));
+            if current.as_ref().is_none_or(|(c, _, _)| *c != g) {
+                if let Some((done, _, n)) = current.take() {
+                    self.served(done, n);
+                }
+                current = Some((g, self.group(data, g)?, 0));
             }
-            let (_, group) = current.as_ref().expect("set just above");
+            let (_, group, n) = current.as_mut().expect("set just above");
             let row = (indices[k] - self.starts[g]) as usize;
             self.fill(group, row, &mut out[k].fields);
+            *n += 1;
+        }
+        if let Some((done, _, n)) = current {
+            self.served(done, n);
         }
         Ok(out)
     }
@@ -510,10 +543,16 @@ mod tests {
                     .with_cache(cache.clone())
             })
             .collect();
+        // All but each group's last row, so no group is read through (and
+        // dropped for that).
+        let most: Vec<u64> = shuffled(ROWS, 9)
+            .into_iter()
+            .filter(|i| i % GROUP != GROUP - 1)
+            .map(|i| i as u64)
+            .collect();
         for index in &indexes {
-            let all: Vec<u64> = shuffled(ROWS, 9).into_iter().map(|i| i as u64).collect();
-            let records = index.decode(&data, &all).unwrap();
-            assert_eq!(records.len(), ROWS);
+            let records = index.decode(&data, &most).unwrap();
+            assert_eq!(records.len(), most.len());
             let (groups, bytes) = cache.held();
             assert!(groups <= 3, "{groups} groups held");
             assert!(bytes <= 3 * one_group + one_group / 2, "{bytes} bytes held");
@@ -557,13 +596,51 @@ mod tests {
             warnings[0]
         );
 
+        // Three passes, each shuffled within the shard: every group is
+        // decoded once a pass and leaves the cache once its rows are read,
+        // which is no reason to warn.
+        let cache = Arc::new(Decoded::new(usize::MAX));
         let roomy = ParquetIndex::open(&data, None)
             .unwrap()
-            .with_cache(Arc::new(Decoded::new(usize::MAX)));
-        for call in &calls {
-            roomy.decode(&data, call).unwrap();
-            assert_eq!(roomy.take_warning(), None);
+            .with_cache(cache.clone());
+        for pass in 1..=3u64 {
+            for call in shuffled(ROWS, 13 + pass).chunks(16) {
+                let call: Vec<u64> = call.iter().map(|&i| i as u64).collect();
+                roomy.decode(&data, &call).unwrap();
+                assert_eq!(roomy.take_warning(), None);
+            }
+            assert_eq!(roomy.decoded_rows(), pass * ROWS as u64);
+            assert_eq!(cache.held(), (0, 0), "groups read through are kept");
         }
+    }
+
+    /// A group leaves the cache as soon as its last row is read, whether
+    /// the rows come in order or shuffled, and through `decode_group` (the
+    /// block reader's path) too; a group not read through stays.
+    #[test]
+    fn a_group_read_through_leaves_the_cache() {
+        let data = shard();
+        let cache = Arc::new(Decoded::new(usize::MAX));
+        let index = ParquetIndex::open(&data, None)
+            .unwrap()
+            .with_cache(cache.clone());
+        let first: Vec<u64> = (0..GROUP as u64 - 1).collect();
+        index.decode(&data, &first).unwrap();
+        assert_eq!(cache.held().0, 1, "group 0 is not read through yet");
+        let last = [GROUP as u64 - 1];
+        let records = index.decode_group(0, None, &last).unwrap().unwrap();
+        assert_eq!(records[0].get("id"), Some(&Value::Int(GROUP as i64 - 1)));
+        assert_eq!(cache.held().0, 0, "group 0 was read through");
+        // Group 1 in two shuffled halves.
+        let g1: Vec<u64> = shuffled(GROUP, 2)
+            .into_iter()
+            .map(|r| (GROUP + r) as u64)
+            .collect();
+        index.decode(&data, &g1[..GROUP / 2]).unwrap();
+        assert_eq!(cache.held().0, 1);
+        index.decode(&data, &g1[GROUP / 2..]).unwrap();
+        assert_eq!(cache.held().0, 0);
+        assert_eq!(index.decoded_rows(), 2 * GROUP as u64);
     }
 
     /// Reads in flight at once that need the same row groups (what
