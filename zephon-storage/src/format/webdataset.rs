@@ -381,7 +381,10 @@ mod tests {
         let paths: Vec<String> = (0..=(1u32 << 16)).map(|i| format!("s.f{i}")).collect();
         let members: Vec<(&str, &[u8])> = paths.iter().map(|p| (p.as_str(), &b""[..])).collect();
         let e = TarIndex::open(&tar_of(&members)).unwrap_err();
-        assert!(e.contains("\"s.f65536\"") && e.contains("field names"), "{e}");
+        assert!(
+            e.contains("\"s.f65536\"") && e.contains("field names"),
+            "{e}"
+        );
         // One fewer is indexed: one sample of 65,536 members.
         let raw = tar_of(&members[..1 << 16]);
         let index = TarIndex::open(&raw).unwrap();
