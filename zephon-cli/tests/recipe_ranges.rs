@@ -9,6 +9,7 @@ const GOOD: &str = r#"[run]
 runner = "threads"
 workers = 2
 max_batches = 5
+parquet_decoded_bytes = 268435456
 
 [[datasets]]
 name = "web"
@@ -72,6 +73,11 @@ depth = 4
 const CASES: &[(&str, &str, &str)] = &[
     ("workers = 2", "workers = 100000", "run.workers"),
     ("max_batches = 5", "max_batches = 0", "run.max_batches"),
+    (
+        "parquet_decoded_bytes = 268435456",
+        "parquet_decoded_bytes = 1024",
+        "run.parquet_decoded_bytes",
+    ),
     ("weight = 1.0", "weight = nan", "datasets[0].weight"),
     ("weight = 1.0", "weight = inf", "datasets[0].weight"),
     (

@@ -154,6 +154,9 @@ fn estimate_tokens(
 
 /// Builds the whole pipeline.
 pub fn build(recipe: &Recipe, base: &Path) -> Result<Built> {
+    if let Some(b) = recipe.run.parquet_decoded_bytes {
+        zephon_storage::format::parquet::set_decoded_budget(b)?;
+    }
     let ws = work_source(recipe, base)?;
     let samples = ws.len();
     let catalog = ws.catalog().clone();

@@ -75,6 +75,14 @@ pub fn check(recipe: &Recipe, lines: &KeyLines<'_>) -> Result<()> {
         r.workers as u64,
         WORKERS,
     )?;
+    if let Some(b) = r.parquet_decoded_bytes {
+        in_range(
+            lines,
+            &[Step::Key("run"), Step::Key("parquet_decoded_bytes")],
+            b,
+            zephon_storage::format::parquet::DECODED_BYTES,
+        )?;
+    }
     if r.max_batches == Some(0) {
         return Err(at(
             lines,

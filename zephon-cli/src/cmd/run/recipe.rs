@@ -36,6 +36,10 @@ pub struct RunSpec {
     pub max_batches: Option<u64>,
     /// Tracking level when `--observe` is given: `stage` or `operator` (default).
     pub tracking: Tracking,
+    /// Bytes of decoded Parquet row groups the process keeps, all shards
+    /// together (default 128 MiB; 1 MiB to 1 TiB): see
+    /// `zephon_storage::format::parquet::set_decoded_budget`.
+    pub parquet_decoded_bytes: Option<u64>,
 }
 
 impl Default for RunSpec {
@@ -45,6 +49,7 @@ impl Default for RunSpec {
             workers: 0,
             max_batches: None,
             tracking: Tracking::Operator,
+            parquet_decoded_bytes: None,
         }
     }
 }

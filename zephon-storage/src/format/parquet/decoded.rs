@@ -7,15 +7,53 @@
 
 use super::value::Column;
 use arrow_array::RecordBatch;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
+use zephon_core::settings::Range;
 
-/// Bytes of decoded row groups kept in the process, all Parquet shards
-/// together (their decoded size: the arrays' buffers). The group just
-/// decoded is kept even when it alone is larger, so a read never decodes a
-/// group twice. A shuffle within a shard reads its groups at random, so a
-/// shard whose decoded size is past this decodes a group again for many of
-/// its samples; see [`ShardIndex::take_warning`](crate::format::ShardIndex::take_warning).
+/// Bytes of decoded row groups kept in the process by default, all Parquet
+/// shards together (their decoded size: the arrays' buffers); see
+/// [`set_decoded_budget`]. The group just decoded is kept even when it
+/// alone is larger, so a read never decodes a group twice. A shuffle within
+/// a shard reads its groups at random, so a shard whose decoded size is
+/// past the budget decodes a group again for many of its samples; see
+/// [`ShardIndex::take_warning`](crate::format::ShardIndex::take_warning).
 pub const DECODED_BUDGET: usize = 128 << 20;
+
+/// Allowed values of [`set_decoded_budget`]: 1 MiB to 1 TiB.
+pub const DECODED_BYTES: Range = Range::new(
+    1 << 20,
+    1 << 40,
+    "the decoded row groups of every Parquet shard are held in memory together",
+);
+
+/// Sets the bytes of decoded row groups the process keeps, all Parquet
+/// shards together (default [`DECODED_BUDGET`]), dropping the least
+/// recently used groups at once down to it. Raise it to shuffle within
+/// shards larger than the default holds decoded (they then take that much
+/// memory); a value outside [`DECODED_BYTES`] is an error naming the
+/// setting and the range.
+///
+/// ```
+/// use zephon_storage::format::parquet::{DECODED_BUDGET, decoded_budget, set_decoded_budget};
+/// set_decoded_budget(512 << 20).unwrap();
+/// assert_eq!(decoded_budget(), 512 << 20);
+/// let e = set_decoded_budget(0).unwrap_err().to_string();
+/// assert!(e.contains("parquet_decoded_bytes"), "{e}");
+/// assert_eq!(decoded_budget(), 512 << 20, "an error changes nothing");
+/// set_decoded_budget(DECODED_BUDGET as u64).unwrap();
+/// ```
+pub fn set_decoded_budget(bytes: u64) -> zephon_core::Result<()> {
+    let bytes = DECODED_BYTES.check("parquet_decoded_bytes", bytes)?;
+    Decoded::shared().set_budget(usize::try_from(bytes).unwrap_or(usize::MAX));
+    Ok(())
+}
+
+/// The bytes of decoded row groups the process keeps (see
+/// [`set_decoded_budget`]).
+pub fn decoded_budget() -> u64 {
+    Decoded::shared().budget.load(Ordering::Relaxed) as u64
+}
 
 /// Rows decoded per slice of a row group. A group is kept as slices of this
 /// many rows, as the reader hands them out: one slice of the whole group
@@ -78,7 +116,7 @@ pub(super) type Key = (u64, usize);
 /// Decoded row groups, least recently used first, kept to a budget.
 #[derive(Debug)]
 pub(super) struct Decoded {
-    budget: usize,
+    budget: AtomicUsize,
     lru: Mutex<Lru>,
 }
 
@@ -103,7 +141,7 @@ impl Decoded {
     /// share [`Decoded::shared`]).
     pub(super) fn new(budget: usize) -> Self {
         Decoded {
-            budget,
+            budget: AtomicUsize::new(budget),
             lru: Mutex::new(Lru::default()),
         }
     }
@@ -136,10 +174,24 @@ impl Decoded {
         let size = group.memory_size();
         lru.groups.push((key, group, size));
         lru.bytes += size;
-        while lru.bytes > self.budget && lru.groups.len() > 1 {
+        self.evict(&mut lru);
+    }
+
+    /// Drops the least recently used groups until the rest fit the budget
+    /// (the most recent one stays whatever its size).
+    fn evict(&self, lru: &mut Lru) {
+        let budget = self.budget.load(Ordering::Relaxed);
+        while lru.bytes > budget && lru.groups.len() > 1 {
             let (_, _, freed) = lru.groups.remove(0);
             lru.bytes -= freed;
         }
+    }
+
+    /// Keeps `budget` bytes from now on, dropping groups down to it now.
+    pub(super) fn set_budget(&self, budget: usize) {
+        let mut lru = self.lock();
+        self.budget.store(budget, Ordering::Relaxed);
+        self.evict(&mut lru);
     }
 
     /// Drops group `key` (its rows have all been read).

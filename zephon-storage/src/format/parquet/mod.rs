@@ -6,7 +6,8 @@
 //! ([`FormatOptions::columns`](super::FormatOptions::columns)); a local
 //! shard is memory-mapped, so only those groups' column chunks are read
 //! from disk. Decoded groups are kept, most recently used first, up to
-//! [`DECODED_BUDGET`] bytes for all the shards of the process together: a
+//! [`DECODED_BUDGET`] bytes for all the shards of the process together
+//! (see [`set_decoded_budget`]): a
 //! within-shard shuffle touches every group of the shard in every read, so
 //! a cache of a fixed few groups would decode a group again for nearly
 //! every read once the shard has more groups than that; one budget for all
@@ -18,7 +19,8 @@
 //! the dataset and the shard, see [`ShardIndex::take_warning`]); read it
 //! with `shuffle_within_shard` off and a block shuffle (`shuffle_block_size`,
 //! which permutes runs of consecutive samples and so stays within a few
-//! groups at a time), or write shards of smaller row groups and fewer rows.
+//! groups at a time), raise the budget to its decoded size, or write
+//! shards of smaller row groups and fewer rows.
 //!
 //! A remote shard read by blocks (see [`blocked`](super::blocked)) is
 //! read the same way: the footer, then for each row group a read touches
@@ -36,7 +38,7 @@ mod decoded;
 mod value;
 
 use super::{FormatResult, ShardIndex};
-pub use decoded::DECODED_BUDGET;
+pub use decoded::{DECODED_BUDGET, DECODED_BYTES, decoded_budget, set_decoded_budget};
 use decoded::{Decoded, Group, SLICE_ROWS};
 
 use arrow_array::RecordBatch;
@@ -281,9 +283,10 @@ impl ShardIndex for ParquetIndex {
              shard of {groups} groups: its decoded groups do \
              not fit the {} MiB kept for all Parquet shards together, and a shuffle within the \
              shard reads them at random, decoding a whole group again for a few rows; read it \
-             with `shuffle_within_shard` off and a block shuffle (`shuffle_block_size`), or \
-             write smaller row groups and shards",
-            DECODED_BUDGET >> 20
+             with `shuffle_within_shard` off and a block shuffle (`shuffle_block_size`), raise \
+             the budget (`parquet_decoded_bytes`) to the shard's decoded size, or write smaller \
+             row groups and shards",
+            decoded_budget() >> 20
         ))
     }
 
@@ -565,6 +568,31 @@ mod tests {
             (0, 0),
             "{kept} groups of dropped indexes kept"
         );
+    }
+
+    /// A budget lowered drops groups down to it at once; raised, it keeps
+    /// what it had and holds more.
+    #[test]
+    fn a_budget_set_lower_drops_groups_at_once() {
+        let data = shard();
+        let cache = Arc::new(Decoded::new(usize::MAX));
+        let index = ParquetIndex::open(&data, None)
+            .unwrap()
+            .with_cache(cache.clone());
+        // A row of each group, none read through.
+        index
+            .decode(&data, &[0, GROUP as u64, 2 * GROUP as u64])
+            .unwrap();
+        let (groups, bytes) = cache.held();
+        assert_eq!(groups, 3);
+        cache.set_budget(bytes / 2);
+        let (kept, left) = cache.held();
+        assert!(kept < 3 && left <= bytes / 2, "{kept} groups, {left} bytes");
+        // The most recent stays.
+        assert!(cache.get((index.id, 2)).is_some());
+        cache.set_budget(usize::MAX);
+        index.decode(&data, &[0, GROUP as u64]).unwrap();
+        assert_eq!(cache.held().0, 3);
     }
 
     /// A shard shuffled within itself past the budget decodes its groups
