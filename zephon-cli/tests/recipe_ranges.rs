@@ -388,13 +388,13 @@ fn token_estimates_come_from_the_recipes_tokenizer() {
 #[test]
 fn contradicting_exhaustion_settings_are_named_with_their_line() {
     let dir = tempfile::tempdir().unwrap();
-    // `passes` stays written (line 17) while a policy is set.
+    // `passes` stays written (line 18) while a policy is set.
     let (path, _) = write_recipe(dir.path(), "seed = 1", "exhausted_policy = \"stop\"");
     let out = run(&["--explain"], &path);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
-        err.contains("`work_source.passes`") && err.contains("line 17"),
+        err.contains("`work_source.passes`") && err.contains("line 18"),
         "{err}"
     );
     let path = with_exhaustion(dir.path(), "exhausted_policy = \"sometimes\"", "");
@@ -402,7 +402,7 @@ fn contradicting_exhaustion_settings_are_named_with_their_line() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
-        err.contains("sometimes") && err.contains("line 17") && !err.contains("panicked"),
+        err.contains("sometimes") && err.contains("line 18") && !err.contains("panicked"),
         "{err}"
     );
 }
