@@ -6,14 +6,14 @@
 
 mod common;
 
+use common::warnings::Capture;
 use common::{Moto, cache_opts, fields, local_order, read_all, write_dataset};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use tracing::field::{Field, Visit};
-use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
+use tracing_subscriber::layer::SubscriberExt;
 use zephon_storage::backend::{Backend, runtime};
 use zephon_storage::scan::build_index;
 use zephon_storage::{CacheOptions, RemoteDataset};
@@ -22,26 +22,6 @@ use zephon_storage::{CacheOptions, RemoteDataset};
 struct Watch {
     warnings: Arc<Mutex<Vec<String>>>,
     panics: Arc<AtomicUsize>,
-}
-
-struct Capture(Arc<Mutex<Vec<String>>>);
-
-struct Text(String);
-
-impl Visit for Text {
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        self.0.push_str(&format!("{}={value:?} ", field.name()));
-    }
-}
-
-impl<S: tracing::Subscriber> Layer<S> for Capture {
-    fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
-        if *event.metadata().level() == tracing::Level::WARN {
-            let mut t = Text(String::new());
-            event.record(&mut t);
-            self.0.lock().unwrap().push(t.0);
-        }
-    }
 }
 
 /// The watch, for one test at a time: panics are counted from zero.

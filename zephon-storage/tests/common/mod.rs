@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod cloud;
+pub mod warnings;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
