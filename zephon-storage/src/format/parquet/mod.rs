@@ -438,6 +438,16 @@ mod tests {
         Bytes::from(out)
     }
 
+    /// An index of `data` keeping its groups in a cache of its own that
+    /// holds `budget` bytes.
+    fn own_index(data: &Bytes, budget: usize) -> (ParquetIndex, Arc<Decoded>) {
+        let cache = Arc::new(Decoded::new(budget));
+        let index = ParquetIndex::open(data, None)
+            .unwrap()
+            .with_cache(cache.clone());
+        (index, cache)
+    }
+
     /// A fixed pseudo-random permutation of `0..n` (Fisher-Yates over an LCG),
     /// so the test needs no random crate and is the same on every run.
     fn shuffled(n: usize, mut seed: u64) -> Vec<usize> {
@@ -475,10 +485,7 @@ mod tests {
     #[test]
     fn groups_over_the_budget_are_dropped_and_each_read_decodes_a_group_once() {
         let data = shard();
-        let cache = Arc::new(Decoded::new(0));
-        let index = ParquetIndex::open(&data, None)
-            .unwrap()
-            .with_cache(cache.clone());
+        let (index, cache) = own_index(&data, 0);
         let mut bound = 0;
         for call in shuffled(ROWS, 3).chunks(256) {
             let call: Vec<u64> = call.iter().map(|&i| i as u64).collect();
@@ -531,12 +538,11 @@ mod tests {
     #[test]
     fn shards_share_one_budget_and_a_dropped_index_frees_its_groups() {
         let data = shard();
-        let one_group = {
-            let probe = ParquetIndex::open(&data, None)
-                .unwrap()
-                .with_cache(Arc::new(Decoded::new(usize::MAX)));
-            probe.group(&data, 0).unwrap().memory_size()
-        };
+        let one_group = own_index(&data, usize::MAX)
+            .0
+            .group(&data, 0)
+            .unwrap()
+            .memory_size();
         // Room for three groups of the eight shards' 32.
         let cache = Arc::new(Decoded::new(3 * one_group + one_group / 2));
         let indexes: Vec<ParquetIndex> = (0..8)
@@ -575,10 +581,7 @@ mod tests {
     #[test]
     fn a_budget_set_lower_drops_groups_at_once() {
         let data = shard();
-        let cache = Arc::new(Decoded::new(usize::MAX));
-        let index = ParquetIndex::open(&data, None)
-            .unwrap()
-            .with_cache(cache.clone());
+        let (index, cache) = own_index(&data, usize::MAX);
         // A row of each group, none read through.
         index
             .decode(&data, &[0, GROUP as u64, 2 * GROUP as u64])
@@ -604,9 +607,7 @@ mod tests {
             .chunks(16)
             .map(|c| c.iter().map(|&i| i as u64).collect())
             .collect();
-        let starved = ParquetIndex::open(&data, None)
-            .unwrap()
-            .with_cache(Arc::new(Decoded::new(0)));
+        let (starved, _) = own_index(&data, 0);
         let mut warnings = Vec::new();
         for call in &calls {
             starved.decode(&data, call).unwrap();
@@ -627,10 +628,7 @@ mod tests {
         // Three passes, each shuffled within the shard: every group is
         // decoded once a pass and leaves the cache once its rows are read,
         // which is no reason to warn.
-        let cache = Arc::new(Decoded::new(usize::MAX));
-        let roomy = ParquetIndex::open(&data, None)
-            .unwrap()
-            .with_cache(cache.clone());
+        let (roomy, cache) = own_index(&data, usize::MAX);
         for pass in 1..=3u64 {
             for call in shuffled(ROWS, 13 + pass).chunks(16) {
                 let call: Vec<u64> = call.iter().map(|&i| i as u64).collect();
@@ -648,10 +646,7 @@ mod tests {
     #[test]
     fn a_group_read_through_leaves_the_cache() {
         let data = shard();
-        let cache = Arc::new(Decoded::new(usize::MAX));
-        let index = ParquetIndex::open(&data, None)
-            .unwrap()
-            .with_cache(cache.clone());
+        let (index, cache) = own_index(&data, usize::MAX);
         let first: Vec<u64> = (0..GROUP as u64 - 1).collect();
         index.decode(&data, &first).unwrap();
         assert_eq!(cache.held().0, 1, "group 0 is not read through yet");
