@@ -119,3 +119,62 @@ fn inspect_escapes_control_characters_in_samples() {
     assert!(!out.contains('\u{1b}') && !out.contains('\u{7}'), "{out:?}");
     assert!(out.contains("\\u{1b}[2Jcleared\\u{7}"), "{out}");
 }
+
+/// A local Parquet dataset's row groups come from its footers: their
+/// count, the largest group's rows, the largest shard's decoded size (of the
+/// columns read) against the decoded-group budget.
+#[test]
+fn inspect_of_parquet_reports_its_row_groups() {
+    use std::sync::Arc;
+    use zephon_storage::format::parquet::arrow_array::{
+        ArrayRef, Int64Array, RecordBatch, StringArray,
+    };
+    use zephon_storage::format::parquet::parquet::arrow::ArrowWriter;
+    use zephon_storage::format::parquet::parquet::file::properties::WriterProperties;
+    let t = tempfile::tempdir().unwrap();
+    for (s, rows) in [(0i64, 250i64), (1, 120)] {
+        let ids: Vec<i64> = (0..rows).map(|i| s * 1000 + i).collect();
+        let texts: Vec<String> = ids
+            .iter()
+            .map(|i| format!("row {i} {}", "y".repeat(90)))
+            .collect();
+        let batch = RecordBatch::try_from_iter([
+            ("id", Arc::new(Int64Array::from(ids)) as ArrayRef),
+            ("text", Arc::new(StringArray::from(texts)) as ArrayRef),
+        ])
+        .unwrap();
+        let props = WriterProperties::builder()
+            .set_max_row_group_size(100)
+            .build();
+        let file = std::fs::File::create(t.path().join(format!("p{s}.parquet"))).unwrap();
+        let mut w = ArrowWriter::try_new(file, batch.schema(), Some(props)).unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+    }
+    let dir = t.path().display().to_string();
+    let groups = |extra: &[&str]| {
+        let mut args = vec![dir.as_str(), "--json", "-n", "1"];
+        args.extend_from_slice(extra);
+        let (ok, out, err) = inspect(&args);
+        assert!(ok, "{err}");
+        let r: serde_json::Value = serde_json::from_str(&out).unwrap();
+        r["row_groups"].clone()
+    };
+    let all = groups(&[]);
+    assert_eq!(all["groups"], 5, "{all}");
+    assert_eq!(all["max_rows"], 100, "{all}");
+    assert_eq!(all["budget"], 128u64 << 20, "{all}");
+    assert_eq!(all["shards_over_budget"], 0, "{all}");
+    // The 250-row shard's text alone is past 250 * 90 bytes.
+    let decoded = all["max_shard_decoded_bytes"].as_u64().unwrap();
+    assert!(decoded > 250 * 90, "{all}");
+    let ids = groups(&["--columns", "id"]);
+    let id_bytes = ids["max_shard_decoded_bytes"].as_u64().unwrap();
+    assert!(id_bytes < decoded && id_bytes >= 250 * 8, "{ids}");
+    // The text output says the same.
+    let (ok, out, _) = inspect(&[&dir, "-n", "1"]);
+    assert!(
+        ok && out.contains("5 row groups, up to 100 rows each"),
+        "{out}"
+    );
+}

@@ -84,6 +84,72 @@ pub struct Report {
     pub fields: Vec<Field>,
     /// The first samples, each field shown truncated.
     pub first: Vec<serde_json::Map<String, serde_json::Value>>,
+    /// Row groups of a local Parquet dataset, from the shards' footers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub row_groups: Option<RowGroups>,
+}
+
+/// A local Parquet dataset's row groups: a row is decoded with its group,
+/// so they say what a shuffle within a shard will cost.
+#[derive(Debug, Serialize)]
+pub struct RowGroups {
+    /// Row groups in all shards.
+    pub groups: u64,
+    /// Rows of the largest group.
+    pub max_rows: u64,
+    /// The largest shard's uncompressed size of the columns read, as its
+    /// footer gives it: about what it takes decoded.
+    pub max_shard_decoded_bytes: u64,
+    /// Bytes of decoded groups the process keeps, all shards together.
+    pub budget: u64,
+    /// Shards past that budget: a shuffle within one of them decodes its
+    /// groups again for a few rows each.
+    pub shards_over_budget: usize,
+}
+
+/// The row groups of the Parquet shards at `paths`, reading `columns`
+/// (all when `None`), from their footers.
+fn row_groups(paths: &[std::path::PathBuf], columns: Option<&[String]>) -> Result<RowGroups> {
+    use zephon_storage::format::parquet::{decoded_budget, parquet};
+    let mut r = RowGroups {
+        groups: 0,
+        max_rows: 0,
+        max_shard_decoded_bytes: 0,
+        budget: decoded_budget(),
+        shards_over_budget: 0,
+    };
+    for path in paths {
+        let file =
+            std::fs::File::open(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        let meta = parquet::file::metadata::ParquetMetaDataReader::new()
+            .parse_and_finish(&file)
+            .map_err(|e| anyhow::anyhow!("{}: not a readable Parquet file: {e}", path.display()))?;
+        let mut decoded = 0u64;
+        for g in meta.row_groups() {
+            r.groups += 1;
+            r.max_rows = r.max_rows.max(u64::try_from(g.num_rows()).unwrap_or(0));
+            let read = |c: &parquet::file::metadata::ColumnChunkMetaData| {
+                columns.is_none_or(|cols| {
+                    c.column_path()
+                        .parts()
+                        .first()
+                        .is_some_and(|root| cols.contains(root))
+                })
+            };
+            let bytes: i64 = g
+                .columns()
+                .iter()
+                .filter(|c| read(c))
+                .map(|c| c.uncompressed_size().max(0))
+                .fold(0i64, i64::saturating_add);
+            decoded = decoded.saturating_add(bytes as u64);
+        }
+        r.max_shard_decoded_bytes = r.max_shard_decoded_bytes.max(decoded);
+        if decoded > r.budget {
+            r.shards_over_budget += 1;
+        }
+    }
+    Ok(r)
 }
 
 fn truncate(s: &str, width: usize) -> String {
@@ -116,7 +182,7 @@ fn show(v: &Value, width: usize) -> serde_json::Value {
     }
 }
 
-fn open(args: &Args) -> Result<(Dataset, String, u64)> {
+fn open(args: &Args) -> Result<(Dataset, String, u64, Option<RowGroups>)> {
     let dtype = TokenDtype::parse(&args.dtype)
         .ok_or_else(|| anyhow::anyhow!("unknown token dtype `{}`", args.dtype))?;
     let mut fopts = FormatOptions::default().seq_len(args.seq_len).dtype(dtype);
@@ -134,7 +200,14 @@ fn open(args: &Args) -> Result<(Dataset, String, u64)> {
             })
             .fold(0u64, u64::saturating_add);
         let ds = Dataset::from_path_with("inspect", &dir, &fopts)?;
-        return Ok((ds, format.name().to_owned(), bytes));
+        let groups = match format {
+            zephon_storage::format::FormatSpec::Parquet { ref columns } => {
+                let paths: Vec<_> = shards.iter().map(|s| dir.join(&s.path)).collect();
+                Some(row_groups(&paths, columns.as_deref())?)
+            }
+            _ => None,
+        };
+        return Ok((ds, format.name().to_owned(), bytes, groups));
     }
     let mut opts = StorageOptions::default()
         .cache(CacheOptions::default().enabled(false))
@@ -152,12 +225,13 @@ fn open(args: &Args) -> Result<(Dataset, String, u64)> {
         rd.dataset().clone(),
         rd.manifest().format.name().to_owned(),
         bytes,
+        None,
     ))
 }
 
 /// Builds the report: reads only the first samples (from the first shards).
 pub fn inspect(args: &Args) -> Result<Report> {
-    let (ds, format, bytes) = open(args)?;
+    let (ds, format, bytes, row_groups) = open(args)?;
     let mut counts: Vec<u64> = ds.shards().iter().map(|s| s.len()).collect();
     counts.sort_unstable();
     let samples = Counts {
@@ -208,6 +282,7 @@ pub fn inspect(args: &Args) -> Result<Report> {
         bytes,
         fields,
         first,
+        row_groups,
     })
 }
 
@@ -226,6 +301,23 @@ pub fn run(args: Args) -> Result<()> {
         r.samples.total, r.samples.min, r.samples.median, r.samples.max
     );
     println!("bytes    {}", r.bytes);
+    if let Some(g) = &r.row_groups {
+        println!(
+            "groups   {} row groups, up to {} rows each; largest shard about {} MiB decoded",
+            g.groups,
+            g.max_rows,
+            g.max_shard_decoded_bytes >> 20
+        );
+        if g.shards_over_budget > 0 {
+            println!(
+                "         {} shard(s) past the {} MiB kept decoded: a shuffle within such a shard \
+                 decodes its groups again for a few rows each; read with shuffle_within_shard off \
+                 and shuffle_block_size, or raise parquet_decoded_bytes",
+                g.shards_over_budget,
+                g.budget >> 20
+            );
+        }
+    }
     println!("fields   (first sample)");
     for f in &r.fields {
         println!("  {:<24} {}", escape_controls(&f.name), f.kind);
