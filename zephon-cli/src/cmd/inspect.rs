@@ -98,7 +98,9 @@ pub struct RowGroups {
     /// Rows of the largest group.
     pub max_rows: u64,
     /// The largest shard's uncompressed size of the columns read, as its
-    /// footer gives it: about what it takes decoded.
+    /// footer gives it: about what it takes decoded (more for a
+    /// dictionary-encoded column, whose values are stored once but decoded
+    /// for every row).
     pub max_shard_decoded_bytes: u64,
     /// Bytes of decoded groups the process keeps, all shards together.
     pub budget: u64,
