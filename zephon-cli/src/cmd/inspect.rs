@@ -120,6 +120,15 @@ fn row_groups(paths: &[std::path::PathBuf], columns: Option<&[String]>) -> Resul
         budget: decoded_budget(),
         shards_over_budget: 0,
     };
+    // Whether a column chunk is one of the columns read.
+    let read = |c: &parquet::file::metadata::ColumnChunkMetaData| {
+        columns.is_none_or(|cols| {
+            c.column_path()
+                .parts()
+                .first()
+                .is_some_and(|root| cols.contains(root))
+        })
+    };
     for path in paths {
         let file =
             std::fs::File::open(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
@@ -130,14 +139,6 @@ fn row_groups(paths: &[std::path::PathBuf], columns: Option<&[String]>) -> Resul
         for g in meta.row_groups() {
             r.groups += 1;
             r.max_rows = r.max_rows.max(u64::try_from(g.num_rows()).unwrap_or(0));
-            let read = |c: &parquet::file::metadata::ColumnChunkMetaData| {
-                columns.is_none_or(|cols| {
-                    c.column_path()
-                        .parts()
-                        .first()
-                        .is_some_and(|root| cols.contains(root))
-                })
-            };
             let bytes: i64 = g
                 .columns()
                 .iter()
