@@ -72,13 +72,23 @@ pub(crate) struct PassLayout {
     pub starts: Vec<u64>,
     /// The dataset position where this pass starts (`pass * total`).
     pub first: u64,
-    /// The shard (index into `order`) of the last position located, and
-    /// its within-shard permutation key: consecutive positions mostly fall
-    /// in the same shard, and hashing the key per pointer cost more than
-    /// the rest of locating it.
+    /// The shard (index into `order`) of the last position located.
     hint: usize,
-    within_key: Option<(u32, u64)>,
+    /// Within-shard permutations of shards met in the pass, by shard
+    /// modulo [`WITHIN_CACHED`]: consecutive positions mostly fall in the
+    /// same shard, or in a block's few shards, and hashing a permutation's
+    /// keys per pointer cost more than the rest of locating it.
+    within: Vec<Option<(u32, Permutation)>>,
+    /// The block of the last position located, and its permutation.
+    block: Option<(u64, Permutation)>,
 }
+
+/// Positions located at once by [`DatasetOrder::locate_run`]: a buffer on
+/// the stack for [`Permutation::fill`].
+const RUN_CHUNK: usize = 256;
+
+/// Within-shard permutations a [`PassLayout`] keeps.
+const WITHIN_CACHED: usize = 64;
 
 impl DatasetOrder {
     pub fn new(
@@ -131,7 +141,8 @@ impl DatasetOrder {
             starts,
             first: pass * self.total,
             hint: 0,
-            within_key: None,
+            within: vec![None; WITHIN_CACHED],
+            block: None,
         }
     }
 
@@ -142,12 +153,48 @@ impl DatasetOrder {
             Some(b) => {
                 let block = pos / b;
                 let start = block * b;
-                let len = b.min(self.total - start);
-                start + permute(pos - start, len, self.block_key(layout.pass, block))
+                let p = self.block_permutation(layout, block);
+                start + p.at(pos - start)
             }
             None => pos,
         };
         self.locate_shuffled(layout, q)
+    }
+
+    /// The permutation of block `block` of the pass, kept in `layout` for
+    /// the positions after.
+    fn block_permutation(&self, layout: &mut PassLayout, block: u64) -> Permutation {
+        match layout.block {
+            Some((b, p)) if b == block => p,
+            _ => {
+                let b = self.block.expect("a block shuffle");
+                let len = b.min(self.total - block * b);
+                let p = Permutation::new(len, self.block_key(layout.pass, block));
+                layout.block = Some((block, p));
+                p
+            }
+        }
+    }
+
+    /// The within-shard permutation of `shard` in the pass, kept in
+    /// `layout` for the positions after.
+    fn within_permutation(&self, layout: &mut PassLayout, shard: u32) -> Permutation {
+        let slot = &mut layout.within[shard as usize % WITHIN_CACHED];
+        match *slot {
+            Some((s, p)) if s == shard => p,
+            _ => {
+                let k = key(&[
+                    self.seed,
+                    self.dataset as u64,
+                    shard as u64,
+                    layout.pass,
+                    WITHIN_SHARD,
+                ]);
+                let p = Permutation::new(self.shard_lens[shard as usize], k);
+                *slot = Some((shard, p));
+                p
+            }
+        }
     }
 
     fn block_key(&self, pass: u64, block: u64) -> u64 {
@@ -157,7 +204,8 @@ impl DatasetOrder {
     /// `f(shard, sample)` for the `n` positions from `pos` (`pos + n <=
     /// total`) of pass `layout.pass`, in order: what [`locate`](Self::locate)
     /// gives for each, with each permutation's key hashed once per block or
-    /// shard rather than per position.
+    /// shard rather than per position, and evaluated a chunk of positions
+    /// at a time ([`Permutation::fill`]).
     pub fn locate_run(
         &self,
         layout: &mut PassLayout,
@@ -166,6 +214,7 @@ impl DatasetOrder {
         mut f: impl FnMut(u32, u64),
     ) {
         let end = pos + n;
+        let mut buf = [0u64; RUN_CHUNK];
         let Some(b) = self.block else {
             // Shard by shard: a run of consecutive offsets of one shard.
             let mut q = pos;
@@ -176,12 +225,18 @@ impl DatasetOrder {
                 let off = q - layout.starts[idx];
                 let len = self.shard_lens[shard as usize];
                 let stop = end.min(q + len - off);
-                match layout.within_key {
-                    Some((_, k)) if self.shuffle_within_shard => {
-                        let within = Permutation::new(len, k);
-                        (off + 1..off + (stop - q)).for_each(|o| f(shard, within.at(o)))
+                if self.shuffle_within_shard {
+                    let within = self.within_permutation(layout, shard);
+                    let last = off + (stop - q);
+                    let mut o = off + 1;
+                    while o < last {
+                        let k = (last - o).min(RUN_CHUNK as u64) as usize;
+                        within.fill(o, &mut buf[..k]);
+                        buf[..k].iter().for_each(|&s| f(shard, s));
+                        o += k as u64;
                     }
-                    _ => (off + 1..off + (stop - q)).for_each(|o| f(shard, o)),
+                } else {
+                    (off + 1..off + (stop - q)).for_each(|o| f(shard, o))
                 }
                 q = stop;
             }
@@ -192,14 +247,17 @@ impl DatasetOrder {
             let block = p / b;
             let start = block * b;
             let len = b.min(self.total - start);
-            let within = Permutation::new(len, self.block_key(layout.pass, block));
+            let within = self.block_permutation(layout, block);
             let stop = end.min(start + len);
-            for i in p..stop {
-                let q = start + within.at(i - start);
-                let (shard, sample) = self.locate_shuffled(layout, q);
-                f(shard, sample);
+            while p < stop {
+                let k = (stop - p).min(RUN_CHUNK as u64) as usize;
+                within.fill(p - start, &mut buf[..k]);
+                for &q in &buf[..k] {
+                    let (shard, sample) = self.locate_shuffled(layout, start + q);
+                    f(shard, sample);
+                }
+                p += k as u64;
             }
-            p = stop;
         }
     }
 
@@ -207,7 +265,6 @@ impl DatasetOrder {
     /// block shuffle: the shard order and the within-shard shuffle.
     #[inline]
     fn locate_shuffled(&self, layout: &mut PassLayout, q: u64) -> (u32, u64) {
-        let pass = layout.pass;
         let starts = &layout.starts;
         let h = layout.hint;
         let idx = if starts[h] <= q && starts.get(h + 1).is_none_or(|&next| q < next) {
@@ -219,23 +276,8 @@ impl DatasetOrder {
         };
         let shard = layout.order[idx];
         let off = q - starts[idx];
-        let len = self.shard_lens[shard as usize];
         let sample = if self.shuffle_within_shard {
-            let k = match layout.within_key {
-                Some((s, k)) if s == shard => k,
-                _ => {
-                    let k = key(&[
-                        self.seed,
-                        self.dataset as u64,
-                        shard as u64,
-                        pass,
-                        WITHIN_SHARD,
-                    ]);
-                    layout.within_key = Some((shard, k));
-                    k
-                }
-            };
-            permute(off, len, k)
+            self.within_permutation(layout, shard).at(off)
         } else {
             off
         };
