@@ -1,7 +1,7 @@
 //! Where position `p` of a dataset's pass lands: shard shuffle, within-shard
 //! shuffle and block shuffle, each a keyed permutation evaluated on demand.
 
-use crate::hash::{Permutation, key, permute};
+use crate::hash::{Permutation, key};
 use serde::{Deserialize, Serialize};
 
 /// Block shuffle: after shard order and within-shard order are fixed, the
@@ -120,15 +120,13 @@ impl DatasetOrder {
     pub fn layout(&self, pass: u64) -> PassLayout {
         let n = self.shard_lens.len() as u64;
         let k = key(&[self.seed, self.dataset as u64, pass, SHARD_ORDER]);
-        let order: Vec<u32> = (0..n)
-            .map(|i| {
-                if self.shuffle_shards {
-                    permute(i, n, k) as u32
-                } else {
-                    i as u32
-                }
-            })
-            .collect();
+        let order: Vec<u32> = if self.shuffle_shards {
+            let mut at = vec![0; n as usize];
+            Permutation::new(n, k).fill(0, &mut at);
+            at.into_iter().map(|s| s as u32).collect()
+        } else {
+            (0..n as u32).collect()
+        };
         let mut starts = Vec::with_capacity(order.len());
         let mut acc = 0;
         for &s in &order {

@@ -173,7 +173,8 @@ where
     }
     let k = samples.min(total);
     let key = hash::key(&[seed, hash::bytes(ds.name().as_bytes()), TOKEN_SAMPLE]);
-    let mut picked: Vec<u64> = (0..k).map(|j| hash::permute(j, total, key)).collect();
+    let mut picked = vec![0; k as usize];
+    hash::Permutation::new(total, key).fill(0, &mut picked);
     picked.sort_unstable();
     let mut tokens: u128 = 0;
     let mut first = 0u64;
