@@ -420,8 +420,8 @@ impl BlockFile {
     pub async fn line_index(self: &Arc<Self>) -> Result<LineIndex> {
         let this = self.clone();
         runtime::spawn(self.uri.clone(), async move {
-            let mut starts = vec![0u64];
-            let mut last = b'\n';
+            let mut index = LineIndex::open();
+            let mut last = None;
             let mut blocks = futures::stream::iter(0..this.blocks())
                 .map(|i| {
                     let this = this.clone();
@@ -429,14 +429,10 @@ impl BlockFile {
                 })
                 .buffered(INDEX_READ_AHEAD);
             while let Some((i, b)) = blocks.try_next().await? {
-                let at = i * this.block;
-                starts.extend(memchr::memchr_iter(b'\n', &b).map(|nl| at + nl as u64 + 1));
-                last = b.last().copied().unwrap_or(last);
+                index.add_newlines(i * this.block, &b);
+                last = b.last().copied().or(last);
             }
-            if last != b'\n' {
-                starts.push(this.entry.bytes);
-            }
-            Ok(LineIndex { starts })
+            Ok(index.closed(this.entry.bytes, last))
         })
         .await
     }

@@ -43,7 +43,7 @@ pub struct LocalJsonlShard {
 
 impl LocalJsonlShard {
     /// Maps and indexes `path`: opening takes memory for the line offsets
-    /// only (8 bytes a line), not for the text.
+    /// only (about 4 bytes a line), not for the text.
     pub fn open(dataset: &str, path: &Path) -> Result<Self> {
         let data = map_file(path).map_err(|source| Error::Io {
             path: path.display().to_string(),

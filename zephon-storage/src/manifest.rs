@@ -238,17 +238,16 @@ pub fn index_path(path: &str) -> String {
 
 /// Encodes a line-offset index as little-endian `u64` offsets (the sidecar format).
 pub fn encode_index(index: &LineIndex) -> Vec<u8> {
-    index.starts.iter().flat_map(|s| s.to_le_bytes()).collect()
+    index.starts().flat_map(|s| s.to_le_bytes()).collect()
 }
 
 /// Decodes a sidecar written by [`encode_index`]; `None` if it is malformed.
 pub fn decode_index(data: &[u8]) -> Option<LineIndex> {
-    if !data.len().is_multiple_of(8) || data.is_empty() {
+    if !data.len().is_multiple_of(8) {
         return None;
     }
-    let starts: Vec<u64> = data
-        .chunks_exact(8)
-        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
-        .collect();
-    (starts[0] == 0 && starts.windows(2).all(|w| w[0] < w[1])).then_some(LineIndex { starts })
+    LineIndex::from_starts(
+        data.chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))),
+    )
 }

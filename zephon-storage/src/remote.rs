@@ -397,7 +397,7 @@ async fn read_line_index(
             .map_err(|e| shard_error(&dataset, &uri, format!("cannot read the index: {e}")))?
             .to_bytes();
         let index = decode_index(&data)
-            .filter(|i| i.len() == entry.samples && i.starts.last() == Some(&entry.bytes))
+            .filter(|i| i.len() == entry.samples && i.start(i.len()) == entry.bytes)
             .ok_or_else(|| {
                 shard_error(
                     &dataset,

@@ -1,87 +1,15 @@
 //! JSONL shards: one JSON object per line, addressed through a line-offset index.
 
+mod index;
 mod seed;
+
+pub use index::LineIndex;
 
 use bytes::Bytes;
 use memchr::memchr_iter;
 
-/// Bytes read at a time when a shard is indexed from a stream.
-const READ_BUFFER: usize = 1 << 20;
 use zephon_core::record::Schema;
 use zephon_core::{Error, Record, Result};
-
-/// Byte offsets of the lines of a JSONL shard: `starts[i]` is where sample `i`
-/// begins, `starts[len]` is the end of the last line (past its newline).
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct LineIndex {
-    /// Start offset of every line, plus the end offset.
-    pub starts: Vec<u64>,
-}
-
-impl LineIndex {
-    /// Indexes a whole shard. A final line without a trailing newline counts;
-    /// an empty file has no samples.
-    pub fn build(data: &[u8]) -> Self {
-        let mut starts = Vec::with_capacity(data.len() / 256 + 2);
-        starts.push(0);
-        for nl in memchr_iter(b'\n', data) {
-            starts.push(nl as u64 + 1);
-        }
-        if data.last().is_some_and(|&b| b != b'\n') {
-            starts.push(data.len() as u64);
-        }
-        LineIndex { starts }
-    }
-
-    /// Indexes a shard read from `reader` through a bounded buffer, for
-    /// files too large to hold in memory; the same index as [`build`](LineIndex::build).
-    ///
-    /// ```
-    /// use zephon_storage::format::jsonl::LineIndex;
-    /// let data = b"{\"a\":1}\n{\"a\":2}\n{\"a\":3}";
-    /// let streamed = LineIndex::from_reader(&data[..]).unwrap();
-    /// assert_eq!(streamed, LineIndex::build(data));
-    /// assert_eq!(streamed.len(), 3);
-    /// ```
-    pub fn from_reader(mut reader: impl std::io::Read) -> std::io::Result<Self> {
-        let mut buf = vec![0u8; READ_BUFFER];
-        let mut starts = vec![0];
-        let (mut at, mut last) = (0u64, b'\n');
-        loop {
-            let n = match reader.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            };
-            starts.extend(memchr_iter(b'\n', &buf[..n]).map(|nl| at + nl as u64 + 1));
-            at += n as u64;
-            last = buf[n - 1];
-        }
-        if last != b'\n' {
-            starts.push(at);
-        }
-        Ok(LineIndex { starts })
-    }
-
-    /// Number of samples (lines).
-    pub fn len(&self) -> u64 {
-        self.starts.len() as u64 - 1
-    }
-
-    /// Whether the shard has no lines.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Byte range `[start, end)` covering samples `first .. first + count`.
-    pub fn byte_range(&self, first: u64, count: u64) -> (u64, u64) {
-        (
-            self.starts[first as usize],
-            self.starts[(first + count) as usize],
-        )
-    }
-}
 
 /// Parses one JSONL line into a record; `line` (1-based) and the names are for errors.
 pub fn parse_line(bytes: &[u8], dataset: &str, shard: &str, line: u64) -> Result<Record> {
@@ -250,10 +178,12 @@ pub fn parse_indexed(
     shard: &str,
     out: &mut Vec<Record>,
 ) -> Result<()> {
-    let starts = &index.starts[samples.start as usize..=samples.end as usize];
-    out.reserve(starts.len() - 1);
-    for (line, w) in (samples.start + 1..).zip(starts.windows(2)) {
-        let bytes = &data[w[0] as usize..w[1] as usize];
+    out.reserve((samples.end - samples.start) as usize);
+    let mut from = index.start(samples.start) as usize;
+    for line in samples.start + 1..=samples.end {
+        let to = index.start(line) as usize;
+        let bytes = &data[from..to];
+        from = to;
         out.push(parse_line_in(
             bytes,
             Some(data),
@@ -296,48 +226,6 @@ impl super::ShardIndex for JsonlIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn index_counts_lines_with_and_without_trailing_newline() {
-        assert_eq!(LineIndex::build(b"").len(), 0);
-        assert_eq!(LineIndex::build(b"{}\n{}\n").len(), 2);
-        assert_eq!(LineIndex::build(b"{}\n{}").len(), 2);
-        let idx = LineIndex::build(b"{\"a\":1}\n{\"a\":2}\n");
-        assert_eq!(idx.byte_range(1, 1), (8, 16));
-    }
-
-    /// A reader that hands out at most `step` bytes a call, so lines and
-    /// their newlines straddle the reads.
-    struct Trickle<'a> {
-        data: &'a [u8],
-        step: usize,
-    }
-
-    impl std::io::Read for Trickle<'_> {
-        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-            let n = self.step.min(buf.len()).min(self.data.len());
-            buf[..n].copy_from_slice(&self.data[..n]);
-            self.data = &self.data[n..];
-            Ok(n)
-        }
-    }
-
-    #[test]
-    fn streamed_index_equals_the_whole_file_index_whatever_the_reads() {
-        let cases: [&[u8]; 5] = [
-            b"",
-            b"\n",
-            b"{}\n{}\n",
-            b"{}\n{}",
-            b"{\"a\":1}\n\n{\"b\":22}\nxx",
-        ];
-        for data in cases {
-            for step in [1, 2, 3, 7, 1 << 20] {
-                let got = LineIndex::from_reader(Trickle { data, step }).unwrap();
-                assert_eq!(got, LineIndex::build(data), "{data:?} in reads of {step}");
-            }
-        }
-    }
 
     #[test]
     fn parse_run_names_the_line() {
