@@ -55,3 +55,32 @@ fn a_runtime_built_elsewhere_uses_rayons_pool() {
         .unwrap_err();
     assert!(err.to_string().contains("boom"), "{err}");
 }
+
+/// A caller that takes items as fast as they come polls the pipeline
+/// itself after a few chunks (the threads runner's caller-polling mode);
+/// its operators' CPU work still runs on the runner's pool, of the size
+/// the runner was given, not on another pool.
+#[test]
+fn a_caller_polling_the_pipeline_itself_still_uses_the_runners_pool() {
+    let names: Vec<String> = futures::stream::iter((0..50_000).map(Ok::<u32, zephon_core::Error>))
+        .map_par(|_| Ok(thread_name()), 2)
+        .into_blocking_iter(Runner::Threads { workers: 1 })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(names.len(), 50_000);
+    let distinct: std::collections::BTreeSet<&String> = names.iter().collect();
+    assert_eq!(
+        distinct.into_iter().collect::<Vec<_>>(),
+        ["zephon-cpu-0"],
+        "micro-batches ran outside the runner's one-thread pool"
+    );
+    // The pool was lent to this thread while it polled, and taken back:
+    // a runtime built elsewhere now offloads to rayon's global pool again.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .build()
+        .unwrap();
+    let name = rt.block_on(offload("test", thread_name)).unwrap();
+    assert!(!name.starts_with("zephon-cpu-"), "{name}");
+}

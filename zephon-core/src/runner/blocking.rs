@@ -41,6 +41,9 @@ pub struct BlockingIter<T> {
     respawn: Respawn<T>,
     // Dropped last, so tasks the pipeline spawned can wind down.
     runtime: tokio::runtime::Runtime,
+    /// The runtime's CPU pool, lent to this thread while it polls the
+    /// pipeline itself.
+    pool: Option<super::CpuPool>,
 }
 
 type Respawn<T> =
@@ -130,6 +133,7 @@ impl<T> BlockingIter<T> {
                 })
             }
         });
+        let (runtime, pool) = runner.runtime_and_pool()?;
         Ok(BlockingIter {
             source: Source::Idle(starter),
             observer: None,
@@ -138,7 +142,8 @@ impl<T> BlockingIter<T> {
             fast_consumer: false,
             local: ConsumerTally::default(),
             respawn: Driven::<T>::spawn,
-            runtime: runner.runtime()?,
+            runtime,
+            pool,
         })
     }
 
@@ -185,7 +190,7 @@ impl<T> BlockingIter<T> {
                         if timed && asked.is_none() {
                             *asked = Some(Instant::now());
                         }
-                        return (h.next(&self.runtime), true);
+                        return (h.next(&self.runtime, &mut self.pool), true);
                     }
                 }
                 Source::Driven(d) => {
@@ -244,7 +249,7 @@ impl<T> Iterator for BlockingIter<T> {
                     !self.fast_consumer || (self.untimed + 1).is_multiple_of(FAST_SAMPLE_EVERY);
                 asked = (timed && sample).then(Instant::now);
                 untimed_waited = true;
-                poll_here(&self.runtime, stream, None)
+                poll_here(&self.runtime, stream, None, &mut self.pool)
             }
             Source::Driven(_) | Source::Helping(_) => {
                 let (item, waited) = self.next_threaded(timed, &mut asked);

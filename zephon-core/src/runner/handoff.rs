@@ -295,9 +295,14 @@ impl<T> Helping<T> {
         spawn(runtime, self.stream, self.ctx)
     }
 
-    /// The next item, polled here; a panic is an error item.
-    pub(super) fn next(&mut self, runtime: &tokio::runtime::Runtime) -> Option<Result<T>> {
-        let item = poll_here(runtime, &mut self.stream, self.ctx.as_ref());
+    /// The next item, polled here with the runner's CPU pool `pool`; a
+    /// panic is an error item.
+    pub(super) fn next(
+        &mut self,
+        runtime: &tokio::runtime::Runtime,
+        pool: &mut Option<super::CpuPool>,
+    ) -> Option<Result<T>> {
+        let item = poll_here(runtime, &mut self.stream, self.ctx.as_ref(), pool);
         self.calls += 1;
         if self.calls.is_multiple_of(SAMPLE_EVERY) {
             self.sampled = Some(Instant::now());
@@ -311,13 +316,15 @@ impl<T> Helping<T> {
 }
 
 /// The next item of `stream`, polled on the calling thread in `runtime`'s
-/// context (and `ctx`'s, if any); a panic is an error item.
+/// context (and `ctx`'s, if any), CPU work going to `pool` (the runtime's
+/// own, if it has one); a panic is an error item.
 pub(super) fn poll_here<T>(
     runtime: &tokio::runtime::Runtime,
     stream: &mut BoxedPipeline<T>,
     ctx: Option<&PipelineContext>,
+    pool: &mut Option<super::CpuPool>,
 ) -> Option<Result<T>> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    let poll = std::panic::AssertUnwindSafe(|| {
         // Most items are ready at once: polled in the runtime's context
         // without `block_on`, whose set-up cost as much as a cheap
         // pipeline's batch. `block_on` returns a ready item without running
@@ -339,8 +346,9 @@ pub(super) fn poll_here<T>(
                 inner: Box::pin(stream.next()),
             }),
         }
-    }))
-    .unwrap_or_else(|payload| Some(Err(Error::panic(None, payload))))
+    });
+    super::pool::lent(pool, || std::panic::catch_unwind(poll))
+        .unwrap_or_else(|payload| Some(Err(Error::panic(None, payload))))
 }
 
 /// The next message from the pipeline task, and whether the queue was

@@ -10,6 +10,7 @@ mod blocking;
 mod handoff;
 mod pool;
 pub use blocking::BlockingIter;
+use pool::CpuPool;
 
 /// How a pipeline is executed. A performance knob only: every runner gives
 /// the same output in the same order.
@@ -57,26 +58,41 @@ impl Runner {
 
     /// Builds the tokio runtime this runner drives pipelines with.
     pub fn runtime(&self) -> Result<tokio::runtime::Runtime> {
+        self.runtime_and_pool().map(|(rt, _)| rt)
+    }
+
+    /// The runtime, and the CPU pool its workers hand micro-batches to
+    /// (none for the inline runner): a caller polling the pipeline on its
+    /// own thread lends itself the same pool.
+    pub(crate) fn runtime_and_pool(&self) -> Result<(tokio::runtime::Runtime, Option<CpuPool>)> {
         self.check()?;
-        let rt = match *self {
-            Runner::Inline => tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build(),
+        let (rt, cpu) = match *self {
+            Runner::Inline => (
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build(),
+                None,
+            ),
             Runner::Threads { workers } => {
                 let n = if workers == 0 { num_cpus() } else { workers };
                 let cpu = pool::build(n)?;
-                tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(n)
-                    .thread_name("zephon-worker")
-                    .on_thread_start(move || pool::enter(&cpu))
-                    .enable_all()
-                    .build()
+                let theirs = cpu.clone();
+                (
+                    tokio::runtime::Builder::new_multi_thread()
+                        .worker_threads(n)
+                        .thread_name("zephon-worker")
+                        .on_thread_start(move || pool::enter(&theirs))
+                        .enable_all()
+                        .build(),
+                    Some(cpu),
+                )
             }
         };
-        rt.map_err(|source| Error::Io {
+        let rt = rt.map_err(|source| Error::Io {
             path: "tokio runtime".into(),
             source,
-        })
+        })?;
+        Ok((rt, cpu))
     }
 }
 

@@ -19,7 +19,7 @@ thread_local! {
 
 /// Builds the CPU pool of a threads runner: `threads` workers (at least one),
 /// named `zephon-cpu-N`.
-pub(super) fn build(threads: usize) -> Result<Arc<rayon_core::ThreadPool>> {
+pub(super) fn build(threads: usize) -> Result<CpuPool> {
     rayon_core::ThreadPoolBuilder::new()
         .num_threads(threads.max(1))
         .thread_name(|i| format!("zephon-cpu-{i}"))
@@ -33,8 +33,39 @@ pub(super) fn build(threads: usize) -> Result<Arc<rayon_core::ThreadPool>> {
 
 /// Makes `pool` the one `offload` uses on the calling thread (a runtime
 /// thread starting).
-pub(super) fn enter(pool: &Arc<rayon_core::ThreadPool>) {
+pub(super) fn enter(pool: &CpuPool) {
     CURRENT.with(|c| *c.borrow_mut() = Some(pool.clone()));
+}
+
+/// A runner's CPU pool.
+pub(crate) type CpuPool = Arc<rayon_core::ThreadPool>;
+
+/// Runs `f` with `pool` as the calling thread's pool (a caller polling its
+/// pipeline itself under the threads runner), then puts back what the
+/// thread had: micro-batches offloaded while `f` runs go to the runner's
+/// pool, of the size it was given, not to rayon's global pool. The pool is
+/// moved in and back out, not cloned, as this runs once per item.
+pub(crate) fn lent<R>(pool: &mut Option<CpuPool>, f: impl FnOnce() -> R) -> R {
+    if pool.is_none() {
+        return f();
+    }
+    /// Gives the pool back to its owner even if `f` unwinds.
+    struct Return<'a> {
+        owner: &'a mut Option<CpuPool>,
+        before: Option<CpuPool>,
+    }
+    impl Drop for Return<'_> {
+        fn drop(&mut self) {
+            *self.owner =
+                CURRENT.with(|c| std::mem::replace(&mut *c.borrow_mut(), self.before.take()));
+        }
+    }
+    let before = CURRENT.with(|c| std::mem::replace(&mut *c.borrow_mut(), pool.take()));
+    let _give_back = Return {
+        owner: pool,
+        before,
+    };
+    f()
 }
 
 /// Runs `f` on the calling thread's pool, or on rayon's global pool (one
