@@ -250,7 +250,7 @@ async fn scan_format_shard(
                 shard_error(dataset, &backend.uri_of(&idx), format!("cannot read: {e}"))
             })?;
             entry.index = Some(idx);
-            MegatronIndex::open(&data.to_bytes(), shard.bytes)
+            MegatronIndex::open(data.to_bytes(), shard.bytes)
                 .map_err(bad)?
                 .len()
         }

@@ -35,7 +35,7 @@ fn flat_u16_samples_are_views_sharing_one_name() {
 fn megatron_views_read_u16_and_i32_ids_at_any_offset() {
     let docs = vec![vec![1, 2, 3], vec![70_000, 0], vec![65_535]];
     let (bin, idx) = encode_megatron(&docs, TokenDtype::I32).unwrap();
-    let index = MegatronIndex::open(&idx, bin.len() as u64).unwrap();
+    let index = MegatronIndex::open(idx.clone(), bin.len() as u64).unwrap();
     let r = index.decode(&Bytes::from(bin), &[1, 2, 0]).unwrap();
     assert_eq!(r[0].token_ids("tokens").unwrap(), [70_000, 0]);
     assert_eq!(r[1].token_ids("tokens").unwrap(), [65_535]);
@@ -43,7 +43,7 @@ fn megatron_views_read_u16_and_i32_ids_at_any_offset() {
     assert!(FieldName::ptr_eq(key(&r[0]), key(&r[2])));
     let docs = vec![vec![9], vec![4, 65_535, 7]];
     let (bin, idx) = encode_megatron(&docs, TokenDtype::U16).unwrap();
-    let index = MegatronIndex::open(&idx, bin.len() as u64).unwrap();
+    let index = MegatronIndex::open(idx.clone(), bin.len() as u64).unwrap();
     let r = index.decode(&Bytes::from(bin), &[1]).unwrap();
     // The sequence starts at byte 2: an offset no u32 read could take.
     assert_eq!(r[0].token_ids("tokens").unwrap(), [4, 65_535, 7]);
@@ -66,7 +66,7 @@ fn bad_token_bytes_are_errors_naming_the_sample() {
         "{err}"
     );
     let (bin, idx) = encode_megatron(&[vec![1], vec![2]], TokenDtype::I32).unwrap();
-    let index = MegatronIndex::open(&idx, bin.len() as u64).unwrap();
+    let index = MegatronIndex::open(idx.clone(), bin.len() as u64).unwrap();
     let mut bad = bin.clone();
     bad[4..8].copy_from_slice(&(-5i32).to_le_bytes());
     let err = index.decode(&Bytes::from(bad), &[1]).unwrap_err();

@@ -263,9 +263,8 @@ pub fn open_range_index(
                 .map(|t| Arc::new(t) as Arc<dyn ShardIndex>),
         ),
         FormatSpec::Megatron => Some(match sidecar {
-            Some(idx) => {
-                tokens::MegatronIndex::open(idx, bytes).map(|t| Arc::new(t) as Arc<dyn ShardIndex>)
-            }
+            Some(idx) => tokens::MegatronIndex::open(idx.clone(), bytes)
+                .map(|t| Arc::new(t) as Arc<dyn ShardIndex>),
             None => Err("a Megatron shard needs its .idx file".into()),
         }),
         _ => None,
@@ -286,7 +285,7 @@ pub fn open_index(
         }
         FormatSpec::Megatron => {
             let idx = sidecar.ok_or("a Megatron shard needs its .idx file")?;
-            Arc::new(tokens::MegatronIndex::open(idx, data.len() as u64)?)
+            Arc::new(tokens::MegatronIndex::open(idx.clone(), data.len() as u64)?)
         }
         FormatSpec::Mds { columns } => Arc::new(mds::MdsIndex::open(data, columns)?),
         FormatSpec::WebDataset => Arc::new(webdataset::TarIndex::open(data)?),

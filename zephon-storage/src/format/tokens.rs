@@ -268,11 +268,16 @@ const MAGIC: &[u8; 9] = b"MMIDIDX\x00\x00";
 const HEADER: usize = 9 + 8 + 1 + 8 + 8;
 
 /// A parsed Megatron `.idx`: where each sequence of the `.bin` is.
+///
+/// The lengths and offsets are read where the `.idx` lies (for a local
+/// shard, its memory map: the page cache, not the process's own memory),
+/// not copied out: a corpus of hundreds of millions of documents would
+/// otherwise hold 12 bytes a sequence of anonymous memory per process.
 #[derive(Debug)]
 pub struct MegatronIndex {
     dtype: TokenDtype,
-    lengths: Vec<u32>,
-    pointers: Vec<u64>,
+    idx: Bytes,
+    sequences: usize,
     name: FieldName,
 }
 
@@ -283,17 +288,18 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 impl MegatronIndex {
     /// Parses `idx` and checks it against a `.bin` of `bin_bytes` bytes:
     /// every sequence must lie inside it and they must cover it exactly.
-    pub fn open(idx: &[u8], bin_bytes: u64) -> FormatResult<Self> {
+    pub fn open(idx: impl Into<Bytes>, bin_bytes: u64) -> FormatResult<Self> {
+        let idx: Bytes = idx.into();
         if idx.len() < HEADER || &idx[..9] != MAGIC {
             return Err("the .idx is not a Megatron index (bad magic or too short)".into());
         }
-        let version = u64_at(idx, 9);
+        let version = u64_at(&idx, 9);
         if version != 1 {
             return Err(format!("unsupported .idx version {version}"));
         }
         let dtype = TokenDtype::from_megatron_code(idx[17])
             .ok_or_else(|| format!("unsupported .idx dtype code {}", idx[17]))?;
-        let (seqs, docs) = (u64_at(idx, 18), u64_at(idx, 26));
+        let (seqs, docs) = (u64_at(&idx, 18), u64_at(&idx, 26));
         let want = (HEADER as u64)
             .checked_add(seqs.checked_mul(12).ok_or("sequence count overflows")?)
             .and_then(|n| n.checked_add(docs.checked_mul(8)?))
@@ -304,17 +310,16 @@ impl MegatronIndex {
                 idx.len()
             ));
         }
-        let seqs = seqs as usize;
-        let lens_at = HEADER;
-        let ptrs_at = lens_at + 4 * seqs;
+        let index = MegatronIndex {
+            dtype,
+            sequences: seqs as usize,
+            idx,
+            name: TOKENS_FIELD.into(),
+        };
         let size = dtype.size() as u64;
-        let mut lengths = Vec::with_capacity(seqs);
-        let mut pointers = Vec::with_capacity(seqs);
         let mut end = 0u64;
-        for s in 0..seqs {
-            let l = i32::from_le_bytes(idx[lens_at + 4 * s..][..4].try_into().expect("4"));
-            let p = i64::from_le_bytes(idx[ptrs_at + 8 * s..][..8].try_into().expect("8"));
-            let (Ok(l), Ok(p)) = (u32::try_from(l), u64::try_from(p)) else {
+        for s in 0..index.sequences {
+            let (Some(l), Some(p)) = (index.length(s), index.pointer(s)) else {
                 return Err(format!("sequence {s} has a negative length or offset"));
             };
             let stop = p + l as u64 * size;
@@ -324,20 +329,39 @@ impl MegatronIndex {
                 ));
             }
             end = end.max(stop);
-            lengths.push(l);
-            pointers.push(p);
         }
         if end != bin_bytes {
             return Err(format!(
                 "the .idx covers {end} bytes of the .bin but it has {bin_bytes}; the two files do not belong together"
             ));
         }
-        Ok(MegatronIndex {
-            dtype,
-            lengths,
-            pointers,
-            name: TOKENS_FIELD.into(),
-        })
+        Ok(index)
+    }
+
+    /// Tokens in sequence `s` (`< sequences`); `None` if stored negative.
+    fn length(&self, s: usize) -> Option<u32> {
+        let at = HEADER + 4 * s;
+        u32::try_from(i32::from_le_bytes(
+            self.idx[at..at + 4].try_into().expect("4"),
+        ))
+        .ok()
+    }
+
+    /// Where sequence `s` (`< sequences`) starts in the `.bin`; `None` if
+    /// stored negative.
+    fn pointer(&self, s: usize) -> Option<u64> {
+        let at = HEADER + 4 * self.sequences + 8 * s;
+        u64::try_from(i64::from_le_bytes(
+            self.idx[at..at + 8].try_into().expect("8"),
+        ))
+        .ok()
+    }
+
+    /// Byte range of sequence `s` in the `.bin`, checked at open.
+    fn span(&self, s: usize) -> (u64, u64) {
+        let (l, p) = (self.length(s), self.pointer(s));
+        let (l, p) = (l.expect("checked at open"), p.expect("checked at open"));
+        (p, p + l as u64 * self.dtype.size() as u64)
     }
 
     /// The stored token type.
@@ -348,7 +372,7 @@ impl MegatronIndex {
 
 impl ShardIndex for MegatronIndex {
     fn len(&self) -> u64 {
-        self.lengths.len() as u64
+        self.sequences as u64
     }
 
     fn cheap_decode(&self) -> bool {
@@ -356,11 +380,8 @@ impl ShardIndex for MegatronIndex {
     }
 
     fn byte_range(&self, i: u64) -> Option<(u64, u64)> {
-        let p = self.pointers[i as usize];
-        Some((
-            p,
-            p + self.lengths[i as usize] as u64 * self.dtype.size() as u64,
-        ))
+        let s = usize::try_from(i).ok().filter(|&s| s < self.sequences)?;
+        Some(self.span(s))
     }
 
     fn decode_range(&self, i: u64, bytes: &Bytes) -> FormatResult<Record> {
@@ -372,18 +393,16 @@ impl ShardIndex for MegatronIndex {
     }
 
     fn decode(&self, data: &Bytes, indices: &[u64]) -> FormatResult<Vec<Record>> {
-        let size = self.dtype.size();
         indices
             .iter()
             .map(|&i| {
-                let (p, l) = (
-                    self.pointers[i as usize] as usize,
-                    self.lengths[i as usize] as usize,
-                );
-                if p + l * size > data.len() {
+                let (from, to) = self
+                    .byte_range(i)
+                    .ok_or_else(|| format!("sequence {i} is past the last, {}", self.sequences))?;
+                if to > data.len() as u64 {
                     return Err(format!("sequence {i} lies past the end of the .bin"));
                 }
-                self.decode_range(i, &data.slice(p..p + l * size))
+                self.decode_range(i, &data.slice(from as usize..to as usize))
             })
             .collect()
     }
@@ -397,7 +416,7 @@ impl ShardIndex for MegatronIndex {
 /// use zephon_storage::format::ShardIndex;
 /// use zephon_storage::format::tokens::{MegatronIndex, TokenDtype, encode_megatron};
 /// let (bin, idx) = encode_megatron(&[vec![1, 2, 3], vec![4]], TokenDtype::U16).unwrap();
-/// let index = MegatronIndex::open(&idx, bin.len() as u64).unwrap();
+/// let index = MegatronIndex::open(idx, bin.len() as u64).unwrap();
 /// let recs = index.decode(&Bytes::from(bin), &[1, 0]).unwrap();
 /// assert_eq!(recs[0].token_ids("tokens").unwrap(), [4]);
 /// assert_eq!(recs[1].token_ids("tokens").unwrap(), [1, 2, 3]);
@@ -443,11 +462,41 @@ mod tests {
     #[test]
     fn megatron_idx_must_match_the_bin() {
         let (bin, idx) = encode_megatron(&[vec![1, 2], vec![3]], TokenDtype::I32).unwrap();
-        assert!(MegatronIndex::open(&idx, bin.len() as u64).is_ok());
-        let err = MegatronIndex::open(&idx, bin.len() as u64 - 4).unwrap_err();
+        let idx = Bytes::from(idx);
+        assert!(MegatronIndex::open(idx.clone(), bin.len() as u64).is_ok());
+        let err = MegatronIndex::open(idx.clone(), bin.len() as u64 - 4).unwrap_err();
         assert!(err.contains("sequence 1"), "{err}");
-        let err = MegatronIndex::open(&idx, bin.len() as u64 + 4).unwrap_err();
+        let err = MegatronIndex::open(idx.clone(), bin.len() as u64 + 4).unwrap_err();
         assert!(err.contains("do not belong together"), "{err}");
-        assert!(MegatronIndex::open(&idx[..idx.len() - 1], bin.len() as u64).is_err());
+        assert!(MegatronIndex::open(idx.slice(..idx.len() - 1), bin.len() as u64).is_err());
+    }
+
+    /// Lengths and offsets read where the `.idx` lies: a negative one is
+    /// refused at open, a sequence past the last is `None` or an error
+    /// naming it, never a panic.
+    #[test]
+    fn megatron_sequences_are_read_in_place_and_checked() {
+        let (bin, idx) =
+            encode_megatron(&[vec![1, 2], vec![3], vec![4, 5, 6]], TokenDtype::U16).unwrap();
+        let index = MegatronIndex::open(idx.clone(), bin.len() as u64).unwrap();
+        assert_eq!(index.len(), 3);
+        assert_eq!(
+            (0..4).map(|i| index.byte_range(i)).collect::<Vec<_>>(),
+            [Some((0, 4)), Some((4, 6)), Some((6, 12)), None]
+        );
+        let recs = index.decode(&Bytes::from(bin.clone()), &[2, 0]).unwrap();
+        assert_eq!(recs[0].token_ids("tokens").unwrap(), [4, 5, 6]);
+        let err = index.decode(&Bytes::from(bin.clone()), &[3]).unwrap_err();
+        assert!(err.contains("sequence 3 is past the last"), "{err}");
+        // Sequence 1's length, then sequence 2's offset, made negative.
+        for at in [HEADER + 4, HEADER + 4 * 3 + 8 * 2] {
+            let mut bad = idx.clone();
+            bad[at + 3] = 0x80;
+            if at > HEADER + 12 {
+                bad[at + 7] = 0x80;
+            }
+            let err = MegatronIndex::open(bad, bin.len() as u64).unwrap_err();
+            assert!(err.contains("negative length or offset"), "{err}");
+        }
     }
 }
