@@ -271,6 +271,21 @@ pub fn open_range_index(
     }
 }
 
+/// [`open_index`] for a shard whose bytes are kept as long as its index
+/// (a memory-mapped local shard, or one decoded into memory and kept):
+/// tables the shard holds (MDS offsets) are read where they lie rather
+/// than copied.
+pub fn open_index_in_place(
+    spec: &FormatSpec,
+    data: &Bytes,
+    sidecar: Option<&Bytes>,
+) -> FormatResult<Arc<dyn ShardIndex>> {
+    match spec {
+        FormatSpec::Mds { columns } => Ok(Arc::new(mds::MdsIndex::open_in_place(data, columns)?)),
+        _ => open_index(spec, data, sidecar),
+    }
+}
+
 /// Builds the index of a shard of format `spec` from its bytes; `sidecar` is
 /// the Megatron `.idx` file.
 pub fn open_index(

@@ -1,6 +1,6 @@
 //! [`FormatShard`]: a shard of any non-JSONL format, local or remote.
 
-use super::{FormatSpec, ShardIndex, open_index, open_range_index};
+use super::{FormatSpec, ShardIndex, open_index, open_index_in_place, open_range_index};
 use crate::backend::{Backend, runtime};
 use crate::blocks::BlockFile;
 use crate::cache::ShardCache;
@@ -88,8 +88,8 @@ impl FormatShard {
             Some(s) => Some(map_file(s).map_err(io(s))?),
             None => None,
         };
-        let index =
-            open_index(&spec, &data, side.as_ref()).map_err(|m| shard_error(dataset, &name, m))?;
+        let index = open_index_in_place(&spec, &data, side.as_ref())
+            .map_err(|m| shard_error(dataset, &name, m))?;
         Ok(FormatShard {
             dataset: dataset.into(),
             name,
@@ -108,7 +108,7 @@ impl FormatShard {
         data: Bytes,
         sidecar: Option<Bytes>,
     ) -> Result<Self> {
-        let index = open_index(&spec, &data, sidecar.as_ref())
+        let index = open_index_in_place(&spec, &data, sidecar.as_ref())
             .map_err(|m| shard_error(dataset, name, m))?;
         Ok(FormatShard {
             dataset: dataset.into(),

@@ -162,7 +162,9 @@ pub struct MdsIndex {
     by_name: Vec<usize>,
     /// How many columns have a size header in each sample.
     variable: usize,
-    offsets: Vec<u32>,
+    /// The shard's header: its sample count, then the offset table (N + 1
+    /// little-endian `u32`), read where it lies.
+    header: Bytes,
 }
 
 /// One column as a sample is decoded: its name (made once, shared by
@@ -191,8 +193,32 @@ pub fn header_len(samples: u32) -> u64 {
 
 impl MdsIndex {
     /// Reads the offset table of a shard and checks it covers the shard.
+    /// The table is copied (4 bytes a sample); see
+    /// [`open_in_place`](Self::open_in_place).
     pub fn open(data: &[u8], columns: &[MdsColumn]) -> FormatResult<Self> {
         Self::from_header(data, data.len() as u64, columns)
+    }
+
+    /// [`open`](Self::open) for a shard whose bytes are kept as long as its
+    /// index (a memory-mapped local shard): the offset table is read where
+    /// it lies in `data`, not copied into the process's memory. A slice of
+    /// bytes that would otherwise be let go (a cached remote shard) would
+    /// be held as long as the index: use [`open`](Self::open) there.
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use zephon_storage::format::ShardIndex;
+    /// use zephon_storage::format::mds::{MdsColumn, MdsIndex, encode_shard};
+    /// let cols = vec![MdsColumn::new("text", "str", None)];
+    /// let shard = Bytes::from(encode_shard(&cols, &[vec![b"a".to_vec()], vec![b"bc".to_vec()]]));
+    /// let index = MdsIndex::open_in_place(&shard, &cols).unwrap();
+    /// assert_eq!((index.len(), index.byte_range(1)), (2, Some((21, 27))));
+    /// assert_eq!(index.decode(&shard, &[1]).unwrap()[0].text("text"), Some("bc"));
+    /// ```
+    pub fn open_in_place(data: &Bytes, columns: &[MdsColumn]) -> FormatResult<Self> {
+        Self::checked(data, data.len() as u64, columns, |table| {
+            data.slice(..table)
+        })
     }
 
     /// Reads the offset table from `head`, the first bytes of a shard of
@@ -200,6 +226,19 @@ impl MdsIndex {
     /// shorter), and checks it covers the shard: the samples can then be
     /// read alone by [`byte_range`](ShardIndex::byte_range).
     pub fn from_header(head: &[u8], total: u64, columns: &[MdsColumn]) -> FormatResult<Self> {
+        Self::checked(head, total, columns, |table| {
+            Bytes::copy_from_slice(&head[..table])
+        })
+    }
+
+    /// The index of the shard of `total` bytes whose header starts `head`,
+    /// checked; `keep` gives the header's first `table` bytes to keep.
+    fn checked(
+        head: &[u8],
+        total: u64,
+        columns: &[MdsColumn],
+        keep: impl FnOnce(usize) -> Bytes,
+    ) -> FormatResult<Self> {
         if total < 8 || head.len() < 4 {
             return Err(format!("{total} bytes is too short for an MDS shard"));
         }
@@ -214,10 +253,10 @@ impl MdsIndex {
                 head.len()
             ));
         }
-        let offsets: Vec<u32> = (0..=n as usize).map(|i| u32_at(head, 4 + 4 * i)).collect();
-        if offsets[0] as u64 != table
-            || offsets.windows(2).any(|w| w[0] > w[1])
-            || offsets[n as usize] as u64 != total
+        let offset = |i: usize| u32_at(head, 4 + 4 * i) as u64;
+        if offset(0) != table
+            || (0..n as usize).any(|i| offset(i) > offset(i + 1))
+            || offset(n as usize) != total
         {
             return Err(format!(
                 "the offset table does not cover the shard ({total} bytes); corrupt or truncated"
@@ -236,7 +275,7 @@ impl MdsIndex {
                 .collect(),
             by_name,
             variable: columns.iter().filter(|c| c.size.is_none()).count(),
-            offsets,
+            header: keep(table as usize),
         })
     }
 
@@ -314,7 +353,7 @@ impl MdsIndex {
 
 impl ShardIndex for MdsIndex {
     fn len(&self) -> u64 {
-        self.offsets.len() as u64 - 1
+        self.header.len() as u64 / 4 - 2
     }
 
     fn decode(&self, data: &Bytes, indices: &[u64]) -> FormatResult<Vec<Record>> {
@@ -345,10 +384,12 @@ impl ShardIndex for MdsIndex {
     }
 
     fn byte_range(&self, i: u64) -> Option<(u64, u64)> {
-        let i = usize::try_from(i).ok()?;
+        let i = usize::try_from(i)
+            .ok()
+            .filter(|&i| (i as u64) < self.len())?;
         Some((
-            *self.offsets.get(i)? as u64,
-            *self.offsets.get(i + 1)? as u64,
+            u32_at(&self.header, 4 + 4 * i) as u64,
+            u32_at(&self.header, 8 + 4 * i) as u64,
         ))
     }
 
@@ -573,6 +614,51 @@ mod tests {
                 r.get("blob"),
                 Some(&Value::Bytes(Bytes::from(vec![i as u8; 3])))
             );
+        }
+    }
+
+    /// A local shard's offset table is read in its bytes; the index is the
+    /// copied one's, sample for sample, and a broken table is refused with
+    /// the same error.
+    #[test]
+    fn the_offset_table_read_in_place_is_the_copied_one() {
+        let columns = vec![col("id", "int", Some(8)), col("text", "str", None)];
+        let samples: Vec<Vec<Vec<u8>>> = (0..50i64)
+            .map(|i| vec![i.to_le_bytes().to_vec(), vec![b'x'; i as usize % 7]])
+            .collect();
+        let raw = encode_shard(&columns, &samples);
+        let shard = Bytes::from(raw.clone());
+        let (copied, in_place) = (
+            MdsIndex::open(&shard, &columns).unwrap(),
+            MdsIndex::open_in_place(&shard, &columns).unwrap(),
+        );
+        assert_eq!((copied.len(), in_place.len()), (50, 50));
+        for i in 0..=50 {
+            assert_eq!(copied.byte_range(i), in_place.byte_range(i), "sample {i}");
+        }
+        assert_eq!(in_place.byte_range(50), None);
+        let all: Vec<u64> = (0..50).rev().collect();
+        assert_eq!(
+            copied.decode(&shard, &all).unwrap(),
+            in_place.decode(&shard, &all).unwrap()
+        );
+        let edits: [fn(&mut Vec<u8>); 3] = [
+            |r| r[0..4].copy_from_slice(&1000u32.to_le_bytes()),
+            |r| r[8..12].copy_from_slice(&1u32.to_le_bytes()),
+            |r| {
+                let n = r.len();
+                r.truncate(n - 1)
+            },
+        ];
+        for edit in edits {
+            let mut bad = raw.clone();
+            edit(&mut bad);
+            let bad = Bytes::from(bad);
+            let (a, b) = (
+                MdsIndex::open(&bad, &columns).unwrap_err(),
+                MdsIndex::open_in_place(&bad, &columns).unwrap_err(),
+            );
+            assert_eq!(a, b);
         }
     }
 
