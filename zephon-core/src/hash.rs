@@ -88,16 +88,6 @@ impl Permutation {
         }
     }
 
-    /// The length `n` of the permuted range.
-    pub fn len(&self) -> u64 {
-        self.n
-    }
-
-    /// Whether the permuted range is empty.
-    pub fn is_empty(&self) -> bool {
-        self.n == 0
-    }
-
     /// Writes [`at`](Self::at)`(from + k)` to `out[k]` for every `k`
     /// (`from + out.len() <= n`): the same values, for a run of positions.
     ///

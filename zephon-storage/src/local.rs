@@ -247,45 +247,89 @@ impl DatasetExt for Dataset {
     fn from_path_with(name: &str, dir: impl AsRef<Path>, opts: &FormatOptions) -> Result<Self> {
         let dir = dir.as_ref();
         let (format, found) = detect_local(name, dir, opts)?;
-        let mut shards: Vec<Arc<dyn Shard>> = Vec::with_capacity(found.len());
-        for s in &found {
-            let path = dir.join(&s.path);
-            let compression = Compression::from_path(&s.path);
-            let shard: Arc<dyn Shard> = if compression != Compression::None {
-                let raw = std::fs::read(&path).map_err(|source| Error::Io {
-                    path: path.display().to_string(),
-                    source,
-                })?;
-                let data = futures::executor::block_on(compression.decode(&raw)).map_err(|e| {
-                    shard_error(
-                        name,
-                        &path.display().to_string(),
-                        format!("corrupt or truncated {compression:?} data: {e}"),
-                    )
-                })?;
-                Arc::new(FormatShard::from_bytes(
-                    name,
-                    format.clone(),
-                    &path.display().to_string(),
-                    data.into(),
-                    None,
-                )?)
-            } else if format.is_jsonl() {
-                Arc::new(LocalJsonlShard::open(name, &path)?)
-            } else {
-                let side = s.sidecar.as_ref().map(|(p, _)| dir.join(p));
-                Arc::new(FormatShard::open_local(
-                    name,
-                    format.clone(),
-                    &path,
-                    side.as_deref(),
-                )?)
-            };
-            shards.push(shard);
-        }
+        let shards = open_all(&found, |s| open_local_shard(name, dir, &format, s))?;
         check_counts(name, dir, &shards)?;
         Dataset::new(name, dir.display().to_string(), shards)
     }
+}
+
+/// Opens every shard with `open`, on as many threads as there are cores
+/// (and shards): opening indexes a shard (a JSONL scan for newlines, a
+/// WebDataset walk of its tar headers), so a large local dataset's open
+/// is as many passes over its bytes as it has shards, and one core would
+/// make them one after another. Threads take the next shard as they
+/// finish one, so shards of uneven sizes share out. The shards come back
+/// in their order; of several that fail, the first one's error.
+fn open_all<S: Sync>(
+    found: &[S],
+    open: impl Fn(&S) -> Result<Arc<dyn Shard>> + Sync,
+) -> Result<Vec<Arc<dyn Shard>>> {
+    let threads = zephon_core::runner::num_cpus().min(found.len());
+    if threads <= 1 {
+        return found.iter().map(open).collect();
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut opened: Vec<(usize, Result<Arc<dyn Shard>>)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(s) = found.get(i) else { return mine };
+                        mine.push((i, open(s)));
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    });
+    opened.sort_unstable_by_key(|(i, _)| *i);
+    opened.into_iter().map(|(_, shard)| shard).collect()
+}
+
+/// Opens one local shard of `format` found in `dir`.
+fn open_local_shard(
+    name: &str,
+    dir: &Path,
+    format: &FormatSpec,
+    s: &DetectedShard,
+) -> Result<Arc<dyn Shard>> {
+    let path = dir.join(&s.path);
+    let compression = Compression::from_path(&s.path);
+    Ok(if compression != Compression::None {
+        let raw = std::fs::read(&path).map_err(|source| Error::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let data = futures::executor::block_on(compression.decode(&raw)).map_err(|e| {
+            shard_error(
+                name,
+                &path.display().to_string(),
+                format!("corrupt or truncated {compression:?} data: {e}"),
+            )
+        })?;
+        Arc::new(FormatShard::from_bytes(
+            name,
+            format.clone(),
+            &path.display().to_string(),
+            data.into(),
+            None,
+        )?)
+    } else if format.is_jsonl() {
+        Arc::new(LocalJsonlShard::open(name, &path)?)
+    } else {
+        let side = s.sidecar.as_ref().map(|(p, _)| dir.join(p));
+        Arc::new(FormatShard::open_local(
+            name,
+            format.clone(),
+            &path,
+            side.as_deref(),
+        )?)
+    })
 }
 
 /// The counts of a followed manifest (see [`detect_local`]) against what

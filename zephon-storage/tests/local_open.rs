@@ -1,0 +1,61 @@
+//! Opening a local dataset indexes its shards on every core: the shards
+//! still come in their order, each with its own samples, and of several
+//! shards that cannot be opened the error names the first.
+
+use zephon_core::Dataset;
+use zephon_storage::DatasetExt;
+
+/// Lines of shard `i`: uneven, so threads finish shards at different times.
+fn lines(i: usize) -> usize {
+    (i * 7) % 23 + 1
+}
+
+fn write_shards(dir: &std::path::Path, n: usize) {
+    std::fs::create_dir_all(dir).unwrap();
+    for i in 0..n {
+        let text: String = (0..lines(i))
+            .map(|l| format!("{{\"shard\":{i},\"line\":{l}}}\n"))
+            .collect();
+        std::fs::write(dir.join(format!("{i:03}.jsonl")), text).unwrap();
+    }
+}
+
+#[test]
+fn shards_opened_on_every_core_keep_their_order() {
+    let dir = tempfile::tempdir().unwrap();
+    write_shards(dir.path(), 40);
+    let ds = Dataset::from_path("many", dir.path()).unwrap();
+    assert_eq!(ds.shards().len(), 40);
+    for (i, shard) in ds.shards().iter().enumerate() {
+        assert!(
+            shard.name().ends_with(&format!("{i:03}.jsonl")),
+            "{}",
+            shard.name()
+        );
+        assert_eq!(shard.len(), lines(i) as u64, "{}", shard.name());
+    }
+    assert_eq!(
+        ds.num_samples(),
+        (0..40).map(|i| lines(i) as u64).sum::<u64>()
+    );
+}
+
+#[test]
+fn of_several_broken_shards_the_first_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    write_shards(dir.path(), 40);
+    // Not gzip at all: opening decodes compressed shards, and fails.
+    for i in [13, 27, 39] {
+        std::fs::remove_file(dir.path().join(format!("{i:03}.jsonl"))).unwrap();
+        std::fs::write(dir.path().join(format!("{i:03}.jsonl.gz")), b"not gzip").unwrap();
+    }
+    for _ in 0..5 {
+        let err = Dataset::from_path("broken", dir.path())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("013.jsonl.gz") && err.contains("corrupt"),
+            "{err}"
+        );
+    }
+}
