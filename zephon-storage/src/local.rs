@@ -5,7 +5,7 @@ use crate::format::compression::Compression;
 use crate::format::detect::DetectedShard;
 use crate::format::jsonl::{LineIndex, parse_indexed};
 use crate::format::shard::map_file;
-use crate::format::{FormatOptions, FormatShard, FormatSpec, detect};
+use crate::format::{FormatOptions, FormatShard, FormatSpec, OPEN_THREADS, detect};
 use crate::manifest::{MANIFEST, Manifest, ManifestError};
 use crate::scan::list_local;
 use bytes::Bytes;
@@ -246,15 +246,16 @@ pub fn detect_local(
 impl DatasetExt for Dataset {
     fn from_path_with(name: &str, dir: impl AsRef<Path>, opts: &FormatOptions) -> Result<Self> {
         let dir = dir.as_ref();
+        let threads = OPEN_THREADS.check_usize("open_threads", opts.open_threads)?;
         let (format, found) = detect_local(name, dir, opts)?;
-        let shards = open_all(&found, |s| open_local_shard(name, dir, &format, s))?;
+        let shards = open_all(&found, threads, |s| open_local_shard(name, dir, &format, s))?;
         check_counts(name, dir, &shards)?;
         Dataset::new(name, dir.display().to_string(), shards)
     }
 }
 
-/// Opens every shard with `open`, on as many threads as there are cores
-/// (and shards): opening indexes a shard (a JSONL scan for newlines, a
+/// Opens every shard with `open`, on `threads` threads (0: as many as
+/// there are cores), no more than there are shards: opening indexes a shard (a JSONL scan for newlines, a
 /// WebDataset walk of its tar headers), so a large local dataset's open
 /// is as many passes over its bytes as it has shards, and one core would
 /// make them one after another. Threads take the next shard as they
@@ -262,9 +263,14 @@ impl DatasetExt for Dataset {
 /// in their order; of several that fail, the first one's error.
 fn open_all<S: Sync>(
     found: &[S],
+    threads: usize,
     open: impl Fn(&S) -> Result<Arc<dyn Shard>> + Sync,
 ) -> Result<Vec<Arc<dyn Shard>>> {
-    let threads = zephon_core::runner::num_cpus().min(found.len());
+    let threads = match threads {
+        0 => zephon_core::runner::num_cpus(),
+        n => n,
+    }
+    .min(found.len());
     if threads <= 1 {
         return found.iter().map(open).collect();
     }

@@ -4,6 +4,7 @@
 
 use zephon_core::Dataset;
 use zephon_storage::DatasetExt;
+use zephon_storage::format::FormatOptions;
 
 /// Lines of shard `i`: uneven, so threads finish shards at different times.
 fn lines(i: usize) -> usize {
@@ -37,6 +38,26 @@ fn shards_opened_on_every_core_keep_their_order() {
     assert_eq!(
         ds.num_samples(),
         (0..40).map(|i| lines(i) as u64).sum::<u64>()
+    );
+    // However many threads open it, the same shards in the same order.
+    let names = |ds: &Dataset| -> Vec<(String, u64)> {
+        ds.shards()
+            .iter()
+            .map(|s| (s.name().to_owned(), s.len()))
+            .collect()
+    };
+    for threads in [1, 3, 64] {
+        let opts = FormatOptions::default().open_threads(threads);
+        let again = Dataset::from_path_with("many", dir.path(), &opts).unwrap();
+        assert_eq!(names(&again), names(&ds), "{threads} threads");
+    }
+    let opts = FormatOptions::default().open_threads(4097);
+    let err = Dataset::from_path_with("many", dir.path(), &opts)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("open_threads") && err.contains("4097"),
+        "{err}"
     );
 }
 

@@ -121,7 +121,18 @@ pub struct FormatOptions {
     pub dtype: TokenDtype,
     /// Parquet columns to decode (default: all).
     pub columns: Option<Vec<String>>,
+    /// Threads that open and index a local dataset's shards, in
+    /// [`OPEN_THREADS`]; 0 (the default) is one per core.
+    pub open_threads: usize,
 }
+
+/// `open_threads`: threads started to open a local dataset's shards, each
+/// indexing one shard at a time; 0 is one per core.
+pub const OPEN_THREADS: zephon_core::settings::Range = zephon_core::settings::Range::new(
+    0,
+    4096,
+    "threads started to open a dataset; 0 is one per core",
+);
 
 impl Default for FormatOptions {
     fn default() -> Self {
@@ -129,6 +140,7 @@ impl Default for FormatOptions {
             seq_len: 1024,
             dtype: TokenDtype::U16,
             columns: None,
+            open_threads: 0,
         }
     }
 }
@@ -149,6 +161,27 @@ impl FormatOptions {
     /// Decodes only these Parquet columns.
     pub fn columns<S: Into<String>>(mut self, v: impl IntoIterator<Item = S>) -> Self {
         self.columns = Some(v.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Opens a local dataset's shards on at most `n` threads (0: one per
+    /// core, the default; checked against [`OPEN_THREADS`] when the
+    /// dataset is opened). One keeps opening on the calling thread.
+    ///
+    /// ```
+    /// use zephon_core::Dataset;
+    /// use zephon_storage::DatasetExt;
+    /// use zephon_storage::format::FormatOptions;
+    /// let dir = std::env::temp_dir().join(format!("zephon-open-doc-{}", std::process::id()));
+    /// std::fs::create_dir_all(&dir).unwrap();
+    /// std::fs::write(dir.join("a.jsonl"), "{\"i\":1}\n").unwrap();
+    /// assert!(Dataset::from_path_with("doc", &dir, &FormatOptions::default().open_threads(1)).is_ok());
+    /// let err = Dataset::from_path_with("doc", &dir, &FormatOptions::default().open_threads(5000));
+    /// assert!(err.unwrap_err().to_string().contains("open_threads"));
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// ```
+    pub fn open_threads(mut self, n: usize) -> Self {
+        self.open_threads = n;
         self
     }
 }

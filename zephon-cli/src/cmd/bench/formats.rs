@@ -301,7 +301,8 @@ fn plain_parquet(dir: &Path) -> Result<usize> {
 
 /// Zephon's `fetch -> batch` over the dataset with `threads` fetch
 /// parallelism: one thread is the inline runner (the caller's thread, as the
-/// plain loop), more the threads runner with that many workers. Shuffled
+/// plain loop), more the threads runner with that many workers. The
+/// dataset is opened (its shards indexed) on as many threads. Shuffled
 /// (shards, and samples within each shard: the work source's defaults), or
 /// in file order, the plain loop's order.
 fn zephon(
@@ -311,7 +312,7 @@ fn zephon(
     threads: usize,
     shuffled: bool,
 ) -> Result<usize> {
-    let ds = Dataset::from_path_with("bench", dir, opts)?;
+    let ds = Dataset::from_path_with("bench", dir, &opts.clone().open_threads(threads))?;
     let ws = WorkSource::builder().dataset(ds, 1.0).seed(1);
     let ws = if shuffled {
         ws
