@@ -307,22 +307,12 @@ fn open_local_shard(
     let path = dir.join(&s.path);
     let compression = Compression::from_path(&s.path);
     Ok(if compression != Compression::None {
-        let raw = std::fs::read(&path).map_err(|source| Error::Io {
-            path: path.display().to_string(),
-            source,
-        })?;
-        let data = futures::executor::block_on(compression.decode(&raw)).map_err(|e| {
-            shard_error(
-                name,
-                &path.display().to_string(),
-                format!("corrupt or truncated {compression:?} data: {e}"),
-            )
-        })?;
+        let data = decoded_to_disk(name, &path, compression)?;
         Arc::new(FormatShard::from_bytes(
             name,
             format.clone(),
             &path.display().to_string(),
-            data.into(),
+            data,
             None,
         )?)
     } else if format.is_jsonl() {
@@ -336,6 +326,75 @@ fn open_local_shard(
             side.as_deref(),
         )?)
     })
+}
+
+/// The compressed shard at `path`, decoded into an unnamed file in the
+/// system's temporary folder (`TMPDIR`) and mapped: the decoded bytes are
+/// page cache, which the kernel can write out and drop, not the process's
+/// own memory, and the file goes when the map does. The compressed file is
+/// read through a map too, and decoded a buffer at a time.
+fn decoded_to_disk(name: &str, path: &Path, compression: Compression) -> Result<Bytes> {
+    let shown = path.display().to_string();
+    let raw = map_file(path).map_err(|source| Error::Io {
+        path: shown.clone(),
+        source,
+    })?;
+    let spill_error = |source| Error::Io {
+        path: format!(
+            "{} (decoding {shown} into the temporary folder)",
+            std::env::temp_dir().display()
+        ),
+        source,
+    };
+    let file = tempfile::tempfile().map_err(spill_error)?;
+    let mut out = Tracked {
+        inner: std::io::BufWriter::with_capacity(1 << 20, &file),
+        failed: None,
+    };
+    let decoded = futures::executor::block_on(compression.decode_into(&raw, &mut out));
+    if let Some(e) = out.failed.take() {
+        return Err(spill_error(e));
+    }
+    decoded.map_err(|e| {
+        shard_error(
+            name,
+            &shown,
+            format!("corrupt or truncated {compression:?} data: {e}"),
+        )
+    })?;
+    let written = std::io::Write::flush(&mut out.inner).and_then(|()| file.metadata());
+    if written.map_err(spill_error)?.len() == 0 {
+        return Ok(Bytes::new());
+    }
+    // SAFETY: the file has no name, so nothing else can open, truncate or
+    // rewrite it; this process wrote it and no longer does.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(spill_error)?;
+    Ok(Bytes::from_owner(map))
+}
+
+/// A writer that keeps its first error, so a failed write (a full disk)
+/// is told from a failed decode.
+struct Tracked<W> {
+    inner: W,
+    failed: Option<std::io::Error>,
+}
+
+impl<W: std::io::Write> std::io::Write for Tracked<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.inner.write(buf).map_err(|e| {
+            let again = std::io::Error::new(e.kind(), e.to_string());
+            self.failed.get_or_insert(e);
+            again
+        })
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush().map_err(|e| {
+            let again = std::io::Error::new(e.kind(), e.to_string());
+            self.failed.get_or_insert(e);
+            again
+        })
+    }
 }
 
 /// The counts of a followed manifest (see [`detect_local`]) against what
