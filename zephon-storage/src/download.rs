@@ -82,6 +82,11 @@ pub async fn download(
     out
 }
 
+/// The most a manifest's `uncompressed_bytes` may exceed the compressed
+/// size by and still size the decode buffer at once; past it the buffer
+/// grows as the data comes.
+const MAX_RATIO: u64 = 64;
+
 /// Checks and decompresses a downloaded object.
 pub fn verify_and_decode(
     dataset: &str,
@@ -114,13 +119,23 @@ pub fn verify_and_decode(
     if compression == Compression::None {
         return Ok(raw);
     }
-    let decoded = futures::executor::block_on(compression.decode(&raw)).map_err(|e| {
+    // Sized from the manifest where it says (within reason: the manifest
+    // is input too), so the buffer does not double its way there; what it
+    // grew past its length is given back before it is cached, where the
+    // cache counts the length.
+    let room = entry
+        .uncompressed_bytes
+        .filter(|&n| n <= (raw.len() as u64).saturating_mul(MAX_RATIO))
+        .unwrap_or(raw.len() as u64 * 4);
+    let mut decoded = Vec::with_capacity(room as usize);
+    futures::executor::block_on(compression.decode_into(&raw, &mut decoded)).map_err(|e| {
         shard_error(
             dataset,
             uri,
             format!("corrupt or truncated {compression:?} data: {e}"),
         )
     })?;
+    decoded.shrink_to_fit();
     if let Some(n) = entry.uncompressed_bytes
         && n != decoded.len() as u64
     {
