@@ -255,12 +255,13 @@ impl DatasetExt for Dataset {
 }
 
 /// Opens every shard with `open`, on `threads` threads (0: as many as
-/// there are cores), no more than there are shards: opening indexes a shard (a JSONL scan for newlines, a
-/// WebDataset walk of its tar headers), so a large local dataset's open
-/// is as many passes over its bytes as it has shards, and one core would
-/// make them one after another. Threads take the next shard as they
-/// finish one, so shards of uneven sizes share out. The shards come back
-/// in their order; of several that fail, the first one's error.
+/// there are cores), no more than there are shards. Opening indexes a
+/// shard (a JSONL scan for newlines, a WebDataset walk of its tar headers,
+/// a compressed shard's decode), so a large local dataset's open is a pass
+/// over all its bytes, which one core would make shard after shard.
+/// Threads take the next shard as they finish one, so shards of uneven
+/// sizes share out. The shards come back in their order; of several that
+/// fail, the first one's error.
 fn open_all<S: Sync>(
     found: &[S],
     threads: usize,

@@ -1,5 +1,7 @@
 //! Bad local input gives errors that name the file, the line or the path.
 
+mod common;
+
 use zephon_core::{Dataset, PipelineExt, Record, Runner, WorkSource};
 use zephon_storage::DatasetExt;
 
@@ -83,4 +85,69 @@ fn a_local_read_gives_every_record_once() {
         .flat_map(|s| (0..25).map(move |i| s * 100 + i))
         .collect();
     assert_eq!(ids, want);
+}
+
+/// A local MDS shard's offset table is read in its memory map: one
+/// rewritten in place after the dataset was opened (an offset past the
+/// shard's end) gives an error naming the sample, not a panic or a read
+/// past the map.
+#[test]
+fn an_mds_offset_table_rewritten_after_open_is_an_error() {
+    use std::io::{Seek, SeekFrom, Write};
+    let dir = tempfile::tempdir().unwrap();
+    common::write_mds(dir.path(), 1, 20);
+    let ds = Dataset::from_path("rewritten", dir.path()).unwrap();
+    // The end of sample 7 (the start of sample 8) is the table's entry 8,
+    // after the sample count.
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.path().join("shard.00000.mds"))
+        .unwrap();
+    f.seek(SeekFrom::Start(4 + 4 * 8)).unwrap();
+    f.write_all(&u32::MAX.to_le_bytes()).unwrap();
+    f.sync_all().unwrap();
+    let err = drain(ds).unwrap_err().to_string();
+    assert!(
+        err.contains("sample 7") && err.contains("outside") && err.contains("shard.00000.mds"),
+        "{err}"
+    );
+}
+
+/// The same for a Megatron `.idx`, read in its map: a length made
+/// negative and an offset past the `.bin` after the dataset was opened
+/// give errors naming the sequence.
+#[test]
+fn a_megatron_index_rewritten_after_open_is_an_error() {
+    use std::io::{Seek, SeekFrom, Write};
+    use zephon_storage::format::tokens::{TokenDtype, encode_megatron};
+    let docs: Vec<Vec<u32>> = (0..10u32).map(|d| (0..=d).collect()).collect();
+    let (bin, idx) = encode_megatron(&docs, TokenDtype::U16).unwrap();
+    // Header: magic 9, version 8, dtype 1, sequences 8, documents 8.
+    let (lengths, pointers) = (34u64, 34 + 4 * 10);
+    for (at, value, what) in [
+        (
+            lengths + 4 * 3,
+            (-1i32).to_le_bytes().to_vec(),
+            "sequence 3",
+        ),
+        (
+            pointers + 8 * 5,
+            (1i64 << 40).to_le_bytes().to_vec(),
+            "sequence 5",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("c.bin"), &bin).unwrap();
+        std::fs::write(dir.path().join("c.idx"), &idx).unwrap();
+        let ds = Dataset::from_path("rewritten", dir.path()).unwrap();
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(dir.path().join("c.idx"))
+            .unwrap();
+        f.seek(SeekFrom::Start(at)).unwrap();
+        f.write_all(&value).unwrap();
+        f.sync_all().unwrap();
+        let err = drain(ds).unwrap_err().to_string();
+        assert!(err.contains(what) && err.contains("c.bin"), "{err}");
+    }
 }

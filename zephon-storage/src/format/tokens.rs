@@ -357,11 +357,12 @@ impl MegatronIndex {
         .ok()
     }
 
-    /// Byte range of sequence `s` in the `.bin`, checked at open.
-    fn span(&self, s: usize) -> (u64, u64) {
-        let (l, p) = (self.length(s), self.pointer(s));
-        let (l, p) = (l.expect("checked at open"), p.expect("checked at open"));
-        (p, p + l as u64 * self.dtype.size() as u64)
+    /// Byte range of sequence `s` (`< sequences`) in the `.bin`: checked
+    /// at open, and read again from the `.idx` each time, so an `.idx`
+    /// rewritten in place since is `None` here, not a panic.
+    fn span(&self, s: usize) -> Option<(u64, u64)> {
+        let (l, p) = (self.length(s)?, self.pointer(s)?);
+        Some((p, p + l as u64 * self.dtype.size() as u64))
     }
 
     /// The stored token type.
@@ -381,7 +382,7 @@ impl ShardIndex for MegatronIndex {
 
     fn byte_range(&self, i: u64) -> Option<(u64, u64)> {
         let s = usize::try_from(i).ok().filter(|&s| s < self.sequences)?;
-        Some(self.span(s))
+        self.span(s)
     }
 
     fn decode_range(&self, i: u64, bytes: &Bytes) -> FormatResult<Record> {
@@ -396,9 +397,12 @@ impl ShardIndex for MegatronIndex {
         indices
             .iter()
             .map(|&i| {
-                let (from, to) = self
-                    .byte_range(i)
-                    .ok_or_else(|| format!("sequence {i} is past the last, {}", self.sequences))?;
+                let (from, to) = self.byte_range(i).ok_or_else(|| {
+                    format!(
+                        "sequence {i} is past the last, {}, or its .idx entry is negative",
+                        self.sequences
+                    )
+                })?;
                 if to > data.len() as u64 {
                     return Err(format!("sequence {i} lies past the end of the .bin"));
                 }

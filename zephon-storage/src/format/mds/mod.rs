@@ -285,20 +285,35 @@ impl MdsIndex {
     /// first (their first `TOUCH` bytes), in a loop whose loads depend on
     /// nothing, lets the processor wait for all those misses at once
     /// instead of one by one.
-    fn touch(&self, data: &Bytes, indices: impl Iterator<Item = u64>) -> Vec<(usize, usize)> {
+    ///
+    /// A local shard's offset table is read in its map each time: a sample
+    /// whose offsets do not lie in `data` (the table rewritten in place
+    /// since it was checked) is an error, not a panic.
+    fn touch(
+        &self,
+        data: &Bytes,
+        indices: impl Iterator<Item = u64>,
+    ) -> FormatResult<Vec<(usize, usize)>> {
         let spans: Vec<(usize, usize)> = indices
-            .map(|i| {
-                let (from, to) = self.byte_range(i).expect("a sample of this shard");
-                (from as usize, to as usize)
+            .map(|i| match self.byte_range(i) {
+                Some((from, to)) if from <= to && to <= data.len() as u64 => {
+                    Ok((from as usize, to as usize))
+                }
+                Some((from, to)) => Err(format!(
+                    "sample {i}: its offsets {from}..{to} lie outside the shard's {} bytes \
+                     (was it rewritten while read?)",
+                    data.len()
+                )),
+                None => Err(format!("sample {i} is past the last, {}", self.len())),
             })
-            .collect();
+            .collect::<FormatResult<_>>()?;
         let touched = spans.iter().fold(0u8, |t, &(from, to)| {
             (from..to.min(from + TOUCH))
                 .step_by(64)
                 .fold(t, |t, at| t ^ data[at])
         });
         std::hint::black_box(touched);
-        spans
+        Ok(spans)
     }
 
     /// Decodes the sample at `data[from..to]` into `fields` (empty);
@@ -357,7 +372,7 @@ impl ShardIndex for MdsIndex {
     }
 
     fn decode(&self, data: &Bytes, indices: &[u64]) -> FormatResult<Vec<Record>> {
-        let spans = self.touch(data, indices.iter().copied());
+        let spans = self.touch(data, indices.iter().copied())?;
         // Each record is made where it stays, in the vector handed back:
         // built elsewhere and moved in, its bytes would be copied again.
         let mut scratch = Vec::with_capacity(self.columns.len());
@@ -373,7 +388,7 @@ impl ShardIndex for MdsIndex {
 
     /// As `decode`, each record made in its place in `out`'s chunks.
     fn decode_chunks(&self, data: &Bytes, out: &mut PointerChunks<'_>) -> FormatResult<()> {
-        let spans = self.touch(data, out.pointers().iter().map(|p| p.sample));
+        let spans = self.touch(data, out.pointers().iter().map(|p| p.sample))?;
         let mut scratch = Vec::with_capacity(self.columns.len());
         for (from, to) in spans {
             let (p, r) = out.next_record().expect("a record per pointer");
