@@ -292,21 +292,24 @@ impl MdsIndex {
     fn touch(
         &self,
         data: &Bytes,
-        indices: impl Iterator<Item = u64>,
+        indices: impl ExactSizeIterator<Item = u64>,
     ) -> FormatResult<Vec<(usize, usize)>> {
-        let spans: Vec<(usize, usize)> = indices
-            .map(|i| match self.byte_range(i) {
+        let mut spans = Vec::with_capacity(indices.len());
+        for i in indices {
+            match self.byte_range(i) {
                 Some((from, to)) if from <= to && to <= data.len() as u64 => {
-                    Ok((from as usize, to as usize))
+                    spans.push((from as usize, to as usize))
                 }
-                Some((from, to)) => Err(format!(
-                    "sample {i}: its offsets {from}..{to} lie outside the shard's {} bytes \
-                     (was it rewritten while read?)",
-                    data.len()
-                )),
-                None => Err(format!("sample {i} is past the last, {}", self.len())),
-            })
-            .collect::<FormatResult<_>>()?;
+                Some((from, to)) => {
+                    return Err(format!(
+                        "sample {i}: its offsets {from}..{to} lie outside the shard's {} bytes \
+                         (was it rewritten while read?)",
+                        data.len()
+                    ));
+                }
+                None => return Err(format!("sample {i} is past the last, {}", self.len())),
+            }
+        }
         let touched = spans.iter().fold(0u8, |t, &(from, to)| {
             (from..to.min(from + TOUCH))
                 .step_by(64)
