@@ -87,6 +87,21 @@ pub struct Report {
     /// Row groups of a local Parquet dataset, from the shards' footers.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub row_groups: Option<RowGroups>,
+    /// The process's own memory around opening the dataset (Linux only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<Memory>,
+}
+
+/// The process's own memory (`RssAnon`: heap, not the page cache a mapped
+/// shard brings in) before and after opening the dataset: the difference
+/// is what the open dataset keeps while it lives (its shards' indexes), to
+/// within what the allocator had spare.
+#[derive(Debug, Serialize)]
+pub struct Memory {
+    /// Bytes before the dataset was opened.
+    pub rss_anon_before_open: u64,
+    /// Bytes once it was opened, before any sample was read.
+    pub rss_anon_after_open: u64,
 }
 
 /// A local Parquet dataset's row groups: a row is decoded with its group,
@@ -234,7 +249,14 @@ fn open(args: &Args) -> Result<(Dataset, String, u64, Option<RowGroups>)> {
 
 /// Builds the report: reads only the first samples (from the first shards).
 pub fn inspect(args: &Args) -> Result<Report> {
+    let before = crate::cmd::bench::mem::rss_anon();
     let (ds, format, bytes, row_groups) = open(args)?;
+    let memory = before
+        .zip(crate::cmd::bench::mem::rss_anon())
+        .map(|(before, after)| Memory {
+            rss_anon_before_open: before,
+            rss_anon_after_open: after,
+        });
     let mut counts: Vec<u64> = ds.shards().iter().map(|s| s.len()).collect();
     counts.sort_unstable();
     let samples = Counts {
@@ -286,6 +308,7 @@ pub fn inspect(args: &Args) -> Result<Report> {
         fields,
         first,
         row_groups,
+        memory,
     })
 }
 
@@ -320,6 +343,15 @@ pub fn run(args: Args) -> Result<()> {
                 g.budget >> 20
             );
         }
+    }
+    if let Some(m) = &r.memory {
+        println!(
+            "memory   {:.1} MiB of the process's own memory (RssAnon) once opened, {:.1} MiB \
+             before: the difference is what the open dataset keeps (its shards' indexes); \
+             mapped shards are page cache, not counted",
+            m.rss_anon_after_open as f64 / 1048576.0,
+            m.rss_anon_before_open as f64 / 1048576.0
+        );
     }
     println!("fields   (first sample)");
     for f in &r.fields {

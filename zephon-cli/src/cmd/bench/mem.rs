@@ -20,8 +20,7 @@ const EVERY: Duration = Duration::from_millis(5);
 
 /// Current `RssAnon` of this process in bytes; `None` where it cannot be
 /// read (not Linux).
-#[cfg(test)]
-fn rss_anon() -> Option<u64> {
+pub fn rss_anon() -> Option<u64> {
     rss_anon_of(Path::new("/proc/self/status"))
 }
 
