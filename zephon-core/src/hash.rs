@@ -162,13 +162,7 @@ impl Permutation {
     /// One pass of the four rounds over the whole power-of-two range.
     #[inline(always)]
     fn feistel(&self, x: u64) -> u64 {
-        let mut l = x >> self.half;
-        let mut r = x & self.mask;
-        for k in self.rounds {
-            let f = mix64(r ^ k) & self.mask;
-            (l, r) = (r, l ^ f);
-        }
-        (l << self.half) | r
+        self.feistel_lanes(&[x])[0]
     }
 }
 

@@ -380,21 +380,22 @@ struct Tracked<W> {
     failed: Option<std::io::Error>,
 }
 
+impl<W> Tracked<W> {
+    /// Keeps `e` (the first one) and hands back a copy of it.
+    fn kept(&mut self, e: std::io::Error) -> std::io::Error {
+        let again = std::io::Error::new(e.kind(), e.to_string());
+        self.failed.get_or_insert(e);
+        again
+    }
+}
+
 impl<W: std::io::Write> std::io::Write for Tracked<W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.inner.write(buf).map_err(|e| {
-            let again = std::io::Error::new(e.kind(), e.to_string());
-            self.failed.get_or_insert(e);
-            again
-        })
+        self.inner.write(buf).map_err(|e| self.kept(e))
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
-        self.inner.flush().map_err(|e| {
-            let again = std::io::Error::new(e.kind(), e.to_string());
-            self.failed.get_or_insert(e);
-            again
-        })
+        self.inner.flush().map_err(|e| self.kept(e))
     }
 }
 

@@ -316,13 +316,11 @@ impl MegatronIndex {
             idx,
             name: TOKENS_FIELD.into(),
         };
-        let size = dtype.size() as u64;
         let mut end = 0u64;
         for s in 0..index.sequences {
-            let (Some(l), Some(p)) = (index.length(s), index.pointer(s)) else {
+            let Some((p, stop)) = index.span(s) else {
                 return Err(format!("sequence {s} has a negative length or offset"));
             };
-            let stop = p + l as u64 * size;
             if stop > bin_bytes {
                 return Err(format!(
                     "the .idx places sequence {s} at bytes {p}..{stop} but the .bin has {bin_bytes} bytes"

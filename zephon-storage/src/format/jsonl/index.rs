@@ -47,9 +47,10 @@ enum Starts {
 }
 
 impl LineIndex {
-    /// An index holding the start of the first line (offset 0), for
-    /// [`push`](Self::push) to add the others to.
-    fn first_line() -> Self {
+    /// An index holding the start of the first line (offset 0), to build
+    /// by reading a shard in order: the newlines of each piece to
+    /// [`add_newlines`](Self::add_newlines), then [`closed`](Self::closed).
+    pub(crate) fn open() -> Self {
         let mut first = Vec::with_capacity(INDEX_BLOCK);
         first.push(0);
         LineIndex {
@@ -103,7 +104,7 @@ impl LineIndex {
         if starts.next() != Some(0) {
             return None;
         }
-        let mut index = Self::first_line();
+        let mut index = Self::open();
         let mut last = 0;
         for s in starts {
             if s <= last {
@@ -119,7 +120,7 @@ impl LineIndex {
     /// Indexes a whole shard. A final line without a trailing newline counts;
     /// an empty file has no samples.
     pub fn build(data: &[u8]) -> Self {
-        let mut index = Self::first_line();
+        let mut index = Self::open();
         index.add_newlines(0, data);
         index.closed(data.len() as u64, data.last().copied())
     }
@@ -129,13 +130,6 @@ impl LineIndex {
         for nl in memchr_iter(b'\n', bytes) {
             self.push(at + nl as u64 + 1);
         }
-    }
-
-    /// An index to build by reading a shard in order: the newlines of
-    /// each piece to [`add_newlines`](Self::add_newlines), then
-    /// [`closed`](Self::closed).
-    pub(crate) fn open() -> Self {
-        Self::first_line()
     }
 
     /// The finished index of a shard of `len` bytes whose last byte is
