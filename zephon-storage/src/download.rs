@@ -6,6 +6,7 @@ use crate::backend::Backend;
 use crate::format::compression::Compression;
 use crate::manifest::{ShardEntry, sha256_hex};
 use crate::metrics::CacheMetrics;
+use crate::spill::{self, SpillError};
 use bytes::Bytes;
 use std::time::Instant;
 use zephon_core::{Error, Result};
@@ -47,13 +48,25 @@ pub fn escape_controls(s: &str) -> std::borrow::Cow<'_, str> {
 }
 
 /// Downloads `entry` and returns its decompressed bytes. The stored size
-/// must equal `entry.bytes` and, when the entry has one, the SHA-256 must match.
+/// must equal `entry.bytes` and, when the entry has one, the SHA-256 must
+/// match. A compressed shard is streamed into a temporary file as it
+/// arrives and decoded into another, which is mapped ([`crate::spill`]):
+/// neither its compressed nor its decoded bytes are held in the process's
+/// memory, however large the shard.
 pub async fn download(
     backend: &Backend,
     dataset: &str,
     entry: &ShardEntry,
     metrics: &CacheMetrics,
 ) -> Result<Bytes> {
+    let compression = Compression::from_path(&entry.path);
+    if compression != Compression::None {
+        let out = download_compressed(backend, dataset, entry, metrics, compression).await;
+        if out.is_err() {
+            metrics.failures.inc();
+        }
+        return out;
+    }
     let uri = backend.uri_of(&entry.path);
     let started = Instant::now();
     let raw = match backend.op.read(&entry.path).await {
@@ -67,14 +80,19 @@ pub async fn download(
     metrics.bytes_downloaded.add(raw.len() as u64);
     let decode_started = Instant::now();
     let (dataset, entry) = (dataset.to_owned(), entry.clone());
-    // Hashing and decompressing are CPU work: keep them off the I/O threads.
-    let out = tokio::task::spawn_blocking(move || verify_and_decode(&dataset, &uri, &entry, raw))
-        .await
-        .map_err(|e| Error::Operator {
-            op: "download",
-            message: format!("decode task failed: {e}"),
+    // Hashing is CPU work: keep it off the I/O threads.
+    let out = tokio::task::spawn_blocking(move || {
+        verify(&dataset, &uri, &entry, raw.len() as u64, || {
+            sha256_hex(&raw)
         })
-        .and_then(|r| r);
+        .map(|()| raw)
+    })
+    .await
+    .map_err(|e| Error::Operator {
+        op: "download",
+        message: format!("decode task failed: {e}"),
+    })
+    .and_then(|r| r);
     metrics.decode_time.record(decode_started.elapsed());
     if out.is_err() {
         metrics.failures.inc();
@@ -82,31 +100,32 @@ pub async fn download(
     out
 }
 
-/// The most a manifest's `uncompressed_bytes` may exceed the compressed
-/// size by and still size the decode buffer at once; past it the buffer
-/// grows as the data comes.
-const MAX_RATIO: u64 = 64;
-
-/// Checks and decompresses a downloaded object.
-pub fn verify_and_decode(
+/// Checks a downloaded object's size (`len`) against the entry and, when
+/// the entry has one, its SHA-256 (`sha256`, hex, computed only then).
+fn verify(
     dataset: &str,
     uri: &str,
     entry: &ShardEntry,
-    raw: Bytes,
-) -> Result<Bytes> {
-    if raw.len() as u64 != entry.bytes {
+    len: u64,
+    sha256: impl FnOnce() -> String,
+) -> Result<()> {
+    if len != entry.bytes {
+        let got = if len > entry.bytes {
+            "more".to_owned()
+        } else {
+            len.to_string()
+        };
         return Err(shard_error(
             dataset,
             uri,
             format!(
-                "size mismatch: expected {} bytes (manifest or listing), got {}",
-                entry.bytes,
-                raw.len()
+                "size mismatch: expected {} bytes (manifest or listing), got {got}",
+                entry.bytes
             ),
         ));
     }
     if let Some(want) = &entry.sha256 {
-        let got = sha256_hex(&raw);
+        let got = sha256();
         if !got.eq_ignore_ascii_case(want) {
             return Err(shard_error(
                 dataset,
@@ -115,28 +134,126 @@ pub fn verify_and_decode(
             ));
         }
     }
-    let compression = Compression::from_path(&entry.path);
-    if compression == Compression::None {
-        return Ok(raw);
+    Ok(())
+}
+
+/// What stopped a compressed shard's download.
+enum Streamed {
+    /// The store (the request or the body).
+    Store(String),
+    /// The temporary folder.
+    Disk(std::io::Error),
+}
+
+/// A compressed shard downloaded into a temporary file, checked, and
+/// decoded into another ([`download`]).
+async fn download_compressed(
+    backend: &Backend,
+    dataset: &str,
+    entry: &ShardEntry,
+    metrics: &CacheMetrics,
+    compression: Compression,
+) -> Result<Bytes> {
+    use futures::TryStreamExt;
+    use sha2::Digest;
+    use std::io::Write;
+    let uri = backend.uri_of(&entry.path);
+    let started = Instant::now();
+    let file = spill::file().map_err(|e| spill::error("downloading", &uri, e))?;
+    let mut hasher = entry.sha256.as_ref().map(|_| sha2::Sha256::new());
+    let mut len = 0u64;
+    let streamed = async {
+        let reader = backend
+            .op
+            .reader(&entry.path)
+            .await
+            .map_err(|e| Streamed::Store(e.to_string()))?;
+        let mut body = reader
+            .into_bytes_stream(..)
+            .await
+            .map_err(|e| Streamed::Store(e.to_string()))?;
+        // Writes go to the page cache; a chunk at a time, as it comes.
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, &file);
+        while let Some(chunk) = body
+            .try_next()
+            .await
+            .map_err(|e| Streamed::Store(e.to_string()))?
+        {
+            len += chunk.len() as u64;
+            // More than the manifest says is a mismatch already: stop
+            // rather than fill the folder with what a store sends.
+            if len > entry.bytes {
+                return Ok(());
+            }
+            if let Some(h) = &mut hasher {
+                h.update(&chunk);
+            }
+            out.write_all(&chunk).map_err(Streamed::Disk)?;
+        }
+        out.flush().map_err(Streamed::Disk)
     }
-    // Sized from the manifest where it says (within reason: the manifest
-    // is input too), so the buffer does not double its way there; what it
-    // grew past its length is given back before it is cached, where the
-    // cache counts the length.
-    let room = entry
-        .uncompressed_bytes
-        .filter(|&n| n <= (raw.len() as u64).saturating_mul(MAX_RATIO))
-        .unwrap_or(raw.len() as u64 * 4);
-    let mut decoded = Vec::with_capacity(room as usize);
-    futures::executor::block_on(compression.decode_into(&raw, &mut decoded)).map_err(|e| {
-        shard_error(
+    .await;
+    match streamed {
+        Ok(()) => {}
+        Err(Streamed::Store(e)) => {
+            return Err(shard_error(dataset, &uri, format!("download failed: {e}")));
+        }
+        Err(Streamed::Disk(e)) => return Err(spill::error("downloading", &uri, e)),
+    }
+    metrics.download_time.record(started.elapsed());
+    metrics.bytes_downloaded.add(len.min(entry.bytes));
+    let digest = hasher.map(|h| {
+        h.finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    });
+    verify(dataset, &uri, entry, len, || digest.unwrap_or_default())?;
+    let decode_started = Instant::now();
+    let (dataset, entry) = (dataset.to_owned(), entry.clone());
+    // Decoding is CPU work: keep it off the I/O threads.
+    let out = tokio::task::spawn_blocking(move || {
+        let raw = spill::map(&file).map_err(|e| spill::error("reading", &uri, e))?;
+        decode(&dataset, &uri, &entry, compression, &raw)
+    })
+    .await
+    .map_err(|e| Error::Operator {
+        op: "download",
+        message: format!("decode task failed: {e}"),
+    })
+    .and_then(|r| r);
+    metrics.decode_time.record(decode_started.elapsed());
+    out
+}
+
+/// Decodes a downloaded, checked compressed shard into a temporary file,
+/// stopping past the decoded size its manifest entry gives (the entry is
+/// input too: a shard that decodes to more is refused, not decoded whole).
+fn decode(
+    dataset: &str,
+    uri: &str,
+    entry: &ShardEntry,
+    compression: Compression,
+    raw: &[u8],
+) -> Result<Bytes> {
+    let want = entry.uncompressed_bytes;
+    let decoded = spill::decode(compression, raw, want).map_err(|e| match e {
+        SpillError::Data(e) => shard_error(
             dataset,
             uri,
             format!("corrupt or truncated {compression:?} data: {e}"),
-        )
+        ),
+        SpillError::Disk(source) => spill::error("decoding", uri, source),
+        SpillError::TooLarge(_) => shard_error(
+            dataset,
+            uri,
+            format!(
+                "decompressed size mismatch: expected {} bytes, got more",
+                want.unwrap_or_default()
+            ),
+        ),
     })?;
-    decoded.shrink_to_fit();
-    if let Some(n) = entry.uncompressed_bytes
+    if let Some(n) = want
         && n != decoded.len() as u64
     {
         return Err(shard_error(
@@ -148,5 +265,5 @@ pub fn verify_and_decode(
             ),
         ));
     }
-    Ok(Bytes::from(decoded))
+    Ok(decoded)
 }

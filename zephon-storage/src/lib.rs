@@ -44,6 +44,7 @@ pub mod ranges;
 pub mod remote;
 pub mod root;
 pub mod scan;
+mod spill;
 
 pub use backend::{Backend, BackendStats};
 pub use cache::ShardCache;

@@ -8,6 +8,7 @@ use crate::format::shard::map_file;
 use crate::format::{FormatOptions, FormatShard, FormatSpec, OPEN_THREADS, detect};
 use crate::manifest::{MANIFEST, Manifest, ManifestError};
 use crate::scan::list_local;
+use crate::spill::{self, SpillError};
 use bytes::Bytes;
 use futures::FutureExt;
 use futures::future::BoxFuture;
@@ -149,9 +150,10 @@ pub trait DatasetExt: Sized {
     /// format from a memory map of the file (pages the kernel can drop, not
     /// the process's own memory; see [`LocalJsonlShard`] for what a file
     /// truncated while mapped does). Memory
-    /// therefore does not grow with a shard's size, except for compressed
-    /// shards (`.zst`, `.gz`): each is decoded whole when the dataset is
-    /// opened and held in memory for its lifetime (its decoded size).
+    /// therefore does not grow with a shard's size. A compressed shard
+    /// (`.zst`, `.gz`) is decoded when the dataset is opened, into an
+    /// unnamed file in the temporary folder (`TMPDIR`, which must hold its
+    /// decoded size), and mapped the same way.
     ///
     /// ```
     /// use zephon_core::Dataset;
@@ -329,74 +331,24 @@ fn open_local_shard(
     })
 }
 
-/// The compressed shard at `path`, decoded into an unnamed file in the
-/// system's temporary folder (`TMPDIR`) and mapped: the decoded bytes are
-/// page cache, which the kernel can write out and drop, not the process's
-/// own memory, and the file goes when the map does. The compressed file is
-/// read through a map too, and decoded a buffer at a time.
+/// The compressed shard at `path`, decoded into an unnamed temporary file
+/// and mapped ([`crate::spill`]); the compressed file is read through a map
+/// too.
 fn decoded_to_disk(name: &str, path: &Path, compression: Compression) -> Result<Bytes> {
     let shown = path.display().to_string();
     let raw = map_file(path).map_err(|source| Error::Io {
         path: shown.clone(),
         source,
     })?;
-    let spill_error = |source| Error::Io {
-        path: format!(
-            "{} (decoding {shown} into the temporary folder)",
-            std::env::temp_dir().display()
-        ),
-        source,
-    };
-    let file = tempfile::tempfile().map_err(spill_error)?;
-    let mut out = Tracked {
-        inner: std::io::BufWriter::with_capacity(1 << 20, &file),
-        failed: None,
-    };
-    let decoded = futures::executor::block_on(compression.decode_into(&raw, &mut out));
-    if let Some(e) = out.failed.take() {
-        return Err(spill_error(e));
-    }
-    decoded.map_err(|e| {
-        shard_error(
+    spill::decode(compression, &raw, None).map_err(|e| match e {
+        SpillError::Data(e) => shard_error(
             name,
             &shown,
             format!("corrupt or truncated {compression:?} data: {e}"),
-        )
-    })?;
-    let written = std::io::Write::flush(&mut out.inner).and_then(|()| file.metadata());
-    if written.map_err(spill_error)?.len() == 0 {
-        return Ok(Bytes::new());
-    }
-    // SAFETY: the file has no name, so nothing else can open, truncate or
-    // rewrite it; this process wrote it and no longer does.
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(spill_error)?;
-    Ok(Bytes::from_owner(map))
-}
-
-/// A writer that keeps its first error, so a failed write (a full disk)
-/// is told from a failed decode.
-struct Tracked<W> {
-    inner: W,
-    failed: Option<std::io::Error>,
-}
-
-impl<W> Tracked<W> {
-    /// Keeps `e` (the first one) and hands back a copy of it.
-    fn kept(&mut self, e: std::io::Error) -> std::io::Error {
-        let again = std::io::Error::new(e.kind(), e.to_string());
-        self.failed.get_or_insert(e);
-        again
-    }
-}
-
-impl<W: std::io::Write> std::io::Write for Tracked<W> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.inner.write(buf).map_err(|e| self.kept(e))
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.inner.flush().map_err(|e| self.kept(e))
-    }
+        ),
+        SpillError::Disk(source) => spill::error("decoding", &shown, source),
+        SpillError::TooLarge(n) => shard_error(name, &shown, format!("decodes to over {n} bytes")),
+    })
 }
 
 /// The counts of a followed manifest (see [`detect_local`]) against what

@@ -49,8 +49,10 @@ fn runs(indices: &[u64]) -> Vec<(u64, u64)> {
 /// cache is off). Uncompressed, with [`with_blocks`](CachedShard::with_blocks),
 /// it is read by blocks: its line index comes from its sidecar, or from one
 /// pass over its blocks, and a read fetches the blocks covering its lines.
-/// Otherwise it is downloaded whole (decoded, for `.zst` and `.gz`),
-/// indexed in memory, then parsed line by line.
+/// Otherwise it is downloaded whole (`.zst` and `.gz` through files in the
+/// temporary folder, decoded into one that is mapped: see
+/// [`download`](crate::download::download)), indexed, then parsed line by
+/// line.
 #[derive(Debug)]
 pub struct CachedShard {
     dataset: Arc<str>,

@@ -110,6 +110,61 @@ fn truncated_zst_is_an_error_naming_the_shard_and_nothing_is_cached() {
     assert_eq!(rd.cache_stats().failures, 1);
 }
 
+/// A compressed shard is checked as it streams in and as it decodes: more
+/// bytes than the manifest says, or a decoded size past its
+/// `uncompressed_bytes`, stop the download or the decode with an error
+/// naming the shard, and nothing is cached.
+#[test]
+fn a_compressed_shard_larger_than_its_manifest_says_is_refused() {
+    let t = tempfile::tempdir().unwrap();
+    let (plain, packed) = (t.path().join("plain"), t.path().join("packed"));
+    write_dataset(&plain, 1, 2000);
+    std::fs::create_dir_all(&packed).unwrap();
+    let z = zstd::encode_all(&std::fs::read(plain.join("000.jsonl")).unwrap()[..], 3).unwrap();
+    std::fs::write(packed.join("000.jsonl.zst"), &z).unwrap();
+    index(&packed);
+    let manifest = std::fs::read(packed.join("index.json")).unwrap();
+    let read = |opts_dir: &str| {
+        let rd = RemoteDataset::open(
+            "d",
+            &packed.display().to_string(),
+            &cache_opts(&t.path().join(opts_dir)),
+        )
+        .unwrap();
+        let err = runtime::block_on(rd.dataset().shards()[0].read_run(0, 1))
+            .unwrap_err()
+            .to_string();
+        assert!(!rd.is_cached(0));
+        assert_eq!(rd.cache_stats().failures, 1);
+        err
+    };
+
+    // The stored object grew after indexing: more bytes than the manifest's.
+    let mut longer = z.clone();
+    longer.extend_from_slice(&z);
+    std::fs::write(packed.join("000.jsonl.zst"), &longer).unwrap();
+    let err = read("a");
+    assert!(
+        err.contains("000.jsonl.zst") && err.contains("size mismatch") && err.contains("got more"),
+        "{err}"
+    );
+
+    // The manifest says it decodes to less than it does (a bomb would say
+    // little): the decode stops past that size.
+    std::fs::write(packed.join("000.jsonl.zst"), &z).unwrap();
+    let mut m: zephon_storage::Manifest = serde_json::from_slice(&manifest).unwrap();
+    let real = m.shards[0].uncompressed_bytes.unwrap();
+    m.shards[0].uncompressed_bytes = Some(real / 3);
+    std::fs::write(packed.join("index.json"), m.to_json()).unwrap();
+    let err = read("b");
+    assert!(
+        err.contains("000.jsonl.zst")
+            && err.contains("decompressed size mismatch")
+            && err.contains(&format!("expected {} bytes, got more", real / 3)),
+        "{err}"
+    );
+}
+
 #[test]
 fn size_disagreeing_with_manifest_is_an_error_and_nothing_is_cached() {
     let t = tempfile::tempdir().unwrap();

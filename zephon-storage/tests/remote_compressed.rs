@@ -1,0 +1,68 @@
+//! A compressed shard on S3 (moto_server on 127.0.0.1) is streamed into a
+//! temporary file and decoded into another, not into the process's memory:
+//! opening it and reading from it leaves the process's anonymous memory
+//! (RssAnon) about where it was, however large the decoded shard. One test
+//! in this file, so no other test's allocations move the figure.
+
+mod common;
+
+use common::{Moto, cache_opts};
+use zephon_storage::RemoteDataset;
+use zephon_storage::backend::{Backend, runtime};
+use zephon_storage::scan::build_index;
+
+/// This process's anonymous memory in bytes (Linux), `None` elsewhere.
+fn rss_anon() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("RssAnon:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib << 10)
+}
+
+#[test]
+fn a_compressed_remote_shard_is_decoded_to_disk_not_memory() {
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    // 900,000 lines, about 47 MB decoded and a few MB compressed.
+    let lines = 900_000;
+    let text: String = (0..lines)
+        .map(|i| format!("{{\"id\":{i},\"text\":\"line {i:>12} of the shard\"}}\n"))
+        .collect();
+    let decoded = text.len() as u64;
+    assert!(decoded > 40 << 20, "{decoded}");
+    let zst = zstd::encode_all(text.as_bytes(), 3).unwrap();
+    drop(text);
+    std::fs::write(data.join("a.jsonl.zst"), &zst).unwrap();
+    let b = Backend::open("d", &data.display().to_string(), &Default::default()).unwrap();
+    runtime::block_on(build_index(&b, "d")).unwrap();
+
+    let moto = Moto::start(t.path());
+    moto.upload("compressed", "ds", &data);
+    let mut opts = moto.opts(cache_opts(t.path()));
+    // Room for the decoded shard in both tiers, as a user would give it.
+    opts.cache.limit_bytes = 256 << 20;
+    opts.cache.memory_bytes = 128 << 20;
+    let Some(before) = rss_anon() else {
+        return; // not Linux: nothing to measure
+    };
+    let rd = RemoteDataset::open("d", "s3://compressed/ds", &opts).unwrap();
+    let shard = rd.dataset().shards()[0].clone();
+    assert_eq!(shard.len(), lines);
+    let last = runtime::block_on(shard.read_run(lines - 2, 2)).unwrap();
+    let ids: Vec<i64> = last
+        .iter()
+        .map(|r| r.get("id").and_then(|v| v.as_int()).unwrap())
+        .collect();
+    assert_eq!(ids, [lines as i64 - 2, lines as i64 - 1]);
+    assert!(rd.is_cached(0));
+    let grown = rss_anon().unwrap().saturating_sub(before);
+    // The line index takes about 4 bytes a line (3.6 MB); the decoded
+    // shard held in memory would add its 47 MB.
+    assert!(
+        grown < 16 << 20,
+        "RssAnon grew by {} MiB reading a shard of {} MiB decoded",
+        grown >> 20,
+        decoded >> 20
+    );
+}
