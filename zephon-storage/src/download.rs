@@ -137,12 +137,62 @@ fn verify(
     Ok(())
 }
 
-/// What stopped a compressed shard's download.
-enum Streamed {
-    /// The store (the request or the body).
-    Store(String),
-    /// The temporary folder.
-    Disk(std::io::Error),
+/// An object of `backend` streamed into a new unnamed temporary file as
+/// it arrives (a chunk at a time: its size never held in memory), and
+/// mapped; or an error naming its URI and what failed (the store, or the
+/// temporary folder). With `limit`, the download stops once more than that
+/// many bytes came ([`Spilled::len`] then says more than `limit`), rather
+/// than fill the folder with what a store sends; with `hash`, the bytes
+/// are hashed (SHA-256) as they come.
+pub(crate) async fn download_to_temp(
+    backend: &Backend,
+    dataset: &str,
+    path: &str,
+    limit: Option<u64>,
+    hash: bool,
+) -> Result<Spilled> {
+    use futures::TryStreamExt;
+    use sha2::Digest;
+    use std::io::Write;
+    let uri = backend.uri_of(path);
+    let file = spill::file().map_err(|e| spill::error("downloading", &uri, e))?;
+    let store =
+        |e: &dyn std::fmt::Display| shard_error(dataset, &uri, format!("download failed: {e}"));
+    let disk = |e| spill::error("downloading", &uri, e);
+    let reader = backend.op.reader(path).await.map_err(|e| store(&e))?;
+    let mut body = reader.into_bytes_stream(..).await.map_err(|e| store(&e))?;
+    let mut hasher = hash.then(sha2::Sha256::new);
+    let mut len = 0u64;
+    // Writes go to the page cache, a chunk at a time as it comes.
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, &file);
+    while let Some(chunk) = body.try_next().await.map_err(|e| store(&e))? {
+        len += chunk.len() as u64;
+        if limit.is_some_and(|l| len > l) {
+            break;
+        }
+        if let Some(h) = &mut hasher {
+            h.update(&chunk);
+        }
+        out.write_all(&chunk).map_err(disk)?;
+    }
+    out.flush().map_err(disk)?;
+    drop(out);
+    let bytes = spill::map(&file).map_err(disk)?;
+    Ok(Spilled {
+        bytes,
+        len,
+        sha256: hasher.map(|h| h.finalize().iter().map(|b| format!("{b:02x}")).collect()),
+    })
+}
+
+/// What [`download_to_temp`] got.
+pub(crate) struct Spilled {
+    /// The bytes, mapped from the temporary file.
+    pub(crate) bytes: Bytes,
+    /// How many bytes came (past the limit: the count when it stopped).
+    pub(crate) len: u64,
+    /// Their SHA-256 (hex), when asked for.
+    pub(crate) sha256: Option<String>,
 }
 
 /// A compressed shard downloaded into a temporary file, checked, and
@@ -154,74 +204,34 @@ async fn download_compressed(
     metrics: &CacheMetrics,
     compression: Compression,
 ) -> Result<Bytes> {
-    use futures::TryStreamExt;
-    use sha2::Digest;
-    use std::io::Write;
-    let uri = backend.uri_of(&entry.path);
     let started = Instant::now();
-    let file = spill::file().map_err(|e| spill::error("downloading", &uri, e))?;
-    let mut hasher = entry.sha256.as_ref().map(|_| sha2::Sha256::new());
-    let mut len = 0u64;
-    let streamed = async {
-        let reader = backend
-            .op
-            .reader(&entry.path)
-            .await
-            .map_err(|e| Streamed::Store(e.to_string()))?;
-        let mut body = reader
-            .into_bytes_stream(..)
-            .await
-            .map_err(|e| Streamed::Store(e.to_string()))?;
-        // Writes go to the page cache; a chunk at a time, as it comes.
-        let mut out = std::io::BufWriter::with_capacity(1 << 20, &file);
-        while let Some(chunk) = body
-            .try_next()
-            .await
-            .map_err(|e| Streamed::Store(e.to_string()))?
-        {
-            len += chunk.len() as u64;
-            // More than the manifest says is a mismatch already: stop
-            // rather than fill the folder with what a store sends.
-            if len > entry.bytes {
-                return Ok(());
-            }
-            if let Some(h) = &mut hasher {
-                h.update(&chunk);
-            }
-            out.write_all(&chunk).map_err(Streamed::Disk)?;
-        }
-        out.flush().map_err(Streamed::Disk)
-    }
-    .await;
-    match streamed {
-        Ok(()) => {}
-        Err(Streamed::Store(e)) => {
-            return Err(shard_error(dataset, &uri, format!("download failed: {e}")));
-        }
-        Err(Streamed::Disk(e)) => return Err(spill::error("downloading", &uri, e)),
-    }
+    let uri = backend.uri_of(&entry.path);
+    let Spilled {
+        bytes: raw,
+        len,
+        sha256,
+    } = download_to_temp(
+        backend,
+        dataset,
+        &entry.path,
+        Some(entry.bytes),
+        entry.sha256.is_some(),
+    )
+    .await?;
     metrics.download_time.record(started.elapsed());
     metrics.bytes_downloaded.add(len.min(entry.bytes));
-    let digest = hasher.map(|h| {
-        h.finalize()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<String>()
-    });
-    verify(dataset, &uri, entry, len, || digest.unwrap_or_default())?;
+    verify(dataset, &uri, entry, len, || sha256.unwrap_or_default())?;
     let decode_started = Instant::now();
     let (dataset, entry) = (dataset.to_owned(), entry.clone());
     // Decoding is CPU work: keep it off the I/O threads.
-    let out = tokio::task::spawn_blocking(move || {
-        let raw = spill::map(&file).map_err(|e| spill::error("reading", &uri, e))?;
-        decode(&dataset, &uri, &entry, compression, &raw)
-    })
-    .await
-    .map_err(|e| Error::Operator {
-        op: "download",
-        message: format!("decode task failed: {e}"),
-    })
-    .and_then(|r| r);
+    let out =
+        tokio::task::spawn_blocking(move || decode(&dataset, &uri, &entry, compression, &raw))
+            .await
+            .map_err(|e| Error::Operator {
+                op: "download",
+                message: format!("decode task failed: {e}"),
+            })
+            .and_then(|r| r);
     metrics.decode_time.record(decode_started.elapsed());
     out
 }

@@ -4,7 +4,7 @@ use super::{FormatSpec, ShardIndex, open_index, open_index_in_place, open_range_
 use crate::backend::{Backend, runtime};
 use crate::blocks::BlockFile;
 use crate::cache::ShardCache;
-use crate::download::shard_error;
+use crate::download::{download_to_temp, shard_error};
 use crate::manifest::ShardEntry;
 use crate::metrics::CacheMetrics;
 use crate::ranges::fetch_spans;
@@ -278,21 +278,19 @@ impl FormatShard {
                     Source::Range { entry, .. } | Source::Blocks { entry, .. } => Some(entry.bytes),
                     _ => None,
                 };
+                // The sidecar (a Megatron `.idx`: 12 bytes a sequence and 8
+                // a document) is read in place for the shard's life: kept in
+                // a temporary file and mapped, not in the process's memory.
                 let side = match &sidecar {
                     Some(p) => {
-                        let (op, p, dataset, uri) = (
-                            backend.op.clone(),
-                            p.clone(),
-                            self.dataset.clone(),
-                            backend.uri_of(p),
-                        );
+                        let (backend, p, dataset) =
+                            (backend.clone(), p.clone(), self.dataset.clone());
                         Some(
-                            runtime::spawn(uri.clone(), async move {
-                                op.read(&p).await.map(|b| b.to_bytes()).map_err(|e| {
-                                    shard_error(&dataset, &uri, format!("cannot read: {e}"))
-                                })
+                            runtime::spawn(backend.uri_of(&p), async move {
+                                download_to_temp(&backend, &dataset, &p, None, false).await
                             })
-                            .await?,
+                            .await?
+                            .bytes,
                         )
                     }
                     None => None,
