@@ -59,9 +59,36 @@ pub async fn download(
     entry: &ShardEntry,
     metrics: &CacheMetrics,
 ) -> Result<Bytes> {
+    fetch(backend, dataset, entry, metrics, false)
+        .await
+        .map(|(bytes, _)| bytes)
+}
+
+/// As [`download`], with the stored object's SHA-256 (hex), what a manifest
+/// records, computed as the bytes come rather than by a second download.
+pub async fn download_hashed(
+    backend: &Backend,
+    dataset: &str,
+    entry: &ShardEntry,
+    metrics: &CacheMetrics,
+) -> Result<(Bytes, String)> {
+    let (bytes, sha256) = fetch(backend, dataset, entry, metrics, true).await?;
+    Ok((bytes, sha256.unwrap_or_default()))
+}
+
+/// [`download`], hashing the stored bytes when `hash` is set or the entry
+/// has a checksum to check (the hash is returned in either case).
+async fn fetch(
+    backend: &Backend,
+    dataset: &str,
+    entry: &ShardEntry,
+    metrics: &CacheMetrics,
+    hash: bool,
+) -> Result<(Bytes, Option<String>)> {
+    let hash = hash || entry.sha256.is_some();
     let compression = Compression::from_path(&entry.path);
     if compression != Compression::None {
-        let out = download_compressed(backend, dataset, entry, metrics, compression).await;
+        let out = download_compressed(backend, dataset, entry, metrics, compression, hash).await;
         if out.is_err() {
             metrics.failures.inc();
         }
@@ -82,10 +109,8 @@ pub async fn download(
     let (dataset, entry) = (dataset.to_owned(), entry.clone());
     // Hashing is CPU work: keep it off the I/O threads.
     let out = tokio::task::spawn_blocking(move || {
-        verify(&dataset, &uri, &entry, raw.len() as u64, || {
-            sha256_hex(&raw)
-        })
-        .map(|()| raw)
+        let sha256 = hash.then(|| sha256_hex(&raw));
+        verify(&dataset, &uri, &entry, raw.len() as u64, sha256.as_deref()).map(|()| (raw, sha256))
     })
     .await
     .map_err(|e| Error::Operator {
@@ -101,13 +126,14 @@ pub async fn download(
 }
 
 /// Checks a downloaded object's size (`len`) against the entry and, when
-/// the entry has one, its SHA-256 (`sha256`, hex, computed only then).
+/// the entry has one, its SHA-256 against `sha256` (hex, computed when the
+/// entry has one).
 fn verify(
     dataset: &str,
     uri: &str,
     entry: &ShardEntry,
     len: u64,
-    sha256: impl FnOnce() -> String,
+    sha256: Option<&str>,
 ) -> Result<()> {
     if len != entry.bytes {
         let got = if len > entry.bytes {
@@ -125,7 +151,7 @@ fn verify(
         ));
     }
     if let Some(want) = &entry.sha256 {
-        let got = sha256();
+        let got = sha256.unwrap_or_default();
         if !got.eq_ignore_ascii_case(want) {
             return Err(shard_error(
                 dataset,
@@ -203,24 +229,18 @@ async fn download_compressed(
     entry: &ShardEntry,
     metrics: &CacheMetrics,
     compression: Compression,
-) -> Result<Bytes> {
+    hash: bool,
+) -> Result<(Bytes, Option<String>)> {
     let started = Instant::now();
     let uri = backend.uri_of(&entry.path);
     let Spilled {
         bytes: raw,
         len,
         sha256,
-    } = download_to_temp(
-        backend,
-        dataset,
-        &entry.path,
-        Some(entry.bytes),
-        entry.sha256.is_some(),
-    )
-    .await?;
+    } = download_to_temp(backend, dataset, &entry.path, Some(entry.bytes), hash).await?;
     metrics.download_time.record(started.elapsed());
     metrics.bytes_downloaded.add(len.min(entry.bytes));
-    verify(dataset, &uri, entry, len, || sha256.unwrap_or_default())?;
+    verify(dataset, &uri, entry, len, sha256.as_deref())?;
     let decode_started = Instant::now();
     let (dataset, entry) = (dataset.to_owned(), entry.clone());
     // Decoding is CPU work: keep it off the I/O threads.
@@ -233,7 +253,7 @@ async fn download_compressed(
             })
             .and_then(|r| r);
     metrics.decode_time.record(decode_started.elapsed());
-    out
+    out.map(|bytes| (bytes, sha256))
 }
 
 /// Decodes a downloaded, checked compressed shard into a temporary file,

@@ -3,13 +3,13 @@
 //! ([`build_index`]).
 
 use crate::backend::Backend;
-use crate::download::{download, shard_error};
+use crate::download::{download_hashed, shard_error};
 use crate::format::compression::Compression;
 use crate::format::detect::{Detected, DetectedShard};
 use crate::format::jsonl::{LineIndex, parse_line};
 use crate::format::tokens::{FlatTokens, MegatronIndex};
 use crate::format::{FormatOptions, FormatSpec, ShardIndex, detect, open_index};
-use crate::manifest::{MANIFEST, Manifest, ShardEntry, encode_index, index_path, sha256_hex};
+use crate::manifest::{MANIFEST, Manifest, ShardEntry, encode_index, index_path};
 use crate::metrics::CacheMetrics;
 use crate::root::check_relative;
 use futures::TryStreamExt;
@@ -255,10 +255,9 @@ async fn scan_format_shard(
                 .len()
         }
         _ => {
-            let data = download(backend, dataset, &entry, metrics).await?;
-            if Compression::from_path(&shard.path) == Compression::None {
-                entry.sha256 = Some(sha256_hex(&data));
-            } else {
+            let (data, sha256) = download_hashed(backend, dataset, &entry, metrics).await?;
+            entry.sha256 = Some(sha256);
+            if Compression::from_path(&shard.path) != Compression::None {
                 entry.uncompressed_bytes = Some(data.len() as u64);
             }
             open_index(format, &data, None).map_err(bad)?.len()
@@ -289,20 +288,9 @@ async fn scan_jsonl(
     parse: bool,
 ) -> Result<(ShardEntry, LineIndex)> {
     let probe = ShardEntry::new(path, 0, bytes);
-    let data = download(backend, dataset, &probe, metrics).await?;
-    let raw_sha = if Compression::from_path(path) == Compression::None {
-        sha256_hex(&data)
-    } else {
-        // The checksum covers the stored object, so hash the compressed bytes.
-        let raw = backend.op.read(path).await.map_err(|e| {
-            shard_error(
-                dataset,
-                &backend.uri_of(path),
-                format!("download failed: {e}"),
-            )
-        })?;
-        sha256_hex(&raw.to_bytes())
-    };
+    // The checksum covers the stored object: the compressed bytes of a
+    // compressed shard, hashed as they download.
+    let (data, raw_sha) = download_hashed(backend, dataset, &probe, metrics).await?;
     let index = LineIndex::build(&data);
     if parse {
         check_json_lines(&data, dataset, &backend.uri_of(path))?;

@@ -80,6 +80,47 @@ fn compressed_shards_read_like_plain_ones() {
     assert_eq!(fields(&read_all(ds, true).unwrap()), want);
 }
 
+/// The manifest's checksum of a compressed shard is that of the stored
+/// (compressed) bytes, hashed as they download, and its decoded size is
+/// recorded; a read checks the checksum.
+#[test]
+fn build_index_records_a_compressed_shards_stored_checksum() {
+    let t = tempfile::tempdir().unwrap();
+    let (plain, packed) = (t.path().join("plain"), t.path().join("packed"));
+    write_dataset(&plain, 2, 300);
+    compress(&plain, &packed);
+    index(&packed);
+    let m: zephon_storage::Manifest =
+        serde_json::from_slice(&std::fs::read(packed.join("index.json")).unwrap()).unwrap();
+    assert_eq!(m.shards.len(), 2);
+    for e in &m.shards {
+        let stored = std::fs::read(packed.join(&e.path)).unwrap();
+        let decoded = std::fs::read(plain.join(e.path.rsplit_once('.').unwrap().0)).unwrap();
+        assert_eq!(
+            e.sha256.as_deref(),
+            Some(zephon_storage::manifest::sha256_hex(&stored).as_str()),
+            "{}",
+            e.path
+        );
+        assert_eq!(e.uncompressed_bytes, Some(decoded.len() as u64));
+    }
+    // A shard rewritten after indexing, its size kept, fails the checksum.
+    let first = packed.join(&m.shards[0].path);
+    let mut b = std::fs::read(&first).unwrap();
+    let at = b.len() / 2;
+    b[at] ^= 0xff;
+    std::fs::write(&first, b).unwrap();
+    let rd =
+        RemoteDataset::open("d", &packed.display().to_string(), &cache_opts(t.path())).unwrap();
+    let err = runtime::block_on(rd.dataset().shards()[0].read_run(0, 1))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&m.shards[0].path) && err.contains("checksum mismatch"),
+        "{err}"
+    );
+}
+
 #[test]
 fn truncated_zst_is_an_error_naming_the_shard_and_nothing_is_cached() {
     let t = tempfile::tempdir().unwrap();
