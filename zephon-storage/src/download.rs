@@ -50,7 +50,8 @@ pub fn escape_controls(s: &str) -> std::borrow::Cow<'_, str> {
 /// Downloads `entry` and returns its decompressed bytes. The stored size
 /// must equal `entry.bytes` and, when the entry has one, the SHA-256 must
 /// match. A compressed shard is streamed into a temporary file as it
-/// arrives and decoded into another, which is mapped ([`crate::spill`]):
+/// arrives and decoded into another, which is mapped (both files unnamed,
+/// in the temporary folder, `TMPDIR`):
 /// neither its compressed nor its decoded bytes are held in the process's
 /// memory, however large the shard.
 pub async fn download(

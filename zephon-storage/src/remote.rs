@@ -51,7 +51,7 @@ fn runs(indices: &[u64]) -> Vec<(u64, u64)> {
 /// pass over its blocks, and a read fetches the blocks covering its lines.
 /// Otherwise it is downloaded whole (`.zst` and `.gz` through files in the
 /// temporary folder, decoded into one that is mapped: see
-/// [`download`](crate::download::download)), indexed, then parsed line by
+/// [`download`]), indexed, then parsed line by
 /// line.
 #[derive(Debug)]
 pub struct CachedShard {
