@@ -108,22 +108,27 @@ async fn fetch(
     metrics.bytes_downloaded.add(raw.len() as u64);
     let decode_started = Instant::now();
     let (dataset, entry) = (dataset.to_owned(), entry.clone());
-    // Hashing is CPU work: keep it off the I/O threads.
-    let out = tokio::task::spawn_blocking(move || {
+    let out = off_io(move || {
         let sha256 = hash.then(|| sha256_hex(&raw));
         verify(&dataset, &uri, &entry, raw.len() as u64, sha256.as_deref()).map(|()| (raw, sha256))
     })
-    .await
-    .map_err(|e| Error::Operator {
-        op: "download",
-        message: format!("decode task failed: {e}"),
-    })
-    .and_then(|r| r);
+    .await;
     metrics.decode_time.record(decode_started.elapsed());
     if out.is_err() {
         metrics.failures.inc();
     }
     out
+}
+
+/// Runs `f`, CPU work (hashing, decoding), off the I/O threads.
+async fn off_io<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::Operator {
+            op: "download",
+            message: format!("decode task failed: {e}"),
+        })
+        .and_then(|r| r)
 }
 
 /// Checks a downloaded object's size (`len`) against the entry and, when
@@ -244,15 +249,7 @@ async fn download_compressed(
     verify(dataset, &uri, entry, len, sha256.as_deref())?;
     let decode_started = Instant::now();
     let (dataset, entry) = (dataset.to_owned(), entry.clone());
-    // Decoding is CPU work: keep it off the I/O threads.
-    let out =
-        tokio::task::spawn_blocking(move || decode(&dataset, &uri, &entry, compression, &raw))
-            .await
-            .map_err(|e| Error::Operator {
-                op: "download",
-                message: format!("decode task failed: {e}"),
-            })
-            .and_then(|r| r);
+    let out = off_io(move || decode(&dataset, &uri, &entry, compression, &raw)).await;
     metrics.decode_time.record(decode_started.elapsed());
     out.map(|bytes| (bytes, sha256))
 }

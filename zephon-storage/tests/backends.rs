@@ -110,26 +110,39 @@ fn build_index_records_a_compressed_shards_stored_checksum() {
     let at = b.len() / 2;
     b[at] ^= 0xff;
     std::fs::write(&first, b).unwrap();
-    let rd =
-        RemoteDataset::open("d", &packed.display().to_string(), &cache_opts(t.path())).unwrap();
-    let err = runtime::block_on(rd.dataset().shards()[0].read_run(0, 1))
-        .unwrap_err()
-        .to_string();
+    let (_, err) = first_read_error(&packed, t.path());
     assert!(
         err.contains(&m.shards[0].path) && err.contains("checksum mismatch"),
         "{err}"
     );
 }
 
-#[test]
-fn truncated_zst_is_an_error_naming_the_shard_and_nothing_is_cached() {
-    let t = tempfile::tempdir().unwrap();
-    let (plain, packed) = (t.path().join("plain"), t.path().join("packed"));
-    write_dataset(&plain, 1, 200);
+/// The remote dataset in `dir` (a cache under `cache`) and the error its
+/// first shard's first read gives.
+fn first_read_error(dir: &std::path::Path, cache: &std::path::Path) -> (RemoteDataset, String) {
+    let rd = RemoteDataset::open("d", &dir.display().to_string(), &cache_opts(cache)).unwrap();
+    let err = runtime::block_on(rd.dataset().shards()[0].read_run(0, 1))
+        .unwrap_err()
+        .to_string();
+    (rd, err)
+}
+
+/// One JSONL shard of `lines` lines, zstd-compressed as `000.jsonl.zst`
+/// in `dir/packed` and indexed; the folder and the compressed bytes.
+fn one_zst_shard(dir: &std::path::Path, lines: usize) -> (std::path::PathBuf, Vec<u8>) {
+    let (plain, packed) = (dir.join("plain"), dir.join("packed"));
+    write_dataset(&plain, 1, lines);
     std::fs::create_dir_all(&packed).unwrap();
     let z = zstd::encode_all(&std::fs::read(plain.join("000.jsonl")).unwrap()[..], 3).unwrap();
     std::fs::write(packed.join("000.jsonl.zst"), &z).unwrap();
     index(&packed);
+    (packed, z)
+}
+
+#[test]
+fn truncated_zst_is_an_error_naming_the_shard_and_nothing_is_cached() {
+    let t = tempfile::tempdir().unwrap();
+    let (packed, z) = one_zst_shard(t.path(), 200);
     // Truncate and fix the manifest's size and checksum, so only decompression can notice.
     let cut = &z[..z.len() / 2];
     std::fs::write(packed.join("000.jsonl.zst"), cut).unwrap();
@@ -138,11 +151,7 @@ fn truncated_zst_is_an_error_naming_the_shard_and_nothing_is_cached() {
     m.shards[0].bytes = cut.len() as u64;
     m.shards[0].sha256 = Some(zephon_storage::manifest::sha256_hex(cut));
     std::fs::write(packed.join("index.json"), m.to_json()).unwrap();
-    let rd =
-        RemoteDataset::open("d", &packed.display().to_string(), &cache_opts(t.path())).unwrap();
-    let err = runtime::block_on(rd.dataset().shards()[0].read_run(0, 1))
-        .unwrap_err()
-        .to_string();
+    let (rd, err) = first_read_error(&packed, t.path());
     assert!(
         err.contains("000.jsonl.zst") && err.contains("truncated"),
         "{err}"
@@ -158,23 +167,10 @@ fn truncated_zst_is_an_error_naming_the_shard_and_nothing_is_cached() {
 #[test]
 fn a_compressed_shard_larger_than_its_manifest_says_is_refused() {
     let t = tempfile::tempdir().unwrap();
-    let (plain, packed) = (t.path().join("plain"), t.path().join("packed"));
-    write_dataset(&plain, 1, 2000);
-    std::fs::create_dir_all(&packed).unwrap();
-    let z = zstd::encode_all(&std::fs::read(plain.join("000.jsonl")).unwrap()[..], 3).unwrap();
-    std::fs::write(packed.join("000.jsonl.zst"), &z).unwrap();
-    index(&packed);
+    let (packed, z) = one_zst_shard(t.path(), 2000);
     let manifest = std::fs::read(packed.join("index.json")).unwrap();
-    let read = |opts_dir: &str| {
-        let rd = RemoteDataset::open(
-            "d",
-            &packed.display().to_string(),
-            &cache_opts(&t.path().join(opts_dir)),
-        )
-        .unwrap();
-        let err = runtime::block_on(rd.dataset().shards()[0].read_run(0, 1))
-            .unwrap_err()
-            .to_string();
+    let read = |cache_dir: &str| {
+        let (rd, err) = first_read_error(&packed, &t.path().join(cache_dir));
         assert!(!rd.is_cached(0));
         assert_eq!(rd.cache_stats().failures, 1);
         err
