@@ -60,7 +60,23 @@ pub async fn download(
     entry: &ShardEntry,
     metrics: &CacheMetrics,
 ) -> Result<Bytes> {
-    fetch(backend, dataset, entry, metrics, false)
+    fetch(backend, dataset, entry, metrics, false, None)
+        .await
+        .map(|(bytes, _)| bytes)
+}
+
+/// As [`download`], for the shard cache: a compressed shard whose manifest
+/// entry does not give its decoded size is decoded up to `cap` bytes (what
+/// the cache's disk tier holds) and refused past it, naming the limit,
+/// rather than decoded whole and then found too large to cache.
+pub async fn download_capped(
+    backend: &Backend,
+    dataset: &str,
+    entry: &ShardEntry,
+    metrics: &CacheMetrics,
+    cap: u64,
+) -> Result<Bytes> {
+    fetch(backend, dataset, entry, metrics, false, Some(cap))
         .await
         .map(|(bytes, _)| bytes)
 }
@@ -73,23 +89,26 @@ pub async fn download_hashed(
     entry: &ShardEntry,
     metrics: &CacheMetrics,
 ) -> Result<(Bytes, String)> {
-    let (bytes, sha256) = fetch(backend, dataset, entry, metrics, true).await?;
+    let (bytes, sha256) = fetch(backend, dataset, entry, metrics, true, None).await?;
     Ok((bytes, sha256.unwrap_or_default()))
 }
 
 /// [`download`], hashing the stored bytes when `hash` is set or the entry
-/// has a checksum to check (the hash is returned in either case).
+/// has a checksum to check (the hash is returned in either case), and
+/// decoding at most `cap` bytes where the entry gives no decoded size.
 async fn fetch(
     backend: &Backend,
     dataset: &str,
     entry: &ShardEntry,
     metrics: &CacheMetrics,
     hash: bool,
+    cap: Option<u64>,
 ) -> Result<(Bytes, Option<String>)> {
     let hash = hash || entry.sha256.is_some();
     let compression = Compression::from_path(&entry.path);
     if compression != Compression::None {
-        let out = download_compressed(backend, dataset, entry, metrics, compression, hash).await;
+        let out =
+            download_compressed(backend, dataset, entry, metrics, compression, hash, cap).await;
         if out.is_err() {
             metrics.failures.inc();
         }
@@ -236,6 +255,7 @@ async fn download_compressed(
     metrics: &CacheMetrics,
     compression: Compression,
     hash: bool,
+    cap: Option<u64>,
 ) -> Result<(Bytes, Option<String>)> {
     let started = Instant::now();
     let uri = backend.uri_of(&entry.path);
@@ -249,23 +269,25 @@ async fn download_compressed(
     verify(dataset, &uri, entry, len, sha256.as_deref())?;
     let decode_started = Instant::now();
     let (dataset, entry) = (dataset.to_owned(), entry.clone());
-    let out = off_io(move || decode(&dataset, &uri, &entry, compression, &raw)).await;
+    let out = off_io(move || decode(&dataset, &uri, &entry, compression, &raw, cap)).await;
     metrics.decode_time.record(decode_started.elapsed());
     out.map(|bytes| (bytes, sha256))
 }
 
 /// Decodes a downloaded, checked compressed shard into a temporary file,
 /// stopping past the decoded size its manifest entry gives (the entry is
-/// input too: a shard that decodes to more is refused, not decoded whole).
+/// input too: a shard that decodes to more is refused, not decoded whole),
+/// or, where it gives none, past `cap`.
 fn decode(
     dataset: &str,
     uri: &str,
     entry: &ShardEntry,
     compression: Compression,
     raw: &[u8],
+    cap: Option<u64>,
 ) -> Result<Bytes> {
     let want = entry.uncompressed_bytes;
-    let decoded = spill::decode(compression, raw, want).map_err(|e| match e {
+    let decoded = spill::decode(compression, raw, want.or(cap)).map_err(|e| match e {
         SpillError::Data(e) => shard_error(
             dataset,
             uri,
@@ -275,10 +297,15 @@ fn decode(
         SpillError::TooLarge(_) => shard_error(
             dataset,
             uri,
-            format!(
-                "decompressed size mismatch: expected {} bytes, got more",
-                want.unwrap_or_default()
-            ),
+            match want {
+                Some(n) => format!("decompressed size mismatch: expected {n} bytes, got more"),
+                None => format!(
+                    "decodes to more than {} bytes, what the shard cache holds \
+                     (cache.limit_bytes); raise the limit, or store the shard \
+                     uncompressed so that it is cached in blocks",
+                    cap.unwrap_or_default()
+                ),
+            },
         ),
     })?;
     if let Some(n) = want

@@ -5,7 +5,7 @@
 use crate::backend::{Backend, runtime};
 use crate::blocks::BlockFile;
 use crate::cache::ShardCache;
-use crate::download::{download, shard_error};
+use crate::download::{download, download_capped, shard_error};
 use crate::format::compression::Compression;
 use crate::format::jsonl::{LineIndex, parse_line, parse_run};
 use crate::manifest::{ShardEntry, decode_index};
@@ -191,8 +191,14 @@ impl CachedShard {
             match cache {
                 Some(c) => {
                     let m = metrics.clone();
+                    // What one entry may take: the disk tier less its
+                    // header page (0: no disk tier, nothing to keep to).
+                    let cap = c.disk_capacity().saturating_sub(4096);
                     c.get_or_download(&key, &context, move || async move {
-                        download(&backend, &dataset, &entry, &m).await
+                        match cap {
+                            0 => download(&backend, &dataset, &entry, &m).await,
+                            cap => download_capped(&backend, &dataset, &entry, &m, cap).await,
+                        }
                     })
                     .await
                 }

@@ -202,6 +202,50 @@ fn a_compressed_shard_larger_than_its_manifest_says_is_refused() {
     );
 }
 
+/// A compressed shard whose manifest does not give its decoded size, and
+/// which decodes to more than the cache holds, is refused by name once
+/// its decode passes the limit; the disk tier stays on for the others.
+#[test]
+fn a_compressed_shard_decoding_past_the_cache_is_refused_by_name() {
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    // 2 MB of one line repeated: a few KB compressed.
+    let big = "{\"text\":\"the same line again and again\"}\n".repeat(50_000);
+    let small = "{\"text\":\"short\"}\n".repeat(10);
+    for (name, text) in [("a.jsonl.zst", &big), ("b.jsonl.zst", &small)] {
+        std::fs::write(
+            data.join(name),
+            zstd::encode_all(text.as_bytes(), 19).unwrap(),
+        )
+        .unwrap();
+    }
+    index(&data);
+    let mut m: zephon_storage::Manifest =
+        serde_json::from_slice(&std::fs::read(data.join("index.json")).unwrap()).unwrap();
+    for e in &mut m.shards {
+        e.uncompressed_bytes = None;
+    }
+    std::fs::write(data.join("index.json"), m.to_json()).unwrap();
+    let mut opts = cache_opts(t.path());
+    opts.cache.limit_bytes = 1 << 20;
+    opts.cache.memory_bytes = 1 << 20;
+    opts.cache.block_bytes = 64 << 10;
+    let rd = RemoteDataset::open("d", &data.display().to_string(), &opts).unwrap();
+    let err = runtime::block_on(rd.dataset().shards()[0].read_run(0, 1))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("a.jsonl.zst") && err.contains("cache.limit_bytes"),
+        "{err}"
+    );
+    assert!(!rd.is_cached(0));
+    let r = runtime::block_on(rd.dataset().shards()[1].read_run(0, 1)).unwrap();
+    assert_eq!(r[0].text("text"), Some("short"));
+    assert!(rd.is_cached(1));
+    assert!(!rd.cache_stats().disk_degraded);
+}
+
 #[test]
 fn size_disagreeing_with_manifest_is_an_error_and_nothing_is_cached() {
     let t = tempfile::tempdir().unwrap();
