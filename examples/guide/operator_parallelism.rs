@@ -30,7 +30,7 @@ fn run(parallelism: usize) -> Result<(f64, Vec<u64>), zephon_core::Error> {
     let digests = ws
         .stream()
         .fetch(parallelism)
-        .map_par(heavy, parallelism) // up to `parallelism` micro-batches in flight
+        .map_par(heavy, parallelism) // up to `parallelism` micro-batches at work at once
         .batch(16)
         .into_blocking_iter(Runner::threads())?
         .map(|b| b.map(|b| b.digest()))

@@ -52,9 +52,9 @@ pub trait PipelineExt: Stream + Sized {
         Fetch::new(self, catalog, parallelism)
     }
 
-    /// Applies a CPU-heavy `f` with up to `k` micro-batches in flight (1 to
-    /// 4096; otherwise the first item is an error naming it); output order
-    /// equals input order. See [`MapPar`].
+    /// Applies a CPU-heavy `f` with up to `k` micro-batches at work at once
+    /// (1 to 4096; otherwise the first item is an error naming it) and as
+    /// many queued; output order equals input order. See [`MapPar`].
     fn map_par<T, U, F>(self, f: F, k: usize) -> MapPar<Self, T, U>
     where
         Self: Stream<Item = Result<T>>,
