@@ -1,10 +1,10 @@
 //! `map_par`: a CPU-heavy closure over each element, `k` micro-batches at
-//! work at once and as many queued behind them (see `lanes`).
+//! work at once and as many queued behind them (an [`OffloadGroup`]).
 
-use super::lanes::{Lanes, Owner};
 use crate::error::{Error, Result};
 use crate::obs::{Explain, Probe, StageDescription};
 use crate::ops::micro_batch::take_ready;
+use crate::runner::{OffloadGroup, in_flight_per_worker, offload};
 use crate::settings::{MICRO_BATCH, PARALLELISM};
 use futures::future::BoxFuture;
 use futures::stream::{FuturesOrdered, FuturesUnordered};
@@ -20,12 +20,7 @@ use std::task::{Context, Poll};
 /// thread is negligible, small enough to keep `k` workers busy.
 pub const DEFAULT_MICRO_BATCH: usize = 64;
 
-type Chunk<U> = BoxFuture<'static, super::lanes::Outcome<U>>;
-
-/// Micro-batches in flight for each of the `k` at work: one running and
-/// one queued behind it, so a lane that finishes one goes on to the next
-/// without waiting for the operator's task.
-const QUEUED: usize = 2;
+type Chunk<U> = BoxFuture<'static, Result<Vec<Result<U>>>>;
 
 enum InFlight<U> {
     Ordered(FuturesOrdered<Chunk<U>>),
@@ -55,7 +50,8 @@ impl<U> InFlight<U> {
 
 /// Applies `f` to every element with up to `k` micro-batches at work at
 /// once on worker threads (in place under the inline runner), and as many
-/// more queued behind them: a worker that finishes one goes on to the next
+/// more queued behind them under the threads runner: a worker that
+/// finishes one goes on to the next
 /// without waiting for this operator's task to be polled. Output order equals
 /// input order unless [`MapPar::unordered`] opts out. Errors in the input pass
 /// through in place; an error returned by `f` becomes that element's item.
@@ -76,15 +72,16 @@ impl<U> InFlight<U> {
 pub struct MapPar<S, T, U> {
     #[pin]
     inner: S,
-    lanes: Owner<T, U>,
-    /// Lanes started and not yet finished (each an offloaded closure).
-    running: FuturesUnordered<BoxFuture<'static, Result<()>>>,
+    f: Arc<dyn Fn(T) -> Result<U> + Send + Sync>,
     k: usize,
     micro: usize,
     pending: Vec<Result<T>>,
-    /// The results of the micro-batches queued or at work, in the order
-    /// they are awaited.
     in_flight: InFlight<U>,
+    /// Where the micro-batches run: at most `k` at once.
+    group: OffloadGroup,
+    /// Micro-batches in flight for each of the `k` at work, set when first
+    /// polled ([`in_flight_per_worker`]).
+    queued: usize,
     ready: VecDeque<Result<U>>,
     done: bool,
     /// A micro-batch was lost (its closure panicked): the stream ends after
@@ -114,12 +111,13 @@ impl<S, T, U> MapPar<S, T, U> {
         MapPar {
             invalid: PARALLELISM.check_usize("map_par.parallelism", k).err(),
             inner,
-            lanes: Owner(Arc::new(Lanes::new(Arc::new(f)))),
-            running: FuturesUnordered::new(),
+            f: Arc::new(f),
             k: k.clamp(1, PARALLELISM.max as usize),
             micro: DEFAULT_MICRO_BATCH,
             pending: Vec::new(),
             in_flight: InFlight::Ordered(FuturesOrdered::new()),
+            group: OffloadGroup::new(k.clamp(1, PARALLELISM.max as usize)),
+            queued: 0,
             ready: VecDeque::new(),
             done: false,
             failed: false,
@@ -202,17 +200,20 @@ where
             *this.done = true;
             return Poll::Ready(Some(Err(e)));
         }
+        if *this.queued == 0 {
+            *this.queued = in_flight_per_worker();
+        }
         this.probe.attach(
             "map_par",
             *this.k,
-            Some((QUEUED * *this.k * *this.micro) as u64),
+            Some((*this.queued * *this.k * *this.micro) as u64),
         );
         loop {
             if let Some(r) = this.ready.pop_front() {
                 this.probe.output();
                 return Poll::Ready(Some(r));
             }
-            while this.in_flight.len() < QUEUED * *this.k && !*this.done {
+            while this.in_flight.len() < *this.queued * *this.k && !*this.done {
                 // Take what is ready now, up to one micro-batch; never wait
                 // to fill it.
                 let upstream_pending = take_ready(
@@ -230,11 +231,17 @@ where
                     break;
                 }
                 let items = std::mem::take(this.pending);
-                let (result, lane) = this.lanes.0.submit(items, this.probe.shared(), *this.k);
-                this.in_flight.push(result);
-                if let Some(lane) = lane {
-                    this.running.push(lane);
-                }
+                let f = this.f.clone();
+                let stats = this.probe.shared();
+                this.in_flight.push(offload("map_par", move || {
+                    let t = stats.as_ref().map(|_| std::time::Instant::now());
+                    let n = items.len() as u64;
+                    let out = items.into_iter().map(|x| x.and_then(|x| f(x))).collect();
+                    if let (Some(s), Some(t)) = (&stats, t) {
+                        s.busy.record_many(t.elapsed().as_nanos() as u64, n);
+                    }
+                    out
+                }));
                 if let Some(s) = this.probe.stats() {
                     s.max_queue.observe(this.in_flight.len() as u64);
                 }
@@ -242,22 +249,13 @@ where
                     break;
                 }
             }
-            // Lanes start when first polled, and report only a failure
-            // to run at all (outside a runtime); a panic comes back as
-            // its micro-batch's result.
-            while let Poll::Ready(Some(started)) = this.running.poll_next_unpin(cx) {
-                if let Err(e) = started {
-                    *this.failed = true;
-                    this.lanes.0.close();
-                    return Poll::Ready(Some(Err(e)));
-                }
-            }
-            match this.in_flight.poll_next(cx) {
+            // Offloads are placed when first polled: here, in the group.
+            let in_flight = &mut *this.in_flight;
+            match this.group.enter(|| in_flight.poll_next(cx)) {
                 Poll::Ready(Some(Ok(out))) => this.ready.extend(out),
                 Poll::Ready(Some(Err(e))) => {
                     // A whole micro-batch is gone with the panic.
                     *this.failed = true;
-                    this.lanes.0.close();
                     return Poll::Ready(Some(Err(e)));
                 }
                 Poll::Ready(None) => {
@@ -294,7 +292,7 @@ impl<S: Explain, T, U> Explain for MapPar<S, T, U> {
         out.push(StageDescription::new(
             "map_par",
             self.k,
-            Some((QUEUED * self.k * self.micro) as u64),
+            Some((self.queued.max(1) * self.k * self.micro) as u64),
             crate::settings::explain_detail(
                 self.invalid.as_ref(),
                 format!("micro-batches of {}, {order}", self.micro),

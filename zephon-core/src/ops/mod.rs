@@ -4,7 +4,6 @@ pub mod batch;
 pub mod fetch;
 pub mod filter;
 pub mod lane_mux;
-mod lanes;
 pub mod map_par;
 pub mod micro_batch;
 pub mod prefetch_batches;

@@ -7,9 +7,11 @@ use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
 mod blocking;
+mod group;
 mod handoff;
 mod pool;
 pub use blocking::BlockingIter;
+pub use group::{OffloadGroup, in_flight_per_worker};
 use pool::CpuPool;
 
 /// How a pipeline is executed. A performance knob only: every runner gives

@@ -83,9 +83,20 @@ where
         // spawned job.
         let _ = tx.send(std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)));
     };
-    match CURRENT.with(|c| c.borrow().clone()) {
-        Some(pool) => pool.spawn(job),
-        None => rayon_core::spawn(job),
+    let pool = CURRENT.with(|c| c.borrow().clone());
+    let spawn = move |work: Box<dyn FnOnce() + Send>| match &pool {
+        Some(pool) => pool.spawn(work),
+        None => rayon_core::spawn(work),
+    };
+    match super::group::current() {
+        // The job waits in its operator's queue; a lane starts when fewer
+        // than the group's limit run (see `group`).
+        Some(group) => {
+            if group.queue(Box::new(job)) {
+                spawn(Box::new(move || group.lane()));
+            }
+        }
+        None => spawn(Box::new(job)),
     }
     match rx.await {
         Ok(Ok(r)) => Ok(r),

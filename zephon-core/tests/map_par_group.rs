@@ -1,6 +1,6 @@
-//! `map_par`'s lanes: at most `k` micro-batches at work at once whatever
-//! the pool's size, the output in input order, and a dropped stream stops
-//! taking micro-batches.
+//! `map_par`'s offload group: at most `k` micro-batches at work at once
+//! whatever the pool's size while as many more wait queued, the output in
+//! input order, and a dropped stream stops taking micro-batches.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -47,7 +47,7 @@ fn at_most_k_micro_batches_run_at_once_and_the_order_holds() {
 }
 
 #[test]
-fn a_dropped_stream_stops_its_lanes() {
+fn a_dropped_stream_stops_taking_micro_batches() {
     let calls = Arc::new(AtomicUsize::new(0));
     let c = calls.clone();
     let mut it = futures::stream::iter((0..100_000u64).map(Ok::<u64, Error>))
@@ -69,7 +69,7 @@ fn a_dropped_stream_stops_its_lanes() {
     std::thread::sleep(Duration::from_millis(50));
     let after = calls.load(Ordering::SeqCst);
     std::thread::sleep(Duration::from_millis(100));
-    // Nothing more was taken once the lanes saw the operator gone; what
+    // Nothing more was taken once the operator was gone; what
     // ran was the 20 taken, the micro-batches in flight then (2 at work,
     // 2 queued, of 8), and at most a hand-off chunk (128) the pipeline's
     // task had made ahead of the consumer (48 here).

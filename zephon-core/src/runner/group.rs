@@ -1,0 +1,161 @@
+//! Offload groups: an operator's CPU work run by at most `k` lanes that
+//! take its queued micro-batches one after another.
+//!
+//! An operator that keeps `k` micro-batches in flight, each offloaded on
+//! its own, leaves a worker idle after each one until the operator's task
+//! has been woken, polled and has handed out the next: on a loaded 2-core
+//! machine that round trip was a large share of a parse-sized micro-batch
+//! or a read window, and `map_par` and `fetch` showed as busy about half
+//! their capacity. An operator with a group keeps `2k` in flight instead
+//! and polls them inside [`OffloadGroup::enter`]: what they offload waits
+//! in the group's queue, and each of at most `k` lanes (one job on the
+//! runner's CPU pool) runs queued jobs until none is left. Each job's
+//! result goes back through its own channel, awaited in the operator's
+//! order, so the output is what it was; no more than `k` of the group's
+//! jobs run at once, as the operator's parallelism says.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+/// Work in flight an operator with a group keeps for each of its `k` at
+/// work: one at work and one queued behind it where offloads go to worker
+/// threads (a multi-thread runtime); one where they run in place (the
+/// inline runner), which a queue would only fill with finished work.
+///
+/// ```
+/// let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+/// assert_eq!(rt.block_on(async { zephon_core::runner::in_flight_per_worker() }), 1);
+/// let rt = tokio::runtime::Builder::new_multi_thread().build().unwrap();
+/// assert_eq!(rt.block_on(async { zephon_core::runner::in_flight_per_worker() }), 2);
+/// ```
+pub fn in_flight_per_worker() -> usize {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => 2,
+        _ => 1,
+    }
+}
+
+/// An offloaded closure, its result sent back by itself.
+pub(super) type Job = Box<dyn FnOnce() + Send>;
+
+struct State {
+    queue: VecDeque<Job>,
+    /// Lanes started and not yet finished.
+    running: usize,
+}
+
+/// The queue and lane count of one operator.
+pub(super) struct Group {
+    state: Mutex<State>,
+    limit: usize,
+}
+
+thread_local! {
+    /// The group of the operator polling on this thread, if any.
+    static CURRENT: RefCell<Option<Arc<Group>>> = const { RefCell::new(None) };
+}
+
+/// An operator's offload group: at most `limit` of the jobs offloaded
+/// while it is entered run at once, each lane going on to the next queued
+/// one. Outside the threads runner (in place under the inline runner, or
+/// on a runtime built elsewhere) it changes nothing.
+///
+/// ```
+/// use zephon_core::runner::{OffloadGroup, offload};
+/// let rt = tokio::runtime::Builder::new_multi_thread().build().unwrap();
+/// let group = OffloadGroup::new(2);
+/// let jobs: Vec<_> = (0..8u32).map(|i| offload("doc", move || i * i)).collect();
+/// // Offloads are placed when first polled: poll them inside the group.
+/// let out = rt.block_on(group.enter_future(futures::future::try_join_all(jobs))).unwrap();
+/// assert_eq!(out, [0, 1, 4, 9, 16, 25, 36, 49]);
+/// ```
+#[derive(Clone)]
+pub struct OffloadGroup(Arc<Group>);
+
+impl std::fmt::Debug for OffloadGroup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OffloadGroup")
+            .field("limit", &self.0.limit)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OffloadGroup {
+    /// A group running at most `limit` (at least one) of its jobs at once.
+    pub fn new(limit: usize) -> Self {
+        OffloadGroup(Arc::new(Group {
+            state: Mutex::new(State {
+                queue: VecDeque::new(),
+                running: 0,
+            }),
+            limit: limit.max(1),
+        }))
+    }
+
+    /// Runs `f` with this group as the calling thread's: what
+    /// [`offload`](super::offload) places while it runs (the offloads first
+    /// polled in it) joins the group.
+    pub fn enter<R>(&self, f: impl FnOnce() -> R) -> R {
+        /// Puts back the thread's previous group, even if `f` unwinds.
+        struct Restore(Option<Arc<Group>>);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                CURRENT.with(|c| *c.borrow_mut() = self.0.take());
+            }
+        }
+        let before = CURRENT.with(|c| c.borrow_mut().replace(self.0.clone()));
+        let _restore = Restore(before);
+        f()
+    }
+
+    /// `fut` with this group entered on every poll.
+    pub fn enter_future<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
+        let group = self.clone();
+        let mut fut = Box::pin(fut);
+        std::future::poll_fn(move |cx| group.enter(|| fut.as_mut().poll(cx)))
+    }
+}
+
+/// The group entered on this thread, if any.
+pub(super) fn current() -> Option<Arc<Group>> {
+    CURRENT.with(|c| c.borrow().clone())
+}
+
+impl Group {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        // Jobs run outside the lock, and catch their own panics.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues `job`; returns whether a new lane must start (fewer than the
+    /// limit run).
+    pub(super) fn queue(&self, job: Job) -> bool {
+        let mut s = self.state();
+        s.queue.push_back(job);
+        let start = s.running < self.limit;
+        if start {
+            s.running += 1;
+        }
+        start
+    }
+
+    /// One lane: runs queued jobs, oldest first, until none is left. The
+    /// count of lanes drops under the same lock that found the queue
+    /// empty, so a job queued after it always finds a lane or starts one.
+    pub(super) fn lane(&self) {
+        loop {
+            let job = {
+                let mut s = self.state();
+                match s.queue.pop_front() {
+                    Some(job) => job,
+                    None => {
+                        s.running -= 1;
+                        return;
+                    }
+                }
+            };
+            job();
+        }
+    }
+}
