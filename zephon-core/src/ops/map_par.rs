@@ -51,9 +51,9 @@ impl<U> InFlight<U> {
 /// Applies `f` to every element with up to `k` micro-batches at work at
 /// once on worker threads (in place under the inline runner), and as many
 /// more queued behind them under the threads runner: a worker that
-/// finishes one goes on to the next
-/// without waiting for this operator's task to be polled. Output order equals
-/// input order unless [`MapPar::unordered`] opts out. Errors in the input pass
+/// finishes one goes on to the next without waiting for this operator's
+/// task to be polled. Output order equals input order unless
+/// [`MapPar::unordered`] opts out. Errors in the input pass
 /// through in place; an error returned by `f` becomes that element's item.
 /// A panic in `f` is an [`Error::Panic`] naming
 /// `map_par`, under every runner, and the stream ends after it.

@@ -68,6 +68,14 @@ pub(crate) fn lent<R>(pool: &mut Option<CpuPool>, f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// Runs `f` on `pool`, or on rayon's global pool without one.
+fn spawn_on(pool: Option<&CpuPool>, f: impl FnOnce() + Send + 'static) {
+    match pool {
+        Some(pool) => pool.spawn(f),
+        None => rayon_core::spawn(f),
+    }
+}
+
 /// Runs `f` on the calling thread's pool, or on rayon's global pool (one
 /// thread per core) on a thread of a runtime this crate did not build, and
 /// waits for it without blocking the async worker. A panic in `f` comes
@@ -84,19 +92,15 @@ where
         let _ = tx.send(std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)));
     };
     let pool = CURRENT.with(|c| c.borrow().clone());
-    let spawn = move |work: Box<dyn FnOnce() + Send>| match &pool {
-        Some(pool) => pool.spawn(work),
-        None => rayon_core::spawn(work),
-    };
     match super::group::current() {
         // The job waits in its operator's queue; a lane starts when fewer
         // than the group's limit run (see `group`).
         Some(group) => {
             if group.queue(Box::new(job)) {
-                spawn(Box::new(move || group.lane()));
+                spawn_on(pool.as_ref(), move || group.lane());
             }
         }
-        None => spawn(Box::new(job)),
+        None => spawn_on(pool.as_ref(), job),
     }
     match rx.await {
         Ok(Ok(r)) => Ok(r),
