@@ -60,23 +60,22 @@ pub async fn download(
     entry: &ShardEntry,
     metrics: &CacheMetrics,
 ) -> Result<Bytes> {
-    fetch(backend, dataset, entry, metrics, false, None)
-        .await
-        .map(|(bytes, _)| bytes)
+    download_capped(backend, dataset, entry, metrics, None).await
 }
 
 /// As [`download`], for the shard cache: a compressed shard whose manifest
 /// entry does not give its decoded size is decoded up to `cap` bytes (what
-/// the cache's disk tier holds) and refused past it, naming the limit,
-/// rather than decoded whole and then found too large to cache.
+/// the cache's disk tier holds, when it has one) and refused past it,
+/// naming the limit, rather than decoded whole and then found too large to
+/// cache.
 pub async fn download_capped(
     backend: &Backend,
     dataset: &str,
     entry: &ShardEntry,
     metrics: &CacheMetrics,
-    cap: u64,
+    cap: Option<u64>,
 ) -> Result<Bytes> {
-    fetch(backend, dataset, entry, metrics, false, Some(cap))
+    fetch(backend, dataset, entry, metrics, false, cap)
         .await
         .map(|(bytes, _)| bytes)
 }

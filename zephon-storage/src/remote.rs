@@ -193,12 +193,9 @@ impl CachedShard {
                     let m = metrics.clone();
                     // What one entry may take: the disk tier less its
                     // header page (0: no disk tier, nothing to keep to).
-                    let cap = c.disk_capacity().saturating_sub(4096);
+                    let cap = Some(c.disk_capacity().saturating_sub(4096)).filter(|&n| n > 0);
                     c.get_or_download(&key, &context, move || async move {
-                        match cap {
-                            0 => download(&backend, &dataset, &entry, &m).await,
-                            cap => download_capped(&backend, &dataset, &entry, &m, cap).await,
-                        }
+                        download_capped(&backend, &dataset, &entry, &m, cap).await
                     })
                     .await
                 }

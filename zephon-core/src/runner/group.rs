@@ -14,7 +14,6 @@
 //! order, so the output is what it was; no more than `k` of the group's
 //! jobs run at once, as the operator's parallelism says.
 
-use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
@@ -51,9 +50,10 @@ pub(super) struct Group {
     limit: usize,
 }
 
-thread_local! {
-    /// The group of the operator polling on this thread, if any.
-    static CURRENT: RefCell<Option<Arc<Group>>> = const { RefCell::new(None) };
+tokio::task_local! {
+    /// The group of the operator polling on this thread, if any (set for
+    /// the length of a call, like the pipeline context).
+    static CURRENT: Arc<Group>;
 }
 
 /// An operator's offload group: at most `limit` of the jobs offloaded
@@ -97,29 +97,18 @@ impl OffloadGroup {
     /// [`offload`](super::offload) places while it runs (the offloads first
     /// polled in it) joins the group.
     pub fn enter<R>(&self, f: impl FnOnce() -> R) -> R {
-        /// Puts back the thread's previous group, even if `f` unwinds.
-        struct Restore(Option<Arc<Group>>);
-        impl Drop for Restore {
-            fn drop(&mut self) {
-                CURRENT.with(|c| *c.borrow_mut() = self.0.take());
-            }
-        }
-        let before = CURRENT.with(|c| c.borrow_mut().replace(self.0.clone()));
-        let _restore = Restore(before);
-        f()
+        CURRENT.sync_scope(self.0.clone(), f)
     }
 
     /// `fut` with this group entered on every poll.
-    pub fn enter_future<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
-        let group = self.clone();
-        let mut fut = Box::pin(fut);
-        std::future::poll_fn(move |cx| group.enter(|| fut.as_mut().poll(cx)))
+    pub fn enter_future<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> + use<F> {
+        CURRENT.scope(self.0.clone(), fut)
     }
 }
 
 /// The group entered on this thread, if any.
 pub(super) fn current() -> Option<Arc<Group>> {
-    CURRENT.with(|c| c.borrow().clone())
+    CURRENT.try_with(Arc::clone).ok()
 }
 
 impl Group {
