@@ -68,8 +68,44 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", chain_text(&e));
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+/// `e` and its causes, joined with ": ", each cause left out when the text
+/// before it already says it: the library's I/O errors name their cause in
+/// their own message, and `{:#}` printed it twice.
+fn chain_text(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let t = cause.to_string();
+        if !text.contains(&t) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&t);
+        }
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_cause_is_printed_once() {
+        let io = std::io::Error::other("disk full");
+        let e = anyhow::Error::new(zephon_core::Error::Io {
+            path: "/tmp".into(),
+            source: io,
+        })
+        .context("opening dataset `d`");
+        assert_eq!(
+            super::chain_text(&e),
+            "opening dataset `d`: I/O error on `/tmp`: disk full"
+        );
+        let plain = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(super::chain_text(&plain), "outer: inner");
     }
 }

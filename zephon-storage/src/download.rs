@@ -192,8 +192,9 @@ fn verify(
 /// mapped; or an error naming its URI and what failed (the store, or the
 /// temporary folder). With `limit`, the download stops once more than that
 /// many bytes came ([`Spilled::len`] then says more than `limit`), rather
-/// than fill the folder with what a store sends; with `hash`, the bytes
-/// are hashed (SHA-256) as they come.
+/// than fill the folder with what a store sends, and with or without it,
+/// before it would leave the folder's filesystem short ([`spill::Room`]);
+/// with `hash`, the bytes are hashed (SHA-256) as they come.
 pub(crate) async fn download_to_temp(
     backend: &Backend,
     dataset: &str,
@@ -215,7 +216,11 @@ pub(crate) async fn download_to_temp(
     let mut len = 0u64;
     // Writes go to the page cache, a chunk at a time as it comes.
     let mut out = std::io::BufWriter::with_capacity(1 << 20, &file);
+    // An object no manifest gives the size of (a Megatron `.idx`) is
+    // bounded by the folder's room alone.
+    let mut room = spill::Room::new();
     while let Some(chunk) = body.try_next().await.map_err(|e| store(&e))? {
+        let before = len;
         len += chunk.len() as u64;
         if limit.is_some_and(|l| len > l) {
             break;
@@ -223,6 +228,7 @@ pub(crate) async fn download_to_temp(
         if let Some(h) = &mut hasher {
             h.update(&chunk);
         }
+        room.check(before, chunk.len() as u64).map_err(disk)?;
         out.write_all(&chunk).map_err(disk)?;
     }
     out.flush().map_err(disk)?;

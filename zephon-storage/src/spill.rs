@@ -3,14 +3,89 @@
 //! page cache, which the kernel can write out and drop, not the process's
 //! own memory, and the file goes when the last map of it does. The folder
 //! must hold the decoded size; where it is a tmpfs, that is memory.
+//!
+//! What a shard decodes to is input: a small compressed file can decode to
+//! terabytes. Where no manifest or cache bounds it, a write into the folder
+//! still stops short of filling it ([`Room`]), so a hostile or broken shard
+//! fails with an error naming it, not after it took the last free byte from
+//! everything else on that filesystem.
 
 use crate::format::compression::Compression;
 use bytes::Bytes;
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
+use std::path::PathBuf;
 
 /// Bytes written to the temporary file at once.
 const WRITE_BUFFER: usize = 1 << 20;
+
+/// The most a write into the temporary folder leaves free for others: a
+/// twentieth of the filesystem, up to this.
+const RESERVE_MAX: u64 = 1 << 30;
+
+/// The most written between two looks at the folder's free space.
+const CHECK_EVERY: u64 = 64 << 20;
+
+/// Keeps writes into the temporary folder from filling it: before a write
+/// it may look at the filesystem's free space, and refuses a write that
+/// would leave less than the reserve (a twentieth of the filesystem, at
+/// most [`RESERVE_MAX`]). It looks again after at most half the space
+/// above the reserve was written (at most [`CHECK_EVERY`]), so writes
+/// between two looks cannot pass the reserve by themselves; a look costs
+/// one `statvfs` call.
+#[derive(Debug)]
+pub(crate) struct Room {
+    dir: PathBuf,
+    /// Bytes to leave free; `None`: a twentieth of the filesystem.
+    reserve: Option<u64>,
+    /// Bytes written so far at which to look again.
+    next_look: u64,
+}
+
+impl Room {
+    /// The guard of a write into the temporary folder (`TMPDIR`).
+    pub(crate) fn new() -> Self {
+        Room {
+            dir: std::env::temp_dir(),
+            reserve: None,
+            next_look: 0,
+        }
+    }
+
+    /// Before writing `more` bytes after `written`: an error of kind
+    /// `StorageFull` saying how much is free when they would leave less
+    /// than the reserve. A filesystem that cannot say its free space is
+    /// written to as before (a full one still fails the write).
+    pub(crate) fn check(&mut self, written: u64, more: u64) -> io::Result<()> {
+        let after = written.saturating_add(more);
+        if after < self.next_look {
+            return Ok(());
+        }
+        let Ok(stats) = fs4::statvfs(&self.dir) else {
+            self.next_look = after.saturating_add(CHECK_EVERY);
+            return Ok(());
+        };
+        let reserve = self
+            .reserve
+            .unwrap_or_else(|| (stats.total_space() / 20).min(RESERVE_MAX));
+        let spare = stats.available_space().saturating_sub(reserve);
+        if spare < more {
+            return Err(io::Error::new(
+                io::ErrorKind::StorageFull,
+                format!(
+                    "{} MiB free after {} MiB written, and {} MiB of the filesystem are left \
+                     to others: stopped; point TMPDIR at a folder with more room \
+                     (the README, \"Local data\")",
+                    stats.available_space() >> 20,
+                    written >> 20,
+                    reserve >> 20
+                ),
+            ));
+        }
+        self.next_look = after.saturating_add((spare / 2).clamp(1, CHECK_EVERY));
+        Ok(())
+    }
+}
 
 /// Why decoding into a temporary file failed.
 #[derive(Debug)]
@@ -61,12 +136,23 @@ pub(crate) fn decode(
     raw: &[u8],
     limit: Option<u64>,
 ) -> Result<Bytes, SpillError> {
+    decode_in(compression, raw, limit, Room::new())
+}
+
+/// As [`decode`], its writes kept within `room`.
+fn decode_in(
+    compression: Compression,
+    raw: &[u8],
+    limit: Option<u64>,
+    room: Room,
+) -> Result<Bytes, SpillError> {
     let file = file().map_err(SpillError::Disk)?;
     let mut out = Tracked {
         inner: BufWriter::with_capacity(WRITE_BUFFER, &file),
         failed: None,
         written: 0,
         limit,
+        room,
     };
     let decoded = futures::executor::block_on(compression.decode_into(raw, &mut out));
     if let Some(e) = out.failed.take() {
@@ -88,12 +174,14 @@ enum Stop {
 }
 
 /// A writer that keeps the first error it met, so a failed write (a full
-/// disk) or the limit is told from a failed decode, and counts what it took.
+/// disk, or one the folder's [`Room`] refused) or the limit is told from a
+/// failed decode, and counts what it took.
 struct Tracked<W> {
     inner: W,
     failed: Option<Stop>,
     written: u64,
     limit: Option<u64>,
+    room: Room,
 }
 
 impl<W> Tracked<W> {
@@ -112,6 +200,9 @@ impl<W: Write> Write for Tracked<W> {
             self.written = after;
             self.failed.get_or_insert(Stop::Limit);
             return Err(io::Error::other("decoded size limit"));
+        }
+        if let Err(e) = self.room.check(self.written, buf.len() as u64) {
+            return Err(self.kept(e));
         }
         let n = self.inner.write(buf).map_err(|e| self.kept(e))?;
         self.written += n as u64;
@@ -159,5 +250,58 @@ mod tests {
             decode(Compression::Zstd, &z[..z.len() / 2], None),
             Err(SpillError::Data(_))
         ));
+    }
+
+    /// A room leaving `reserve` bytes of the temporary folder's filesystem.
+    fn leaving(reserve: u64) -> Room {
+        Room {
+            reserve: Some(reserve),
+            ..Room::new()
+        }
+    }
+
+    fn available() -> u64 {
+        fs4::available_space(std::env::temp_dir()).unwrap()
+    }
+
+    #[test]
+    fn a_decode_stops_short_of_filling_the_temporary_folder() {
+        let data = vec![0u8; 64 << 20];
+        let z = zstd(&data);
+        // Room for 4 MiB more than the reserve: stopped after about that.
+        let room = leaving(available().saturating_sub(4 << 20));
+        match decode_in(Compression::Zstd, &z, None, room) {
+            Err(SpillError::Disk(e)) => {
+                assert_eq!(e.kind(), io::ErrorKind::StorageFull, "{e}");
+                let text = e.to_string();
+                assert!(
+                    text.contains("MiB free") && text.contains("TMPDIR"),
+                    "{text}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        // No room at all: refused before the first write.
+        let mut room = leaving(u64::MAX / 2);
+        assert_eq!(
+            room.check(0, 1).unwrap_err().kind(),
+            io::ErrorKind::StorageFull
+        );
+        // Room to spare: decoded whole, the folder looked at only a few
+        // times (every half of the spare room, at most every 64 MiB).
+        let got = decode_in(Compression::Zstd, &z, None, leaving(0)).unwrap();
+        assert_eq!(got.len(), data.len());
+    }
+
+    #[test]
+    fn looks_again_before_the_spare_room_could_be_written() {
+        let mut room = leaving(available().saturating_sub(10 << 20));
+        room.check(0, 1 << 20).unwrap();
+        // Half of the ~10 MiB spare, at most: the next look comes before
+        // the writes in between could use the rest.
+        assert!(room.next_look <= 6 << 20, "{}", room.next_look);
+        let mut roomy = leaving(0);
+        roomy.check(0, 1 << 20).unwrap();
+        assert_eq!(roomy.next_look, (1 << 20) + CHECK_EVERY);
     }
 }
