@@ -3,6 +3,7 @@
 
 use super::Runner;
 use super::handoff::{Driven, Helping, Next, ends_pipeline, poll_here};
+use super::idle::Lease;
 use crate::context::PipelineContext;
 use crate::error::Result;
 use crate::obs::{Observer, Tracking};
@@ -11,7 +12,8 @@ use std::pin::Pin;
 use std::time::Instant;
 
 /// A pipeline driven to completion from synchronous code, one item per
-/// `next()`. Owns its runtime.
+/// `next()`. Owns its runtime (under the threads runner, one kept from an
+/// earlier pipeline of the same worker count when one is idle).
 ///
 /// A panic anywhere in the pipeline, under either runner, is an
 /// [`Error::Panic`](crate::Error::Panic) (naming the operator where known), after which the
@@ -39,8 +41,9 @@ pub struct BlockingIter<T> {
     /// Puts a pipeline the caller polled back on a task (made where `T` is
     /// known to be `Send`).
     respawn: Respawn<T>,
-    // Dropped last, so tasks the pipeline spawned can wind down.
-    runtime: tokio::runtime::Runtime,
+    // Dropped last, so tasks the pipeline spawned can wind down; a threads
+    // runner's runtime left with none is kept for the next pipeline.
+    runtime: Lease,
     /// The runtime's CPU pool, lent to this thread while it polls the
     /// pipeline itself.
     pool: Option<super::CpuPool>,
@@ -133,7 +136,7 @@ impl<T> BlockingIter<T> {
                 })
             }
         });
-        let (runtime, pool) = runner.runtime_and_pool()?;
+        let (runtime, pool) = Lease::take(&runner)?;
         Ok(BlockingIter {
             source: Source::Idle(starter),
             observer: None,

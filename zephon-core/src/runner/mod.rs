@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 mod blocking;
 mod group;
 mod handoff;
+mod idle;
 mod pool;
 pub use blocking::BlockingIter;
 pub use group::{OffloadGroup, in_flight_per_worker};
