@@ -1,9 +1,10 @@
 //! What remote shards on S3 (moto_server on 127.0.0.1) keep out of the
 //! process's memory: a compressed shard is streamed into a temporary file
-//! and decoded into another, and a Megatron shard's `.idx` is kept in a
-//! temporary file, both mapped; opening them and reading from them leaves
-//! the process's anonymous memory (RssAnon) about where it was, however
-//! large they are. One test in this file, so no other test's allocations
+//! and decoded into another, a Megatron shard's `.idx` is kept in a
+//! temporary file, both mapped, and the blocks of an uncompressed shard
+//! are kept in the memory tier as their disk-tier files, mapped; opening
+//! them and reading from them leaves the process's anonymous memory
+//! (RssAnon) about where it was, however large they are. One test in this file, so no other test's allocations
 //! move the figure.
 
 mod common;
@@ -121,5 +122,43 @@ fn remote_shards_keep_their_bulk_out_of_memory() {
         "RssAnon grew by {} MiB reading a Megatron shard with a {} MiB .idx",
         grown >> 20,
         (20 * docs) >> 20
+    );
+
+    // A flat token file of 48 MiB: twelve 4 MiB blocks, all downloaded
+    // once into a memory tier that could hold them all.
+    let toks = t.path().join("tokens");
+    std::fs::create_dir_all(&toks).unwrap();
+    let seq = 2048u64;
+    let samples = (48u64 << 20) / (2 * seq);
+    let body: Vec<u8> = (0..samples * seq)
+        .flat_map(|i| ((i % 50_000) as u16).to_le_bytes())
+        .collect();
+    std::fs::write(toks.join("train.bin"), &body).unwrap();
+    drop(body);
+    let b = Backend::open("t", &toks.display().to_string(), &Default::default()).unwrap();
+    let format = zephon_storage::FormatOptions::default()
+        .seq_len(seq)
+        .dtype(zephon_storage::format::TokenDtype::U16);
+    runtime::block_on(zephon_storage::scan::build_index_with(&b, "t", &format)).unwrap();
+    moto.upload("tokens", "ds", &toks);
+    let before = rss_anon().unwrap();
+    let rd = RemoteDataset::open("t", "s3://tokens/ds", &opts).unwrap();
+    let shard = rd.dataset().shards()[0].clone();
+    assert_eq!(shard.len(), samples);
+    for at in (0..samples).step_by(64) {
+        let n = 64.min(samples - at);
+        let got = runtime::block_on(shard.read_run(at, n)).unwrap();
+        assert_eq!(
+            got[0].token_ids("tokens").unwrap().get(0),
+            Some(((at * seq) % 50_000) as u32)
+        );
+    }
+    let grown = rss_anon().unwrap().saturating_sub(before);
+    // The downloads are freed once each block is written and mapped; kept,
+    // they would add the file's 48 MiB.
+    assert!(
+        grown < 24 << 20,
+        "RssAnon grew by {} MiB reading a 48 MiB token file through the cache",
+        grown >> 20
     );
 }

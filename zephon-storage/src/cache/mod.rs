@@ -256,7 +256,19 @@ impl ShardCache {
         let bytes = download.await?;
         if let (Some(_), Some(disk)) = (&guard, self.live_disk()) {
             match disk.publish(key, &bytes).await {
-                Ok(n) => self.metrics.disk_evictions.add(n),
+                Ok(n) => {
+                    self.metrics.disk_evictions.add(n);
+                    // The memory tier keeps the entry as the file just
+                    // written, mapped (page cache: shared with every
+                    // process of the node that reads it, given back by the
+                    // kernel under pressure), rather than this process's own
+                    // copy of the download: a cold pass then held a
+                    // memory tier's worth of anonymous memory where a warm
+                    // one, reading the same entries from disk, held none.
+                    if let Some(mapped) = self.read_disk(key).await {
+                        return Ok(mapped);
+                    }
+                }
                 Err(e) => self.disk_error("writing a shard", &e),
             }
         }
