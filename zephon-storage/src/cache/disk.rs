@@ -35,7 +35,7 @@ pub(crate) fn on_disk(len: u64) -> u64 {
 
 /// Entries of at least this many bytes are read by mapping their file:
 /// below it a copy costs less than setting up and tearing down a map.
-const MAP_FROM: u64 = 1 << 20;
+pub(super) const MAP_FROM: u64 = 1 << 20;
 
 /// Held while a process evicts and publishes, so two processes cannot both
 /// count the same free room.

@@ -265,7 +265,11 @@ impl ShardCache {
                     // copy of the download: a cold pass then held a
                     // memory tier's worth of anonymous memory where a warm
                     // one, reading the same entries from disk, held none.
-                    if let Some(mapped) = self.read_disk(key).await {
+                    // (An entry under `disk::MAP_FROM` is read back into
+                    // memory anyway: it stays as it came.)
+                    if bytes.len() as u64 >= disk::MAP_FROM
+                        && let Some(mapped) = self.read_disk(key).await
+                    {
                         return Ok(mapped);
                     }
                 }
