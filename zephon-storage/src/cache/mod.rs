@@ -266,9 +266,11 @@ impl ShardCache {
                     // memory tier's worth of anonymous memory where a warm
                     // one, reading the same entries from disk, held none.
                     // (An entry under `disk::MAP_FROM` is read back into
-                    // memory anyway: it stays as it came.)
+                    // memory anyway: it stays as it came. One that does not
+                    // read back whole keeps the download, and a later read
+                    // drops the file.)
                     if bytes.len() as u64 >= disk::MAP_FROM
-                        && let Some(mapped) = self.read_disk(key).await
+                        && let Some(Ok(Lookup::Found(mapped))) = self.look_up(disk, key).await
                     {
                         return Ok(mapped);
                     }
@@ -279,17 +281,23 @@ impl ShardCache {
         Ok(bytes)
     }
 
+    /// `key`'s entry in `disk`, read and checked off the I/O threads (it is
+    /// blocking work), at most `disk_reads` at once.
+    async fn look_up(&self, disk: &DiskTier, key: &str) -> Option<std::io::Result<Lookup>> {
+        let _permit = self.disk_reads.acquire().await.ok()?;
+        let (d, k) = (disk.clone(), key.to_owned());
+        Some(
+            tokio::task::spawn_blocking(move || d.read(&k))
+                .await
+                .unwrap_or_else(|e| Err(std::io::Error::other(e))),
+        )
+    }
+
     /// The verified disk entry of `key`, if there is one; a damaged entry is
     /// removed (under its key lock) and reads as a miss.
     async fn read_disk(&self, key: &str) -> Option<Bytes> {
         let disk = self.live_disk()?;
-        let _permit = self.disk_reads.acquire().await.ok()?;
-        // Reading and hashing a shard is blocking work: off the I/O threads.
-        let (d, k) = (disk.clone(), key.to_owned());
-        let found = tokio::task::spawn_blocking(move || d.read(&k))
-            .await
-            .unwrap_or_else(|e| Err(std::io::Error::other(e)));
-        match found {
+        match self.look_up(disk, key).await? {
             Ok(Lookup::Found(b)) => Some(b),
             Ok(Lookup::Missing) => None,
             Ok(Lookup::Corrupt) => {
