@@ -41,4 +41,22 @@ fn a_runtime_is_kept_for_the_next_pipeline_unless_a_task_is_left() {
     assert_eq!(after.len(), 1);
     assert_ne!(after, first);
     assert_eq!(pool_threads(false), after);
+
+    // A pipeline dropped part way (its task aborted) leaves the runtime to
+    // the next one, which still delivers everything, in order.
+    for _ in 0..20 {
+        let mut it = futures::stream::iter((0..10_000u32).map(Ok::<u32, Error>))
+            .map_par(|x| Ok(x + 1), 1)
+            .into_blocking_iter(Runner::Threads { workers: 1 })
+            .unwrap();
+        assert_eq!(it.next().unwrap().unwrap(), 1);
+        drop(it);
+        let all: Vec<u32> = futures::stream::iter((0..1_000u32).map(Ok::<u32, Error>))
+            .map_par(|x| Ok(x * 2), 1)
+            .into_blocking_iter(Runner::Threads { workers: 1 })
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(all, (0..1_000u32).map(|x| x * 2).collect::<Vec<_>>());
+    }
 }
