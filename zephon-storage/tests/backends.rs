@@ -121,10 +121,15 @@ fn build_index_records_a_compressed_shards_stored_checksum() {
 /// first shard's first read gives.
 fn first_read_error(dir: &std::path::Path, cache: &std::path::Path) -> (RemoteDataset, String) {
     let rd = RemoteDataset::open("d", &dir.display().to_string(), &cache_opts(cache)).unwrap();
-    let err = runtime::block_on(rd.dataset().shards()[0].read_run(0, 1))
-        .unwrap_err()
-        .to_string();
+    let err = read_error(&rd, 0);
     (rd, err)
+}
+
+/// The error reading the first sample of shard `shard` fails with.
+fn read_error(rd: &RemoteDataset, shard: usize) -> String {
+    runtime::block_on(rd.dataset().shards()[shard].read_run(0, 1))
+        .unwrap_err()
+        .to_string()
 }
 
 /// One JSONL shard of `lines` lines, zstd-compressed as `000.jsonl.zst`
@@ -232,9 +237,7 @@ fn a_compressed_shard_decoding_past_the_cache_is_refused_by_name() {
     opts.cache.memory_bytes = 1 << 20;
     opts.cache.block_bytes = 64 << 10;
     let rd = RemoteDataset::open("d", &data.display().to_string(), &opts).unwrap();
-    let err = runtime::block_on(rd.dataset().shards()[0].read_run(0, 1))
-        .unwrap_err()
-        .to_string();
+    let err = read_error(&rd, 0);
     assert!(
         err.contains("a.jsonl.zst") && err.contains("cache.limit_bytes"),
         "{err}"
@@ -259,9 +262,7 @@ fn size_disagreeing_with_manifest_is_an_error_and_nothing_is_cached() {
         .write_all(b"{\"extra\":1}\n")
         .unwrap();
     let rd = RemoteDataset::open("d", &data.display().to_string(), &cache_opts(t.path())).unwrap();
-    let err = runtime::block_on(rd.dataset().shards()[1].read_run(0, 1))
-        .unwrap_err()
-        .to_string();
+    let err = read_error(&rd, 1);
     assert!(
         err.contains("001.jsonl") && err.contains("size mismatch"),
         "{err}"

@@ -12,7 +12,7 @@
 //! runs a task the pipeline spawned is shut down as before, so nothing of
 //! one pipeline runs on in the next one's runtime.
 
-use super::{CpuPool, Runner, num_cpus};
+use super::{CpuPool, Runner};
 use crate::error::Result;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -48,11 +48,7 @@ impl Lease {
     /// A runtime for `runner`, and its CPU pool (none for the inline
     /// runner).
     pub(super) fn take(runner: &Runner) -> Result<(Lease, Option<CpuPool>)> {
-        let workers = match *runner {
-            Runner::Inline => None,
-            Runner::Threads { workers: 0 } => Some(num_cpus()),
-            Runner::Threads { workers } => Some(workers),
-        };
+        let workers = runner.worker_count();
         runner.check()?;
         if let Some(n) = workers {
             let found = {
@@ -138,21 +134,13 @@ mod tests {
         drop(leases);
         assert!(Lease::idle() <= MOST_IDLE, "{}", Lease::idle());
         // One of them is taken again, not built anew: its pool is the same.
-        let kept: Vec<usize> = IDLE
+        let kept = IDLE
             .lock()
             .unwrap()
             .iter()
-            .map(|i| i.workers)
-            .filter(|w| (11..17).contains(w))
-            .collect();
-        if let Some(&w) = kept.first() {
-            let pool = IDLE
-                .lock()
-                .unwrap()
-                .iter()
-                .find(|i| i.workers == w)
-                .map(|i| i.pool.clone())
-                .unwrap();
+            .find(|i| (11..17).contains(&i.workers))
+            .map(|i| (i.workers, i.pool.clone()));
+        if let Some((w, pool)) = kept {
             let (_lease, again) = Lease::take(&Runner::Threads { workers: w }).unwrap();
             assert!(std::sync::Arc::ptr_eq(&pool, &again.unwrap()));
         }

@@ -59,6 +59,16 @@ impl Runner {
         Ok(())
     }
 
+    /// The threads runner's worker count, `0` read as one per core; `None`
+    /// for the inline runner.
+    pub(crate) fn worker_count(&self) -> Option<usize> {
+        match *self {
+            Runner::Inline => None,
+            Runner::Threads { workers: 0 } => Some(num_cpus()),
+            Runner::Threads { workers } => Some(workers),
+        }
+    }
+
     /// Builds the tokio runtime this runner drives pipelines with.
     pub fn runtime(&self) -> Result<tokio::runtime::Runtime> {
         self.runtime_and_pool().map(|(rt, _)| rt)
@@ -76,8 +86,8 @@ impl Runner {
                     .build(),
                 None,
             ),
-            Runner::Threads { workers } => {
-                let n = if workers == 0 { num_cpus() } else { workers };
+            Runner::Threads { .. } => {
+                let n = self.worker_count().unwrap_or(1);
                 let cpu = pool::build(n)?;
                 let theirs = cpu.clone();
                 (

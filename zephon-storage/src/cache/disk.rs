@@ -35,7 +35,7 @@ pub(crate) fn on_disk(len: u64) -> u64 {
 
 /// Entries of at least this many bytes are read by mapping their file:
 /// below it a copy costs less than setting up and tearing down a map.
-pub(super) const MAP_FROM: u64 = 1 << 20;
+const MAP_FROM: u64 = 1 << 20;
 
 /// Held while a process evicts and publishes, so two processes cannot both
 /// count the same free room.
@@ -53,6 +53,16 @@ pub(crate) enum Lookup {
 }
 
 /// The shared folder of published shard files.
+/// What [`DiskTier::publish`] did.
+#[derive(Debug)]
+pub(crate) struct Published {
+    /// Entries evicted to make room.
+    pub(crate) evicted: u64,
+    /// The body, mapped from the file written (entries of [`MAP_FROM`]
+    /// bytes or more).
+    pub(crate) mapped: Option<Bytes>,
+}
+
 #[derive(Clone, Debug)]
 pub(crate) struct DiskTier {
     dir: PathBuf,
@@ -102,14 +112,8 @@ impl DiskTier {
         let data = if len >= MAP_FROM {
             // Reading a block into a fresh buffer zeroes and copies every page
             // of it, which cost a warm pass as much as the pass itself; a
-            // map of the page cache costs neither. An entry's file is never
-            // written in place (it appears by rename, leaves by unlink, and a
-            // mapping keeps an unlinked file's pages), so the bytes checked
-            // below are the bytes served.
-            // SAFETY: see above; no process of this cache truncates or
-            // rewrites a published entry.
-            let map = unsafe { memmap2::MmapOptions::new().populate().map(&file)? };
-            Bytes::from_owner(map)
+            // map of the page cache costs neither.
+            map(&file)?
         } else {
             let mut v = Vec::with_capacity(len as usize);
             io::Read::read_to_end(&mut &file, &mut v)?;
@@ -135,9 +139,11 @@ impl DiskTier {
     }
 
     /// Publishes `bytes` as the entry of `key`, evicting the least recently
-    /// used entries first; returns how many were evicted. Call with the key
-    /// lock held. On error nothing is published and the temp file is gone.
-    pub(crate) async fn publish(&self, key: &str, bytes: &Bytes) -> io::Result<u64> {
+    /// used entries first; returns how many were evicted, and the body as
+    /// the file just written, mapped (an entry of [`MAP_FROM`] bytes or
+    /// more). Call with the key lock held. On error nothing is published
+    /// and the temp file is gone.
+    pub(crate) async fn publish(&self, key: &str, bytes: &Bytes) -> io::Result<Published> {
         let need = on_disk((HEADER + bytes.len()) as u64);
         if need > self.capacity {
             return Err(io::Error::other(format!(
@@ -154,7 +160,7 @@ impl DiskTier {
             .unwrap_or_else(|e| Err(io::Error::other(e)))
     }
 
-    fn publish_locked(&self, key: &str, bytes: &Bytes, need: u64) -> io::Result<u64> {
+    fn publish_locked(&self, key: &str, bytes: &Bytes, need: u64) -> io::Result<Published> {
         let evicted = self.make_room(need)?;
         let free = fs4::available_space(&self.dir)?;
         if free < need {
@@ -164,17 +170,26 @@ impl DiskTier {
             ));
         }
         let (temp, path) = (self.path(key, TEMP), self.path(key, SHARD));
-        let written = write_entry(&temp, bytes).and_then(|()| fs::rename(&temp, &path));
-        if let Err(e) = written {
-            let _ = fs::remove_file(&temp);
-            return Err(e);
-        }
+        let written = write_entry(&temp, bytes).and_then(|f| fs::rename(&temp, &path).map(|()| f));
+        let file = match written {
+            Ok(f) => f,
+            Err(e) => {
+                let _ = fs::remove_file(&temp);
+                return Err(e);
+            }
+        };
         // The rename is durable once the folder is synced; without it a
         // crash could lose the entry, never expose a partial one.
         if let Ok(d) = File::open(&self.dir) {
             let _ = d.sync_all();
         }
-        Ok(evicted)
+        // Mapped from the file just written and synced: a failed map only
+        // leaves the caller its own copy.
+        let mapped = ((HEADER + bytes.len()) as u64 >= MAP_FROM)
+            .then(|| map(&file).ok())
+            .flatten()
+            .map(|m| m.slice(HEADER..));
+        Ok(Published { evicted, mapped })
     }
 
     /// Deletes stale temp files and least recently used entries until
@@ -251,18 +266,32 @@ pub(crate) fn used_bytes(dir: &Path) -> io::Result<u64> {
     Ok(used)
 }
 
-/// Writes header and body to `temp` and syncs it to disk.
-fn write_entry(temp: &Path, bytes: &Bytes) -> io::Result<()> {
+/// Writes header and body to `temp` and syncs it to disk; returns the file,
+/// open for reading too.
+fn write_entry(temp: &Path, bytes: &Bytes) -> io::Result<File> {
     let mut f = OpenOptions::new()
         .create(true)
         .truncate(true)
+        .read(true)
         .write(true)
         .open(temp)?;
     f.write_all(MAGIC)?;
     f.write_all(&(bytes.len() as u64).to_le_bytes())?;
     f.write_all(&crc_fast::crc32_iscsi(bytes).to_le_bytes())?;
     f.write_all(bytes)?;
-    f.sync_all()
+    f.sync_all()?;
+    Ok(f)
+}
+
+/// An entry's file, mapped whole. An entry's file is never written in
+/// place once published (it appears by rename, leaves by unlink, and a
+/// mapping keeps an unlinked file's pages), so the bytes mapped stay the
+/// bytes that were checked or written.
+fn map(file: &File) -> io::Result<Bytes> {
+    // SAFETY: see above; no process of this cache truncates or rewrites a
+    // published entry.
+    let map = unsafe { memmap2::MmapOptions::new().populate().map(file)? };
+    Ok(Bytes::from_owner(map))
 }
 
 /// Where the body of a well-formed entry starts; `None` for a damaged one.
@@ -357,12 +386,12 @@ mod tests {
         let one = Bytes::from(vec![7u8; 1000]);
         let d = tier(t.path(), 3 * on_disk(HEADER as u64 + 1000));
         for k in ["a", "b", "c"] {
-            assert_eq!(d.publish(k, &one).await.unwrap(), 0);
+            assert_eq!(d.publish(k, &one).await.unwrap().evicted, 0);
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         // Reading `a` makes `b` the oldest.
         assert!(matches!(d.read("a").unwrap(), Lookup::Found(_)));
-        assert_eq!(d.publish("d", &one).await.unwrap(), 1);
+        assert_eq!(d.publish("d", &one).await.unwrap().evicted, 1);
         assert!(matches!(d.read("b").unwrap(), Lookup::Missing));
         for k in ["a", "c", "d"] {
             assert!(matches!(d.read(k).unwrap(), Lookup::Found(_)), "{k}");

@@ -256,8 +256,8 @@ impl ShardCache {
         let bytes = download.await?;
         if let (Some(_), Some(disk)) = (&guard, self.live_disk()) {
             match disk.publish(key, &bytes).await {
-                Ok(n) => {
-                    self.metrics.disk_evictions.add(n);
+                Ok(p) => {
+                    self.metrics.disk_evictions.add(p.evicted);
                     // The memory tier keeps the entry as the file just
                     // written, mapped (page cache: shared with every
                     // process of the node that reads it, given back by the
@@ -265,13 +265,7 @@ impl ShardCache {
                     // copy of the download: a cold pass then held a
                     // memory tier's worth of anonymous memory where a warm
                     // one, reading the same entries from disk, held none.
-                    // (An entry under `disk::MAP_FROM` is read back into
-                    // memory anyway: it stays as it came. One that does not
-                    // read back whole keeps the download, and a later read
-                    // drops the file.)
-                    if bytes.len() as u64 >= disk::MAP_FROM
-                        && let Some(Ok(Lookup::Found(mapped))) = self.look_up(disk, key).await
-                    {
+                    if let Some(mapped) = p.mapped {
                         return Ok(mapped);
                     }
                 }
@@ -281,23 +275,17 @@ impl ShardCache {
         Ok(bytes)
     }
 
-    /// `key`'s entry in `disk`, read and checked off the I/O threads (it is
-    /// blocking work), at most `disk_reads` at once.
-    async fn look_up(&self, disk: &DiskTier, key: &str) -> Option<std::io::Result<Lookup>> {
-        let _permit = self.disk_reads.acquire().await.ok()?;
-        let (d, k) = (disk.clone(), key.to_owned());
-        Some(
-            tokio::task::spawn_blocking(move || d.read(&k))
-                .await
-                .unwrap_or_else(|e| Err(std::io::Error::other(e))),
-        )
-    }
-
     /// The verified disk entry of `key`, if there is one; a damaged entry is
     /// removed (under its key lock) and reads as a miss.
     async fn read_disk(&self, key: &str) -> Option<Bytes> {
         let disk = self.live_disk()?;
-        match self.look_up(disk, key).await? {
+        let _permit = self.disk_reads.acquire().await.ok()?;
+        // Reading and hashing a shard is blocking work: off the I/O threads.
+        let (d, k) = (disk.clone(), key.to_owned());
+        let found = tokio::task::spawn_blocking(move || d.read(&k))
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+        match found {
             Ok(Lookup::Found(b)) => Some(b),
             Ok(Lookup::Missing) => None,
             Ok(Lookup::Corrupt) => {
