@@ -273,25 +273,26 @@ async fn download_compressed(
     metrics.bytes_downloaded.add(len.min(entry.bytes));
     verify(dataset, &uri, entry, len, sha256.as_deref())?;
     let decode_started = Instant::now();
-    let (dataset, entry) = (dataset.to_owned(), entry.clone());
-    let out = off_io(move || decode(&dataset, &uri, &entry, compression, &raw, cap)).await;
+    let (dataset, want) = (dataset.to_owned(), entry.uncompressed_bytes);
+    let out = off_io(move || decode(&dataset, &uri, compression, &raw, want, cap)).await;
     metrics.decode_time.record(decode_started.elapsed());
     out.map(|bytes| (bytes, sha256))
 }
 
-/// Decodes a downloaded, checked compressed shard into a temporary file,
-/// stopping past the decoded size its manifest entry gives (the entry is
-/// input too: a shard that decodes to more is refused, not decoded whole),
-/// or, where it gives none, past `cap`.
-fn decode(
+/// Decodes a compressed shard (downloaded and checked, or a local file's
+/// map) into a temporary file, stopping past `want`, the decoded size its
+/// manifest entry gives (the entry is input too: a shard that decodes to
+/// more is refused, not decoded whole), or, where it gives none, past
+/// `cap`, the shard cache's limit; a shard that decodes to less than
+/// `want` is refused too.
+pub(crate) fn decode(
     dataset: &str,
     uri: &str,
-    entry: &ShardEntry,
     compression: Compression,
     raw: &[u8],
+    want: Option<u64>,
     cap: Option<u64>,
 ) -> Result<Bytes> {
-    let want = entry.uncompressed_bytes;
     let decoded = spill::decode(compression, raw, want.or(cap)).map_err(|e| match e {
         SpillError::Data(e) => shard_error(
             dataset,
@@ -299,11 +300,14 @@ fn decode(
             format!("corrupt or truncated {compression:?} data: {e}"),
         ),
         SpillError::Disk(source) => spill::error("decoding", uri, source),
-        SpillError::TooLarge(_) => shard_error(
+        SpillError::TooLarge(written) => shard_error(
             dataset,
             uri,
             match want {
-                Some(n) => format!("decompressed size mismatch: expected {n} bytes, got more"),
+                Some(n) => format!(
+                    "decompressed size mismatch: expected {n} bytes, got more \
+                     (stopped after {written})"
+                ),
                 None => format!(
                     "decodes to more than {} bytes, what the shard cache holds \
                      (cache.limit_bytes); raise the limit, or store the shard \

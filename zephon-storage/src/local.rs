@@ -8,7 +8,6 @@ use crate::format::shard::map_file;
 use crate::format::{FormatOptions, FormatShard, FormatSpec, OPEN_THREADS, detect};
 use crate::manifest::{MANIFEST, Manifest, ManifestError};
 use crate::scan::list_local;
-use crate::spill::{self, SpillError};
 use bytes::Bytes;
 use futures::FutureExt;
 use futures::future::BoxFuture;
@@ -228,6 +227,9 @@ pub fn detect_local(
                     let n = std::fs::metadata(dir.join(&i)).map_or(0, |m| m.len());
                     (i, n)
                 }),
+                // Only a compressed shard is decoded: for any other the
+                // entry's decoded size is its stored size.
+                decoded_bytes: e.uncompressed_bytes,
                 path: e.path,
                 bytes: e.bytes,
             })
@@ -310,7 +312,7 @@ fn open_local_shard(
     let path = dir.join(&s.path);
     let compression = Compression::from_path(&s.path);
     Ok(if compression != Compression::None {
-        let data = decoded_to_disk(name, &path, compression)?;
+        let data = decoded_to_disk(name, &path, compression, s.decoded_bytes)?;
         Arc::new(FormatShard::from_bytes(
             name,
             format.clone(),
@@ -332,23 +334,21 @@ fn open_local_shard(
 }
 
 /// The compressed shard at `path`, decoded into an unnamed temporary file
-/// and mapped ([`crate::spill`]); the compressed file is read through a map
-/// too.
-fn decoded_to_disk(name: &str, path: &Path, compression: Compression) -> Result<Bytes> {
+/// and mapped ([`crate::spill`]), and checked against `want`, the decoded
+/// size a followed manifest gives; the compressed file is read through a
+/// map too.
+fn decoded_to_disk(
+    name: &str,
+    path: &Path,
+    compression: Compression,
+    want: Option<u64>,
+) -> Result<Bytes> {
     let shown = path.display().to_string();
     let raw = map_file(path).map_err(|source| Error::Io {
         path: shown.clone(),
         source,
     })?;
-    spill::decode(compression, &raw, None).map_err(|e| match e {
-        SpillError::Data(e) => shard_error(
-            name,
-            &shown,
-            format!("corrupt or truncated {compression:?} data: {e}"),
-        ),
-        SpillError::Disk(source) => spill::error("decoding", &shown, source),
-        SpillError::TooLarge(n) => shard_error(name, &shown, format!("decodes to over {n} bytes")),
-    })
+    crate::download::decode(name, &shown, compression, &raw, want, None)
 }
 
 /// The counts of a followed manifest (see [`detect_local`]) against what

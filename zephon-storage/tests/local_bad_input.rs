@@ -151,3 +151,43 @@ fn a_megatron_index_rewritten_after_open_is_an_error() {
         assert!(err.contains(what) && err.contains("c.bin"), "{err}");
     }
 }
+
+/// A local compressed shard of a followed manifest is held to the decoded
+/// size the manifest gives, as a remote one is: a manifest that says less
+/// stops the decode there (a bomb would say little), one that says more is
+/// refused once the shard ends short of it; both name the shard.
+#[test]
+fn a_local_compressed_shard_is_held_to_its_manifest_decoded_size() {
+    let dir = tempfile::tempdir().unwrap();
+    // 1,000 samples of 4 u16 tokens: 8,000 bytes decoded.
+    let tokens: Vec<u8> = (0..4000u16).flat_map(|t| t.to_le_bytes()).collect();
+    let z = zstd::encode_all(&tokens[..], 3).unwrap();
+    std::fs::write(dir.path().join("a.bin.zst"), &z).unwrap();
+    let manifest = |decoded: u64| {
+        let m = serde_json::json!({
+            "version": 1,
+            "format": {"kind": "tokens", "dtype": "u16", "seq_len": 4},
+            "shards": [{"path": "a.bin.zst", "samples": 1000, "bytes": z.len(),
+                        "uncompressed_bytes": decoded}],
+        });
+        std::fs::write(dir.path().join("index.json"), m.to_string()).unwrap();
+    };
+
+    manifest(8000);
+    let records = drain(Dataset::from_path("t", dir.path()).unwrap()).unwrap();
+    assert_eq!(records.len(), 1000);
+
+    manifest(2000);
+    let err = Dataset::from_path("t", dir.path()).unwrap_err().to_string();
+    assert!(
+        err.contains("a.bin.zst") && err.contains("expected 2000 bytes, got more"),
+        "{err}"
+    );
+
+    manifest(9000);
+    let err = Dataset::from_path("t", dir.path()).unwrap_err().to_string();
+    assert!(
+        err.contains("a.bin.zst") && err.contains("expected 9000 bytes, got 8000"),
+        "{err}"
+    );
+}

@@ -13,6 +13,10 @@ pub struct DetectedShard {
     pub bytes: u64,
     /// The sidecar (a Megatron `.idx`), with its size.
     pub sidecar: Option<(String, u64)>,
+    /// A compressed shard's decoded size, where a followed manifest gives
+    /// it (`uncompressed_bytes`): its decode stops past it and must reach
+    /// it. `None` for shards found by their names.
+    pub decoded_bytes: Option<u64>,
 }
 
 /// What [`detect`] found: one format and its shards, in path order.
@@ -92,6 +96,7 @@ pub fn detect(files: &[(String, u64)], opts: &FormatOptions) -> FormatResult<Det
             path: path.clone(),
             bytes: *bytes,
             sidecar,
+            decoded_bytes: None,
         };
         let kind = if is_shard_name(path) {
             Kind::Jsonl
