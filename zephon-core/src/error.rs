@@ -236,7 +236,12 @@ impl Error {
 }
 
 /// The text of a panic payload (`panic!` with a literal or a formatted message).
-pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+///
+/// ```
+/// let p = std::panic::catch_unwind(|| panic!("bad {}", 7)).unwrap_err();
+/// assert_eq!(zephon_core::error::panic_message(&*p), "bad 7");
+/// ```
+pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
     p.downcast_ref::<&str>()
         .map(|s| s.to_string())
         .or_else(|| p.downcast_ref::<String>().cloned())

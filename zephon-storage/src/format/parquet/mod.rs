@@ -100,8 +100,10 @@ impl ParquetIndex {
     /// Parses the footer of a shard (held in memory, or the spans of it
     /// fetched so far); `columns` (when given) must all exist.
     pub fn open<R: ChunkReader>(data: &R, columns: Option<&[String]>) -> FormatResult<Self> {
-        let meta = ArrowReaderMetadata::load(data, ArrowReaderOptions::default())
-            .map_err(|e| format!("not a readable Parquet file: {e}"))?;
+        let meta = guarded("its footer", || {
+            ArrowReaderMetadata::load(data, ArrowReaderOptions::default())
+                .map_err(|e| format!("not a readable Parquet file: {e}"))
+        })?;
         let projection = match columns {
             Some(cols) => {
                 let schema = meta.schema();
@@ -123,10 +125,20 @@ impl ParquetIndex {
             .as_ref()
             .map(|p| ProjectionMask::roots(meta.parquet_schema(), p.iter().copied()));
         let mut starts = vec![0u64];
-        for g in meta.metadata().row_groups() {
-            starts.push(starts.last().expect("non-empty") + g.num_rows() as u64);
+        for (i, g) in meta.metadata().row_groups().iter().enumerate() {
+            let last = *starts.last().expect("non-empty");
+            let end = u64::try_from(g.num_rows())
+                .ok()
+                .and_then(|n| last.checked_add(n))
+                .ok_or_else(|| {
+                    format!(
+                        "row group {i}: the footer gives {} rows, past any count",
+                        g.num_rows()
+                    )
+                })?;
+            starts.push(end);
         }
-        Ok(ParquetIndex {
+        let index = ParquetIndex {
             meta,
             mask,
             file_len: data.len(),
@@ -139,7 +151,14 @@ impl ParquetIndex {
             redecoded: Default::default(),
             warned: Default::default(),
             names: OnceLock::new(),
-        })
+        };
+        // Every group's column chunks lie within the file: the footer is
+        // input, and the Parquet reader panics on a chunk placed before
+        // the file's start.
+        for g in 0..index.row_groups() {
+            index.group_ranges(g)?;
+        }
+        Ok(index)
     }
 
     /// The same index keeping its decoded groups in `cache` (tests).
@@ -192,10 +211,12 @@ impl ParquetIndex {
         if let Some(mask) = &self.mask {
             builder = builder.with_projection(mask.clone());
         }
-        let reader = builder.build().map_err(|e| format!("row group {g}: {e}"))?;
-        let slices = reader
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| format!("row group {g}: {e}"))?;
+        let slices = guarded(&format!("row group {g}"), || {
+            let reader = builder.build().map_err(|e| format!("row group {g}: {e}"))?;
+            reader
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| format!("row group {g}: {e}"))
+        })?;
         let group = Arc::new(Group::new(slices));
         let rows = (self.starts[g + 1] - self.starts[g]) as usize;
         if group.rows() != rows {
@@ -251,6 +272,18 @@ impl ParquetIndex {
             fields.insert(name.clone(), v);
         }
     }
+}
+
+/// `f`, a call into the Parquet reader, with a panic of the reader's (it
+/// has some on malformed footers and pages) made an error about `what`:
+/// a damaged shard is an error naming it, not the end of the pipeline.
+fn guarded<T>(what: &str, f: impl FnOnce() -> FormatResult<T>) -> FormatResult<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| {
+        Err(format!(
+            "the Parquet reader failed on {what}: {}",
+            zephon_core::error::panic_message(&*p)
+        ))
+    })
 }
 
 /// Numbers the indexes, so each one's groups have keys of their own in

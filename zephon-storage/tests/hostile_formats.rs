@@ -1,0 +1,154 @@
+//! The binary formats whose parsers `hostile_inputs.rs` does not cover,
+//! fed mutated bytes: Megatron `.idx` sidecars (and `.bin` files cut
+//! short), Parquet files and flat token files. Each shard is opened as a
+//! local shard is and every sample read, whole and one at a time; each case
+//! must end in records or a clean error naming the shard, never a panic.
+//!
+//! Each test prints its row of the outcome table (`--nocapture` shows it).
+
+// The harness; its other inputs are `hostile_inputs.rs`'s.
+#[allow(dead_code)]
+mod hostile;
+
+use bytes::Bytes;
+use hostile::{Outcome, Tally, mutated};
+use proptest::prelude::*;
+use zephon_core::Shard;
+use zephon_storage::format::tokens::{TokenDtype, encode_megatron};
+use zephon_storage::format::{FormatShard, FormatSpec};
+
+/// Opens `data` as a shard of `spec` and reads every sample, whole and one
+/// at a time; an error must name the shard.
+fn judge(spec: FormatSpec, data: &[u8], sidecar: Option<&[u8]>) -> Outcome {
+    let shard = match FormatShard::from_bytes(
+        "d",
+        spec,
+        "s.shard",
+        Bytes::copy_from_slice(data),
+        sidecar.map(Bytes::copy_from_slice),
+    ) {
+        Ok(s) => s,
+        Err(e) => return named(&e.to_string()),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let n = shard.len();
+    match rt.block_on(shard.read_run(0, n)) {
+        Ok(all) if all.len() as u64 != n => {
+            return Outcome::Silent(format!("{} records of {n}", all.len()));
+        }
+        Ok(_) => {}
+        Err(e) => return named(&e.to_string()),
+    }
+    for i in 0..n {
+        if let Err(e) = rt.block_on(shard.read_run(i, 1)) {
+            return named(&e.to_string());
+        }
+    }
+    Outcome::Valid
+}
+
+fn named(message: &str) -> Outcome {
+    if message.contains("s.shard") {
+        Outcome::error(message)
+    } else {
+        Outcome::Silent(format!("the error does not name the shard: {message}"))
+    }
+}
+
+fn docs() -> impl Strategy<Value = Vec<Vec<u32>>> {
+    prop::collection::vec(prop::collection::vec(0u32..60_000, 0..12), 1..6)
+}
+
+#[test]
+fn megatron_index_and_bin() {
+    let mut tally = Tally::new("Megatron .idx / .bin");
+    let idx = docs().prop_map(|d| encode_megatron(&d, TokenDtype::U16).unwrap());
+    let pair = idx.prop_flat_map(|(bin, idx)| (Just(bin), mutated(Just(idx))));
+    tally.run(1500, pair, |(bin, idx)| {
+        judge(FormatSpec::Megatron, bin, Some(idx))
+    });
+    let cut = docs()
+        .prop_map(|d| encode_megatron(&d, TokenDtype::U32).unwrap())
+        .prop_flat_map(|(bin, idx)| {
+            let n = bin.len();
+            (Just(bin), Just(idx), 0..=n)
+        });
+    tally.run(500, cut, |(bin, idx, at)| {
+        match judge(FormatSpec::Megatron, &bin[..*at], Some(idx)) {
+            Outcome::Valid if *at < bin.len() => {
+                Outcome::Silent(format!("a .bin cut at {at} of {} was read", bin.len()))
+            }
+            o => o,
+        }
+    });
+    tally.finish();
+}
+
+#[test]
+fn flat_token_files() {
+    let mut tally = Tally::new("flat token files");
+    let file = prop::collection::vec(any::<u8>(), 0..200);
+    tally.run(
+        500,
+        (file, 1u64..9, any::<bool>()),
+        |(data, seq_len, wide)| {
+            let dtype = if *wide {
+                TokenDtype::U32
+            } else {
+                TokenDtype::U16
+            };
+            judge(
+                FormatSpec::Tokens {
+                    dtype,
+                    seq_len: *seq_len,
+                },
+                data,
+                None,
+            )
+        },
+    );
+    tally.finish();
+}
+
+#[cfg(feature = "parquet")]
+fn parquet_file(rows: &[(i64, String)], group: usize) -> Vec<u8> {
+    use std::sync::Arc;
+    use zephon_storage::format::parquet::arrow_array::{
+        ArrayRef, Int64Array, RecordBatch, StringArray,
+    };
+    use zephon_storage::format::parquet::parquet::arrow::ArrowWriter;
+    use zephon_storage::format::parquet::parquet::file::properties::WriterProperties;
+    let batch = RecordBatch::try_from_iter([
+        (
+            "id",
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0))) as ArrayRef,
+        ),
+        (
+            "text",
+            Arc::new(StringArray::from_iter_values(rows.iter().map(|r| &r.1))) as ArrayRef,
+        ),
+    ])
+    .unwrap();
+    let props = WriterProperties::builder()
+        .set_max_row_group_size(group)
+        .build();
+    let mut out = Vec::new();
+    let mut w = ArrowWriter::try_new(&mut out, batch.schema(), Some(props)).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    out
+}
+
+#[cfg(feature = "parquet")]
+#[test]
+fn parquet_files() {
+    let mut tally = Tally::new("Parquet files");
+    let rows = prop::collection::vec((any::<i64>(), "[a-z ]{0,12}"), 1..20);
+    let file = (rows, 1usize..8).prop_map(|(rows, group)| parquet_file(&rows, group));
+    tally.run(1500, mutated(file), |data| {
+        judge(FormatSpec::Parquet { columns: None }, data, None)
+    });
+    tally.finish();
+}
