@@ -206,6 +206,49 @@ mod tests {
         assert!(split(&Bytes::from_static(b"garbage"), "XYZ", &asked).is_err());
     }
 
+    proptest::proptest! {
+        /// A server's answer is input too: a body damaged anywhere (bytes
+        /// replaced, inserted, removed, the tail cut) is read or refused,
+        /// never a panic, and what is read is exactly the asked ranges.
+        #[test]
+        fn damaged_bodies_are_read_whole_or_refused(
+            lens in proptest::collection::vec(0usize..40, 1..5),
+            edits in proptest::collection::vec((0usize..4096, proptest::prelude::any::<u8>(), 0u8..4), 0..4),
+        ) {
+            let mut asked = Vec::new();
+            let mut at = 0u64;
+            for len in &lens {
+                asked.push((at, at + *len as u64));
+                at += *len as u64 + 7;
+            }
+            let ranges: Vec<String> = asked
+                .iter()
+                .map(|&(f, t)| format!("bytes {f}-{}/1000", t.max(f + 1) - 1))
+                .collect();
+            let data: Vec<Vec<u8>> = lens.iter().map(|&n| vec![b'x'; n]).collect();
+            let parts: Vec<(&str, &[u8])> =
+                ranges.iter().map(String::as_str).zip(data.iter().map(Vec::as_slice)).collect();
+            let mut b = body(&parts).to_vec();
+            for (i, byte, op) in edits {
+                let i = i % (b.len() + 1);
+                match op {
+                    0 if i < b.len() => b[i] = byte,
+                    1 => b.insert(i, byte),
+                    2 if i < b.len() => {
+                        b.remove(i);
+                    }
+                    _ => b.truncate(i),
+                }
+            }
+            if let Ok(got) = split(&Bytes::from(b), "XYZ", &asked) {
+                proptest::prop_assert_eq!(got.len(), asked.len());
+                for ((from, bytes), &(f, t)) in got.iter().zip(&asked) {
+                    proptest::prop_assert_eq!((*from, bytes.len() as u64), (f, t - f));
+                }
+            }
+        }
+    }
+
     #[test]
     fn boundaries_and_content_ranges() {
         assert_eq!(
