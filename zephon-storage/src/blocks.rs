@@ -14,7 +14,7 @@
 
 use crate::backend::{Backend, runtime};
 use crate::cache::ShardCache;
-use crate::download::{download, shard_error};
+use crate::download::{download, read_to_bytes, shard_error};
 use crate::format::jsonl::LineIndex;
 use crate::manifest::ShardEntry;
 use crate::metrics::CacheMetrics;
@@ -149,14 +149,9 @@ impl BlockFile {
                 format!("block {i} (bytes {from}..{to}): {m}"),
             )
         };
-        let b = self
-            .backend
-            .op
-            .read_with(&self.entry.path)
-            .range(from..to)
+        let b = read_to_bytes(&self.backend, &self.entry.path, from..to, to - from)
             .await
-            .map_err(|e| fail(format!("range read failed: {e}")))?
-            .to_bytes();
+            .map_err(|e| fail(format!("range read failed: {e}")))?;
         if b.len() as u64 != to - from {
             return Err(fail(format!(
                 "range read returned {} bytes; is the shard shorter than the manifest's {} bytes?",
