@@ -5,7 +5,7 @@
 use crate::backend::{Backend, runtime};
 use crate::blocks::BlockFile;
 use crate::cache::ShardCache;
-use crate::download::{download, download_capped, shard_error};
+use crate::download::{download, download_capped, read_to_bytes, shard_error};
 use crate::format::compression::Compression;
 use crate::format::jsonl::{LineIndex, parse_line, parse_run};
 use crate::manifest::{ShardEntry, decode_index};
@@ -393,14 +393,15 @@ async fn read_line_index(
     entry: &ShardEntry,
     path: &str,
 ) -> Result<Arc<LineIndex>> {
-    let (op, path) = (backend.op.clone(), path.to_owned());
+    let (backend, path) = (backend.clone(), path.to_owned());
     let (dataset, uri, entry) = (dataset.to_owned(), backend.uri_of(&path), entry.clone());
     runtime::spawn(uri.clone(), async move {
-        let data = op
-            .read(&path)
+        // A sidecar is 8 bytes a line start, and one for the end: reading
+        // stops past that, so a wrong or hostile object is not read whole.
+        let expect = entry.samples.saturating_add(1).saturating_mul(8);
+        let data = read_to_bytes(&backend, &path, .., expect)
             .await
-            .map_err(|e| shard_error(&dataset, &uri, format!("cannot read the index: {e}")))?
-            .to_bytes();
+            .map_err(|e| shard_error(&dataset, &uri, format!("cannot read the index: {e}")))?;
         let index = decode_index(&data)
             .filter(|i| i.len() == entry.samples && i.start(i.len()) == entry.bytes)
             .ok_or_else(|| {

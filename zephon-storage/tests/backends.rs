@@ -311,6 +311,34 @@ fn byte_range_reads_match_whole_shard_reads() {
     assert!(rd.cache_stats().bytes_downloaded > 0);
 }
 
+/// A line-index sidecar longer than the manifest's sample count says
+/// (rewritten, or a hostile object of any size) is refused by name. (Its
+/// read stops past the expected size, which this test does not see.)
+#[test]
+fn a_line_index_longer_than_its_manifest_says_is_refused() {
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    write_dataset(&data, 2, 50);
+    index(&data);
+    let sidecar = std::fs::read_dir(&data)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".idx"))
+        .min()
+        .expect("build-index writes line indexes");
+    let mut long = std::fs::read(&sidecar).unwrap();
+    long.extend(std::iter::repeat_n(0u8, 4 << 20));
+    std::fs::write(&sidecar, long).unwrap();
+    let opts = cache_opts(t.path()).byte_range(true);
+    let rd = RemoteDataset::open("d", &data.display().to_string(), &opts).unwrap();
+    let err = read_error(&rd, 0);
+    let name = sidecar.file_name().unwrap().to_string_lossy().into_owned();
+    assert!(
+        err.contains(&name) && err.contains("index does not match the manifest"),
+        "{err}"
+    );
+}
+
 #[test]
 fn unsupported_scheme_names_the_uri() {
     let err = Dataset::from_uri("d", "ftp://host/x")
