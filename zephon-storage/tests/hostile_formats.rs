@@ -1,6 +1,7 @@
 //! The binary formats whose parsers `hostile_inputs.rs` does not cover,
 //! fed mutated bytes: Megatron `.idx` sidecars (and `.bin` files cut
-//! short), Parquet files and flat token files. Each shard is opened as a
+//! short), Parquet files, flat token files and compressed (zstd, gzip)
+//! JSONL shards. Each shard is opened as a
 //! local shard is and every sample read, whole and one at a time; each case
 //! must end in records or a clean error naming the shard, never a panic.
 //!
@@ -13,7 +14,8 @@ mod hostile;
 use bytes::Bytes;
 use hostile::{Outcome, Tally, mutated};
 use proptest::prelude::*;
-use zephon_core::Shard;
+use zephon_core::{Dataset, Shard};
+use zephon_storage::DatasetExt;
 use zephon_storage::format::tokens::{TokenDtype, encode_megatron};
 use zephon_storage::format::{FormatShard, FormatSpec};
 
@@ -149,6 +151,53 @@ fn parquet_files() {
     let file = (rows, 1usize..8).prop_map(|(rows, group)| parquet_file(&rows, group));
     tally.run(1500, mutated(file), |data| {
         judge(FormatSpec::Parquet { columns: None }, data, None)
+    });
+    tally.finish();
+}
+
+#[test]
+fn compressed_shards() {
+    let mut tally = Tally::new("compressed JSONL shards (zstd, gzip)");
+    let text = prop::collection::vec("[a-z]{0,8}", 1..30).prop_map(|words| {
+        words
+            .iter()
+            .map(|w| format!("{{\"t\":\"{w}\"}}\n"))
+            .collect::<String>()
+    });
+    let packed = (text, any::<bool>()).prop_flat_map(|(text, gz)| {
+        let bytes = if gz {
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            std::io::Write::write_all(&mut e, text.as_bytes()).unwrap();
+            e.finish().unwrap()
+        } else {
+            zstd::encode_all(text.as_bytes(), 3).unwrap()
+        };
+        (mutated(Just(bytes)), Just(gz))
+    });
+    tally.run(600, packed, |(bytes, gz)| {
+        let dir = tempfile::tempdir().unwrap();
+        let name = if *gz { "s.jsonl.gz" } else { "s.jsonl.zst" };
+        std::fs::write(dir.path().join(name), bytes).unwrap();
+        let named_here = |e: &str| {
+            if e.contains(name) {
+                Outcome::error(e)
+            } else {
+                Outcome::Silent(format!("the error does not name the shard: {e}"))
+            }
+        };
+        let ds = match Dataset::from_path("d", dir.path()) {
+            Ok(ds) => ds,
+            Err(e) => return named_here(&e.to_string()),
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        for s in ds.shards() {
+            if let Err(e) = rt.block_on(s.read_run(0, s.len())) {
+                return named_here(&e.to_string());
+            }
+        }
+        Outcome::Valid
     });
     tally.finish();
 }
