@@ -3,10 +3,12 @@
 //! returned (and so nothing cached) unless all checks passed.
 
 use crate::backend::Backend;
+use crate::cache::Fetched;
+use crate::compressed::Compressed;
 use crate::format::compression::Compression;
 use crate::manifest::{ShardEntry, sha256_hex};
 use crate::metrics::CacheMetrics;
-use crate::spill::{self, SpillError};
+use crate::spill;
 use bytes::Bytes;
 use std::time::Instant;
 use zephon_core::{Error, Result};
@@ -75,9 +77,40 @@ pub async fn download_capped(
     metrics: &CacheMetrics,
     cap: Option<u64>,
 ) -> Result<Bytes> {
+    let (fetched, _) = fetch(backend, dataset, entry, metrics, false, cap).await?;
+    decoded(fetched, metrics).await
+}
+
+/// As [`download_capped`], for the shard cache: a compressed shard comes
+/// back downloaded and checked but not decoded, for the cache to decode
+/// into the file it publishes.
+pub(crate) async fn download_for_cache(
+    backend: &Backend,
+    dataset: &str,
+    entry: &ShardEntry,
+    metrics: &CacheMetrics,
+    cap: Option<u64>,
+) -> Result<Fetched> {
     fetch(backend, dataset, entry, metrics, false, cap)
         .await
-        .map(|(bytes, _)| bytes)
+        .map(|(fetched, _)| fetched)
+}
+
+/// The bytes of `fetched`: a compressed shard decoded into a temporary
+/// file, off the I/O threads.
+pub(crate) async fn decoded(fetched: Fetched, metrics: &CacheMetrics) -> Result<Bytes> {
+    match fetched {
+        Fetched::Bytes(b) => Ok(b),
+        Fetched::Decode(c) => {
+            let started = Instant::now();
+            let out = off_io(move || c.decode()).await;
+            metrics.decode_time.record(started.elapsed());
+            if out.is_err() {
+                metrics.failures.inc();
+            }
+            out
+        }
+    }
 }
 
 /// As [`download`], with the stored object's SHA-256 (hex), what a manifest
@@ -88,13 +121,14 @@ pub async fn download_hashed(
     entry: &ShardEntry,
     metrics: &CacheMetrics,
 ) -> Result<(Bytes, String)> {
-    let (bytes, sha256) = fetch(backend, dataset, entry, metrics, true, None).await?;
-    Ok((bytes, sha256.unwrap_or_default()))
+    let (fetched, sha256) = fetch(backend, dataset, entry, metrics, true, None).await?;
+    Ok((decoded(fetched, metrics).await?, sha256.unwrap_or_default()))
 }
 
 /// [`download`], hashing the stored bytes when `hash` is set or the entry
-/// has a checksum to check (the hash is returned in either case), and
-/// decoding at most `cap` bytes where the entry gives no decoded size.
+/// has a checksum to check (the hash is returned in either case); a
+/// compressed shard is downloaded and checked, its decode (of at most
+/// `cap` bytes where the entry gives no decoded size) left to the caller.
 async fn fetch(
     backend: &Backend,
     dataset: &str,
@@ -102,7 +136,7 @@ async fn fetch(
     metrics: &CacheMetrics,
     hash: bool,
     cap: Option<u64>,
-) -> Result<(Bytes, Option<String>)> {
+) -> Result<(Fetched, Option<String>)> {
     let hash = hash || entry.sha256.is_some();
     let compression = Compression::from_path(&entry.path);
     if compression != Compression::None {
@@ -128,7 +162,8 @@ async fn fetch(
     let (dataset, entry) = (dataset.to_owned(), entry.clone());
     let out = off_io(move || {
         let sha256 = hash.then(|| sha256_hex(&raw));
-        verify(&dataset, &uri, &entry, raw.len() as u64, sha256.as_deref()).map(|()| (raw, sha256))
+        verify(&dataset, &uri, &entry, raw.len() as u64, sha256.as_deref())
+            .map(|()| (Fetched::Bytes(raw), sha256))
     })
     .await;
     metrics.decode_time.record(decode_started.elapsed());
@@ -285,8 +320,8 @@ pub(crate) struct Spilled {
     pub(crate) sha256: Option<String>,
 }
 
-/// A compressed shard downloaded into a temporary file, checked, and
-/// decoded into another ([`download`]).
+/// A compressed shard downloaded into a temporary file and checked, its
+/// decode still to run ([`Compressed`]).
 async fn download_compressed(
     backend: &Backend,
     dataset: &str,
@@ -295,7 +330,7 @@ async fn download_compressed(
     compression: Compression,
     hash: bool,
     cap: Option<u64>,
-) -> Result<(Bytes, Option<String>)> {
+) -> Result<(Fetched, Option<String>)> {
     let started = Instant::now();
     let uri = backend.uri_of(&entry.path);
     let Spilled {
@@ -306,62 +341,13 @@ async fn download_compressed(
     metrics.download_time.record(started.elapsed());
     metrics.bytes_downloaded.add(len.min(entry.bytes));
     verify(dataset, &uri, entry, len, sha256.as_deref())?;
-    let decode_started = Instant::now();
-    let (dataset, want) = (dataset.to_owned(), entry.uncompressed_bytes);
-    let out = off_io(move || decode(&dataset, &uri, compression, &raw, want, cap)).await;
-    metrics.decode_time.record(decode_started.elapsed());
-    out.map(|bytes| (bytes, sha256))
-}
-
-/// Decodes a compressed shard (downloaded and checked, or a local file's
-/// map) into a temporary file, stopping past `want`, the decoded size its
-/// manifest entry gives (the entry is input too: a shard that decodes to
-/// more is refused, not decoded whole), or, where it gives none, past
-/// `cap`, the shard cache's limit; a shard that decodes to less than
-/// `want` is refused too.
-pub(crate) fn decode(
-    dataset: &str,
-    uri: &str,
-    compression: Compression,
-    raw: &[u8],
-    want: Option<u64>,
-    cap: Option<u64>,
-) -> Result<Bytes> {
-    let decoded = spill::decode(compression, raw, want.or(cap)).map_err(|e| match e {
-        SpillError::Data(e) => shard_error(
-            dataset,
-            uri,
-            format!("corrupt or truncated {compression:?} data: {e}"),
-        ),
-        SpillError::Disk(source) => spill::error("decoding", uri, source),
-        SpillError::TooLarge(written) => shard_error(
-            dataset,
-            uri,
-            match want {
-                Some(n) => format!(
-                    "decompressed size mismatch: expected {n} bytes, got more \
-                     (stopped after {written})"
-                ),
-                None => format!(
-                    "decodes to more than {} bytes, what the shard cache holds \
-                     (cache.limit_bytes); raise the limit, or store the shard \
-                     uncompressed so that it is cached in blocks",
-                    cap.unwrap_or_default()
-                ),
-            },
-        ),
-    })?;
-    if let Some(n) = want
-        && n != decoded.len() as u64
-    {
-        return Err(shard_error(
-            dataset,
-            uri,
-            format!(
-                "decompressed size mismatch: expected {n} bytes, got {}",
-                decoded.len()
-            ),
-        ));
-    }
-    Ok(decoded)
+    let c = Compressed {
+        dataset: dataset.to_owned(),
+        uri,
+        compression,
+        raw,
+        want: entry.uncompressed_bytes,
+        cap,
+    };
+    Ok((Fetched::Decode(c), sha256))
 }

@@ -32,6 +32,7 @@
 pub mod backend;
 pub mod blocks;
 pub mod cache;
+mod compressed;
 pub mod download;
 pub mod format;
 pub mod local;

@@ -348,7 +348,15 @@ fn decoded_to_disk(
         path: shown.clone(),
         source,
     })?;
-    crate::download::decode(name, &shown, compression, &raw, want, None)
+    crate::compressed::Compressed {
+        dataset: name.to_owned(),
+        uri: shown,
+        compression,
+        raw,
+        want,
+        cap: None,
+    }
+    .decode()
 }
 
 /// The counts of a followed manifest (see [`detect_local`]) against what

@@ -5,7 +5,7 @@
 use crate::backend::{Backend, runtime};
 use crate::blocks::BlockFile;
 use crate::cache::ShardCache;
-use crate::download::{download, download_capped, read_to_bytes, shard_error};
+use crate::download::{download, download_for_cache, read_to_bytes, shard_error};
 use crate::format::compression::Compression;
 use crate::format::jsonl::{LineIndex, parse_line, parse_run};
 use crate::manifest::{ShardEntry, decode_index};
@@ -194,8 +194,8 @@ impl CachedShard {
                     // What one entry may take: the disk tier less its
                     // header page (0: no disk tier, nothing to keep to).
                     let cap = Some(c.disk_capacity().saturating_sub(4096)).filter(|&n| n > 0);
-                    c.get_or_download(&key, &context, move || async move {
-                        download_capped(&backend, &dataset, &entry, &m, cap).await
+                    c.get_or_fetch(&key, &context, async move {
+                        download_for_cache(&backend, &dataset, &entry, &m, cap).await
                     })
                     .await
                 }

@@ -1,5 +1,7 @@
 //! Compressed shards decoded into an unnamed file in the system's temporary
-//! folder (`TMPDIR`) and mapped, local or downloaded: the decoded bytes are
+//! folder (`TMPDIR`) and mapped, local or downloaded (a downloaded one read
+//! through a shard cache with a disk tier is decoded into the tier's file
+//! instead, [`crate::compressed`]): the decoded bytes are
 //! page cache, which the kernel can write out and drop, not the process's
 //! own memory, and the file goes when the last map of it does. The folder
 //! must hold the decoded size; where it is a tmpfs, that is memory.
@@ -40,6 +42,8 @@ pub(crate) struct Room {
     reserve: Option<u64>,
     /// Bytes written so far at which to look again.
     next_look: u64,
+    /// What to do about it, said when a write is stopped.
+    advice: &'static str,
 }
 
 impl Room {
@@ -49,6 +53,16 @@ impl Room {
             dir: std::env::temp_dir(),
             reserve: None,
             next_look: 0,
+            advice: "point TMPDIR at a folder with more room (the README, \"Local data\")",
+        }
+    }
+
+    /// The guard of a write into the shard cache's folder `dir`.
+    pub(crate) fn in_cache(dir: &std::path::Path) -> Self {
+        Room {
+            dir: dir.to_owned(),
+            advice: "give the shard cache a folder with more room (cache.root)",
+            ..Room::new()
         }
     }
 
@@ -74,11 +88,11 @@ impl Room {
                 io::ErrorKind::StorageFull,
                 format!(
                     "{} MiB free after {} MiB written, and {} MiB of the filesystem are left \
-                     to others: stopped; point TMPDIR at a folder with more room \
-                     (the README, \"Local data\")",
+                     to others: stopped; {}",
                     stats.available_space() >> 20,
                     written >> 20,
-                    reserve >> 20
+                    reserve >> 20,
+                    self.advice
                 ),
             ));
         }
@@ -147,8 +161,22 @@ fn decode_in(
     room: Room,
 ) -> Result<Bytes, SpillError> {
     let file = file().map_err(SpillError::Disk)?;
+    decode_to(compression, raw, limit, room, &file)?;
+    map(&file).map_err(SpillError::Disk)
+}
+
+/// `raw` decoded into `file` from its current position, a buffer at a
+/// time, its writes kept within `room` and stopped past `limit`; returns
+/// the decoded length.
+pub(crate) fn decode_to(
+    compression: Compression,
+    raw: &[u8],
+    limit: Option<u64>,
+    room: Room,
+    file: &File,
+) -> Result<u64, SpillError> {
     let mut out = Tracked {
-        inner: BufWriter::with_capacity(WRITE_BUFFER, &file),
+        inner: BufWriter::with_capacity(WRITE_BUFFER, file),
         failed: None,
         written: 0,
         limit,
@@ -161,10 +189,9 @@ fn decode_in(
             Stop::Limit => SpillError::TooLarge(out.written),
         });
     }
-    decoded.map_err(SpillError::Data)?;
+    let len = decoded.map_err(SpillError::Data)?;
     out.inner.flush().map_err(SpillError::Disk)?;
-    drop(out);
-    map(&file).map_err(SpillError::Disk)
+    Ok(len)
 }
 
 /// What stopped the writer.

@@ -7,10 +7,9 @@
 mod common;
 
 use common::warnings::Capture;
-use common::{Moto, cache_opts, fields, local_order, read_all, write_dataset};
+use common::{Moto, Tmpfs, cache_opts, fields, local_order, read_all, write_dataset};
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use tracing_subscriber::layer::SubscriberExt;
@@ -54,40 +53,6 @@ fn warnings_naming(dir: &Path) -> Vec<String> {
     let needle = format!("shard cache folder `{}`", dir.display());
     let w = watcher().warnings.lock().unwrap();
     w.iter().filter(|m| m.contains(&needle)).cloned().collect()
-}
-
-/// A tmpfs of `size` mounted at `dir`, unmounted on drop.
-struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    fn mount(dir: &Path, size: &str) -> Option<Self> {
-        std::fs::create_dir_all(dir).unwrap();
-        let out = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(dir)
-            .output();
-        match out {
-            Ok(o) if o.status.success() => Some(Tmpfs(dir.to_owned())),
-            Ok(o) => {
-                eprintln!(
-                    "skipped: cannot mount a tmpfs at `{}` ({}); this test needs root",
-                    dir.display(),
-                    String::from_utf8_lossy(&o.stderr).trim()
-                );
-                None
-            }
-            Err(e) => {
-                eprintln!("skipped: cannot run mount ({e}); this test needs root");
-                None
-            }
-        }
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-    }
 }
 
 fn indexed_dataset(dir: &Path, shards: usize, per: usize) -> Vec<String> {
@@ -251,6 +216,56 @@ fn a_cache_folder_that_cannot_be_written_degrades_to_memory() {
     }
     let s = rd.cache_stats();
     assert!(s.disk_degraded && s.misses > 4, "{s:?}");
+    let warned = warnings_naming(&dir);
+    assert_eq!(warned.len(), 1, "one warning names the folder: {warned:?}");
+    assert_eq!(w.panics.load(Ordering::SeqCst), 0, "no thread panicked");
+}
+
+/// A compressed shard is decoded straight into the cache's folder; where
+/// that folder fills up part way, the half-written entry goes, the cache
+/// turns to memory with one warning, and the shard is decoded into the
+/// temporary folder instead: every record still arrives.
+#[test]
+fn a_compressed_shard_decoded_into_a_full_cache_disk_still_reads() {
+    let (_one, w) = watch();
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("cache");
+    let Some(_fs) = Tmpfs::mount(&root, "16m") else {
+        return;
+    };
+    // About 10 MB decoded, a few hundred KB compressed.
+    let lines = 200_000;
+    let text: String = (0..lines)
+        .map(|i| format!("{{\"id\":{i},\"text\":\"the same few words again\"}}\n"))
+        .collect();
+    let data = t.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(
+        data.join("000.jsonl.zst"),
+        zstd::encode_all(text.as_bytes(), 3).unwrap(),
+    )
+    .unwrap();
+    let b = Backend::open("d", &data.display().to_string(), &Default::default()).unwrap();
+    runtime::block_on(build_index(&b, "d")).unwrap();
+    let opts =
+        cache_opts(t.path()).cache(CacheOptions::default().root(&root).limit_bytes(64 << 20));
+    let rd = RemoteDataset::open("d", &data.display().to_string(), &opts).unwrap();
+    let dir = rd.cache().unwrap().dir().to_owned();
+    // Something else takes all but 4 MiB of the room left.
+    let mut filler = std::fs::File::create(root.join("filler")).unwrap();
+    while fs4::available_space(&root).unwrap() > 4 << 20 {
+        filler.write_all(&[0u8; 256 << 10]).unwrap();
+    }
+    let s = &rd.dataset().shards()[0];
+    let got: Vec<i64> = runtime::block_on(s.read_run(0, s.len()))
+        .unwrap()
+        .iter()
+        .map(|r| r.get("id").and_then(|v| v.as_int()).unwrap())
+        .collect();
+    assert_eq!(got, (0..lines).collect::<Vec<i64>>());
+    assert_eq!(bytes_of(&root, "shard").0, 0, "nothing was published");
+    assert_eq!(bytes_of(&root, "tmp").0, 0, "no temp file is left");
+    assert!(rd.cache_stats().disk_degraded);
     let warned = warnings_naming(&dir);
     assert_eq!(warned.len(), 1, "one warning names the folder: {warned:?}");
     assert_eq!(w.panics.load(Ordering::SeqCst), 0, "no thread panicked");

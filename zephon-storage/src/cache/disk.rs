@@ -63,6 +63,15 @@ pub(crate) struct Published {
     pub(crate) mapped: Option<Bytes>,
 }
 
+/// Why [`DiskTier::publish_written`] failed: the disk tier (a write, the
+/// room, a rename), or the body's own writer (`E`: the shard cannot be
+/// decoded).
+#[derive(Debug)]
+pub(crate) enum Written<E> {
+    Disk(io::Error),
+    Body(E),
+}
+
 #[derive(Clone, Debug)]
 pub(crate) struct DiskTier {
     dir: PathBuf,
@@ -160,8 +169,123 @@ impl DiskTier {
             .unwrap_or_else(|e| Err(io::Error::other(e)))
     }
 
+    /// As [`publish`](Self::publish), for a body that `write` writes
+    /// straight into the entry's temp file (a compressed shard decoded into
+    /// it), returning its length, so it is written once; `hint`, its size
+    /// when known, is made room for first. The entry is always mapped.
+    pub(crate) async fn publish_written<E: Send + 'static>(
+        &self,
+        key: &str,
+        hint: Option<u64>,
+        write: impl FnOnce(&File) -> Result<u64, Written<E>> + Send + 'static,
+    ) -> Result<Published, Written<E>> {
+        let disk = Written::Disk;
+        let mut evicted = 0;
+        if let Some(n) = hint {
+            let need = self.fits(n).map_err(disk)?;
+            let _folder = lock::lock(&self.dir.join(FOLDER_LOCK))
+                .await
+                .map_err(disk)?;
+            let this = self.clone();
+            evicted += blocking(move || this.make_room(need, None))
+                .await
+                .map_err(disk)?;
+        }
+        let temp = self.path(key, TEMP);
+        let (this, at) = (self.clone(), temp.clone());
+        let written = tokio::task::spawn_blocking(move || this.write_temp(&at, write))
+            .await
+            .unwrap_or_else(|e| Err(Written::Disk(io::Error::other(e))));
+        let (body, len) = match written {
+            Ok(w) => w,
+            Err(e) => {
+                let _ = fs::remove_file(&temp);
+                return Err(e);
+            }
+        };
+        let finished = async {
+            let need = self.fits(len)?;
+            let _folder = lock::lock(&self.dir.join(FOLDER_LOCK)).await?;
+            let (this, key) = (self.clone(), key.to_owned());
+            blocking(move || {
+                let evicted = this.make_room(need, Some(&this.path(&key, TEMP)))?;
+                fs::rename(this.path(&key, TEMP), this.path(&key, SHARD))?;
+                this.sync_folder();
+                Ok(evicted)
+            })
+            .await
+        };
+        match finished.await {
+            Ok(n) => Ok(Published {
+                evicted: evicted + n,
+                mapped: Some(body),
+            }),
+            Err(e) => {
+                let _ = fs::remove_file(&temp);
+                Err(Written::Disk(e))
+            }
+        }
+    }
+
+    /// The bytes an entry of `len` bytes takes, or an error if the tier
+    /// cannot hold it at all.
+    fn fits(&self, len: u64) -> io::Result<u64> {
+        let need = on_disk(HEADER as u64 + len);
+        if need > self.capacity {
+            return Err(io::Error::other(format!(
+                "a shard of {len} bytes does not fit the disk tier's {} bytes",
+                self.capacity
+            )));
+        }
+        Ok(need)
+    }
+
+    /// Writes the temp file `temp`: a header left blank, the body from
+    /// `write`, then the header with the body's length and checksum;
+    /// synced. Returns the body, mapped, and its length.
+    fn write_temp<E>(
+        &self,
+        temp: &Path,
+        write: impl FnOnce(&File) -> Result<u64, Written<E>>,
+    ) -> Result<(Bytes, u64), Written<E>> {
+        let disk = Written::Disk;
+        let mut f = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(temp)
+            .map_err(disk)?;
+        f.write_all(&[0; HEADER]).map_err(disk)?;
+        let len = write(&f)?;
+        let data = map(&f).map_err(disk)?;
+        if data.len() as u64 != HEADER as u64 + len {
+            return Err(Written::Disk(io::Error::other(format!(
+                "the entry's file holds {} bytes, not the {len} written",
+                data.len().saturating_sub(HEADER)
+            ))));
+        }
+        let crc = crc_fast::crc32_iscsi(&data[HEADER..]);
+        let mut header = Vec::with_capacity(HEADER);
+        header.extend_from_slice(MAGIC);
+        header.extend_from_slice(&len.to_le_bytes());
+        header.extend_from_slice(&crc.to_le_bytes());
+        std::os::unix::fs::FileExt::write_all_at(&f, &header, 0).map_err(disk)?;
+        f.sync_all().map_err(disk)?;
+        // The map is of the file, which is only renamed from here on.
+        Ok((data.slice(HEADER..), len))
+    }
+
+    /// Makes a rename into the folder durable; without it a crash could
+    /// lose the entry, never expose a partial one.
+    fn sync_folder(&self) {
+        if let Ok(d) = File::open(&self.dir) {
+            let _ = d.sync_all();
+        }
+    }
+
     fn publish_locked(&self, key: &str, bytes: &Bytes, need: u64) -> io::Result<Published> {
-        let evicted = self.make_room(need)?;
+        let evicted = self.make_room(need, None)?;
         let free = fs4::available_space(&self.dir)?;
         if free < need {
             return Err(io::Error::new(
@@ -178,11 +302,7 @@ impl DiskTier {
                 return Err(e);
             }
         };
-        // The rename is durable once the folder is synced; without it a
-        // crash could lose the entry, never expose a partial one.
-        if let Ok(d) = File::open(&self.dir) {
-            let _ = d.sync_all();
-        }
+        self.sync_folder();
         // Mapped from the file just written and synced: a failed map only
         // leaves the caller its own copy.
         let mapped = ((HEADER + bytes.len()) as u64 >= MAP_FROM)
@@ -193,8 +313,9 @@ impl DiskTier {
     }
 
     /// Deletes stale temp files and least recently used entries until
-    /// `need` more bytes fit the capacity.
-    fn make_room(&self, need: u64) -> io::Result<u64> {
+    /// `need` more bytes fit the capacity; `own`, the temp file of the
+    /// entry `need` is for when it is already written, is not counted.
+    fn make_room(&self, need: u64, own: Option<&Path>) -> io::Result<u64> {
         let mut entries = Vec::new();
         let mut used = 0;
         for e in fs::read_dir(&self.dir)? {
@@ -210,6 +331,7 @@ impl DiskTier {
                         path,
                     ));
                 }
+                Some(TEMP) if Some(path.as_path()) == own => {}
                 Some(TEMP) => {
                     // A temp file whose key lock is free belongs to a
                     // process that died mid-write.
@@ -264,6 +386,16 @@ pub(crate) fn used_bytes(dir: &Path) -> io::Result<u64> {
         }
     }
     Ok(used)
+}
+
+/// `f` on a blocking thread: scanning the folder, writing and syncing
+/// block.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> io::Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|e| Err(io::Error::other(e)))
 }
 
 /// Writes header and body to `temp` and syncs it to disk; returns the file,

@@ -28,8 +28,10 @@ mod disk;
 mod lock;
 mod open;
 
+use crate::compressed::Compressed;
 use crate::metrics::{CacheMetrics, THRASH_DOWNLOADS};
 use bytes::Bytes;
+pub(crate) use disk::Written;
 use disk::{DiskTier, Lookup};
 use foyer::{Cache, Event, EventListener};
 use std::collections::HashMap;
@@ -38,6 +40,16 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use zephon_core::{Error, Result};
+
+/// What a download hands the cache for one entry.
+pub(crate) enum Fetched {
+    /// The entry's bytes.
+    Bytes(Bytes),
+    /// A compressed shard, downloaded and checked, still to decode: where
+    /// it is published, it is decoded straight into the disk tier's file,
+    /// so its decoded bytes are written once.
+    Decode(Compressed),
+}
 
 /// The shard cache of one dataset location.
 pub struct ShardCache {
@@ -185,9 +197,21 @@ impl ShardCache {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<Bytes>> + Send + 'static,
     {
+        let fut = download();
+        self.get_or_fetch(key, context, async move { fut.await.map(Fetched::Bytes) })
+            .await
+    }
+
+    /// As [`get_or_download`](Self::get_or_download), for a download
+    /// that may leave a compressed shard's decode to the cache.
+    pub(crate) async fn get_or_fetch(
+        self: &Arc<Self>,
+        key: &str,
+        context: &str,
+        fut: impl Future<Output = Result<Fetched>> + Send + 'static,
+    ) -> Result<Bytes> {
         let leader = Arc::new(AtomicBool::new(false));
         let flag = leader.clone();
-        let fut = download();
         let (this, owned_key) = (self.clone(), key.to_owned());
         let entry = self
             .memory
@@ -217,7 +241,7 @@ impl ShardCache {
     async fn fetch(
         &self,
         key: &str,
-        download: impl Future<Output = Result<Bytes>>,
+        download: impl Future<Output = Result<Fetched>>,
         downloaded: &AtomicBool,
     ) -> Result<Bytes> {
         if let Some(b) = self.read_disk(key).await {
@@ -225,7 +249,7 @@ impl ShardCache {
         }
         let Some(disk) = self.live_disk() else {
             downloaded.store(true, Ordering::Relaxed);
-            return download.await;
+            return self.decoded(download.await?).await;
         };
         let guard = match tokio::time::timeout(self.lock_wait, disk.lock_key(key)).await {
             Ok(Ok(g)) => Some(g),
@@ -253,7 +277,17 @@ impl ShardCache {
             return Ok(b);
         }
         downloaded.store(true, Ordering::Relaxed);
-        let bytes = download.await?;
+        let bytes = match download.await? {
+            Fetched::Bytes(b) => b,
+            Fetched::Decode(c) => {
+                if let (Some(_), Some(disk)) = (&guard, self.live_disk())
+                    && let Some(mapped) = self.decode_to_disk(disk, key, &c).await?
+                {
+                    return Ok(mapped);
+                }
+                return self.decoded(Fetched::Decode(c)).await;
+            }
+        };
         if let (Some(_), Some(disk)) = (&guard, self.live_disk()) {
             match disk.publish(key, &bytes).await {
                 Ok(p) => {
@@ -273,6 +307,44 @@ impl ShardCache {
             }
         }
         Ok(bytes)
+    }
+
+    /// Decodes `c` straight into the disk tier's entry for `key` and
+    /// publishes it (call with the key lock held): the entry mapped, or
+    /// `None` when the disk tier failed (it is then turned off, and the
+    /// caller decodes elsewhere). A shard that cannot be decoded is an error.
+    async fn decode_to_disk(
+        &self,
+        disk: &DiskTier,
+        key: &str,
+        c: &Compressed,
+    ) -> Result<Option<Bytes>> {
+        let started = std::time::Instant::now();
+        let (c, room) = (c.clone(), crate::spill::Room::in_cache(&self.dir));
+        let published = disk
+            .publish_written(key, c.want, move |file| c.decode_into(file, room))
+            .await;
+        self.metrics.decode_time.record(started.elapsed());
+        match published {
+            Ok(p) => {
+                self.metrics.disk_evictions.add(p.evicted);
+                Ok(p.mapped)
+            }
+            Err(Written::Body(e)) => {
+                self.metrics.failures.inc();
+                Err(e)
+            }
+            Err(Written::Disk(e)) => {
+                self.disk_error("writing a shard", &e);
+                Ok(None)
+            }
+        }
+    }
+
+    /// The bytes of `fetched`, a compressed shard decoded into a temporary
+    /// file (where the disk tier is off, or failed).
+    async fn decoded(&self, fetched: Fetched) -> Result<Bytes> {
+        crate::download::decoded(fetched, &self.metrics).await
     }
 
     /// The verified disk entry of `key`, if there is one; a damaged entry is

@@ -425,3 +425,38 @@ fn count_gets(log: &Path, needle: &str) -> usize {
         .filter(|l| l.contains("\"GET ") && l.contains(needle) && l.contains("\" 200 "))
         .count()
 }
+
+/// A tmpfs of `size` mounted at `dir`, unmounted on drop; `None` (with
+/// the reason printed) where mount fails: it needs root.
+pub struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    pub fn mount(dir: &Path, size: &str) -> Option<Self> {
+        std::fs::create_dir_all(dir).unwrap();
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .output();
+        match out {
+            Ok(o) if o.status.success() => Some(Tmpfs(dir.to_owned())),
+            Ok(o) => {
+                eprintln!(
+                    "skipped: cannot mount a tmpfs at `{}` ({}); this test needs root",
+                    dir.display(),
+                    String::from_utf8_lossy(&o.stderr).trim()
+                );
+                None
+            }
+            Err(e) => {
+                eprintln!("skipped: cannot run mount ({e}); this test needs root");
+                None
+            }
+        }
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
