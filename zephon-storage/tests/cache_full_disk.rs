@@ -7,7 +7,10 @@
 mod common;
 
 use common::warnings::Capture;
-use common::{Moto, Tmpfs, cache_opts, fields, local_order, read_all, write_dataset};
+use common::{
+    Moto, Tmpfs, alike_zst_shard, cache_opts, fields, local_order, read_all, shard_ids,
+    write_dataset,
+};
 use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -233,20 +236,10 @@ fn a_compressed_shard_decoded_into_a_full_cache_disk_still_reads() {
     let Some(_fs) = Tmpfs::mount(&root, "16m") else {
         return;
     };
-    // About 10 MB decoded, a few hundred KB compressed.
+    // About 9 MB decoded, a few hundred KB compressed.
     let lines = 200_000;
-    let text: String = (0..lines)
-        .map(|i| format!("{{\"id\":{i},\"text\":\"the same few words again\"}}\n"))
-        .collect();
     let data = t.path().join("data");
-    std::fs::create_dir_all(&data).unwrap();
-    std::fs::write(
-        data.join("000.jsonl.zst"),
-        zstd::encode_all(text.as_bytes(), 3).unwrap(),
-    )
-    .unwrap();
-    let b = Backend::open("d", &data.display().to_string(), &Default::default()).unwrap();
-    runtime::block_on(build_index(&b, "d")).unwrap();
+    alike_zst_shard(&data, lines);
     let opts =
         cache_opts(t.path()).cache(CacheOptions::default().root(&root).limit_bytes(64 << 20));
     let rd = RemoteDataset::open("d", &data.display().to_string(), &opts).unwrap();
@@ -256,12 +249,7 @@ fn a_compressed_shard_decoded_into_a_full_cache_disk_still_reads() {
     while fs4::available_space(&root).unwrap() > 4 << 20 {
         filler.write_all(&[0u8; 256 << 10]).unwrap();
     }
-    let s = &rd.dataset().shards()[0];
-    let got: Vec<i64> = runtime::block_on(s.read_run(0, s.len()))
-        .unwrap()
-        .iter()
-        .map(|r| r.get("id").and_then(|v| v.as_int()).unwrap())
-        .collect();
+    let got = shard_ids(rd.dataset(), 0);
     assert_eq!(got, (0..lines).collect::<Vec<i64>>());
     assert_eq!(bytes_of(&root, "shard").0, 0, "nothing was published");
     assert_eq!(bytes_of(&root, "tmp").0, 0, "no temp file is left");

@@ -460,3 +460,29 @@ impl Drop for Tmpfs {
         let _ = Command::new("umount").arg(&self.0).status();
     }
 }
+
+/// One JSONL shard of `lines` short, alike lines (`{"id":i,"text":...}`),
+/// zstd-compressed as `dir/000.jsonl.zst` (some 47 bytes a line decoded,
+/// about one compressed) and indexed; returns the decoded and compressed
+/// sizes.
+pub fn alike_zst_shard(dir: &Path, lines: i64) -> (usize, usize) {
+    let text: String = (0..lines)
+        .map(|i| format!("{{\"id\":{i},\"text\":\"the same few words again\"}}\n"))
+        .collect();
+    std::fs::create_dir_all(dir).unwrap();
+    let z = zstd::encode_all(text.as_bytes(), 3).unwrap();
+    std::fs::write(dir.join("000.jsonl.zst"), &z).unwrap();
+    let b = Backend::open("d", &dir.display().to_string(), &Default::default()).unwrap();
+    runtime::block_on(zephon_storage::scan::build_index(&b, "d")).unwrap();
+    (text.len(), z.len())
+}
+
+/// The `id` field of every record of shard `shard` of `ds`, read in order.
+pub fn shard_ids(ds: &Dataset, shard: usize) -> Vec<i64> {
+    let s = &ds.shards()[shard];
+    runtime::block_on(s.read_run(0, s.len()))
+        .unwrap()
+        .iter()
+        .map(|r| r.get("id").and_then(|v| v.as_int()).unwrap())
+        .collect()
+}
