@@ -272,19 +272,7 @@ impl Moto {
 
     /// Creates `bucket` and uploads every file of `dir` under `prefix`.
     pub fn upload(&self, bucket: &str, prefix: &str, dir: &Path) {
-        let mut s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
-        write!(
-            s,
-            "PUT /{bucket} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-            self.port
-        )
-        .unwrap();
-        let mut resp = String::new();
-        s.read_to_string(&mut resp).unwrap();
-        assert!(
-            resp.starts_with("HTTP/1.1 200"),
-            "bucket creation failed: {resp}"
-        );
+        self.create_bucket(bucket);
         let opts = self.opts(StorageOptions::default());
         let b = Backend::open("upload", &format!("s3://{bucket}/{prefix}"), &opts).unwrap();
         for e in std::fs::read_dir(dir).unwrap() {
@@ -295,6 +283,40 @@ impl Moto {
                 runtime::block_on(b.op.write(&name, data)).unwrap();
             }
         }
+    }
+
+    /// Creates `bucket`. A server just started, or busy with the other
+    /// tests' servers on a small machine, has reset the connection of this
+    /// first request: it is tried again (creating a bucket one owns
+    /// already succeeds).
+    fn create_bucket(&self, bucket: &str) {
+        let put = || -> std::io::Result<String> {
+            let mut s = TcpStream::connect(("127.0.0.1", self.port))?;
+            write!(
+                s,
+                "PUT /{bucket} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                self.port
+            )?;
+            let mut resp = String::new();
+            s.read_to_string(&mut resp)?;
+            Ok(resp)
+        };
+        let mut tries = 0;
+        let resp = loop {
+            match put() {
+                Ok(resp) => break resp,
+                Err(e) if tries < 20 => {
+                    eprintln!("creating bucket {bucket}: {e}; trying again");
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(e) => panic!("creating bucket {bucket}: {e}"),
+            }
+        };
+        assert!(
+            resp.starts_with("HTTP/1.1 200"),
+            "bucket creation failed: {resp}"
+        );
     }
 
     /// Whole-object GETs the server logged for paths containing `needle`.

@@ -106,13 +106,33 @@ pub(super) fn upload(endpoint: &str, dir: &Path) -> Result<String> {
     use std::io::{Read, Write};
     let bucket = format!("zephon-bench-{}", std::process::id());
     let hostport = endpoint.trim_start_matches("http://");
-    let mut s = TcpStream::connect(hostport)?;
-    write!(
-        s,
-        "PUT /{bucket} HTTP/1.1\r\nHost: {hostport}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut resp = String::new();
-    s.read_to_string(&mut resp)?;
+    let put = || -> std::io::Result<String> {
+        let mut s = TcpStream::connect(hostport)?;
+        write!(
+            s,
+            "PUT /{bucket} HTTP/1.1\r\nHost: {hostport}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        )?;
+        let mut resp = String::new();
+        s.read_to_string(&mut resp)?;
+        Ok(resp)
+    };
+    // A server just started has reset this first request's connection on
+    // a busy machine: tried again (creating a bucket one owns succeeds).
+    let mut resp = put();
+    for _ in 0..20 {
+        if resp.is_ok() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        resp = put();
+    }
+    let resp = resp.with_context(|| format!("creating bucket {bucket} at {endpoint}"))?;
+    if !resp.starts_with("HTTP/1.1 200") {
+        bail!(
+            "creating bucket {bucket} at {endpoint}: {}",
+            resp.lines().next().unwrap_or("no answer")
+        );
+    }
     let uri = format!("s3://{bucket}/data");
     let b = Backend::open("bench", &uri, &s3_opts(endpoint))?;
     for e in std::fs::read_dir(dir)? {
