@@ -469,6 +469,46 @@ mod tests {
         assert!(matches!(d.read("k").unwrap(), Lookup::Found(b) if b == body));
     }
 
+    /// A body written straight into its entry's file reads back as a
+    /// published one; its own temp file is counted once when room is made
+    /// (a tier that holds exactly one entry takes it, then takes the next
+    /// in its place); a writer that fails leaves no file.
+    #[tokio::test]
+    async fn a_body_written_into_its_file_is_published_and_counted_once() {
+        let t = tempfile::tempdir().unwrap();
+        let len = 10_000u64;
+        let d = tier(t.path(), on_disk(HEADER as u64 + len));
+        let writer = |byte: u8| {
+            move |f: &File| -> Result<u64, Written<String>> {
+                (&mut &*f)
+                    .write_all(&vec![byte; len as usize])
+                    .map_err(Written::Disk)?;
+                Ok(len)
+            }
+        };
+        for (key, byte) in [("a", 1u8), ("b", 2)] {
+            let p = d
+                .publish_written(key, Some(len), writer(byte))
+                .await
+                .unwrap();
+            let body = vec![byte; len as usize];
+            assert_eq!(p.mapped.as_deref(), Some(&body[..]));
+            assert!(matches!(d.read(key).unwrap(), Lookup::Found(b) if b == body));
+            assert_eq!(p.evicted, u64::from(key == "b"));
+        }
+        assert!(matches!(d.read("a").unwrap(), Lookup::Missing));
+        // Unknown size: room is made once the body is written.
+        let p = d.publish_written("c", None, writer(3)).await.unwrap();
+        assert_eq!(p.evicted, 1);
+        let failed = d
+            .publish_written("d", None, |_: &File| -> Result<u64, Written<String>> {
+                Err(Written::Body("cannot decode".into()))
+            })
+            .await;
+        assert!(matches!(failed, Err(Written::Body(m)) if m == "cannot decode"));
+        assert!(!d.path("d", TEMP).exists() && !d.path("d", SHARD).exists());
+    }
+
     #[tokio::test]
     async fn the_header_carries_the_crc32c_of_the_body() {
         // CRC-32C's check value: entries written by any version of this
