@@ -2,7 +2,8 @@
 //! its decode: into an unnamed temporary file (`TMPDIR`) and mapped, or
 //! straight into the file the shard cache publishes, so that a cached
 //! shard's decoded bytes are written once rather than decoded into a
-//! temporary file and copied.
+//! temporary file and copied (and a cached shard's download goes to the
+//! cache's folder too, so the temporary folder holds neither).
 //!
 //! What a shard decodes to is input: the decode stops past the size its
 //! manifest entry gives (a shard that decodes to more is refused, not

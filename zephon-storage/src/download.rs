@@ -8,7 +8,7 @@ use crate::compressed::Compressed;
 use crate::format::compression::Compression;
 use crate::manifest::{ShardEntry, sha256_hex};
 use crate::metrics::CacheMetrics;
-use crate::spill;
+use crate::spill::{self, Folder};
 use bytes::Bytes;
 use std::time::Instant;
 use zephon_core::{Error, Result};
@@ -77,21 +77,27 @@ pub async fn download_capped(
     metrics: &CacheMetrics,
     cap: Option<u64>,
 ) -> Result<Bytes> {
-    let (fetched, _) = fetch(backend, dataset, entry, metrics, false, cap).await?;
+    let (fetched, _) = fetch(backend, dataset, entry, metrics, false, cap, Folder::Temp).await?;
     decoded(fetched, metrics).await
 }
 
 /// As [`download_capped`], for the shard cache: a compressed shard comes
 /// back downloaded and checked but not decoded, for the cache to decode
 /// into the file it publishes.
+///
+/// With `folder`, the cache's folder where its disk tier is on, the
+/// compressed bytes are downloaded there rather than into the temporary
+/// folder (which is tried when the cache's cannot take them).
 pub(crate) async fn download_for_cache(
     backend: &Backend,
     dataset: &str,
     entry: &ShardEntry,
     metrics: &CacheMetrics,
     cap: Option<u64>,
+    folder: Option<&std::path::Path>,
 ) -> Result<Fetched> {
-    fetch(backend, dataset, entry, metrics, false, cap)
+    let folder = folder.map_or(Folder::Temp, Folder::Cache);
+    fetch(backend, dataset, entry, metrics, false, cap, folder)
         .await
         .map(|(fetched, _)| fetched)
 }
@@ -121,7 +127,8 @@ pub async fn download_hashed(
     entry: &ShardEntry,
     metrics: &CacheMetrics,
 ) -> Result<(Bytes, String)> {
-    let (fetched, sha256) = fetch(backend, dataset, entry, metrics, true, None).await?;
+    let (fetched, sha256) =
+        fetch(backend, dataset, entry, metrics, true, None, Folder::Temp).await?;
     Ok((decoded(fetched, metrics).await?, sha256.unwrap_or_default()))
 }
 
@@ -136,12 +143,12 @@ async fn fetch(
     metrics: &CacheMetrics,
     hash: bool,
     cap: Option<u64>,
+    folder: Folder<'_>,
 ) -> Result<(Fetched, Option<String>)> {
     let hash = hash || entry.sha256.is_some();
     let compression = Compression::from_path(&entry.path);
     if compression != Compression::None {
-        let out =
-            download_compressed(backend, dataset, entry, metrics, compression, hash, cap).await;
+        let out = download_compressed(backend, dataset, entry, metrics, hash, cap, folder).await;
         if out.is_err() {
             metrics.failures.inc();
         }
@@ -271,14 +278,43 @@ pub(crate) async fn download_to_temp(
     limit: Option<u64>,
     hash: bool,
 ) -> Result<Spilled> {
+    download_into(backend, dataset, path, limit, hash, Folder::Temp)
+        .await
+        .map_err(Failed::into_error)
+}
+
+/// Why [`download_into`] failed: the store, or the folder written to.
+enum Failed {
+    Store(Error),
+    Disk(Error),
+}
+
+impl Failed {
+    fn into_error(self) -> Error {
+        match self {
+            Failed::Store(e) | Failed::Disk(e) => e,
+        }
+    }
+}
+
+/// [`download_to_temp`], into an unnamed file in `folder`.
+async fn download_into(
+    backend: &Backend,
+    dataset: &str,
+    path: &str,
+    limit: Option<u64>,
+    hash: bool,
+    folder: Folder<'_>,
+) -> std::result::Result<Spilled, Failed> {
     use futures::TryStreamExt;
     use sha2::Digest;
     use std::io::Write;
     let uri = backend.uri_of(path);
-    let file = spill::file().map_err(|e| spill::error("downloading", &uri, e))?;
-    let store =
-        |e: &dyn std::fmt::Display| shard_error(dataset, &uri, format!("download failed: {e}"));
-    let disk = |e| spill::error("downloading", &uri, e);
+    let disk = |e| Failed::Disk(folder.error("downloading", &uri, e));
+    let file = folder.file().map_err(disk)?;
+    let store = |e: &dyn std::fmt::Display| {
+        Failed::Store(shard_error(dataset, &uri, format!("download failed: {e}")))
+    };
     let reader = backend.op.reader(path).await.map_err(|e| store(&e))?;
     let mut body = reader.into_bytes_stream(..).await.map_err(|e| store(&e))?;
     let mut hasher = hash.then(sha2::Sha256::new);
@@ -287,7 +323,7 @@ pub(crate) async fn download_to_temp(
     let mut out = std::io::BufWriter::with_capacity(1 << 20, &file);
     // An object no manifest gives the size of (a Megatron `.idx`) is
     // bounded by the folder's room alone.
-    let mut room = spill::Room::new();
+    let mut room = folder.room();
     while let Some(chunk) = body.try_next().await.map_err(|e| store(&e))? {
         let before = len;
         len += chunk.len() as u64;
@@ -320,31 +356,42 @@ pub(crate) struct Spilled {
     pub(crate) sha256: Option<String>,
 }
 
-/// A compressed shard downloaded into a temporary file and checked, its
-/// decode still to run ([`Compressed`]).
+/// A compressed shard downloaded into an unnamed file in `folder` and
+/// checked, its decode still to run ([`Compressed`]).
 async fn download_compressed(
     backend: &Backend,
     dataset: &str,
     entry: &ShardEntry,
     metrics: &CacheMetrics,
-    compression: Compression,
     hash: bool,
     cap: Option<u64>,
+    folder: Folder<'_>,
 ) -> Result<(Fetched, Option<String>)> {
     let started = Instant::now();
     let uri = backend.uri_of(&entry.path);
+    let limit = Some(entry.bytes);
+    let spilled = match download_into(backend, dataset, &entry.path, limit, hash, folder).await {
+        Ok(s) => s,
+        // The cache's folder could not take it (full, failing): the
+        // temporary folder may; the cache turns to memory when its decode
+        // meets the same.
+        Err(Failed::Disk(_)) if matches!(folder, Folder::Cache(_)) => {
+            download_to_temp(backend, dataset, &entry.path, limit, hash).await?
+        }
+        Err(e) => return Err(e.into_error()),
+    };
     let Spilled {
         bytes: raw,
         len,
         sha256,
-    } = download_to_temp(backend, dataset, &entry.path, Some(entry.bytes), hash).await?;
+    } = spilled;
     metrics.download_time.record(started.elapsed());
     metrics.bytes_downloaded.add(len.min(entry.bytes));
     verify(dataset, &uri, entry, len, sha256.as_deref())?;
     let c = Compressed {
         dataset: dataset.to_owned(),
         uri,
-        compression,
+        compression: Compression::from_path(&entry.path),
         raw,
         want: entry.uncompressed_bytes,
         cap,

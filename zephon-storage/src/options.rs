@@ -240,10 +240,11 @@ pub const BLOCK_BYTES: zephon_core::settings::Range = zephon_core::settings::Ran
 /// Uncompressed remote shards are cached in fixed-size blocks of
 /// `block_bytes` (a shard no larger than one block is one block), so a shard
 /// of any size streams through both tiers. Compressed shards (`.zst`, `.gz`)
-/// cannot be read by range: each is downloaded whole into the temporary
-/// folder and decoded straight into the disk tier's file for it (into the
-/// temporary folder where the disk tier is off), never into memory, and
-/// cached as one entry, so its decoded size must fit `limit_bytes`.
+/// cannot be read by range: each is downloaded whole into the cache's
+/// folder and decoded straight into the disk tier's file for it (both into
+/// the temporary folder where the disk tier is off or full), never into
+/// memory, and cached as one entry, so its decoded size must fit
+/// `limit_bytes`.
 ///
 /// ```
 /// use zephon_storage::CacheOptions;

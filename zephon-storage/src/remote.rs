@@ -194,8 +194,10 @@ impl CachedShard {
                     // What one entry may take: the disk tier less its
                     // header page (0: no disk tier, nothing to keep to).
                     let cap = Some(c.disk_capacity().saturating_sub(4096)).filter(|&n| n > 0);
+                    let folder = c.live_dir().map(std::path::Path::to_owned);
                     c.get_or_fetch(&key, &context, async move {
-                        download_for_cache(&backend, &dataset, &entry, &m, cap).await
+                        let folder = folder.as_deref();
+                        download_for_cache(&backend, &dataset, &entry, &m, cap, folder).await
                     })
                     .await
                 }

@@ -117,18 +117,57 @@ pub(crate) enum SpillError {
 /// An error of the temporary folder while `doing` (downloading, decoding)
 /// `what` (a shard's path or URI) into it, naming both.
 pub(crate) fn error(doing: &str, what: &str, source: io::Error) -> zephon_core::Error {
-    zephon_core::Error::Io {
-        path: format!(
-            "{} ({doing} {what} into the temporary folder)",
-            std::env::temp_dir().display()
-        ),
-        source,
-    }
+    Folder::Temp.error(doing, what, source)
 }
 
 /// A new unnamed file in the temporary folder.
 pub(crate) fn file() -> io::Result<File> {
     tempfile::tempfile()
+}
+
+/// Where an unnamed file is written: the temporary folder, or a shard
+/// cache's folder (a download the cache will decode into its own file:
+/// the cache's disk is sized for shards, the temporary folder often a
+/// small tmpfs, that is memory).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Folder<'a> {
+    Temp,
+    Cache(&'a std::path::Path),
+}
+
+impl Folder<'_> {
+    /// A new unnamed file there.
+    pub(crate) fn file(self) -> io::Result<File> {
+        match self {
+            Folder::Temp => file(),
+            Folder::Cache(dir) => tempfile::tempfile_in(dir),
+        }
+    }
+
+    /// The guard of writes there.
+    pub(crate) fn room(self) -> Room {
+        match self {
+            Folder::Temp => Room::new(),
+            Folder::Cache(dir) => Room::in_cache(dir),
+        }
+    }
+
+    /// An error there while `doing` `what`, naming both.
+    pub(crate) fn error(self, doing: &str, what: &str, source: io::Error) -> zephon_core::Error {
+        let path = match self {
+            Folder::Temp => format!(
+                "{} ({doing} {what} into the temporary folder)",
+                std::env::temp_dir().display()
+            ),
+            Folder::Cache(dir) => {
+                format!(
+                    "{} ({doing} {what} into the shard cache's folder)",
+                    dir.display()
+                )
+            }
+        };
+        zephon_core::Error::Io { path, source }
+    }
 }
 
 /// `file` mapped whole (nothing for an empty file).

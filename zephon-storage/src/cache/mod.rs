@@ -130,6 +130,11 @@ impl ShardCache {
         &self.dir
     }
 
+    /// The folder of the disk tier while the tier is on.
+    pub(crate) fn live_dir(&self) -> Option<&Path> {
+        self.live_disk().map(|_| self.dir.as_path())
+    }
+
     /// The most bytes the disk tier keeps: the configured limit, less when
     /// the filesystem had less room at open; 0 when the disk tier is off.
     ///
