@@ -1,0 +1,87 @@
+//! A server's answer is input too: a shard whose body is far longer than
+//! its manifest says (a broken or hostile server answering with gigabytes)
+//! is cut off just past the size the manifest gives, an error naming the
+//! shard, where reading it whole took as much of the process's memory as
+//! the server sent. The server is a few lines on 127.0.0.1 that answer
+//! `index.json` properly and the shard with a 4 GiB body, counting what
+//! they sent.
+
+mod common;
+
+use common::cache_opts;
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use zephon_storage::RemoteDataset;
+use zephon_storage::backend::runtime;
+
+/// Serves `manifest` as `/index.json` and anything else as a body of
+/// `cap` bytes of JSON lines, written until the client goes; returns the
+/// base URI and the bytes of body sent so far.
+fn long_server(manifest: String, cap: u64) -> (String, Arc<AtomicU64>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let uri = format!("http://{}/", listener.local_addr().unwrap());
+    let sent = Arc::new(AtomicU64::new(0));
+    let counter = sent.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let (manifest, counter) = (manifest.clone(), counter.clone());
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(conn.try_clone().unwrap());
+                loop {
+                    let mut request = String::new();
+                    if reader.read_line(&mut request).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    // The headers, up to the blank line.
+                    let mut line = String::new();
+                    while reader.read_line(&mut line).unwrap_or(0) > 2 {
+                        line.clear();
+                    }
+                    if request.contains("/index.json") {
+                        let answer = format!(
+                            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{manifest}",
+                            manifest.len()
+                        );
+                        if conn.write_all(answer.as_bytes()).is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                    let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {cap}\r\n\r\n");
+                    if conn.write_all(head.as_bytes()).is_err() {
+                        return;
+                    }
+                    let chunk = "{\"a\":1}\n".repeat(8192);
+                    while counter.load(Ordering::Relaxed) < cap {
+                        if conn.write_all(chunk.as_bytes()).is_err() {
+                            return;
+                        }
+                        counter.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                    }
+                    return;
+                }
+            });
+        }
+    });
+    (uri, sent)
+}
+
+#[test]
+fn a_shard_answered_with_gigabytes_is_cut_off_by_name() {
+    let t = tempfile::tempdir().unwrap();
+    // Ten lines of 8 bytes, says the manifest; the server sends up to 4 GiB.
+    let manifest = r#"{"version":1,"shards":[{"path":"a.jsonl","samples":10,"bytes":80}]}"#;
+    let (uri, sent) = long_server(manifest.to_owned(), 4 << 30);
+    let rd = RemoteDataset::open("d", &uri, &cache_opts(t.path())).unwrap();
+    let s = &rd.dataset().shards()[0];
+    let err = runtime::block_on(s.read_run(0, 1)).unwrap_err().to_string();
+    assert!(
+        err.contains("a.jsonl") && err.contains("size mismatch") && err.contains("got more"),
+        "{err}"
+    );
+    // Cut off within the first few chunks the socket took, not read whole.
+    assert!(sent.load(Ordering::Relaxed) < 64 << 20, "{sent:?}");
+}
