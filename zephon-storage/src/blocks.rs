@@ -149,9 +149,15 @@ impl BlockFile {
                 format!("block {i} (bytes {from}..{to}): {m}"),
             )
         };
-        let b = read_to_bytes(&self.backend, &self.entry.path, from..to, to - from)
+        let b = read_to_bytes(&self.backend.op, &self.entry.path, from..to, to - from)
             .await
             .map_err(|e| fail(format!("range read failed: {e}")))?;
+        if b.len() as u64 > to - from {
+            return Err(fail(format!(
+                "range read returned more than the {} bytes asked: the server ignored the range",
+                to - from
+            )));
+        }
         if b.len() as u64 != to - from {
             return Err(fail(format!(
                 "range read returned {} bytes; is the shard shorter than the manifest's {} bytes?",

@@ -156,7 +156,7 @@ async fn fetch(
     }
     let uri = backend.uri_of(&entry.path);
     let started = Instant::now();
-    let raw = match read_to_bytes(backend, &entry.path, .., entry.bytes).await {
+    let raw = match read_to_bytes(&backend.op, &entry.path, .., entry.bytes).await {
         Ok(b) => b,
         Err(e) => {
             metrics.failures.inc();
@@ -192,14 +192,14 @@ const RESERVE_AHEAD: u64 = 64 << 20;
 /// response chunks beside 34 MiB of joined copies at its peak). Reading
 /// stops once more than `expect` bytes came; the caller checks the length.
 pub(crate) async fn read_to_bytes(
-    backend: &Backend,
+    op: &opendal::Operator,
     path: &str,
     range: impl std::ops::RangeBounds<u64>,
     expect: u64,
 ) -> std::result::Result<Bytes, String> {
     use futures::TryStreamExt;
     let text = |e: &dyn std::fmt::Display| e.to_string();
-    let reader = backend.op.reader(path).await.map_err(|e| text(&e))?;
+    let reader = op.reader(path).await.map_err(|e| text(&e))?;
     let mut body = reader
         .into_bytes_stream(range)
         .await

@@ -401,7 +401,7 @@ async fn read_line_index(
         // A sidecar is 8 bytes a line start, and one for the end: reading
         // stops past that, so a wrong or hostile object is not read whole.
         let expect = entry.samples.saturating_add(1).saturating_mul(8);
-        let data = read_to_bytes(&backend, &path, .., expect)
+        let data = read_to_bytes(&backend.op, &path, .., expect)
             .await
             .map_err(|e| shard_error(&dataset, &uri, format!("cannot read the index: {e}")))?;
         let index = decode_index(&data)

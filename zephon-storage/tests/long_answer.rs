@@ -85,3 +85,30 @@ fn a_shard_answered_with_gigabytes_is_cut_off_by_name() {
     // Cut off within the first few chunks the socket took, not read whole.
     assert!(sent.load(Ordering::Relaxed) < 64 << 20, "{sent:?}");
 }
+
+/// In byte-range mode, a server that ignores the range and answers with
+/// the whole (here 4 GiB) object is cut off just past the range, by name:
+/// the line-offset sidecar of a JSONL shard, and a token file's samples.
+#[test]
+fn a_range_answered_with_gigabytes_is_cut_off_by_name() {
+    let t = tempfile::tempdir().unwrap();
+    let opts = cache_opts(t.path()).byte_range(true);
+    let cases = [
+        (
+            r#"{"version":1,"shards":[{"path":"a.jsonl","samples":10,"bytes":80,"index":"a.jsonl.idx"}]}"#,
+            "a.jsonl.idx",
+        ),
+        (
+            r#"{"version":1,"format":{"kind":"tokens","dtype":"u16","seq_len":4},"shards":[{"path":"t.bin","samples":10,"bytes":80}]}"#,
+            "t.bin",
+        ),
+    ];
+    for (manifest, named) in cases {
+        let (uri, sent) = long_server(manifest.to_owned(), 4 << 30);
+        let rd = RemoteDataset::open("d", &uri, &opts).unwrap();
+        let s = &rd.dataset().shards()[0];
+        let err = runtime::block_on(s.read_run(0, 1)).unwrap_err().to_string();
+        assert!(err.contains(named), "{err}");
+        assert!(sent.load(Ordering::Relaxed) < 64 << 20, "{named}: {sent:?}");
+    }
+}

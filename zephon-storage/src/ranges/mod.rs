@@ -188,10 +188,9 @@ impl Read {
         if from == to {
             return Ok((from, Bytes::new()));
         }
-        let b = self
-            .op
-            .read_with(&self.path)
-            .range(from..to)
+        // Read as it comes and stopped past the range: a server that
+        // ignores the range and sends the whole object is not read whole.
+        let b = crate::download::read_to_bytes(&self.op, &self.path, from..to, to - from)
             .await
             .map_err(|e| {
                 shard_error(
@@ -199,15 +198,18 @@ impl Read {
                     &self.uri,
                     format!("range read of bytes {from}..{to} failed: {e}"),
                 )
-            })?
-            .to_bytes();
+            })?;
         if b.len() as u64 != to - from {
+            let why = if b.len() as u64 > to - from {
+                "more: the server ignored the range"
+            } else {
+                "fewer: the object is shorter than its manifest says, or the server cut the response"
+            };
             return Err(shard_error(
                 &self.dataset,
                 &self.uri,
                 format!(
-                    "range read of bytes {from}..{to} returned {} bytes, not {} \
-                     (the object is shorter than its manifest says, or the server cut the response)",
+                    "range read of bytes {from}..{to} returned {} bytes, not {} ({why})",
                     b.len(),
                     to - from
                 ),
