@@ -265,11 +265,7 @@ impl DiskTier {
                 data.len().saturating_sub(HEADER)
             ))));
         }
-        let crc = crc_fast::crc32_iscsi(&data[HEADER..]);
-        let mut header = Vec::with_capacity(HEADER);
-        header.extend_from_slice(MAGIC);
-        header.extend_from_slice(&len.to_le_bytes());
-        header.extend_from_slice(&crc.to_le_bytes());
+        let header = header(&data[HEADER..]);
         std::os::unix::fs::FileExt::write_all_at(&f, &header, 0).map_err(disk)?;
         f.sync_all().map_err(disk)?;
         // The map is of the file, which is only renamed from here on.
@@ -398,6 +394,15 @@ async fn blocking<T: Send + 'static>(
         .unwrap_or_else(|e| Err(io::Error::other(e)))
 }
 
+/// The header of an entry whose body is `body`: magic, length, CRC32C.
+fn header(body: &[u8]) -> [u8; HEADER] {
+    let mut h = [0; HEADER];
+    h[..16].copy_from_slice(MAGIC);
+    h[16..24].copy_from_slice(&(body.len() as u64).to_le_bytes());
+    h[24..].copy_from_slice(&crc_fast::crc32_iscsi(body).to_le_bytes());
+    h
+}
+
 /// Writes header and body to `temp` and syncs it to disk; returns the file,
 /// open for reading too.
 fn write_entry(temp: &Path, bytes: &Bytes) -> io::Result<File> {
@@ -407,9 +412,7 @@ fn write_entry(temp: &Path, bytes: &Bytes) -> io::Result<File> {
         .read(true)
         .write(true)
         .open(temp)?;
-    f.write_all(MAGIC)?;
-    f.write_all(&(bytes.len() as u64).to_le_bytes())?;
-    f.write_all(&crc_fast::crc32_iscsi(bytes).to_le_bytes())?;
+    f.write_all(&header(bytes))?;
     f.write_all(bytes)?;
     f.sync_all()?;
     Ok(f)
