@@ -13,7 +13,7 @@
 use crate::cache::Written;
 use crate::download::shard_error;
 use crate::format::compression::Compression;
-use crate::spill::{self, Room, SpillError};
+use crate::spill::{self, Folder, Room, SpillError};
 use bytes::Bytes;
 use std::fs::File;
 use zephon_core::{Error, Result};
@@ -38,7 +38,7 @@ impl Compressed {
     pub(crate) fn decode(&self) -> Result<Bytes> {
         let decoded =
             spill::decode(self.compression, &self.raw, self.limit()).map_err(|e| match e {
-                SpillError::Disk(source) => spill::error("decoding", &self.uri, source),
+                SpillError::Disk(source) => Folder::Temp.error("decoding", &self.uri, source),
                 e => self.error(e),
             })?;
         self.check_len(decoded.len() as u64)?;

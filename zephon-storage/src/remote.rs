@@ -395,13 +395,13 @@ async fn read_line_index(
     entry: &ShardEntry,
     path: &str,
 ) -> Result<Arc<LineIndex>> {
-    let (backend, path) = (backend.clone(), path.to_owned());
+    let (op, path) = (backend.op.clone(), path.to_owned());
     let (dataset, uri, entry) = (dataset.to_owned(), backend.uri_of(&path), entry.clone());
     runtime::spawn(uri.clone(), async move {
         // A sidecar is 8 bytes a line start, and one for the end: reading
         // stops past that, so a wrong or hostile object is not read whole.
         let expect = entry.samples.saturating_add(1).saturating_mul(8);
-        let data = read_to_bytes(&backend.op, &path, .., expect)
+        let data = read_to_bytes(&op, &path, .., expect)
             .await
             .map_err(|e| shard_error(&dataset, &uri, format!("cannot read the index: {e}")))?;
         let index = decode_index(&data)

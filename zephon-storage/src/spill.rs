@@ -114,17 +114,6 @@ pub(crate) enum SpillError {
     TooLarge(u64),
 }
 
-/// An error of the temporary folder while `doing` (downloading, decoding)
-/// `what` (a shard's path or URI) into it, naming both.
-pub(crate) fn error(doing: &str, what: &str, source: io::Error) -> zephon_core::Error {
-    Folder::Temp.error(doing, what, source)
-}
-
-/// A new unnamed file in the temporary folder.
-pub(crate) fn file() -> io::Result<File> {
-    tempfile::tempfile()
-}
-
 /// Where an unnamed file is written: the temporary folder, or a shard
 /// cache's folder (a download the cache will decode into its own file:
 /// the cache's disk is sized for shards, the temporary folder often a
@@ -139,7 +128,7 @@ impl Folder<'_> {
     /// A new unnamed file there.
     pub(crate) fn file(self) -> io::Result<File> {
         match self {
-            Folder::Temp => file(),
+            Folder::Temp => tempfile::tempfile(),
             Folder::Cache(dir) => tempfile::tempfile_in(dir),
         }
     }
@@ -189,7 +178,7 @@ pub(crate) fn decode(
     raw: &[u8],
     limit: Option<u64>,
 ) -> Result<Bytes, SpillError> {
-    decode_in(compression, raw, limit, Room::new())
+    decode_in(compression, raw, limit, Folder::Temp.room())
 }
 
 /// As [`decode`], its writes kept within `room`.
@@ -199,7 +188,7 @@ fn decode_in(
     limit: Option<u64>,
     room: Room,
 ) -> Result<Bytes, SpillError> {
-    let file = file().map_err(SpillError::Disk)?;
+    let file = Folder::Temp.file().map_err(SpillError::Disk)?;
     decode_to(compression, raw, limit, room, &file)?;
     map(&file).map_err(SpillError::Disk)
 }

@@ -52,7 +52,6 @@ pub(crate) enum Lookup {
     Corrupt,
 }
 
-/// The shared folder of published shard files.
 /// What [`DiskTier::publish`] did.
 #[derive(Debug)]
 pub(crate) struct Published {
@@ -72,6 +71,7 @@ pub(crate) enum Written<E> {
     Body(E),
 }
 
+/// The shared folder of published shard files.
 #[derive(Clone, Debug)]
 pub(crate) struct DiskTier {
     dir: PathBuf,
@@ -153,20 +153,10 @@ impl DiskTier {
     /// more). Call with the key lock held. On error nothing is published
     /// and the temp file is gone.
     pub(crate) async fn publish(&self, key: &str, bytes: &Bytes) -> io::Result<Published> {
-        let need = on_disk((HEADER + bytes.len()) as u64);
-        if need > self.capacity {
-            return Err(io::Error::other(format!(
-                "a shard of {} bytes does not fit the disk tier's {} bytes",
-                bytes.len(),
-                self.capacity
-            )));
-        }
+        let need = self.fits(bytes.len() as u64)?;
         let _folder = lock::lock(&self.dir.join(FOLDER_LOCK)).await?;
-        // Scanning, writing and syncing block: off the I/O threads.
         let (this, key, bytes) = (self.clone(), key.to_owned(), bytes.clone());
-        tokio::task::spawn_blocking(move || this.publish_locked(&key, &bytes, need))
-            .await
-            .unwrap_or_else(|e| Err(io::Error::other(e)))
+        blocking(move || this.publish_locked(&key, &bytes, need)).await
     }
 
     /// As [`publish`](Self::publish), for a body that `write` writes

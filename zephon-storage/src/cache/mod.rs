@@ -29,7 +29,9 @@ mod lock;
 mod open;
 
 use crate::compressed::Compressed;
+use crate::download::decoded;
 use crate::metrics::{CacheMetrics, THRASH_DOWNLOADS};
+use crate::spill::Folder;
 use bytes::Bytes;
 pub(crate) use disk::Written;
 use disk::{DiskTier, Lookup};
@@ -254,7 +256,7 @@ impl ShardCache {
         }
         let Some(disk) = self.live_disk() else {
             downloaded.store(true, Ordering::Relaxed);
-            return self.decoded(download.await?).await;
+            return decoded(download.await?, &self.metrics).await;
         };
         let guard = match tokio::time::timeout(self.lock_wait, disk.lock_key(key)).await {
             Ok(Ok(g)) => Some(g),
@@ -290,7 +292,7 @@ impl ShardCache {
                 {
                     return Ok(mapped);
                 }
-                return self.decoded(Fetched::Decode(c)).await;
+                return decoded(Fetched::Decode(c), &self.metrics).await;
             }
         };
         if let (Some(_), Some(disk)) = (&guard, self.live_disk()) {
@@ -325,7 +327,7 @@ impl ShardCache {
         c: &Compressed,
     ) -> Result<Option<Bytes>> {
         let started = std::time::Instant::now();
-        let (c, room) = (c.clone(), crate::spill::Room::in_cache(&self.dir));
+        let (c, room) = (c.clone(), Folder::Cache(&self.dir).room());
         let published = disk
             .publish_written(key, c.want, move |file| c.decode_into(file, room))
             .await;
@@ -344,12 +346,6 @@ impl ShardCache {
                 Ok(None)
             }
         }
-    }
-
-    /// The bytes of `fetched`, a compressed shard decoded into a temporary
-    /// file (where the disk tier is off, or failed).
-    async fn decoded(&self, fetched: Fetched) -> Result<Bytes> {
-        crate::download::decoded(fetched, &self.metrics).await
     }
 
     /// The verified disk entry of `key`, if there is one; a damaged entry is
