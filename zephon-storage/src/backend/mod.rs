@@ -13,6 +13,7 @@
 
 mod cloud;
 pub mod runtime;
+pub(crate) mod transport;
 
 use crate::options::StorageOptions;
 use opendal::layers::{ConcurrentLimitLayer, RetryLayer, TimeoutLayer, TracingLayer};
@@ -240,6 +241,10 @@ impl Backend {
             });
         // Timeout below retry: each attempt is timed out, then retried.
         let op = op
+            .with_context(
+                opendal::OperationContext::new()
+                    .with_http_transport(transport::Transport::transporter()),
+            )
             .layer(
                 TimeoutLayer::new()
                     .with_timeout(opts.timeout)
@@ -266,4 +271,21 @@ impl Backend {
     pub fn uri_of(&self, path: &str) -> String {
         format!("{}/{}", self.uri, path)
     }
+}
+
+/// An error and its sources, joined: foyer wraps a download's error (its
+/// waiters see only the wrapper), and reqwest's says "builder error" with
+/// the reason in its source.
+pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let m = c.to_string();
+        if !s.contains(&m) {
+            s.push_str(": ");
+            s.push_str(&m);
+        }
+        cur = c.source();
+    }
+    s
 }

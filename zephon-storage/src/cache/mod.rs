@@ -239,7 +239,10 @@ impl ShardCache {
                 }
                 Ok(e.value().clone())
             }
-            Err(e) => Err(Error::external(context.to_owned(), error_chain(&e))),
+            Err(e) => Err(Error::external(
+                context.to_owned(),
+                crate::backend::error_chain(&e),
+            )),
         }
     }
 
@@ -406,20 +409,4 @@ impl ShardCache {
             );
         }
     }
-}
-
-/// An error and its sources, joined: foyer wraps the download's error, and
-/// the waiters of a shared download see only the wrapper.
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let m = c.to_string();
-        if !s.contains(&m) {
-            s.push_str(": ");
-            s.push_str(&m);
-        }
-        cur = c.source();
-    }
-    s
 }

@@ -6,6 +6,7 @@
 //! time, through the backend's operator.
 
 use super::multipart;
+use crate::backend::transport;
 use crate::options::StorageOptions;
 use bytes::{Bytes, BytesMut};
 use std::sync::OnceLock;
@@ -64,11 +65,18 @@ impl HttpRanges {
     fn client(&self) -> Result<&reqwest::Client, String> {
         self.client
             .get_or_init(|| {
-                reqwest::Client::builder()
-                    .connect_timeout(self.timeouts.0)
-                    .read_timeout(self.timeouts.1)
-                    .build()
-                    .map_err(|e| e.to_string())
+                let timeouts = |b: reqwest::ClientBuilder| {
+                    b.connect_timeout(self.timeouts.0)
+                        .read_timeout(self.timeouts.1)
+                };
+                // A redirect to HTTPS comes back as a status other than
+                // 206: its ranges are then read through the operator.
+                if self.base.scheme() == "http" {
+                    transport::plain_client(timeouts)
+                } else {
+                    timeouts(reqwest::Client::builder()).build()
+                }
+                .map_err(|e| crate::backend::error_chain(&e))
             })
             .as_ref()
             .map_err(Clone::clone)

@@ -1,0 +1,137 @@
+//! The HTTP clients of every backend: one for plain `http://` endpoints
+//! that loads no TLS roots, one for `https://` that loads the system's.
+//!
+//! Building a client that verifies certificates reads the system's root
+//! store (every file of `/etc/ssl/certs` on Debian): 4 to 5 ms, in every
+//! process, on the way to its first request. A dataset on a plain-HTTP
+//! endpoint (MinIO, nginx or moto on the cluster's network) never uses
+//! them, and a warm pass over a cached dataset otherwise spends most of its
+//! start there. So requests to `http://` URLs go through a client without
+//! roots, and the verifying client is built on the first `https://` one.
+//!
+//! A plain-HTTP server may redirect to HTTPS. The plain client follows
+//! redirects within plain HTTP only and hands a redirect to `https://`
+//! back; the request is then sent again through the verifying client,
+//! which follows it as a single client would have.
+
+use http::{Request, Response};
+use opendal::{Buffer, HttpBody, HttpTransport, HttpTransporter};
+use opendal_http_transport_reqwest::ReqwestTransport;
+use std::sync::LazyLock;
+
+/// Redirects one request follows, as reqwest's default policy.
+const MAX_REDIRECTS: usize = 10;
+
+/// A client for plain-HTTP URLs with `configure`'s settings: no TLS roots
+/// loaded, redirects followed while they stay on plain HTTP.
+pub(crate) fn plain_client(
+    configure: impl FnOnce(reqwest::ClientBuilder) -> reqwest::ClientBuilder,
+) -> reqwest::Result<reqwest::Client> {
+    let policy = reqwest::redirect::Policy::custom(|attempt| {
+        if attempt.url().scheme() != "http" {
+            // Handed back: the caller sends it through a client that
+            // verifies certificates.
+            attempt.stop()
+        } else if attempt.previous().len() > MAX_REDIRECTS {
+            attempt.error("too many redirects")
+        } else {
+            attempt.follow()
+        }
+    });
+    configure(reqwest::Client::builder())
+        .redirect(policy)
+        .tls_certs_only(std::iter::empty())
+        .build()
+}
+
+/// Whether `resp` redirects to an `https://` URL (what [`plain_client`]
+/// hands back instead of following).
+pub(crate) fn redirects_to_tls(status: http::StatusCode, headers: &http::HeaderMap) -> bool {
+    status.is_redirection()
+        && headers
+            .get(http::header::LOCATION)
+            .and_then(|l| l.to_str().ok())
+            .is_some_and(|l| l.len() >= 8 && l[..8].eq_ignore_ascii_case("https://"))
+}
+
+static PLAIN: LazyLock<Result<ReqwestTransport, String>> = LazyLock::new(|| {
+    plain_client(|b| b)
+        .map(ReqwestTransport::new)
+        .map_err(|e| super::error_chain(&e))
+});
+
+static SECURE: LazyLock<Result<ReqwestTransport, String>> = LazyLock::new(|| {
+    reqwest::Client::builder()
+        .build()
+        .map(ReqwestTransport::new)
+        .map_err(|e| super::error_chain(&e))
+});
+
+fn transport(
+    t: &'static LazyLock<Result<ReqwestTransport, String>>,
+) -> opendal::Result<&'static ReqwestTransport> {
+    t.as_ref().map_err(|e| {
+        opendal::Error::new(
+            opendal::ErrorKind::Unexpected,
+            format!("cannot build an HTTP client: {e}"),
+        )
+    })
+}
+
+/// The transport of the backends' operators (see the module docs).
+pub(crate) struct Transport;
+
+impl Transport {
+    /// This transport, as an operator takes it.
+    pub(crate) fn transporter() -> HttpTransporter {
+        HttpTransporter::new(Transport)
+    }
+}
+
+/// A copy of `req` to send again; its body is shared, not copied.
+fn copy(req: &Request<Buffer>) -> Request<Buffer> {
+    let mut again = Request::new(req.body().clone());
+    *again.method_mut() = req.method().clone();
+    *again.uri_mut() = req.uri().clone();
+    *again.version_mut() = req.version();
+    *again.headers_mut() = req.headers().clone();
+    *again.extensions_mut() = req.extensions().clone();
+    again
+}
+
+impl HttpTransport for Transport {
+    async fn fetch(&self, req: Request<Buffer>) -> opendal::Result<Response<HttpBody>> {
+        if req.uri().scheme_str() != Some("http") {
+            return transport(&SECURE)?.fetch(req).await;
+        }
+        let again = copy(&req);
+        let resp = transport(&PLAIN)?.fetch(req).await?;
+        if redirects_to_tls(resp.status(), resp.headers()) {
+            return transport(&SECURE)?.fetch(again).await;
+        }
+        Ok(resp)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_redirect_to_https_is_handed_back() {
+        let headers = |l: &str| {
+            let mut h = http::HeaderMap::new();
+            h.insert(http::header::LOCATION, l.parse().unwrap());
+            h
+        };
+        let moved = http::StatusCode::MOVED_PERMANENTLY;
+        assert!(redirects_to_tls(moved, &headers("https://example.org/a")));
+        assert!(redirects_to_tls(moved, &headers("HTTPS://example.org/a")));
+        assert!(!redirects_to_tls(moved, &headers("http://example.org/a")));
+        assert!(!redirects_to_tls(moved, &headers("/a")));
+        assert!(!redirects_to_tls(
+            http::StatusCode::OK,
+            &headers("https://example.org/a")
+        ));
+    }
+}
