@@ -6,7 +6,7 @@ use super::{EvictionCounter, ShardCache};
 use crate::metrics::CacheMetrics;
 use crate::options::CacheOptions;
 use bytes::Bytes;
-use foyer::CacheBuilder;
+use foyer_memory::CacheBuilder;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -76,7 +76,7 @@ impl ShardCache {
             // hold, and eviction skips pinned ones, so under concurrent reads
             // the tier overran its capacity by a block or more. SIEVE only
             // marks a read entry as visited.
-            .with_eviction_config(foyer::SieveConfig)
+            .with_eviction_config(foyer_memory::SieveConfig)
             .with_event_listener(Arc::new(EvictionCounter(metrics.clone())))
             .build();
         let cache = ShardCache {
