@@ -196,18 +196,35 @@ pub(crate) async fn read_to_bytes(
     path: &str,
     range: impl std::ops::RangeBounds<u64>,
     expect: u64,
-) -> std::result::Result<Bytes, String> {
+) -> std::io::Result<Bytes> {
+    read_into(op, path, range, expect, expect.min(RESERVE_AHEAD)).await
+}
+
+/// The whole object `path` if it has at most `limit` bytes; reading stops
+/// once more than `limit` came (the caller checks the length), with
+/// nothing reserved ahead: `limit` bounds an object of unknown size (a
+/// manifest), it is not its size.
+pub(crate) async fn read_at_most(
+    op: &opendal::Operator,
+    path: &str,
+    limit: u64,
+) -> std::io::Result<Bytes> {
+    read_into(op, path, .., limit, 0).await
+}
+
+async fn read_into(
+    op: &opendal::Operator,
+    path: &str,
+    range: impl std::ops::RangeBounds<u64>,
+    stop_past: u64,
+    reserve: u64,
+) -> std::io::Result<Bytes> {
     use futures::TryStreamExt;
-    let text = |e: &dyn std::fmt::Display| e.to_string();
-    let reader = op.reader(path).await.map_err(|e| text(&e))?;
-    let mut body = reader
-        .into_bytes_stream(range)
-        .await
-        .map_err(|e| text(&e))?;
-    let mut out = bytes::BytesMut::with_capacity(expect.min(RESERVE_AHEAD) as usize);
-    while let Some(chunk) = body.try_next().await.map_err(|e| text(&e))? {
+    let mut body = op.reader(path).await?.into_bytes_stream(range).await?;
+    let mut out = bytes::BytesMut::with_capacity(reserve as usize);
+    while let Some(chunk) = body.try_next().await? {
         out.extend_from_slice(&chunk);
-        if out.len() as u64 > expect {
+        if out.len() as u64 > stop_past {
             break;
         }
     }

@@ -228,9 +228,8 @@ async fn discover(
     metrics: &CacheMetrics,
     format: &FormatOptions,
 ) -> Result<Manifest> {
-    match backend.op.read(MANIFEST).await {
-        Ok(data) => {
-            let data = data.to_bytes();
+    match backend.read_manifest().await {
+        Ok(Some(data)) => {
             let m = Manifest::parse(&data)
                 .map_err(|e| shard_error(name, &backend.uri_of(MANIFEST), e.to_string()))?;
             if m.shards.is_empty() {
@@ -242,19 +241,13 @@ async fn discover(
             }
             Ok(m)
         }
-        Err(e) if e.kind() == opendal::ErrorKind::NotFound && backend.can_list => {
-            crate::scan::scan(backend, name, metrics, format).await
-        }
-        Err(e) if e.kind() == opendal::ErrorKind::NotFound => Err(shard_error(
+        Ok(None) if backend.can_list => crate::scan::scan(backend, name, metrics, format).await,
+        Ok(None) => Err(shard_error(
             name,
             &backend.uri,
             "no index.json manifest, and this backend cannot list; write one with `zephon build-index`",
         )),
-        Err(e) => Err(shard_error(
-            name,
-            &backend.uri_of(MANIFEST),
-            format!("cannot read the manifest: {e}"),
-        )),
+        Err(m) => Err(shard_error(name, &backend.uri_of(MANIFEST), m)),
     }
 }
 

@@ -87,6 +87,12 @@ pub struct StorageOptions {
     /// answer one range per request. A server that ignores multi-range
     /// requests is detected and read one span at a time.
     pub range_parts: usize,
+    /// Largest `index.json` read, in bytes, in [`MANIFEST_BYTES`] (1 KiB to
+    /// 16 GiB; default 256 MiB, a manifest of about a million shards). A
+    /// manifest is read whole into memory before it is parsed: a longer
+    /// answer (a wrong object, a broken or hostile server) is an error that
+    /// names it, read no further than this.
+    pub manifest_limit: u64,
     /// The shard cache.
     pub cache: CacheOptions,
     /// What file names cannot tell about a format (flat token files'
@@ -116,6 +122,7 @@ impl Default for StorageOptions {
             range_concurrency: 32,
             range_gap: 256 << 10,
             range_parts: 256,
+            manifest_limit: 256 << 20,
             cache: CacheOptions::default(),
             format: FormatOptions::default(),
         }
@@ -175,11 +182,20 @@ setters! {
     range_gap: u64 => range_gap;
     /// Sets the most spans one HTTP byte-range request asks for.
     range_parts: usize => range_parts;
+    /// Sets the largest `index.json` read.
+    manifest_limit: u64 => manifest_limit;
     /// Sets the shard cache options.
     cache: CacheOptions => cache;
     /// Sets the format options.
     format: FormatOptions => format;
 }
+
+/// Allowed values of [`StorageOptions::manifest_limit`]: 1 KiB to 16 GiB.
+pub const MANIFEST_BYTES: zephon_core::settings::Range = zephon_core::settings::Range::new(
+    1 << 10,
+    16 << 30,
+    "a manifest is read whole into memory before it is parsed",
+);
 
 /// Allowed values of [`StorageOptions::range_concurrency`]: 1 to 1,024.
 pub const RANGE_CONCURRENCY: zephon_core::settings::Range = zephon_core::settings::Range::new(
@@ -224,6 +240,25 @@ impl StorageOptions {
         RANGE_CONCURRENCY.check_usize("range_concurrency", self.range_concurrency)?;
         RANGE_GAP.check("range_gap", self.range_gap)?;
         RANGE_PARTS.check_usize("range_parts", self.range_parts)?;
+        Ok(())
+    }
+
+    /// Checks the settings opening a backend reads: the byte-range ones
+    /// ([`validate_ranges`](Self::validate_ranges)) and `manifest_limit` in
+    /// [`MANIFEST_BYTES`]; the error names the key at fault. The cache's
+    /// are checked when it opens ([`CacheOptions::validate`]).
+    ///
+    /// ```
+    /// use zephon_storage::StorageOptions;
+    /// assert!(StorageOptions::default().validate().is_ok());
+    /// let e = StorageOptions::default().manifest_limit(10).validate().unwrap_err();
+    /// assert!(e.to_string().contains("manifest_limit"), "{e}");
+    /// let e = StorageOptions::default().range_parts(0).validate().unwrap_err();
+    /// assert!(e.to_string().contains("range_parts"), "{e}");
+    /// ```
+    pub fn validate(&self) -> zephon_core::Result<()> {
+        self.validate_ranges()?;
+        MANIFEST_BYTES.check("manifest_limit", self.manifest_limit)?;
         Ok(())
     }
 }

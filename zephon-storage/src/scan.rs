@@ -370,11 +370,8 @@ pub async fn build_index_with(
     }
     // A Streaming index is left alone even when it is refused (a bad
     // basename): overwriting it would lose the dataset's own description.
-    if let Ok(existing) = backend.op.read(MANIFEST).await
-        && !matches!(
-            crate::format::mds::manifest_from_index(&existing.to_bytes()),
-            Ok(None)
-        )
+    if let Ok(Some(existing)) = backend.read_manifest().await
+        && !matches!(crate::format::mds::manifest_from_index(&existing), Ok(None))
     {
         return Err(shard_error(
             dataset,

@@ -3,8 +3,8 @@
 //! is cut off just past the size the manifest gives, an error naming the
 //! shard, where reading it whole took as much of the process's memory as
 //! the server sent. The server is a few lines on 127.0.0.1 that answer
-//! `index.json` properly and the shard with a 4 GiB body, counting what
-//! they sent.
+//! `index.json` properly (one test: with the 4 GiB body too) and the shard
+//! with a 4 GiB body, counting what they sent.
 
 mod common;
 
@@ -16,10 +16,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use zephon_storage::RemoteDataset;
 use zephon_storage::backend::runtime;
 
-/// Serves `manifest` as `/index.json` and anything else as a body of
-/// `cap` bytes of JSON lines, written until the client goes; returns the
-/// base URI and the bytes of body sent so far.
-fn long_server(manifest: String, cap: u64) -> (String, Arc<AtomicU64>) {
+/// Serves `manifest` as `/index.json` and anything else (the manifest too
+/// when it is `None`) as a body of `cap` bytes of JSON lines, written until
+/// the client goes; returns the base URI and the bytes of body sent so far.
+fn long_server(manifest: Option<String>, cap: u64) -> (String, Arc<AtomicU64>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let uri = format!("http://{}/", listener.local_addr().unwrap());
     let sent = Arc::new(AtomicU64::new(0));
@@ -40,7 +40,10 @@ fn long_server(manifest: String, cap: u64) -> (String, Arc<AtomicU64>) {
                     while reader.read_line(&mut line).unwrap_or(0) > 2 {
                         line.clear();
                     }
-                    if request.contains("/index.json") {
+                    if let Some(manifest) = manifest
+                        .as_ref()
+                        .filter(|_| request.contains("/index.json"))
+                    {
                         let answer = format!(
                             "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{manifest}",
                             manifest.len()
@@ -74,7 +77,7 @@ fn a_shard_answered_with_gigabytes_is_cut_off_by_name() {
     let t = tempfile::tempdir().unwrap();
     // Ten lines of 8 bytes, says the manifest; the server sends up to 4 GiB.
     let manifest = r#"{"version":1,"shards":[{"path":"a.jsonl","samples":10,"bytes":80}]}"#;
-    let (uri, sent) = long_server(manifest.to_owned(), 4 << 30);
+    let (uri, sent) = long_server(Some(manifest.to_owned()), 4 << 30);
     let rd = RemoteDataset::open("d", &uri, &cache_opts(t.path())).unwrap();
     let s = &rd.dataset().shards()[0];
     let err = runtime::block_on(s.read_run(0, 1)).unwrap_err().to_string();
@@ -104,11 +107,30 @@ fn a_range_answered_with_gigabytes_is_cut_off_by_name() {
         ),
     ];
     for (manifest, named) in cases {
-        let (uri, sent) = long_server(manifest.to_owned(), 4 << 30);
+        let (uri, sent) = long_server(Some(manifest.to_owned()), 4 << 30);
         let rd = RemoteDataset::open("d", &uri, &opts).unwrap();
         let s = &rd.dataset().shards()[0];
         let err = runtime::block_on(s.read_run(0, 1)).unwrap_err().to_string();
         assert!(err.contains(named), "{err}");
         assert!(sent.load(Ordering::Relaxed) < 64 << 20, "{named}: {sent:?}");
     }
+}
+
+/// A manifest answered with gigabytes (a wrong object, a broken or hostile
+/// server) is refused past `manifest_limit`, by name, where it was read
+/// whole into memory before it was parsed.
+#[test]
+fn a_manifest_answered_with_gigabytes_is_cut_off_by_name() {
+    let t = tempfile::tempdir().unwrap();
+    let (uri, sent) = long_server(None, 4 << 30);
+    let opts = cache_opts(t.path()).manifest_limit(1 << 20);
+    let err = match RemoteDataset::open("d", &uri, &opts) {
+        Ok(_) => panic!("4 GiB of JSON lines opened as a manifest"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains("index.json") && err.contains("manifest_limit"),
+        "{err}"
+    );
+    assert!(sent.load(Ordering::Relaxed) < 64 << 20, "{sent:?}");
 }

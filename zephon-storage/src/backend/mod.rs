@@ -62,6 +62,8 @@ pub struct Backend {
     pub ranges: RangePlan,
     /// The multi-range client of a plain HTTP(S) backend.
     pub(crate) http: Option<Arc<crate::ranges::http::HttpRanges>>,
+    /// Largest `index.json` read ([`StorageOptions::manifest_limit`]).
+    pub(crate) manifest_limit: u64,
 }
 
 /// How byte-range reads of one backend are planned: neighbours within
@@ -86,7 +88,7 @@ impl Backend {
             message,
         };
         let ext = |e: opendal::Error| err(format!("cannot configure the backend: {e}"));
-        opts.validate_ranges()?;
+        opts.validate()?;
         let trimmed = uri.trim_end_matches('/');
         let (scheme, rest) = match trimmed.split_once("://") {
             Some((s, r)) => (s.to_ascii_lowercase(), r),
@@ -264,12 +266,30 @@ impl Backend {
                 parts: opts.range_parts,
             },
             http: crate::ranges::http_client(trimmed, opts),
+            manifest_limit: opts.manifest_limit,
         })
     }
 
     /// The full URI of `path` (relative to the dataset root).
     pub fn uri_of(&self, path: &str) -> String {
         format!("{}/{}", self.uri, path)
+    }
+
+    /// The dataset's `index.json`: `None` where there is none, an error
+    /// (the reason, for a message naming the manifest) where it cannot be
+    /// read or is longer than `manifest_limit`, which is as far as it is
+    /// read.
+    pub(crate) async fn read_manifest(&self) -> std::result::Result<Option<bytes::Bytes>, String> {
+        let limit = self.manifest_limit;
+        match crate::download::read_at_most(&self.op, crate::manifest::MANIFEST, limit).await {
+            Ok(b) if b.len() as u64 > limit => Err(format!(
+                "the manifest is longer than manifest_limit ({limit} bytes; read no further); \
+                 raise StorageOptions::manifest_limit if the dataset's manifest is that large"
+            )),
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(format!("cannot read the manifest: {e}")),
+        }
     }
 }
 
