@@ -56,6 +56,14 @@ pub struct StorageOptions {
     /// Limit for each read of a body: a server that stops sending for this
     /// long fails the attempt (which is then retried).
     pub io_timeout: Duration,
+    /// Slowest response body accepted, in bytes a second, in [`MIN_RATE`]
+    /// (0, off, to 1 GiB/s; default 1 KiB/s): each `io_timeout` spent
+    /// waiting on a body must bring this many bytes a second, or the
+    /// attempt fails (and is retried). `io_timeout` alone bounds each wait
+    /// for the next chunk, so a server dripping a body a byte at a time
+    /// would hold a read for hours. Only time spent waiting on the server
+    /// counts.
+    pub min_rate: u64,
     /// Retries of a failed request before giving up.
     pub retries: usize,
     /// First retry delay; later delays double, up to `retry_max_delay`, with jitter.
@@ -114,6 +122,7 @@ impl Default for StorageOptions {
             anonymous: false,
             timeout: Duration::from_secs(30),
             io_timeout: Duration::from_secs(10),
+            min_rate: 1024,
             retries: 3,
             retry_min_delay: Duration::from_millis(100),
             retry_max_delay: Duration::from_secs(5),
@@ -166,6 +175,8 @@ setters! {
     timeout: Duration => timeout;
     /// Sets the per-read timeout.
     io_timeout: Duration => io_timeout;
+    /// Sets the slowest response body accepted, in bytes a second.
+    min_rate: u64 => min_rate;
     /// Sets the number of retries.
     retries: usize => retries;
     /// Sets the first retry delay.
@@ -189,6 +200,13 @@ setters! {
     /// Sets the format options.
     format: FormatOptions => format;
 }
+
+/// Allowed values of [`StorageOptions::min_rate`]: 0 (off) to 1 GiB/s.
+pub const MIN_RATE: zephon_core::settings::Range = zephon_core::settings::Range::new(
+    0,
+    1 << 30,
+    "bytes a second each io_timeout of waiting on a body must bring",
+);
 
 /// Allowed values of [`StorageOptions::manifest_limit`]: 1 KiB to 16 GiB.
 pub const MANIFEST_BYTES: zephon_core::settings::Range = zephon_core::settings::Range::new(
@@ -244,9 +262,10 @@ impl StorageOptions {
     }
 
     /// Checks the settings opening a backend reads: the byte-range ones
-    /// ([`validate_ranges`](Self::validate_ranges)) and `manifest_limit` in
-    /// [`MANIFEST_BYTES`]; the error names the key at fault. The cache's
-    /// are checked when it opens ([`CacheOptions::validate`]).
+    /// ([`validate_ranges`](Self::validate_ranges)), `manifest_limit` in
+    /// [`MANIFEST_BYTES`] and `min_rate` in [`MIN_RATE`]; the error names
+    /// the key at fault. The cache's are checked when it opens
+    /// ([`CacheOptions::validate`]).
     ///
     /// ```
     /// use zephon_storage::StorageOptions;
@@ -255,11 +274,22 @@ impl StorageOptions {
     /// assert!(e.to_string().contains("manifest_limit"), "{e}");
     /// let e = StorageOptions::default().range_parts(0).validate().unwrap_err();
     /// assert!(e.to_string().contains("range_parts"), "{e}");
+    /// let e = StorageOptions::default().min_rate(1 << 40).validate().unwrap_err();
+    /// assert!(e.to_string().contains("min_rate"), "{e}");
     /// ```
     pub fn validate(&self) -> zephon_core::Result<()> {
         self.validate_ranges()?;
         MANIFEST_BYTES.check("manifest_limit", self.manifest_limit)?;
+        MIN_RATE.check("min_rate", self.min_rate)?;
         Ok(())
+    }
+
+    /// The slowest body accepted: `min_rate` over each `io_timeout`.
+    pub(crate) fn pacing(&self) -> crate::backend::pace::Pacing {
+        crate::backend::pace::Pacing {
+            min_rate: self.min_rate,
+            window: self.io_timeout,
+        }
     }
 }
 

@@ -12,6 +12,7 @@
 //! | `hf://datasets/org/name` | Hugging Face (feature `hf`; `HF_TOKEN`, `HF_ENDPOINT` for a mirror; built in CI, not tested against a hub) |
 
 mod cloud;
+pub(crate) mod pace;
 pub mod runtime;
 pub(crate) mod transport;
 
@@ -245,7 +246,7 @@ impl Backend {
         let op = op
             .with_context(
                 opendal::OperationContext::new()
-                    .with_http_transport(transport::Transport::transporter()),
+                    .with_http_transport(transport::Transport::transporter(opts.pacing())),
             )
             .layer(
                 TimeoutLayer::new()

@@ -13,7 +13,11 @@
 //! redirects within plain HTTP only and hands a redirect to `https://`
 //! back; the request is then sent again through the verifying client,
 //! which follows it as a single client would have.
+//!
+//! Every response body is held to the backend's slowest accepted rate
+//! ([`Pacing`]).
 
+use super::pace::{Paced, Pacing};
 use http::{Request, Response};
 use opendal::{Buffer, HttpBody, HttpTransport, HttpTransporter};
 use opendal_http_transport_reqwest::ReqwestTransport;
@@ -78,13 +82,20 @@ fn transport(
     })
 }
 
-/// The transport of the backends' operators (see the module docs).
-pub(crate) struct Transport;
+/// The transport of a backend's operator (see the module docs).
+pub(crate) struct Transport {
+    pacing: Pacing,
+}
 
 impl Transport {
-    /// This transport, as an operator takes it.
-    pub(crate) fn transporter() -> HttpTransporter {
-        HttpTransporter::new(Transport)
+    /// This transport, its bodies held to `pacing`, as an operator takes it.
+    pub(crate) fn transporter(pacing: Pacing) -> HttpTransporter {
+        HttpTransporter::new(Transport { pacing })
+    }
+
+    fn paced(&self, resp: Response<HttpBody>) -> Response<HttpBody> {
+        let pacing = self.pacing;
+        resp.map(|body| body.map_inner(|s| Box::new(Paced::new(s, pacing))))
     }
 }
 
@@ -102,14 +113,14 @@ fn copy(req: &Request<Buffer>) -> Request<Buffer> {
 impl HttpTransport for Transport {
     async fn fetch(&self, req: Request<Buffer>) -> opendal::Result<Response<HttpBody>> {
         if req.uri().scheme_str() != Some("http") {
-            return transport(&SECURE)?.fetch(req).await;
+            return Ok(self.paced(transport(&SECURE)?.fetch(req).await?));
         }
         let again = copy(&req);
         let resp = transport(&PLAIN)?.fetch(req).await?;
         if redirects_to_tls(resp.status(), resp.headers()) {
-            return transport(&SECURE)?.fetch(again).await;
+            return Ok(self.paced(transport(&SECURE)?.fetch(again).await?));
         }
-        Ok(resp)
+        Ok(self.paced(resp))
     }
 }
 

@@ -6,6 +6,7 @@
 //! time, through the backend's operator.
 
 use super::multipart;
+use crate::backend::pace::{Pace, Pacing};
 use crate::backend::transport;
 use crate::options::StorageOptions;
 use bytes::{Bytes, BytesMut};
@@ -26,6 +27,8 @@ pub(crate) struct HttpRanges {
     base: reqwest::Url,
     client: OnceLock<Result<reqwest::Client, String>>,
     timeouts: (std::time::Duration, std::time::Duration),
+    /// The slowest body accepted (see [`Pacing`]).
+    pacing: Pacing,
     /// Requests in flight at once, shared with nothing else: the
     /// backend's `concurrency`.
     limit: Semaphore,
@@ -52,6 +55,7 @@ impl HttpRanges {
             base,
             client: OnceLock::new(),
             timeouts: (opts.timeout, opts.io_timeout),
+            pacing: opts.pacing(),
             limit: Semaphore::new(opts.concurrency.max(1)),
             multi: AtomicBool::new(true),
         })
@@ -131,9 +135,13 @@ impl HttpRanges {
             .map(str::to_owned)
         {
             let cap = wanted + asked.len() as u64 * PART_OVERHEAD + 4096;
-            let body = match read_body(resp, cap).await? {
+            let body = match read_body(resp, cap, self.pacing).await? {
                 Some(b) => b,
-                None => return Ok(Answer::Retry("the body was cut off".into())),
+                None => {
+                    return Ok(Answer::Retry(
+                        "the body was cut off or came too slowly".into(),
+                    ));
+                }
             };
             return multipart::split(&body, &boundary, asked).map(Answer::Chunks);
         }
@@ -159,9 +167,13 @@ impl HttpRanges {
                 asked.len()
             )));
         }
-        let body = match read_body(resp, to - from).await? {
+        let body = match read_body(resp, to - from, self.pacing).await? {
             Some(b) => b,
-            None => return Ok(Answer::Retry("the body was cut off".into())),
+            None => {
+                return Ok(Answer::Retry(
+                    "the body was cut off or came too slowly".into(),
+                ));
+            }
         };
         if body.len() as u64 != to - from {
             return Err(format!(
@@ -177,17 +189,36 @@ impl HttpRanges {
 
 /// The body, at most `cap` bytes (more is an error: a server does not get
 /// to fill memory); `None` when the connection broke first.
-async fn read_body(mut resp: reqwest::Response, cap: u64) -> Result<Option<Bytes>, String> {
+async fn read_body(
+    mut resp: reqwest::Response,
+    cap: u64,
+    pacing: Pacing,
+) -> Result<Option<Bytes>, String> {
     let too_long = |n: u64| format!("an answer of {n} bytes or more where at most {cap} were due");
     if let Some(n) = resp.content_length().filter(|&n| n > cap) {
         return Err(too_long(n));
     }
     let mut buf = BytesMut::with_capacity(resp.content_length().unwrap_or(cap).min(cap) as usize);
+    let mut pace = Pace::new(pacing);
+    let mut first = true;
     loop {
+        let asked = std::time::Instant::now();
         match resp.chunk().await {
             Ok(Some(c)) => {
+                // As for the operators' bodies (see `Paced`): the wait for
+                // the first chunk does not count.
+                let waited = match std::mem::replace(&mut first, false) {
+                    true => std::time::Duration::ZERO,
+                    false => asked.elapsed(),
+                };
                 if (buf.len() + c.len()) as u64 > cap {
                     return Err(too_long((buf.len() + c.len()) as u64));
+                }
+                // Too slow is the transport's trouble, not the data's: the
+                // ranges are read again one by one, through the operator.
+                if let Err(why) = pace.add(c.len() as u64, waited) {
+                    tracing::debug!(%why, "multi-range answer too slow");
+                    return Ok(None);
                 }
                 buf.extend_from_slice(&c);
             }
