@@ -19,6 +19,11 @@ use std::path::{Path, PathBuf};
 use zephon_core::runner::offload;
 use zephon_core::{Error, Result};
 
+/// Most entries a remote listing is read to: past it, a dataset is opened
+/// from its `index.json` (16,777,216 objects; a listing's entries are held
+/// in memory while it is read, about 100 bytes each).
+pub const MAX_LISTED: usize = 1 << 24;
+
 /// Lists every file under the dataset root (recursively), sorted by path,
 /// with their stored sizes. A local root is walked by [`list_local`], so
 /// every command finds the same shards in a folder.
@@ -30,18 +35,39 @@ pub async fn list_files(backend: &Backend, dataset: &str) -> Result<Vec<(String,
     }
     let err =
         |e: opendal::Error| shard_error(dataset, &backend.uri, format!("cannot list shards: {e}"));
-    let entries: Vec<opendal::Entry> = backend
+    let mut lister = backend
         .op
         .lister_with("")
         .recursive(true)
         .await
-        .map_err(err)?
-        .try_collect()
-        .await
         .map_err(err)?;
+    // A listing is the server's answer, read page after page for as long
+    // as the server says there is more: a name it gives twice (a page
+    // repeated, or a continuation that leads back) would be a shard read
+    // twice, or a listing without end.
+    let mut seen = std::collections::HashSet::new();
     let mut out = Vec::new();
-    for e in entries {
+    while let Some(e) = lister.try_next().await.map_err(err)? {
         let path = e.path().trim_start_matches('/').to_owned();
+        if seen.len() >= MAX_LISTED {
+            return Err(shard_error(
+                dataset,
+                &backend.uri,
+                format!(
+                    "the listing goes past {MAX_LISTED} objects; write an index.json \
+                     (`zephon build-index` where the files are) to open the dataset without listing"
+                ),
+            ));
+        }
+        if !seen.insert(path.clone()) {
+            return Err(shard_error(
+                dataset,
+                &backend.uri_of(&path),
+                "the server's listing names this object twice (a page repeated, or a \
+                 continuation leading back): its listing cannot be trusted; write an index.json \
+                 to open the dataset without listing",
+            ));
+        }
         if !e.metadata().is_file() {
             continue;
         }

@@ -1,0 +1,103 @@
+//! A server's listing is input too. A dataset without `index.json` is
+//! opened by listing its objects, page after page for as long as the server
+//! says there is more: a server whose continuation leads back to a page it
+//! already gave (broken, or hostile) made that listing endless, and a name
+//! given twice would be a shard read twice. The server here is a few lines
+//! on 127.0.0.1 speaking enough of S3's ListObjectsV2 to answer every page
+//! with the same object and "there is more".
+
+mod common;
+
+use common::cache_opts;
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::sync::mpsc;
+use std::time::Duration;
+use zephon_storage::RemoteDataset;
+
+/// Answers `index.json` with S3's 404 and every listing with one object
+/// and a continuation token that asks for the same page again; returns its
+/// endpoint and a count of the listing pages it served.
+fn looping_s3() -> (String, std::sync::Arc<std::sync::atomic::AtomicU64>) {
+    use std::sync::atomic::Ordering;
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let pages = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counter = pages.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let counter = counter.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(conn.try_clone().unwrap());
+                loop {
+                    let mut request = String::new();
+                    if reader.read_line(&mut request).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let mut line = String::new();
+                    while reader.read_line(&mut line).unwrap_or(0) > 2 {
+                        line.clear();
+                    }
+                    let (status, body) = if request.contains("list-type=2") {
+                        counter.fetch_add(1, Ordering::Relaxed);
+                        (
+                            "200 OK",
+                            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\
+                             <ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">\
+                             <Name>b</Name><Prefix>data/</Prefix><KeyCount>1</KeyCount>\
+                             <MaxKeys>1000</MaxKeys><IsTruncated>true</IsTruncated>\
+                             <NextContinuationToken>again</NextContinuationToken>\
+                             <Contents><Key>data/a.jsonl</Key><Size>8</Size>\
+                             <LastModified>2026-01-01T00:00:00.000Z</LastModified>\
+                             <ETag>\"e\"</ETag></Contents></ListBucketResult>",
+                        )
+                    } else {
+                        (
+                            "404 Not Found",
+                            "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>NoSuchKey\
+                             </Code><Message>no such key</Message></Error>",
+                        )
+                    };
+                    let answer = format!(
+                        "HTTP/1.1 {status}\r\nContent-Type: application/xml\r\n\
+                         Content-Length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    if conn.write_all(answer.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (endpoint, pages)
+}
+
+#[test]
+fn a_listing_that_leads_back_is_an_error_not_an_endless_read() {
+    let t = tempfile::tempdir().unwrap();
+    let (endpoint, pages) = looping_s3();
+    let opts = cache_opts(t.path())
+        .endpoint(&endpoint)
+        .region("us-east-1")
+        .anonymous(true);
+    let (done, result) = mpsc::channel();
+    std::thread::spawn(move || {
+        let r = RemoteDataset::open("d", "s3://b/data", &opts).map(|_| ());
+        let _ = done.send(r.map_err(|e| e.to_string()));
+    });
+    let err = match result.recv_timeout(Duration::from_secs(30)) {
+        Ok(Ok(())) => panic!("a listing of one object given again and again opened"),
+        Ok(Err(e)) => e,
+        Err(_) => panic!(
+            "still listing after 30 s ({} pages served)",
+            pages.load(std::sync::atomic::Ordering::Relaxed)
+        ),
+    };
+    assert!(
+        err.contains("a.jsonl") && err.contains("twice") && err.contains("index.json"),
+        "{err}"
+    );
+    assert_eq!(pages.load(std::sync::atomic::Ordering::Relaxed), 2, "{err}");
+}
