@@ -17,9 +17,14 @@ use zephon_storage::RemoteDataset;
 use zephon_storage::backend::runtime;
 
 /// Serves `manifest` as `/index.json` and anything else (the manifest too
-/// when it is `None`) as a body of `cap` bytes of JSON lines, written until
-/// the client goes; returns the base URI and the bytes of body sent so far.
-fn long_server(manifest: Option<String>, cap: u64) -> (String, Arc<AtomicU64>) {
+/// when it is `None`) as a body of `cap` bytes of JSON lines with `status`,
+/// written until the client goes; returns the base URI and the bytes of
+/// body sent so far.
+fn long_server(
+    manifest: Option<String>,
+    status: &'static str,
+    cap: u64,
+) -> (String, Arc<AtomicU64>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let uri = format!("http://{}/", listener.local_addr().unwrap());
     let sent = Arc::new(AtomicU64::new(0));
@@ -53,7 +58,7 @@ fn long_server(manifest: Option<String>, cap: u64) -> (String, Arc<AtomicU64>) {
                         }
                         continue;
                     }
-                    let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {cap}\r\n\r\n");
+                    let head = format!("HTTP/1.1 {status}\r\nContent-Length: {cap}\r\n\r\n");
                     if conn.write_all(head.as_bytes()).is_err() {
                         return;
                     }
@@ -77,7 +82,7 @@ fn a_shard_answered_with_gigabytes_is_cut_off_by_name() {
     let t = tempfile::tempdir().unwrap();
     // Ten lines of 8 bytes, says the manifest; the server sends up to 4 GiB.
     let manifest = r#"{"version":1,"shards":[{"path":"a.jsonl","samples":10,"bytes":80}]}"#;
-    let (uri, sent) = long_server(Some(manifest.to_owned()), 4 << 30);
+    let (uri, sent) = long_server(Some(manifest.to_owned()), "200 OK", 4 << 30);
     let rd = RemoteDataset::open("d", &uri, &cache_opts(t.path())).unwrap();
     let s = &rd.dataset().shards()[0];
     let err = runtime::block_on(s.read_run(0, 1)).unwrap_err().to_string();
@@ -107,7 +112,7 @@ fn a_range_answered_with_gigabytes_is_cut_off_by_name() {
         ),
     ];
     for (manifest, named) in cases {
-        let (uri, sent) = long_server(Some(manifest.to_owned()), 4 << 30);
+        let (uri, sent) = long_server(Some(manifest.to_owned()), "200 OK", 4 << 30);
         let rd = RemoteDataset::open("d", &uri, &opts).unwrap();
         let s = &rd.dataset().shards()[0];
         let err = runtime::block_on(s.read_run(0, 1)).unwrap_err().to_string();
@@ -122,7 +127,7 @@ fn a_range_answered_with_gigabytes_is_cut_off_by_name() {
 #[test]
 fn a_manifest_answered_with_gigabytes_is_cut_off_by_name() {
     let t = tempfile::tempdir().unwrap();
-    let (uri, sent) = long_server(None, 4 << 30);
+    let (uri, sent) = long_server(None, "200 OK", 4 << 30);
     let opts = cache_opts(t.path()).manifest_limit(1 << 20);
     let err = match RemoteDataset::open("d", &uri, &opts) {
         Ok(_) => panic!("4 GiB of JSON lines opened as a manifest"),
@@ -133,4 +138,20 @@ fn a_manifest_answered_with_gigabytes_is_cut_off_by_name() {
         "{err}"
     );
     assert!(sent.load(Ordering::Relaxed) < 64 << 20, "{sent:?}");
+}
+
+/// An error answered with gigabytes of body (a server's `500`, read by the
+/// storage services whole for its message) is read for its first 4 KiB,
+/// then dropped: the error still names the manifest.
+#[test]
+fn an_error_answered_with_gigabytes_is_read_for_its_message_only() {
+    let t = tempfile::tempdir().unwrap();
+    let (uri, sent) = long_server(None, "500 Internal Server Error", 4 << 30);
+    let err = match RemoteDataset::open("d", &uri, &cache_opts(t.path())) {
+        Ok(_) => panic!("a server answering 500 opened"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("index.json") && err.contains("500"), "{err}");
+    // Each attempt read to 4 KiB and dropped.
+    assert!(sent.load(Ordering::Relaxed) < 64 << 20, "{sent:?}: {err}");
 }

@@ -94,9 +94,45 @@ impl Transport {
     }
 
     fn paced(&self, resp: Response<HttpBody>) -> Response<HttpBody> {
+        if !resp.status().is_success() {
+            return resp.map(error_body);
+        }
         let pacing = self.pacing;
         resp.map(|body| body.map_inner(|s| Box::new(Paced::new(s, pacing))))
     }
+}
+
+/// Most bytes of an error answer's body read: its message. The services
+/// read an error's body whole before they parse it, so a server answering
+/// `500` with gigabytes would have them all in memory.
+const ERROR_BODY: usize = 4 << 10;
+
+type BodyStream =
+    Box<dyn futures::Stream<Item = opendal::Result<Buffer>> + Send + Sync + Unpin + 'static>;
+
+/// `body`, an error answer's, cut to its first [`ERROR_BODY`] bytes (and
+/// no longer held to its declared length, which it may not reach now).
+fn error_body(body: HttpBody) -> HttpBody {
+    use futures::StreamExt;
+    let mut inner: Option<BodyStream> = None;
+    drop(body.map_inner(|s| {
+        inner = Some(s);
+        Box::new(futures::stream::empty())
+    }));
+    let Some(inner) = inner else {
+        return HttpBody::new(futures::stream::empty(), None);
+    };
+    let mut left = ERROR_BODY;
+    let cut = inner
+        .map(move |chunk| {
+            chunk.map(|mut b| {
+                b.truncate(left);
+                left -= b.len();
+                b
+            })
+        })
+        .take_while(|chunk| std::future::ready(!matches!(chunk, Ok(b) if b.is_empty())));
+    HttpBody::new(cut, None)
 }
 
 /// A copy of `req` to send again; its body is shared, not copied.
