@@ -8,16 +8,13 @@ mod common;
 
 use common::warnings::Capture;
 use common::{
-    Moto, Tmpfs, alike_zst_shard, cache_opts, fields, local_order, read_all, shard_ids,
-    write_dataset,
+    Moto, Tmpfs, alike_zst_shard, cache_opts, fields, indexed_dataset, read_all, shard_ids,
 };
 use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use tracing_subscriber::layer::SubscriberExt;
-use zephon_storage::backend::{Backend, runtime};
-use zephon_storage::scan::build_index;
 use zephon_storage::{CacheOptions, RemoteDataset};
 
 /// Warnings logged in this process, and panics in any of its threads.
@@ -56,13 +53,6 @@ fn warnings_naming(dir: &Path) -> Vec<String> {
     let needle = format!("shard cache folder `{}`", dir.display());
     let w = watcher().warnings.lock().unwrap();
     w.iter().filter(|m| m.contains(&needle)).cloned().collect()
-}
-
-fn indexed_dataset(dir: &Path, shards: usize, per: usize) -> Vec<String> {
-    let written = write_dataset(dir, shards, per);
-    let b = Backend::open("d", &dir.display().to_string(), &Default::default()).unwrap();
-    runtime::block_on(build_index(&b, "d")).unwrap();
-    local_order(dir, &written)
 }
 
 /// Bytes of the files under `dir`, by extension.

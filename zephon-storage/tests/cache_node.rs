@@ -5,23 +5,15 @@
 
 mod common;
 
-use common::{Moto, cache_opts, fields, local_order, read_all, signal, write_dataset};
+use common::{Moto, cache_opts, fields, indexed_dataset, read_all, signal};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 use zephon_storage::RemoteDataset;
-use zephon_storage::backend::{Backend, runtime};
-use zephon_storage::scan::build_index;
+use zephon_storage::backend::runtime;
 
 const READER: &str = "ZEPHON_TEST_READER";
-
-fn indexed_dataset(dir: &Path, shards: usize, per: usize) -> Vec<String> {
-    let written = write_dataset(dir, shards, per);
-    let b = Backend::open("d", &dir.display().to_string(), &Default::default()).unwrap();
-    runtime::block_on(build_index(&b, "d")).unwrap();
-    local_order(dir, &written)
-}
 
 /// Options of every reader: the moto endpoint and the cache under `dir`
 /// (patient ones for a reader that must still be downloading when killed).

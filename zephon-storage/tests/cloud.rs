@@ -6,23 +6,13 @@
 mod common;
 
 use common::cloud::{AZURITE_ACCOUNT, AZURITE_KEY, Azurite, GcsEmulator, ObjectServer, put};
-use common::{cache_opts, fields, local_order, read_all, write_dataset};
+use common::{cache_opts, fields, indexed_dataset, read_all, write_dataset};
 use serde_json::json;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use zephon_core::Dataset;
 use zephon_storage::backend::{Backend, runtime};
-use zephon_storage::scan::build_index;
 use zephon_storage::{CacheOptions, RemoteDataset, StorageOptions, UriDatasetExt};
-
-/// Writes and indexes a dataset; returns its records in work-source order,
-/// checked against what was written.
-fn indexed_dataset(dir: &Path, shards: usize, per: usize) -> Vec<String> {
-    let written = write_dataset(dir, shards, per);
-    let b = Backend::open("d", &dir.display().to_string(), &Default::default()).unwrap();
-    runtime::block_on(build_index(&b, "d")).unwrap();
-    local_order(dir, &written)
-}
 
 fn parity_and_cache(server: &impl ObjectServer, t: &Path) {
     let data = t.join("data");

@@ -8,8 +8,7 @@
 mod common;
 
 use common::cache_opts;
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpListener;
+use std::io::Write;
 use std::time::{Duration, Instant};
 use zephon_storage::RemoteDataset;
 use zephon_storage::backend::runtime;
@@ -17,47 +16,24 @@ use zephon_storage::backend::runtime;
 /// Serves `manifest` as `/index.json` and `body` (anything else) a few
 /// bytes every 100 ms; returns the base URI.
 fn dripping_server(manifest: &'static str, body: Vec<u8>) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let uri = format!("http://{}/", listener.local_addr().unwrap());
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { return };
-            let body = body.clone();
-            std::thread::spawn(move || {
-                let mut reader = BufReader::new(conn.try_clone().unwrap());
-                loop {
-                    let mut request = String::new();
-                    if reader.read_line(&mut request).unwrap_or(0) == 0 {
-                        return;
-                    }
-                    let mut line = String::new();
-                    while reader.read_line(&mut line).unwrap_or(0) > 2 {
-                        line.clear();
-                    }
-                    let bytes: &[u8] = if request.contains("/index.json") {
-                        manifest.as_bytes()
-                    } else {
-                        &body
-                    };
-                    let head =
-                        format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", bytes.len());
-                    if conn.write_all(head.as_bytes()).is_err() {
-                        return;
-                    }
-                    let drip = !request.contains("/index.json");
-                    for piece in bytes.chunks(if drip { 4 } else { bytes.len().max(1) }) {
-                        if conn.write_all(piece).and_then(|()| conn.flush()).is_err() {
-                            return;
-                        }
-                        if drip {
-                            std::thread::sleep(Duration::from_millis(100));
-                        }
-                    }
-                }
-            });
+    let addr = common::tiny::serve(move |request, conn| {
+        let drip = !request.contains("/index.json");
+        let bytes: &[u8] = if drip { &body } else { manifest.as_bytes() };
+        let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", bytes.len());
+        if conn.write_all(head.as_bytes()).is_err() {
+            return false;
         }
+        for piece in bytes.chunks(if drip { 4 } else { bytes.len().max(1) }) {
+            if conn.write_all(piece).and_then(|()| conn.flush()).is_err() {
+                return false;
+            }
+            if drip {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        true
     });
-    uri
+    format!("http://{addr}/")
 }
 
 #[test]

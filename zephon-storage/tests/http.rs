@@ -2,23 +2,13 @@
 
 mod common;
 
-use common::{Nginx, cache_opts, fields, local_order, read_all, write_dataset};
+use common::{Nginx, cache_opts, fields, indexed_dataset, read_all, write_dataset};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 use zephon_core::Dataset;
-use zephon_storage::backend::{Backend, runtime};
-use zephon_storage::scan::build_index;
+use zephon_storage::backend::runtime;
 use zephon_storage::{DatasetExt, RemoteDataset};
-
-/// Writes and indexes a dataset; returns its records in work-source order,
-/// checked against what was written.
-fn indexed_dataset(dir: &std::path::Path, shards: usize, per: usize) -> Vec<String> {
-    let written = write_dataset(dir, shards, per);
-    let b = Backend::open("d", &dir.display().to_string(), &Default::default()).unwrap();
-    runtime::block_on(build_index(&b, "d")).unwrap();
-    local_order(dir, &written)
-}
 
 #[test]
 fn http_reads_like_local_and_the_second_pass_is_served_from_the_cache() {

@@ -8,59 +8,33 @@
 
 mod common;
 
-use common::{Nginx, cache_opts, fields, local_order, read_all, write_dataset};
-use std::io::{BufRead, BufReader, Read, Write};
+use common::{Nginx, cache_opts, fields, indexed_dataset, read_all};
+use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::sync::mpsc;
 use std::time::Duration;
 use zephon_storage::RemoteDataset;
-use zephon_storage::backend::{Backend, runtime};
-use zephon_storage::scan::build_index;
 
 /// Answers every request with `301` to `target` followed by the request's
 /// path; returns its base URI.
 fn redirecting_server(target: String) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let uri = format!("http://{}/", listener.local_addr().unwrap());
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { return };
-            let target = target.clone();
-            std::thread::spawn(move || {
-                let mut reader = BufReader::new(conn.try_clone().unwrap());
-                loop {
-                    let mut request = String::new();
-                    if reader.read_line(&mut request).unwrap_or(0) == 0 {
-                        return;
-                    }
-                    let mut line = String::new();
-                    while reader.read_line(&mut line).unwrap_or(0) > 2 {
-                        line.clear();
-                    }
-                    let path = request.split_whitespace().nth(1).unwrap_or("/");
-                    let answer = format!(
-                        "HTTP/1.1 301 Moved Permanently\r\nLocation: {target}{}\r\n\
-                         Content-Length: 0\r\n\r\n",
-                        path.trim_start_matches('/')
-                    );
-                    if conn.write_all(answer.as_bytes()).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
+    let addr = common::tiny::serve(move |request, conn| {
+        let path = request.split_whitespace().nth(1).unwrap_or("/");
+        let answer = format!(
+            "HTTP/1.1 301 Moved Permanently\r\nLocation: {target}{}\r\n\
+             Content-Length: 0\r\n\r\n",
+            path.trim_start_matches('/')
+        );
+        conn.write_all(answer.as_bytes()).is_ok()
     });
-    uri
+    format!("http://{addr}/")
 }
 
 #[test]
 fn a_redirect_within_plain_http_is_followed() {
     let t = tempfile::tempdir().unwrap();
     let data = t.path().join("data");
-    let written = write_dataset(&data, 2, 40);
-    let b = Backend::open("d", &data.display().to_string(), &Default::default()).unwrap();
-    runtime::block_on(build_index(&b, "d")).unwrap();
-    let want = local_order(&data, &written);
+    let want = indexed_dataset(&data, 2, 40);
     let nginx = Nginx::start(t.path(), &data);
     let front = redirecting_server(nginx.uri());
     let rd = RemoteDataset::open("d", &front, &cache_opts(t.path())).unwrap();

@@ -9,69 +9,47 @@
 mod common;
 
 use common::cache_opts;
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpListener;
-use std::sync::mpsc;
+use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, mpsc};
 use std::time::Duration;
 use zephon_storage::RemoteDataset;
 
 /// Answers `index.json` with S3's 404 and every listing with one object
 /// and a continuation token that asks for the same page again; returns its
 /// endpoint and a count of the listing pages it served.
-fn looping_s3() -> (String, std::sync::Arc<std::sync::atomic::AtomicU64>) {
-    use std::sync::atomic::Ordering;
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let endpoint = format!("http://{}", listener.local_addr().unwrap());
-    let pages = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+fn looping_s3() -> (String, Arc<AtomicU64>) {
+    let pages = Arc::new(AtomicU64::new(0));
     let counter = pages.clone();
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { return };
-            let counter = counter.clone();
-            std::thread::spawn(move || {
-                let mut reader = BufReader::new(conn.try_clone().unwrap());
-                loop {
-                    let mut request = String::new();
-                    if reader.read_line(&mut request).unwrap_or(0) == 0 {
-                        return;
-                    }
-                    let mut line = String::new();
-                    while reader.read_line(&mut line).unwrap_or(0) > 2 {
-                        line.clear();
-                    }
-                    let (status, body) = if request.contains("list-type=2") {
-                        counter.fetch_add(1, Ordering::Relaxed);
-                        (
-                            "200 OK",
-                            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\
-                             <ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">\
-                             <Name>b</Name><Prefix>data/</Prefix><KeyCount>1</KeyCount>\
-                             <MaxKeys>1000</MaxKeys><IsTruncated>true</IsTruncated>\
-                             <NextContinuationToken>again</NextContinuationToken>\
-                             <Contents><Key>data/a.jsonl</Key><Size>8</Size>\
-                             <LastModified>2026-01-01T00:00:00.000Z</LastModified>\
-                             <ETag>\"e\"</ETag></Contents></ListBucketResult>",
-                        )
-                    } else {
-                        (
-                            "404 Not Found",
-                            "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>NoSuchKey\
-                             </Code><Message>no such key</Message></Error>",
-                        )
-                    };
-                    let answer = format!(
-                        "HTTP/1.1 {status}\r\nContent-Type: application/xml\r\n\
-                         Content-Length: {}\r\n\r\n{body}",
-                        body.len()
-                    );
-                    if conn.write_all(answer.as_bytes()).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
+    let addr = common::tiny::serve(move |request, conn| {
+        let (status, body) = if request.contains("list-type=2") {
+            counter.fetch_add(1, Ordering::Relaxed);
+            (
+                "200 OK",
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\
+                 <ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">\
+                 <Name>b</Name><Prefix>data/</Prefix><KeyCount>1</KeyCount>\
+                 <MaxKeys>1000</MaxKeys><IsTruncated>true</IsTruncated>\
+                 <NextContinuationToken>again</NextContinuationToken>\
+                 <Contents><Key>data/a.jsonl</Key><Size>8</Size>\
+                 <LastModified>2026-01-01T00:00:00.000Z</LastModified>\
+                 <ETag>\"e\"</ETag></Contents></ListBucketResult>",
+            )
+        } else {
+            (
+                "404 Not Found",
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>NoSuchKey\
+                 </Code><Message>no such key</Message></Error>",
+            )
+        };
+        let answer = format!(
+            "HTTP/1.1 {status}\r\nContent-Type: application/xml\r\n\
+             Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        conn.write_all(answer.as_bytes()).is_ok()
     });
-    (endpoint, pages)
+    (format!("http://{addr}"), pages)
 }
 
 #[test]
@@ -92,12 +70,12 @@ fn a_listing_that_leads_back_is_an_error_not_an_endless_read() {
         Ok(Err(e)) => e,
         Err(_) => panic!(
             "still listing after 30 s ({} pages served)",
-            pages.load(std::sync::atomic::Ordering::Relaxed)
+            pages.load(Ordering::Relaxed)
         ),
     };
     assert!(
         err.contains("a.jsonl") && err.contains("twice") && err.contains("index.json"),
         "{err}"
     );
-    assert_eq!(pages.load(std::sync::atomic::Ordering::Relaxed), 2, "{err}");
+    assert_eq!(pages.load(Ordering::Relaxed), 2, "{err}");
 }

@@ -9,8 +9,7 @@
 mod common;
 
 use common::cache_opts;
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpListener;
+use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use zephon_storage::RemoteDataset;
@@ -25,56 +24,33 @@ fn long_server(
     status: &'static str,
     cap: u64,
 ) -> (String, Arc<AtomicU64>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let uri = format!("http://{}/", listener.local_addr().unwrap());
     let sent = Arc::new(AtomicU64::new(0));
     let counter = sent.clone();
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { return };
-            let (manifest, counter) = (manifest.clone(), counter.clone());
-            std::thread::spawn(move || {
-                let mut reader = BufReader::new(conn.try_clone().unwrap());
-                loop {
-                    let mut request = String::new();
-                    if reader.read_line(&mut request).unwrap_or(0) == 0 {
-                        return;
-                    }
-                    // The headers, up to the blank line.
-                    let mut line = String::new();
-                    while reader.read_line(&mut line).unwrap_or(0) > 2 {
-                        line.clear();
-                    }
-                    if let Some(manifest) = manifest
-                        .as_ref()
-                        .filter(|_| request.contains("/index.json"))
-                    {
-                        let answer = format!(
-                            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{manifest}",
-                            manifest.len()
-                        );
-                        if conn.write_all(answer.as_bytes()).is_err() {
-                            return;
-                        }
-                        continue;
-                    }
-                    let head = format!("HTTP/1.1 {status}\r\nContent-Length: {cap}\r\n\r\n");
-                    if conn.write_all(head.as_bytes()).is_err() {
-                        return;
-                    }
-                    let chunk = "{\"a\":1}\n".repeat(8192);
-                    while counter.load(Ordering::Relaxed) < cap {
-                        if conn.write_all(chunk.as_bytes()).is_err() {
-                            return;
-                        }
-                        counter.fetch_add(chunk.len() as u64, Ordering::Relaxed);
-                    }
-                    return;
-                }
-            });
+    let addr = common::tiny::serve(move |request, conn| {
+        if let Some(manifest) = manifest
+            .as_ref()
+            .filter(|_| request.contains("/index.json"))
+        {
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{manifest}",
+                manifest.len()
+            );
+            return conn.write_all(answer.as_bytes()).is_ok();
         }
+        let head = format!("HTTP/1.1 {status}\r\nContent-Length: {cap}\r\n\r\n");
+        if conn.write_all(head.as_bytes()).is_err() {
+            return false;
+        }
+        let chunk = "{\"a\":1}\n".repeat(8192);
+        while counter.load(Ordering::Relaxed) < cap {
+            if conn.write_all(chunk.as_bytes()).is_err() {
+                return false;
+            }
+            counter.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+        }
+        false
     });
-    (uri, sent)
+    (format!("http://{addr}/"), sent)
 }
 
 #[test]

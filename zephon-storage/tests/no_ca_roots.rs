@@ -9,10 +9,8 @@
 
 mod common;
 
-use common::{Nginx, cache_opts, fields, local_order, read_all, write_dataset};
+use common::{Nginx, cache_opts, fields, indexed_dataset, read_all};
 use zephon_storage::RemoteDataset;
-use zephon_storage::backend::{Backend, runtime};
-use zephon_storage::scan::build_index;
 
 #[test]
 fn without_ca_roots_http_reads_and_https_is_a_clear_error() {
@@ -25,10 +23,7 @@ fn without_ca_roots_http_reads_and_https_is_a_clear_error() {
         std::env::set_var("SSL_CERT_DIR", &missing);
     }
     let data = t.path().join("data");
-    let written = write_dataset(&data, 2, 30);
-    let b = Backend::open("d", &data.display().to_string(), &Default::default()).unwrap();
-    runtime::block_on(build_index(&b, "d")).unwrap();
-    let want = local_order(&data, &written);
+    let want = indexed_dataset(&data, 2, 30);
     let nginx = Nginx::start(t.path(), &data);
     let rd = RemoteDataset::open("d", &nginx.uri(), &cache_opts(t.path())).unwrap();
     assert_eq!(

@@ -2,20 +2,10 @@
 
 mod common;
 
-use common::{Moto, cache_opts, fields, local_order, read_all, signal, write_dataset};
+use common::{Moto, cache_opts, fields, indexed_dataset, read_all, signal, write_dataset};
 use std::time::{Duration, Instant};
 use zephon_storage::RemoteDataset;
-use zephon_storage::backend::{Backend, runtime};
-use zephon_storage::scan::build_index;
-
-/// Writes and indexes a dataset; returns its records in work-source order,
-/// checked against what was written.
-fn indexed_dataset(dir: &std::path::Path, shards: usize, per: usize) -> Vec<String> {
-    let written = write_dataset(dir, shards, per);
-    let b = Backend::open("d", &dir.display().to_string(), &Default::default()).unwrap();
-    runtime::block_on(build_index(&b, "d")).unwrap();
-    local_order(dir, &written)
-}
+use zephon_storage::backend::runtime;
 
 #[test]
 fn s3_reads_like_local_and_the_second_pass_is_served_from_the_cache() {

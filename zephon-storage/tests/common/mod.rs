@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod cloud;
+pub mod tiny;
 pub mod warnings;
 
 use std::io::{Read, Write};
@@ -98,6 +99,15 @@ pub fn write_dataset(dir: &Path, shards: usize, per_shard: usize) -> Vec<String>
         std::fs::write(dir.join(format!("{s:03}.jsonl")), text).unwrap();
     }
     sorted_fields(&written)
+}
+
+/// Writes and indexes a dataset; returns its records in work-source order,
+/// checked against what was written.
+pub fn indexed_dataset(dir: &Path, shards: usize, per: usize) -> Vec<String> {
+    let written = write_dataset(dir, shards, per);
+    let b = Backend::open("d", &dir.display().to_string(), &Default::default()).unwrap();
+    runtime::block_on(zephon_storage::scan::build_index(&b, "d")).unwrap();
+    local_order(dir, &written)
 }
 
 /// [`fields`], sorted: compares reads whose order a shuffle decides.

@@ -1,0 +1,43 @@
+//! A few lines of HTTP server on 127.0.0.1, for answers no real server
+//! gives on purpose: a body far longer than asked, a drip, a redirect to
+//! TLS, a listing that leads back.
+
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+
+/// Serves every connection on a thread of its own: each request's first
+/// line goes to `answer` with the connection to write the answer to (the
+/// request's headers are read and passed over); `answer` returns `false`
+/// to close the connection. Returns the server's address.
+pub fn serve<F>(answer: F) -> SocketAddr
+where
+    F: Fn(&str, &mut TcpStream) -> bool + Send + Sync + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let answer = Arc::new(answer);
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let answer = answer.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(conn.try_clone().unwrap());
+                loop {
+                    let mut request = String::new();
+                    if reader.read_line(&mut request).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let mut line = String::new();
+                    while reader.read_line(&mut line).unwrap_or(0) > 2 {
+                        line.clear();
+                    }
+                    if !answer(&request, &mut conn) {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
