@@ -1,6 +1,7 @@
 //! `zephon inspect` on small datasets written here: a Megatron dataset (by
 //! zephon-storage's `encode_megatron`, which follows Megatron-LM's `.idx`
-//! layout) and a JSONL one.
+//! layout) and a JSONL one; and on a remote token file, served by a few
+//! lines of HTTP on 127.0.0.1 that honour single byte ranges.
 
 use std::process::Command;
 use zephon_storage::format::tokens::{TokenDtype, encode_megatron};
@@ -206,4 +207,98 @@ fn inspect_reports_the_memory_an_open_dataset_keeps() {
         ok && out.contains("memory ") && out.contains("RssAnon"),
         "{out}{err}"
     );
+}
+
+/// Serves the files of `dir` over HTTP on 127.0.0.1, honouring a single
+/// `Range: bytes=A-B`; returns the base URI and the body bytes sent.
+fn range_server(dir: std::path::PathBuf) -> (String, std::sync::Arc<std::sync::atomic::AtomicU64>) {
+    use std::io::{BufRead, BufReader, Write};
+    use std::sync::atomic::Ordering;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let uri = format!("http://{}/", listener.local_addr().unwrap());
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counter = sent.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let (dir, counter) = (dir.clone(), counter.clone());
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(conn.try_clone().unwrap());
+                loop {
+                    let mut request = String::new();
+                    if reader.read_line(&mut request).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let mut range = None;
+                    let mut line = String::new();
+                    while reader.read_line(&mut line).unwrap_or(0) > 2 {
+                        if let Some(r) = line.to_ascii_lowercase().strip_prefix("range: bytes=") {
+                            let (a, b) = r.trim().split_once('-').unwrap();
+                            range = Some((a.parse::<usize>().unwrap(), b.parse::<usize>().ok()));
+                        }
+                        line.clear();
+                    }
+                    let path = request.split_whitespace().nth(1).unwrap_or("/");
+                    let Ok(data) = std::fs::read(dir.join(path.trim_start_matches('/'))) else {
+                        let _ =
+                            conn.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
+                        continue;
+                    };
+                    let (head, body) = match range {
+                        Some((a, b)) => {
+                            let b = b.unwrap_or(data.len() - 1).min(data.len() - 1);
+                            (
+                                format!(
+                                    "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes {a}-{b}/{}\r\n\
+                                     Content-Length: {}\r\n\r\n",
+                                    data.len(),
+                                    b + 1 - a
+                                ),
+                                &data[a..=b],
+                            )
+                        }
+                        None => (
+                            format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", data.len()),
+                            &data[..],
+                        ),
+                    };
+                    if conn
+                        .write_all(head.as_bytes())
+                        .and_then(|()| conn.write_all(body))
+                        .is_err()
+                    {
+                        return;
+                    }
+                    counter.fetch_add(body.len() as u64, Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    (uri, sent)
+}
+
+/// Inspecting a remote token file reads its first samples by byte range,
+/// not the whole shard (it downloaded all of it, whatever its size, to
+/// print one sample).
+#[test]
+fn inspect_of_a_remote_token_file_reads_only_its_first_samples() {
+    let t = tempfile::tempdir().unwrap();
+    // 16 MiB of u16 tokens: 4,096 windows of 2,048.
+    let tokens: Vec<u8> = (0..8u32 << 20)
+        .flat_map(|i| ((i % 50_000) as u16).to_le_bytes())
+        .collect();
+    std::fs::write(t.path().join("train.bin"), &tokens).unwrap();
+    std::fs::write(
+        t.path().join("index.json"),
+        format!(
+            r#"{{"version":1,"format":{{"kind":"tokens","dtype":"u16","seq_len":2048}},"shards":[{{"path":"train.bin","samples":4096,"bytes":{}}}]}}"#,
+            tokens.len()
+        ),
+    )
+    .unwrap();
+    let (uri, sent) = range_server(t.path().to_owned());
+    let (ok, out, err) = inspect(&[uri.as_str(), "-n", "2"]);
+    assert!(ok && out.contains("sample 1"), "{out}{err}");
+    let sent = sent.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(sent < 1 << 20, "{sent} bytes sent of {}", tokens.len());
 }

@@ -227,8 +227,12 @@ fn open(args: &Args) -> Result<(Dataset, String, u64, Option<RowGroups>)> {
         };
         return Ok((ds, format.name().to_owned(), bytes, groups));
     }
+    // The first samples by byte range where the format allows (token
+    // files, Megatron, JSONL with its line index): a shard is not
+    // downloaded whole to print a few of its samples.
     let mut opts = StorageOptions::default()
         .cache(CacheOptions::default().enabled(false))
+        .byte_range(true)
         .format(fopts);
     opts.endpoint = args.endpoint.clone();
     opts.region = args.region.clone();
