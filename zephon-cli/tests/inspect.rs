@@ -3,7 +3,13 @@
 //! layout) and a JSONL one; and on a remote token file, served by a few
 //! lines of HTTP on 127.0.0.1 that honour single byte ranges.
 
+#[path = "../../zephon-storage/tests/common/tiny.rs"]
+mod tiny;
+
+use std::io::Write;
 use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use zephon_storage::format::tokens::{TokenDtype, encode_megatron};
 
 fn inspect(args: &[&str]) -> (bool, String, String) {
@@ -211,70 +217,45 @@ fn inspect_reports_the_memory_an_open_dataset_keeps() {
 
 /// Serves the files of `dir` over HTTP on 127.0.0.1, honouring a single
 /// `Range: bytes=A-B`; returns the base URI and the body bytes sent.
-fn range_server(dir: std::path::PathBuf) -> (String, std::sync::Arc<std::sync::atomic::AtomicU64>) {
-    use std::io::{BufRead, BufReader, Write};
-    use std::sync::atomic::Ordering;
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let uri = format!("http://{}/", listener.local_addr().unwrap());
-    let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+fn range_server(dir: std::path::PathBuf) -> (String, Arc<AtomicU64>) {
+    let sent = Arc::new(AtomicU64::new(0));
     let counter = sent.clone();
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { return };
-            let (dir, counter) = (dir.clone(), counter.clone());
-            std::thread::spawn(move || {
-                let mut reader = BufReader::new(conn.try_clone().unwrap());
-                loop {
-                    let mut request = String::new();
-                    if reader.read_line(&mut request).unwrap_or(0) == 0 {
-                        return;
-                    }
-                    let mut range = None;
-                    let mut line = String::new();
-                    while reader.read_line(&mut line).unwrap_or(0) > 2 {
-                        if let Some(r) = line.to_ascii_lowercase().strip_prefix("range: bytes=") {
-                            let (a, b) = r.trim().split_once('-').unwrap();
-                            range = Some((a.parse::<usize>().unwrap(), b.parse::<usize>().ok()));
-                        }
-                        line.clear();
-                    }
-                    let path = request.split_whitespace().nth(1).unwrap_or("/");
-                    let Ok(data) = std::fs::read(dir.join(path.trim_start_matches('/'))) else {
-                        let _ =
-                            conn.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
-                        continue;
-                    };
-                    let (head, body) = match range {
-                        Some((a, b)) => {
-                            let b = b.unwrap_or(data.len() - 1).min(data.len() - 1);
-                            (
-                                format!(
-                                    "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes {a}-{b}/{}\r\n\
-                                     Content-Length: {}\r\n\r\n",
-                                    data.len(),
-                                    b + 1 - a
-                                ),
-                                &data[a..=b],
-                            )
-                        }
-                        None => (
-                            format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", data.len()),
-                            &data[..],
-                        ),
-                    };
-                    if conn
-                        .write_all(head.as_bytes())
-                        .and_then(|()| conn.write_all(body))
-                        .is_err()
-                    {
-                        return;
-                    }
-                    counter.fetch_add(body.len() as u64, Ordering::Relaxed);
-                }
-            });
-        }
+    let addr = tiny::serve(move |request, headers, conn| {
+        let range = headers.lines().find_map(|l| {
+            let l = l.to_ascii_lowercase();
+            let (a, b) = l.strip_prefix("range: bytes=")?.trim().split_once('-')?;
+            Some((a.parse::<usize>().ok()?, b.parse::<usize>().ok()))
+        });
+        let path = request.split_whitespace().nth(1).unwrap_or("/");
+        let Ok(data) = std::fs::read(dir.join(path.trim_start_matches('/'))) else {
+            return conn
+                .write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+                .is_ok();
+        };
+        let (head, body) = match range {
+            Some((a, b)) => {
+                let b = b.unwrap_or(data.len() - 1).min(data.len() - 1);
+                (
+                    format!(
+                        "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes {a}-{b}/{}\r\n\
+                         Content-Length: {}\r\n\r\n",
+                        data.len(),
+                        b + 1 - a
+                    ),
+                    &data[a..=b],
+                )
+            }
+            None => (
+                format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", data.len()),
+                &data[..],
+            ),
+        };
+        counter.fetch_add(body.len() as u64, Ordering::Relaxed);
+        conn.write_all(head.as_bytes())
+            .and_then(|()| conn.write_all(body))
+            .is_ok()
     });
-    (uri, sent)
+    (format!("http://{addr}/"), sent)
 }
 
 /// Inspecting a remote token file reads its first samples by byte range,
@@ -299,6 +280,6 @@ fn inspect_of_a_remote_token_file_reads_only_its_first_samples() {
     let (uri, sent) = range_server(t.path().to_owned());
     let (ok, out, err) = inspect(&[uri.as_str(), "-n", "2"]);
     assert!(ok && out.contains("sample 1"), "{out}{err}");
-    let sent = sent.load(std::sync::atomic::Ordering::Relaxed);
+    let sent = sent.load(Ordering::Relaxed);
     assert!(sent < 1 << 20, "{sent} bytes sent of {}", tokens.len());
 }

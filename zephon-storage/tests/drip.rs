@@ -16,7 +16,7 @@ use zephon_storage::backend::runtime;
 /// Serves `manifest` as `/index.json` and `body` (anything else) a few
 /// bytes every 100 ms; returns the base URI.
 fn dripping_server(manifest: &'static str, body: Vec<u8>) -> String {
-    let addr = common::tiny::serve(move |request, conn| {
+    let addr = common::tiny::serve(move |request, _, conn| {
         let drip = !request.contains("/index.json");
         let bytes: &[u8] = if drip { &body } else { manifest.as_bytes() };
         let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", bytes.len());

@@ -18,7 +18,7 @@ use zephon_storage::RemoteDataset;
 /// Answers every request with `301` to `target` followed by the request's
 /// path; returns its base URI.
 fn redirecting_server(target: String) -> String {
-    let addr = common::tiny::serve(move |request, conn| {
+    let addr = common::tiny::serve(move |request, _, conn| {
         let path = request.split_whitespace().nth(1).unwrap_or("/");
         let answer = format!(
             "HTTP/1.1 301 Moved Permanently\r\nLocation: {target}{}\r\n\

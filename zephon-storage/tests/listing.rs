@@ -21,7 +21,7 @@ use zephon_storage::RemoteDataset;
 fn looping_s3() -> (String, Arc<AtomicU64>) {
     let pages = Arc::new(AtomicU64::new(0));
     let counter = pages.clone();
-    let addr = common::tiny::serve(move |request, conn| {
+    let addr = common::tiny::serve(move |request, _, conn| {
         let (status, body) = if request.contains("list-type=2") {
             counter.fetch_add(1, Ordering::Relaxed);
             (

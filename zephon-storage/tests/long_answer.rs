@@ -26,7 +26,7 @@ fn long_server(
 ) -> (String, Arc<AtomicU64>) {
     let sent = Arc::new(AtomicU64::new(0));
     let counter = sent.clone();
-    let addr = common::tiny::serve(move |request, conn| {
+    let addr = common::tiny::serve(move |request, _, conn| {
         if let Some(manifest) = manifest
             .as_ref()
             .filter(|_| request.contains("/index.json"))

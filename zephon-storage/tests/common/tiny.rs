@@ -1,18 +1,19 @@
 //! A few lines of HTTP server on 127.0.0.1, for answers no real server
 //! gives on purpose: a body far longer than asked, a drip, a redirect to
-//! TLS, a listing that leads back.
+//! TLS, a listing that leads back. Self-contained (std only), so other
+//! crates' tests include it too (`#[path = ...] mod tiny;`).
 
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 
 /// Serves every connection on a thread of its own: each request's first
-/// line goes to `answer` with the connection to write the answer to (the
-/// request's headers are read and passed over); `answer` returns `false`
-/// to close the connection. Returns the server's address.
+/// line and its header lines (as sent, `\r\n` ends included) go to
+/// `answer` with the connection to write the answer to; `answer` returns
+/// `false` to close the connection. Returns the server's address.
 pub fn serve<F>(answer: F) -> SocketAddr
 where
-    F: Fn(&str, &mut TcpStream) -> bool + Send + Sync + 'static,
+    F: Fn(&str, &str, &mut TcpStream) -> bool + Send + Sync + 'static,
 {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
@@ -28,11 +29,15 @@ where
                     if reader.read_line(&mut request).unwrap_or(0) == 0 {
                         return;
                     }
-                    let mut line = String::new();
-                    while reader.read_line(&mut line).unwrap_or(0) > 2 {
-                        line.clear();
+                    let mut headers = String::new();
+                    loop {
+                        let before = headers.len();
+                        if reader.read_line(&mut headers).unwrap_or(0) <= 2 {
+                            headers.truncate(before);
+                            break;
+                        }
                     }
-                    if !answer(&request, &mut conn) {
+                    if !answer(&request, &headers, &mut conn) {
                         return;
                     }
                 }
