@@ -58,11 +58,13 @@ pub struct StorageOptions {
     pub io_timeout: Duration,
     /// Slowest response body accepted, in bytes a second, in [`MIN_RATE`]
     /// (0, off, to 1 GiB/s; default 1 KiB/s): each `io_timeout` spent
-    /// waiting on a body must bring this many bytes a second, or the
-    /// attempt fails (and is retried). `io_timeout` alone bounds each wait
-    /// for the next chunk, so a server dripping a body a byte at a time
-    /// would hold a read for hours. Only time spent waiting on the server
-    /// counts.
+    /// waiting on a body must bring this many bytes a second, or the read
+    /// fails, naming the rate (not retried: a retry of a read that made
+    /// progress starts a fresh count, so a drip would be retried without
+    /// end). `io_timeout` alone bounds each wait for the next chunk, so a
+    /// server dripping a body a byte at a time would hold a read for hours.
+    /// Only time spent waiting on the server counts, and not the wait for
+    /// the first chunk.
     pub min_rate: u64,
     /// Retries of a failed request before giving up.
     pub retries: usize,

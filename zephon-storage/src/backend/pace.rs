@@ -29,6 +29,7 @@ pub(crate) struct Pace {
     pacing: Pacing,
     waited: Duration,
     got: u64,
+    started: bool,
 }
 
 impl Pace {
@@ -37,18 +38,22 @@ impl Pace {
             pacing,
             waited: Duration::ZERO,
             got: 0,
+            started: false,
         }
     }
 
-    /// Counts `n` bytes that came after `waited` of waiting; an error once
-    /// a window of waiting brought fewer than the rate asks.
+    /// Counts a chunk of `n` bytes that came after `waited` of waiting (the
+    /// first chunk's wait does not count); an error once a window of
+    /// waiting brought fewer than the rate asks.
     pub(crate) fn add(&mut self, n: u64, waited: Duration) -> Result<(), String> {
         let Pacing { min_rate, window } = self.pacing;
         if min_rate == 0 {
             return Ok(());
         }
         self.got += n;
-        self.waited += waited;
+        if std::mem::replace(&mut self.started, true) {
+            self.waited += waited;
+        }
         if self.waited < window {
             return Ok(());
         }
@@ -73,7 +78,6 @@ pub(crate) struct Paced<S> {
     inner: S,
     pace: Pace,
     waiting_since: Option<Instant>,
-    started: bool,
 }
 
 impl<S> Paced<S> {
@@ -82,7 +86,6 @@ impl<S> Paced<S> {
             inner,
             pace: Pace::new(pacing),
             waiting_since: None,
-            started: false,
         }
     }
 }
@@ -98,14 +101,10 @@ where
         let since = *this.waiting_since.get_or_insert_with(Instant::now);
         let item = std::task::ready!(Pin::new(&mut this.inner).poll_next(cx));
         this.waiting_since = None;
-        let waited = match std::mem::replace(&mut this.started, true) {
-            true => since.elapsed(),
-            false => Duration::ZERO,
-        };
         Poll::Ready(match item {
             Some(Ok(b)) => Some(
                 this.pace
-                    .add(b.len() as u64, waited)
+                    .add(b.len() as u64, since.elapsed())
                     .map(|()| b)
                     .map_err(|m| opendal::Error::new(opendal::ErrorKind::Unexpected, m)),
             ),
@@ -130,13 +129,16 @@ mod tests {
         for _ in 0..1000 {
             p.add(1, Duration::from_micros(10)).unwrap();
         }
-        // A drip: a byte every 4 s fails once 10 s of waiting brought 3.
+        // A drip: a byte every 4 s fails once 10 s of waiting brought 3
+        // (the wait for the first, the server's time to answer, is not
+        // counted).
         let mut p = Pace::new(TEN_S);
+        p.add(1, Duration::from_secs(60)).unwrap();
         p.add(1, Duration::from_secs(4)).unwrap();
         p.add(1, Duration::from_secs(4)).unwrap();
         let e = p.add(1, Duration::from_secs(4)).unwrap_err();
         assert!(
-            e.contains("3 bytes in 12.0 s") && e.contains("min_rate"),
+            e.contains("4 bytes in 12.0 s") && e.contains("min_rate"),
             "{e}"
         );
     }

@@ -14,8 +14,9 @@
 //! back; the request is then sent again through the verifying client,
 //! which follows it as a single client would have.
 //!
-//! Every response body is held to the backend's slowest accepted rate
-//! ([`Pacing`]).
+//! Every response body is bounded: a success's held to the backend's
+//! slowest accepted rate ([`Pacing`]), an error's cut to its message
+//! ([`ERROR_BODY`] bytes).
 
 use super::pace::{Paced, Pacing};
 use http::{Request, Response};
@@ -93,7 +94,8 @@ impl Transport {
         HttpTransporter::new(Transport { pacing })
     }
 
-    fn paced(&self, resp: Response<HttpBody>) -> Response<HttpBody> {
+    /// `resp` with its body bounded (see the module docs).
+    fn bounded(&self, resp: Response<HttpBody>) -> Response<HttpBody> {
         if !resp.status().is_success() {
             return resp.map(error_body);
         }
@@ -149,14 +151,14 @@ fn copy(req: &Request<Buffer>) -> Request<Buffer> {
 impl HttpTransport for Transport {
     async fn fetch(&self, req: Request<Buffer>) -> opendal::Result<Response<HttpBody>> {
         if req.uri().scheme_str() != Some("http") {
-            return Ok(self.paced(transport(&SECURE)?.fetch(req).await?));
+            return Ok(self.bounded(transport(&SECURE)?.fetch(req).await?));
         }
         let again = copy(&req);
         let resp = transport(&PLAIN)?.fetch(req).await?;
         if redirects_to_tls(resp.status(), resp.headers()) {
-            return Ok(self.paced(transport(&SECURE)?.fetch(again).await?));
+            return Ok(self.bounded(transport(&SECURE)?.fetch(again).await?));
         }
-        Ok(self.paced(resp))
+        Ok(self.bounded(resp))
     }
 }
 

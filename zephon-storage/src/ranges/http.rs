@@ -200,23 +200,16 @@ async fn read_body(
     }
     let mut buf = BytesMut::with_capacity(resp.content_length().unwrap_or(cap).min(cap) as usize);
     let mut pace = Pace::new(pacing);
-    let mut first = true;
     loop {
         let asked = std::time::Instant::now();
         match resp.chunk().await {
             Ok(Some(c)) => {
-                // As for the operators' bodies (see `Paced`): the wait for
-                // the first chunk does not count.
-                let waited = match std::mem::replace(&mut first, false) {
-                    true => std::time::Duration::ZERO,
-                    false => asked.elapsed(),
-                };
                 if (buf.len() + c.len()) as u64 > cap {
                     return Err(too_long((buf.len() + c.len()) as u64));
                 }
                 // Too slow is the transport's trouble, not the data's: the
                 // ranges are read again one by one, through the operator.
-                if let Err(why) = pace.add(c.len() as u64, waited) {
+                if let Err(why) = pace.add(c.len() as u64, asked.elapsed()) {
                     tracing::debug!(%why, "multi-range answer too slow");
                     return Ok(None);
                 }
