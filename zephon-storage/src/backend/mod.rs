@@ -12,6 +12,7 @@
 //! | `hf://datasets/org/name` | Hugging Face (feature `hf`; `HF_TOKEN`, `HF_ENDPOINT` for a mirror; built in CI, not tested against a hub) |
 
 mod cloud;
+pub(crate) mod content_range;
 pub(crate) mod pace;
 pub mod runtime;
 pub(crate) mod transport;

@@ -16,8 +16,10 @@
 //!
 //! Every response body is bounded: a success's held to the backend's
 //! slowest accepted rate ([`Pacing`]), an error's cut to its message
-//! ([`ERROR_BODY`] bytes).
+//! ([`ERROR_BODY`] bytes); and a ranged answer must be the range asked
+//! ([`content_range`]).
 
+use super::content_range;
 use super::pace::{Paced, Pacing};
 use http::{Request, Response};
 use opendal::{Buffer, HttpBody, HttpTransport, HttpTransporter};
@@ -150,13 +152,23 @@ fn copy(req: &Request<Buffer>) -> Request<Buffer> {
 
 impl HttpTransport for Transport {
     async fn fetch(&self, req: Request<Buffer>) -> opendal::Result<Response<HttpBody>> {
-        if req.uri().scheme_str() != Some("http") {
-            return Ok(self.bounded(transport(&SECURE)?.fetch(req).await?));
-        }
-        let again = copy(&req);
-        let resp = transport(&PLAIN)?.fetch(req).await?;
-        if redirects_to_tls(resp.status(), resp.headers()) {
-            return Ok(self.bounded(transport(&SECURE)?.fetch(again).await?));
+        let asked = content_range::asked(req.headers());
+        let resp = if req.uri().scheme_str() != Some("http") {
+            transport(&SECURE)?.fetch(req).await?
+        } else {
+            let again = copy(&req);
+            let resp = transport(&PLAIN)?.fetch(req).await?;
+            if redirects_to_tls(resp.status(), resp.headers()) {
+                transport(&SECURE)?.fetch(again).await?
+            } else {
+                resp
+            }
+        };
+        if let Some(asked) = asked
+            && resp.status() == http::StatusCode::PARTIAL_CONTENT
+        {
+            content_range::check(asked, resp.headers())
+                .map_err(|m| opendal::Error::new(opendal::ErrorKind::Unexpected, m))?;
         }
         Ok(self.bounded(resp))
     }
