@@ -221,11 +221,7 @@ fn range_server(dir: std::path::PathBuf) -> (String, Arc<AtomicU64>) {
     let sent = Arc::new(AtomicU64::new(0));
     let counter = sent.clone();
     let addr = tiny::serve(move |request, headers, conn| {
-        let range = headers.lines().find_map(|l| {
-            let l = l.to_ascii_lowercase();
-            let (a, b) = l.strip_prefix("range: bytes=")?.trim().split_once('-')?;
-            Some((a.parse::<usize>().ok()?, b.parse::<usize>().ok()))
-        });
+        let range = tiny::range(headers);
         let path = request.split_whitespace().nth(1).unwrap_or("/");
         let Ok(data) = std::fs::read(dir.join(path.trim_start_matches('/'))) else {
             return conn

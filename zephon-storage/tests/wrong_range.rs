@@ -31,12 +31,7 @@ fn shifting_server(manifest: &'static str) -> String {
             );
             return conn.write_all(answer.as_bytes()).is_ok();
         }
-        let range = headers.lines().find_map(|l| {
-            let l = l.to_ascii_lowercase();
-            let (a, b) = l.strip_prefix("range: bytes=")?.trim().split_once('-')?;
-            Some((a.parse::<usize>().ok()?, b.parse::<usize>().ok()?))
-        });
-        let Some((a, b)) = range else {
+        let Some((a, Some(b))) = common::tiny::range(headers) else {
             let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", data.len());
             return conn.write_all(head.as_bytes()).is_ok() && conn.write_all(&data).is_ok();
         };

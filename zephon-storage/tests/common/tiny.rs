@@ -46,3 +46,13 @@ where
     });
     addr
 }
+
+/// The single range a request's header lines ask for (`Range: bytes=A-B`,
+/// or `bytes=A-`): its first byte and its last, if given.
+pub fn range(headers: &str) -> Option<(usize, Option<usize>)> {
+    headers.lines().find_map(|l| {
+        let l = l.to_ascii_lowercase();
+        let (a, b) = l.strip_prefix("range: bytes=")?.trim().split_once('-')?;
+        Some((a.parse().ok()?, b.parse().ok()))
+    })
+}
