@@ -2,9 +2,11 @@
 //! opened by listing its objects, page after page for as long as the server
 //! says there is more: a server whose continuation leads back to a page it
 //! already gave (broken, or hostile) made that listing endless, and a name
-//! given twice would be a shard read twice. The server here is a few lines
-//! on 127.0.0.1 speaking enough of S3's ListObjectsV2 to answer every page
-//! with the same object and "there is more".
+//! given twice would be a shard read twice; and each page is read whole
+//! before it is parsed, so a page of gigabytes was held in memory. The
+//! servers here are a few lines on 127.0.0.1 speaking enough of S3's
+//! ListObjectsV2: one answers every page with the same object and "there is
+//! more", the other a page with a 4 GiB body.
 
 mod common;
 
@@ -78,4 +80,46 @@ fn a_listing_that_leads_back_is_an_error_not_an_endless_read() {
         "{err}"
     );
     assert_eq!(pages.load(Ordering::Relaxed), 2, "{err}");
+}
+
+#[test]
+fn a_listing_page_of_gigabytes_is_refused_past_its_limit() {
+    let t = tempfile::tempdir().unwrap();
+    let sent = Arc::new(AtomicU64::new(0));
+    let counter = sent.clone();
+    let addr = common::tiny::serve(move |request, _, conn| {
+        if !request.contains("list-type=2") {
+            let body = "<Error><Code>NoSuchKey</Code></Error>";
+            let answer = format!(
+                "HTTP/1.1 404 Not Found\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            return conn.write_all(answer.as_bytes()).is_ok();
+        }
+        let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", 4u64 << 30);
+        if conn.write_all(head.as_bytes()).is_err() {
+            return false;
+        }
+        let chunk = "<Contents><Key>data/a.jsonl</Key><Size>8</Size></Contents>".repeat(4096);
+        while counter.load(Ordering::Relaxed) < 4 << 30 {
+            if conn.write_all(chunk.as_bytes()).is_err() {
+                return false;
+            }
+            counter.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+        }
+        false
+    });
+    let opts = cache_opts(t.path())
+        .endpoint(&format!("http://{addr}"))
+        .region("us-east-1")
+        .anonymous(true);
+    let err = match RemoteDataset::open("d", "s3://b/data", &opts) {
+        Ok(_) => panic!("a listing page of 4 GiB opened"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains("page of the listing") && err.contains("index.json"),
+        "{err}"
+    );
+    assert!(sent.load(Ordering::Relaxed) < 256 << 20, "{sent:?}: {err}");
 }

@@ -15,8 +15,9 @@
 //! which follows it as a single client would have.
 //!
 //! Every response body is bounded: a success's held to the backend's
-//! slowest accepted rate ([`Pacing`]), an error's cut to its message
-//! ([`ERROR_BODY`] bytes); and a ranged answer must be the range asked
+//! slowest accepted rate ([`Pacing`]), a listing page's to
+//! [`LIST_PAGE`] bytes, an error's cut to its message ([`ERROR_BODY`]
+//! bytes); and a ranged answer must be the range asked
 //! ([`content_range`]).
 
 use super::content_range;
@@ -96,13 +97,19 @@ impl Transport {
         HttpTransporter::new(Transport { pacing })
     }
 
-    /// `resp` with its body bounded (see the module docs).
-    fn bounded(&self, resp: Response<HttpBody>) -> Response<HttpBody> {
+    /// `resp` with its body bounded (see the module docs); `listing`: the
+    /// answer to a page of a listing.
+    fn bounded(&self, resp: Response<HttpBody>, listing: bool) -> Response<HttpBody> {
         if !resp.status().is_success() {
             return resp.map(error_body);
         }
         let pacing = self.pacing;
-        resp.map(|body| body.map_inner(|s| Box::new(Paced::new(s, pacing))))
+        resp.map(|body| {
+            body.map_inner(|s| match listing {
+                true => Box::new(Paced::new(list_page(s), pacing)),
+                false => Box::new(Paced::new(s, pacing)),
+            })
+        })
     }
 }
 
@@ -139,6 +146,43 @@ fn error_body(body: HttpBody) -> HttpBody {
     HttpBody::new(cut, None)
 }
 
+/// Most bytes of one page of a listing: the services read a page whole
+/// before they parse it, and a page of a thousand names is well under a
+/// MiB, so a longer one is a broken or hostile answer, not a listing.
+const LIST_PAGE: u64 = 64 << 20;
+
+/// Whether `req` asks for a page of a listing: a `GET` with a `prefix`
+/// query parameter, as S3's, Google Cloud Storage's and Azure Blob's
+/// listings all are (their object reads have none).
+fn is_listing(req: &Request<Buffer>) -> bool {
+    req.method() == http::Method::GET
+        && req.uri().query().is_some_and(|q| {
+            q.split('&')
+                .any(|kv| kv.split('=').next() == Some("prefix"))
+        })
+}
+
+/// A listing page's body, an error once it passes [`LIST_PAGE`] bytes.
+fn list_page(inner: BodyStream) -> impl futures::Stream<Item = opendal::Result<Buffer>> + Unpin {
+    use futures::StreamExt;
+    let mut got = 0u64;
+    inner.map(move |chunk| {
+        let b = chunk?;
+        got += b.len() as u64;
+        if got > LIST_PAGE {
+            return Err(opendal::Error::new(
+                opendal::ErrorKind::Unexpected,
+                format!(
+                    "a page of the listing runs past {LIST_PAGE} bytes (read no further): \
+                     not a listing this reader holds; write an index.json to open the \
+                     dataset without listing"
+                ),
+            ));
+        }
+        Ok(b)
+    })
+}
+
 /// A copy of `req` to send again; its body is shared, not copied.
 fn copy(req: &Request<Buffer>) -> Request<Buffer> {
     let mut again = Request::new(req.body().clone());
@@ -153,6 +197,7 @@ fn copy(req: &Request<Buffer>) -> Request<Buffer> {
 impl HttpTransport for Transport {
     async fn fetch(&self, req: Request<Buffer>) -> opendal::Result<Response<HttpBody>> {
         let asked = content_range::asked(req.headers());
+        let listing = is_listing(&req);
         let resp = if req.uri().scheme_str() != Some("http") {
             transport(&SECURE)?.fetch(req).await?
         } else {
@@ -170,13 +215,46 @@ impl HttpTransport for Transport {
             content_range::check(asked, resp.headers())
                 .map_err(|m| opendal::Error::new(opendal::ErrorKind::Unexpected, m))?;
         }
-        Ok(self.bounded(resp))
+        Ok(self.bounded(resp, listing))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_listing_is_a_get_with_a_prefix() {
+        let req = |m: http::Method, uri: &str| {
+            let mut r = Request::new(Buffer::new());
+            *r.method_mut() = m;
+            *r.uri_mut() = uri.parse().unwrap();
+            r
+        };
+        let get = http::Method::GET;
+        assert!(is_listing(&req(
+            get.clone(),
+            "http://h/b?list-type=2&prefix=data%2F"
+        )));
+        assert!(is_listing(&req(
+            get.clone(),
+            "http://h/c?restype=container&comp=list&prefix=d"
+        )));
+        assert!(is_listing(&req(
+            get.clone(),
+            "http://h/storage/v1/b/b/o?prefix=d&delimiter="
+        )));
+        assert!(!is_listing(&req(get.clone(), "http://h/b/data/a.jsonl")));
+        assert!(!is_listing(&req(
+            get.clone(),
+            "http://h/storage/v1/b/b/o/a?alt=media"
+        )));
+        assert!(!is_listing(&req(
+            get,
+            "http://h/c/a.jsonl?sv=1&sig=x&prefixes=1"
+        )));
+        assert!(!is_listing(&req(http::Method::PUT, "http://h/b?prefix=d")));
+    }
 
     #[test]
     fn only_a_redirect_to_https_is_handed_back() {
