@@ -4,9 +4,9 @@
 //! lines of HTTP on 127.0.0.1 that honour single byte ranges.
 
 #[path = "../../zephon-storage/tests/common/tiny.rs"]
+#[allow(dead_code)]
 mod tiny;
 
-use std::io::Write;
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -224,32 +224,18 @@ fn range_server(dir: std::path::PathBuf) -> (String, Arc<AtomicU64>) {
         let range = tiny::range(headers);
         let path = request.split_whitespace().nth(1).unwrap_or("/");
         let Ok(data) = std::fs::read(dir.join(path.trim_start_matches('/'))) else {
-            return conn
-                .write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
-                .is_ok();
+            return tiny::answer(conn, "404 Not Found", "", b"");
         };
-        let (head, body) = match range {
+        let (status, headers, body) = match range {
             Some((a, b)) => {
                 let b = b.unwrap_or(data.len() - 1).min(data.len() - 1);
-                (
-                    format!(
-                        "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes {a}-{b}/{}\r\n\
-                         Content-Length: {}\r\n\r\n",
-                        data.len(),
-                        b + 1 - a
-                    ),
-                    &data[a..=b],
-                )
+                let headers = format!("Content-Range: bytes {a}-{b}/{}\r\n", data.len());
+                ("206 Partial Content", headers, &data[a..=b])
             }
-            None => (
-                format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", data.len()),
-                &data[..],
-            ),
+            None => ("200 OK", String::new(), &data[..]),
         };
         counter.fetch_add(body.len() as u64, Ordering::Relaxed);
-        conn.write_all(head.as_bytes())
-            .and_then(|()| conn.write_all(body))
-            .is_ok()
+        tiny::answer(conn, status, &headers, body)
     });
     (format!("http://{addr}/"), sent)
 }

@@ -9,7 +9,7 @@
 mod common;
 
 use common::{Nginx, cache_opts, fields, indexed_dataset, read_all};
-use std::io::{Read, Write};
+use std::io::Read;
 use std::net::TcpListener;
 use std::sync::mpsc;
 use std::time::Duration;
@@ -20,12 +20,8 @@ use zephon_storage::RemoteDataset;
 fn redirecting_server(target: String) -> String {
     let addr = common::tiny::serve(move |request, _, conn| {
         let path = request.split_whitespace().nth(1).unwrap_or("/");
-        let answer = format!(
-            "HTTP/1.1 301 Moved Permanently\r\nLocation: {target}{}\r\n\
-             Content-Length: 0\r\n\r\n",
-            path.trim_start_matches('/')
-        );
-        conn.write_all(answer.as_bytes()).is_ok()
+        let location = format!("Location: {target}{}\r\n", path.trim_start_matches('/'));
+        common::tiny::answer(conn, "301 Moved Permanently", &location, b"")
     });
     format!("http://{addr}/")
 }
@@ -69,10 +65,11 @@ fn a_redirect_to_https_is_sent_over_tls() {
     let t = tempfile::tempdir().unwrap();
     let front = redirecting_server(target.clone());
     let opts = cache_opts(t.path()).retries(0);
-    let e = match RemoteDataset::open("d", &front, &opts) {
-        Ok(_) => panic!("no server speaks TLS at {target}: the open cannot succeed"),
-        Err(e) => e.to_string(),
-    };
+    let e = common::open_error(
+        &front,
+        &opts,
+        &format!("no server speaks TLS at {target}: the open cannot succeed"),
+    );
     assert!(e.contains("index.json"), "{e}");
     let head = first_bytes
         .recv_timeout(Duration::from_secs(10))

@@ -11,7 +11,6 @@
 mod common;
 
 use common::cache_opts;
-use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::Duration;
@@ -44,12 +43,8 @@ fn looping_s3() -> (String, Arc<AtomicU64>) {
                  </Code><Message>no such key</Message></Error>",
             )
         };
-        let answer = format!(
-            "HTTP/1.1 {status}\r\nContent-Type: application/xml\r\n\
-             Content-Length: {}\r\n\r\n{body}",
-            body.len()
-        );
-        conn.write_all(answer.as_bytes()).is_ok()
+        let xml = "Content-Type: application/xml\r\n";
+        common::tiny::answer(conn, status, xml, body.as_bytes())
     });
     (format!("http://{addr}"), pages)
 }
@@ -89,34 +84,17 @@ fn a_listing_page_of_gigabytes_is_refused_past_its_limit() {
     let counter = sent.clone();
     let addr = common::tiny::serve(move |request, _, conn| {
         if !request.contains("list-type=2") {
-            let body = "<Error><Code>NoSuchKey</Code></Error>";
-            let answer = format!(
-                "HTTP/1.1 404 Not Found\r\nContent-Length: {}\r\n\r\n{body}",
-                body.len()
-            );
-            return conn.write_all(answer.as_bytes()).is_ok();
+            let body = b"<Error><Code>NoSuchKey</Code></Error>";
+            return common::tiny::answer(conn, "404 Not Found", "", body);
         }
-        let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", 4u64 << 30);
-        if conn.write_all(head.as_bytes()).is_err() {
-            return false;
-        }
-        let chunk = "<Contents><Key>data/a.jsonl</Key><Size>8</Size></Contents>".repeat(4096);
-        while counter.load(Ordering::Relaxed) < 4 << 30 {
-            if conn.write_all(chunk.as_bytes()).is_err() {
-                return false;
-            }
-            counter.fetch_add(chunk.len() as u64, Ordering::Relaxed);
-        }
-        false
+        let piece = "<Contents><Key>data/a.jsonl</Key><Size>8</Size></Contents>".repeat(4096);
+        common::tiny::flood(conn, "200 OK", 4 << 30, piece.as_bytes(), &counter)
     });
     let opts = cache_opts(t.path())
         .endpoint(&format!("http://{addr}"))
         .region("us-east-1")
         .anonymous(true);
-    let err = match RemoteDataset::open("d", "s3://b/data", &opts) {
-        Ok(_) => panic!("a listing page of 4 GiB opened"),
-        Err(e) => e.to_string(),
-    };
+    let err = common::open_error("s3://b/data", &opts, "a listing page of 4 GiB opened");
     assert!(
         err.contains("page of the listing") && err.contains("index.json"),
         "{err}"

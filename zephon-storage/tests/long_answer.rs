@@ -9,7 +9,6 @@
 mod common;
 
 use common::cache_opts;
-use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use zephon_storage::RemoteDataset;
@@ -31,24 +30,10 @@ fn long_server(
             .as_ref()
             .filter(|_| request.contains("/index.json"))
         {
-            let answer = format!(
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{manifest}",
-                manifest.len()
-            );
-            return conn.write_all(answer.as_bytes()).is_ok();
+            return common::tiny::answer(conn, "200 OK", "", manifest.as_bytes());
         }
-        let head = format!("HTTP/1.1 {status}\r\nContent-Length: {cap}\r\n\r\n");
-        if conn.write_all(head.as_bytes()).is_err() {
-            return false;
-        }
-        let chunk = "{\"a\":1}\n".repeat(8192);
-        while counter.load(Ordering::Relaxed) < cap {
-            if conn.write_all(chunk.as_bytes()).is_err() {
-                return false;
-            }
-            counter.fetch_add(chunk.len() as u64, Ordering::Relaxed);
-        }
-        false
+        let piece = "{\"a\":1}\n".repeat(8192);
+        common::tiny::flood(conn, status, cap, piece.as_bytes(), &counter)
     });
     (format!("http://{addr}/"), sent)
 }
@@ -105,10 +90,7 @@ fn a_manifest_answered_with_gigabytes_is_cut_off_by_name() {
     let t = tempfile::tempdir().unwrap();
     let (uri, sent) = long_server(None, "200 OK", 4 << 30);
     let opts = cache_opts(t.path()).manifest_limit(1 << 20);
-    let err = match RemoteDataset::open("d", &uri, &opts) {
-        Ok(_) => panic!("4 GiB of JSON lines opened as a manifest"),
-        Err(e) => e.to_string(),
-    };
+    let err = common::open_error(&uri, &opts, "4 GiB of JSON lines opened as a manifest");
     assert!(
         err.contains("index.json") && err.contains("manifest_limit"),
         "{err}"
@@ -123,10 +105,7 @@ fn a_manifest_answered_with_gigabytes_is_cut_off_by_name() {
 fn an_error_answered_with_gigabytes_is_read_for_its_message_only() {
     let t = tempfile::tempdir().unwrap();
     let (uri, sent) = long_server(None, "500 Internal Server Error", 4 << 30);
-    let err = match RemoteDataset::open("d", &uri, &cache_opts(t.path())) {
-        Ok(_) => panic!("a server answering 500 opened"),
-        Err(e) => e.to_string(),
-    };
+    let err = common::open_error(&uri, &cache_opts(t.path()), "a server answering 500 opened");
     assert!(err.contains("index.json") && err.contains("500"), "{err}");
     // Each attempt read to 4 KiB and dropped.
     assert!(sent.load(Ordering::Relaxed) < 64 << 20, "{sent:?}: {err}");

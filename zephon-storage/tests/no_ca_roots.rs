@@ -34,10 +34,11 @@ fn without_ca_roots_http_reads_and_https_is_a_clear_error() {
     let port = common::free_port();
     let uri = format!("https://127.0.0.1:{port}/data/");
     let opts = cache_opts(t.path()).retries(0);
-    let e = match RemoteDataset::open("d", &uri, &opts) {
-        Ok(_) => panic!("{uri} has no server: the open cannot succeed"),
-        Err(e) => e.to_string(),
-    };
+    let e = common::open_error(
+        &uri,
+        &opts,
+        &format!("{uri} has no server: the open cannot succeed"),
+    );
     // The reason, from the client's source error, not only its "builder
     // error".
     assert!(

@@ -8,7 +8,6 @@
 mod common;
 
 use common::cache_opts;
-use std::io::Write;
 use zephon_storage::RemoteDataset;
 use zephon_storage::backend::runtime;
 
@@ -25,28 +24,18 @@ fn shifting_server(manifest: &'static str) -> String {
     let data = shard();
     let addr = common::tiny::serve(move |request, headers, conn| {
         if request.contains("/index.json") {
-            let answer = format!(
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{manifest}",
-                manifest.len()
-            );
-            return conn.write_all(answer.as_bytes()).is_ok();
+            return common::tiny::answer(conn, "200 OK", "", manifest.as_bytes());
         }
         let Some((a, Some(b))) = common::tiny::range(headers) else {
-            let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", data.len());
-            return conn.write_all(head.as_bytes()).is_ok() && conn.write_all(&data).is_ok();
+            return common::tiny::answer(conn, "200 OK", "", &data);
         };
         let (a, b) = if b + 8 < data.len() {
             (a + 8, b + 8)
         } else {
             (a - 8, b - 8)
         };
-        let head = format!(
-            "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes {a}-{b}/{}\r\n\
-             Content-Length: {}\r\n\r\n",
-            data.len(),
-            b + 1 - a
-        );
-        conn.write_all(head.as_bytes()).is_ok() && conn.write_all(&data[a..=b]).is_ok()
+        let range = format!("Content-Range: bytes {a}-{b}/{}\r\n", data.len());
+        common::tiny::answer(conn, "206 Partial Content", &range, &data[a..=b])
     });
     format!("http://{addr}/")
 }

@@ -125,16 +125,15 @@ type BodyStream =
 /// no longer held to its declared length, which it may not reach now).
 fn error_body(body: HttpBody) -> HttpBody {
     use futures::StreamExt;
+    // The body's stream taken out of it: `map_inner` hands it over once.
     let mut inner: Option<BodyStream> = None;
     drop(body.map_inner(|s| {
         inner = Some(s);
         Box::new(futures::stream::empty())
     }));
-    let Some(inner) = inner else {
-        return HttpBody::new(futures::stream::empty(), None);
-    };
     let mut left = ERROR_BODY;
-    let cut = inner
+    let cut = futures::stream::iter(inner)
+        .flatten()
         .map(move |chunk| {
             chunk.map(|mut b| {
                 b.truncate(left);

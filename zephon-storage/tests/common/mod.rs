@@ -110,6 +110,15 @@ pub fn indexed_dataset(dir: &Path, shards: usize, per: usize) -> Vec<String> {
     local_order(dir, &written)
 }
 
+/// The error opening `uri` with `opts` gives, as text; `why` is the
+/// failure's message when it opens instead.
+pub fn open_error(uri: &str, opts: &StorageOptions, why: &str) -> String {
+    match zephon_storage::RemoteDataset::open("d", uri, opts) {
+        Ok(_) => panic!("{why}"),
+        Err(e) => e.to_string(),
+    }
+}
+
 /// [`fields`], sorted: compares reads whose order a shuffle decides.
 pub fn sorted_fields(records: &[Record]) -> Vec<String> {
     let mut f = fields(records);

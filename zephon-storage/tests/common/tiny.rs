@@ -3,9 +3,10 @@
 //! TLS, a listing that leads back. Self-contained (std only), so other
 //! crates' tests include it too (`#[path = ...] mod tiny;`).
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Serves every connection on a thread of its own: each request's first
 /// line and its header lines (as sent, `\r\n` ends included) go to
@@ -55,4 +56,33 @@ pub fn range(headers: &str) -> Option<(usize, Option<usize>)> {
         let (a, b) = l.strip_prefix("range: bytes=")?.trim().split_once('-')?;
         Some((a.parse().ok()?, b.parse().ok()))
     })
+}
+
+/// Writes an answer: `status` (`"200 OK"`), the header lines `headers`
+/// (each ending `\r\n`, or none), the body's length and the body. Whether
+/// the connection took it.
+pub fn answer(conn: &mut TcpStream, status: &str, headers: &str, body: &[u8]) -> bool {
+    let head = format!(
+        "HTTP/1.1 {status}\r\n{headers}Content-Length: {}\r\n\r\n",
+        body.len()
+    );
+    conn.write_all(head.as_bytes()).is_ok() && conn.write_all(body).is_ok()
+}
+
+/// Writes an answer with `status` that says it is `len` bytes long, then
+/// `piece` again and again until `sent` (counted across connections)
+/// reaches `len` or the client goes. Always `false`: the connection is
+/// done with.
+pub fn flood(conn: &mut TcpStream, status: &str, len: u64, piece: &[u8], sent: &AtomicU64) -> bool {
+    let head = format!("HTTP/1.1 {status}\r\nContent-Length: {len}\r\n\r\n");
+    if conn.write_all(head.as_bytes()).is_err() {
+        return false;
+    }
+    while sent.load(Ordering::Relaxed) < len {
+        if conn.write_all(piece).is_err() {
+            return false;
+        }
+        sent.fetch_add(piece.len() as u64, Ordering::Relaxed);
+    }
+    false
 }
