@@ -185,10 +185,15 @@ impl TimingConfig {
 
     /// Reads and checks a YAML file.
     pub fn from_file(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|source| Error::ConfigFile {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text = zephon_core::input::read_file(path, u64::MAX)
+            .and_then(|b| {
+                String::from_utf8(b)
+                    .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+            })
+            .map_err(|source| Error::ConfigFile {
+                path: path.to_path_buf(),
+                source,
+            })?;
         Self::from_yaml_str(&text)
     }
 

@@ -47,6 +47,7 @@ pub mod dataset;
 pub mod error;
 pub mod ext;
 pub mod hash;
+pub mod input;
 pub mod obs;
 pub mod ops;
 pub mod pointer;

@@ -504,3 +504,34 @@ fn contradicting_fields_are_refused_under_a_valid_checksum() {
     // The untouched checkpoint restores.
     recipe(&ws, false).resume(&ws, &base).unwrap();
 }
+
+/// A checkpoint path naming a FIFO (opening one waits for a writer) or a
+/// link to a device that reads without end is refused at once, naming it.
+#[test]
+fn a_checkpoint_path_that_is_not_a_regular_file_is_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo.ckpt");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let zero = dir.path().join("zero.ckpt");
+    std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+    for (path, what) in [(fifo, "a FIFO"), (zero, "a character device")] {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = path.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(Checkpoint::load(&p).map(|_| ()));
+        });
+        let err = rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("the load returns within 20 s")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(&path.display().to_string()) && err.contains(what),
+            "{err}"
+        );
+    }
+}

@@ -6,7 +6,6 @@ use crate::cache::ShardCache;
 use crate::download::shard_error;
 use crate::format::compression::Compression;
 use crate::format::{FormatOptions, FormatShard, FormatSpec};
-use crate::local::DatasetExt;
 use crate::manifest::{MANIFEST, Manifest};
 use crate::metrics::{CacheMetrics, CacheStats};
 use crate::options::StorageOptions;
@@ -262,8 +261,10 @@ pub trait UriDatasetExt: Sized {
     /// A local folder (a plain path or `file://`) is opened as
     /// [`Dataset::from_path_with`](crate::DatasetExt::from_path_with) opens
     /// it: shards read in place, never copied into the shard cache, found
-    /// by the same rule ([`list_local`](crate::scan::list_local)); only the
-    /// format options apply to it.
+    /// by the same rule ([`list_local`](crate::scan::list_local)); of the
+    /// options, only the format options and
+    /// [`manifest_limit`](StorageOptions::manifest_limit) apply to it (all
+    /// are checked).
     ///
     /// ```
     /// use zephon_core::Dataset;
@@ -288,7 +289,10 @@ impl UriDatasetExt for Dataset {
 
     fn from_uri_with(name: &str, uri: &str, opts: &StorageOptions) -> Result<Self> {
         match local_dir(uri) {
-            Some(dir) => Dataset::from_path_with(name, dir, &opts.format),
+            Some(dir) => {
+                opts.validate()?;
+                crate::local::open_local(name, &dir, &opts.format, opts.manifest_limit)
+            }
             None => Ok(RemoteDataset::open(name, uri, opts)?.dataset),
         }
     }

@@ -98,10 +98,11 @@ pub struct StorageOptions {
     /// requests is detected and read one span at a time.
     pub range_parts: usize,
     /// Largest `index.json` read, in bytes, in [`MANIFEST_BYTES`] (1 KiB to
-    /// 16 GiB; default 256 MiB, a manifest of about a million shards). A
-    /// manifest is read whole into memory before it is parsed: a longer
-    /// answer (a wrong object, a broken or hostile server) is an error that
-    /// names it, read no further than this.
+    /// 16 GiB; default [`MANIFEST_LIMIT`], 256 MiB, a manifest of about a
+    /// million shards), remote or local. A manifest is read whole into
+    /// memory before it is parsed: a longer answer or file (a wrong object,
+    /// a broken or hostile server) is an error that names it, read no
+    /// further than this.
     pub manifest_limit: u64,
     /// The shard cache.
     pub cache: CacheOptions,
@@ -133,7 +134,7 @@ impl Default for StorageOptions {
             range_concurrency: 32,
             range_gap: 256 << 10,
             range_parts: 256,
-            manifest_limit: 256 << 20,
+            manifest_limit: MANIFEST_LIMIT,
             cache: CacheOptions::default(),
             format: FormatOptions::default(),
         }
@@ -209,6 +210,11 @@ pub const MIN_RATE: zephon_core::settings::Range = zephon_core::settings::Range:
     1 << 30,
     "bytes a second each io_timeout of waiting on a body must bring",
 );
+
+/// The default [`StorageOptions::manifest_limit`], 256 MiB (a manifest of
+/// about a million shards); also the limit of a local folder's manifest
+/// opened with [`DatasetExt::from_path`](crate::DatasetExt::from_path).
+pub const MANIFEST_LIMIT: u64 = 256 << 20;
 
 /// Allowed values of [`StorageOptions::manifest_limit`]: 1 KiB to 16 GiB.
 pub const MANIFEST_BYTES: zephon_core::settings::Range = zephon_core::settings::Range::new(

@@ -86,7 +86,7 @@ pub(super) fn is_plain_name(name: &str) -> bool {
 /// Reads and checks the manifest of the training checkpoint in `dir`.
 pub fn read_manifest(dir: impl AsRef<Path>) -> Result<Manifest> {
     let path = dir.as_ref().join(MANIFEST);
-    let text = match std::fs::read(&path) {
+    let text = match zephon_core::input::read_file(&path, u64::MAX) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(bad(
@@ -147,7 +147,7 @@ pub fn read_manifest(dir: impl AsRef<Path>) -> Result<Manifest> {
 /// Reads a part and checks it is the file the manifest names.
 pub(super) fn read_part(dir: &Path, part: &Part) -> Result<Vec<u8>> {
     let path = dir.join(&part.file);
-    let data = std::fs::read(&path).map_err(|e| {
+    let data = zephon_core::input::read_file(&path, u64::MAX).map_err(|e| {
         bad(
             &path,
             format!("cannot read a part the manifest names ({e})"),

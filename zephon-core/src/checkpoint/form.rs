@@ -186,7 +186,9 @@ impl Checkpoint {
     pub fn load(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         let origin = path.display().to_string();
-        let bytes = std::fs::read(path).map_err(|source| Error::Io {
+        // Only a regular file: a FIFO or a device in its place would hang
+        // the load or read without end.
+        let bytes = crate::input::read_file(path, u64::MAX).map_err(|source| Error::Io {
             path: origin.clone(),
             source,
         })?;

@@ -99,12 +99,17 @@ impl TokenizeConfig {
     /// Loads a `tokenizer.json` file.
     pub fn from_file(path: impl AsRef<Path>) -> crate::Result<Self> {
         let path = path.as_ref();
-        tokenizers::Tokenizer::from_file(path)
+        let error = |message: String| Error::Tokenizer {
+            source_name: path.display().to_string(),
+            message,
+        };
+        // Only a regular file: a FIFO or a device named as the tokenizer
+        // would hang the read or read without end.
+        let bytes =
+            zephon_core::input::read_file(path, u64::MAX).map_err(|e| error(e.to_string()))?;
+        tokenizers::Tokenizer::from_bytes(bytes)
             .map(Self::from_tokenizer)
-            .map_err(|e| Error::Tokenizer {
-                source_name: path.display().to_string(),
-                message: e.to_string(),
-            })
+            .map_err(|e| error(e.to_string()))
     }
 
     /// Parses the bytes of a `tokenizer.json`.

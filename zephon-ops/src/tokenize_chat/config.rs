@@ -106,7 +106,7 @@ impl ChatTokenizeConfig {
         let dir = dir.as_ref();
         let read = |name: &str| {
             let path = dir.join(name);
-            std::fs::read(&path).map_err(|e| Error::Tokenizer {
+            zephon_core::input::read_file(&path, u64::MAX).map_err(|e| Error::Tokenizer {
                 source_name: path.display().to_string(),
                 message: e.to_string(),
             })

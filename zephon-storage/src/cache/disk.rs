@@ -112,7 +112,10 @@ impl DiskTier {
     /// Reads the entry of `key`, marking it as used now.
     pub(crate) fn read(&self, key: &str) -> io::Result<Lookup> {
         let path = self.path(key, SHARD);
-        let file = match File::open(&path) {
+        // A cache folder is shared with whatever else can write there: an
+        // entry that is not a regular file (a FIFO would hang the open) is
+        // an error, as a corrupt one is.
+        let file = match zephon_core::input::open_file(&path) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Lookup::Missing),
             Err(e) => return Err(e),

@@ -60,7 +60,7 @@ pub struct FormatShard {
 }
 
 pub(crate) fn map_file(path: &Path) -> std::io::Result<Bytes> {
-    let file = std::fs::File::open(path)?;
+    let file = zephon_core::input::open_file(path)?;
     if file.metadata()?.len() == 0 {
         return Ok(Bytes::new());
     }

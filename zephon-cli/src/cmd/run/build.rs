@@ -226,13 +226,13 @@ pub fn build(recipe: &Recipe, base: &Path) -> Result<Built> {
                 let path =
                     |p: &Path| Path::new(&resolve(base, &p.display().to_string())).to_owned();
                 let tokenizer = path(&t.tokenizer);
-                let bytes = std::fs::read(&tokenizer)
+                let bytes = zephon_core::input::read_file(&tokenizer, u64::MAX)
                     .with_context(|| format!("{}: tokenizer {}", at(), tokenizer.display()))?;
                 let mut cfg = ChatTokenizeConfig::from_bytes(bytes)
                     .with_context(|| format!("{}: tokenizer {}", at(), tokenizer.display()))?;
                 if let Some(tc) = &t.tokenizer_config {
                     let tc = path(tc);
-                    let read = std::fs::read(&tc)
+                    let read = zephon_core::input::read_file(&tc, u64::MAX)
                         .map_err(anyhow::Error::from)
                         .and_then(|b| Ok(cfg.clone().tokenizer_config(b)?));
                     cfg = read

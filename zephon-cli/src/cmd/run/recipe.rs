@@ -476,11 +476,17 @@ pub struct PrefetchBatchesSpec {
     pub depth: usize,
 }
 
+/// The longest recipe read, 16 MiB: a recipe is a few hundred lines of
+/// TOML; a path naming anything much longer is not one.
+const RECIPE_LIMIT: u64 = 16 << 20;
+
 impl Recipe {
     /// Reads and parses a recipe; errors name the key and the line.
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path)
+        let bytes = zephon_core::input::read_file(path, RECIPE_LIMIT)
             .with_context(|| format!("reading recipe {}", path.display()))?;
+        let text = String::from_utf8(bytes)
+            .with_context(|| format!("reading recipe {}: not UTF-8", path.display()))?;
         Self::parse(&text).with_context(|| format!("recipe {}", path.display()))
     }
 

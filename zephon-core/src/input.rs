@@ -1,0 +1,143 @@
+//! Opening local input files (shards, manifests, checkpoints, recipes,
+//! tokenizers) as untrusted: only a regular file is read, and a read can
+//! be held to a length.
+//!
+//! A path can name something that is not a file: a FIFO, where opening
+//! waits for a writer that never comes (a hang); a device such as
+//! `/dev/zero` or `/dev/urandom`, which reads without end (all the memory
+//! there is); a socket or a folder. A symbolic link is what it points at,
+//! so any name in a dataset can be one of these. [`open_file`] opens
+//! without waiting and refuses all but regular files; [`read_file`] also
+//! stops at a length, for inputs read whole before they are parsed.
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::Path;
+
+/// Opens `path` for reading if it is a regular file (a symbolic link is
+/// followed). Anything else is an [`io::ErrorKind::InvalidInput`] error
+/// saying what it is, returned at once: a FIFO is opened without waiting
+/// for a writer.
+///
+/// ```
+/// use zephon_core::input::open_file;
+/// let dir = std::env::temp_dir();
+/// let err = open_file(&dir).unwrap_err();
+/// assert_eq!(err.to_string(), "not a regular file but a folder");
+/// let err = open_file(std::path::Path::new("/dev/zero")).unwrap_err();
+/// assert_eq!(err.to_string(), "not a regular file but a character device");
+/// ```
+pub fn open_file(path: &Path) -> io::Result<File> {
+    // Without O_NONBLOCK, opening a FIFO blocks until a writer opens it;
+    // on a regular file the flag changes nothing.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let kind = file.metadata()?.file_type();
+    if kind.is_file() {
+        return Ok(file);
+    }
+    let what = if kind.is_dir() {
+        "a folder"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "not a file"
+    };
+    Err(io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("not a regular file but {what}"),
+    ))
+}
+
+/// Reads the regular file at `path` whole, if it holds at most `limit`
+/// bytes: a longer one is an [`io::ErrorKind::InvalidData`] error naming
+/// the limit, after reading no more than `limit + 1` bytes (a file that
+/// grows while read included). Not a regular file: as [`open_file`].
+///
+/// ```
+/// use zephon_core::input::read_file;
+/// let path = std::env::temp_dir().join(format!("zephon-input-doc-{}", std::process::id()));
+/// std::fs::write(&path, b"0123456789").unwrap();
+/// assert_eq!(read_file(&path, 10).unwrap(), b"0123456789");
+/// let err = read_file(&path, 4).unwrap_err();
+/// assert_eq!(err.to_string(), "longer than the limit of 4 bytes");
+/// # std::fs::remove_file(&path).unwrap();
+/// ```
+pub fn read_file(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
+    let file = open_file(path)?;
+    let len = file.metadata()?.len();
+    if len > limit {
+        return Err(too_long(limit));
+    }
+    let mut out = Vec::with_capacity(len as usize);
+    file.take(limit.saturating_add(1)).read_to_end(&mut out)?;
+    if out.len() as u64 > limit {
+        return Err(too_long(limit));
+    }
+    Ok(out)
+}
+
+fn too_long(limit: u64) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("longer than the limit of {limit} bytes"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_fifo_is_refused_without_waiting_for_a_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("index.json");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let t = Instant::now();
+        let err = read_file(&fifo, 1 << 20).unwrap_err();
+        assert_eq!(err.to_string(), "not a regular file but a FIFO");
+        assert!(t.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn a_link_to_an_endless_device_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let link = dir.path().join("shard.bin");
+        std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+        let err = read_file(&link, u64::MAX).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+        assert_eq!(err.to_string(), "not a regular file but a character device");
+    }
+
+    #[test]
+    fn a_file_at_its_limit_is_read_and_one_past_it_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, vec![7u8; 100]).unwrap();
+        assert_eq!(read_file(&path, 100).unwrap().len(), 100);
+        assert_eq!(
+            read_file(&path, 99).unwrap_err().kind(),
+            io::ErrorKind::InvalidData
+        );
+        assert!(
+            read_file(&dir.path().join("missing"), 1)
+                .unwrap_err()
+                .kind()
+                == io::ErrorKind::NotFound
+        );
+    }
+}

@@ -1,0 +1,95 @@
+//! A local dataset's names can be anything a file system holds: a FIFO
+//! (opening one waits for a writer), a link to a device that reads without
+//! end (`/dev/zero`), a manifest of any length. Each is an error naming the
+//! path, returned at once; none hangs the open or takes all the memory.
+
+use std::path::Path;
+use std::sync::mpsc;
+use std::time::Duration;
+use zephon_core::Dataset;
+use zephon_storage::{DatasetExt, StorageOptions, UriDatasetExt};
+
+const TOKENS: &str = r#"{"version":1,"format":{"kind":"tokens","dtype":"u16","seq_len":4},"shards":[{"path":"z.bin","samples":2,"bytes":16}]}"#;
+
+fn mkfifo(path: &Path) {
+    let made = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success());
+}
+
+/// The error opening `dir` gives, which must come within 20 s: before,
+/// a FIFO hung the open for good.
+fn open_error(dir: &Path, opts: StorageOptions) -> String {
+    let (tx, rx) = mpsc::channel();
+    let uri = dir.display().to_string();
+    std::thread::spawn(move || {
+        let _ = tx.send(Dataset::from_uri_with("special", &uri, &opts).map(|d| d.num_samples()));
+    });
+    match rx.recv_timeout(Duration::from_secs(20)) {
+        Ok(Ok(n)) => panic!("opened with {n} samples"),
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => panic!("the open still waits after 20 s"),
+    }
+}
+
+#[test]
+fn a_manifest_that_is_a_fifo_is_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.jsonl"), "{\"a\":1}\n").unwrap();
+    mkfifo(&dir.path().join("index.json"));
+    let err = open_error(dir.path(), StorageOptions::default());
+    assert!(
+        err.contains("index.json") && err.contains("not a regular file but a FIFO"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_manifest_linked_to_an_endless_device_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.jsonl"), "{\"a\":1}\n").unwrap();
+    std::os::unix::fs::symlink("/dev/zero", dir.path().join("index.json")).unwrap();
+    let err = open_error(dir.path(), StorageOptions::default());
+    assert!(
+        err.contains("index.json") && err.contains("character device"),
+        "{err}"
+    );
+}
+
+#[test]
+fn shards_a_manifest_names_that_are_a_fifo_or_a_device_are_refused() {
+    for make in [(|p: &Path| mkfifo(p)) as fn(&Path), |p: &Path| {
+        std::os::unix::fs::symlink("/dev/zero", p).unwrap()
+    }] {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("index.json"), TOKENS).unwrap();
+        make(&dir.path().join("z.bin"));
+        let err = open_error(dir.path(), StorageOptions::default());
+        assert!(
+            err.contains("z.bin") && err.contains("not a regular file"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn a_local_manifest_longer_than_the_limit_is_refused_naming_the_setting() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens: Vec<u8> = (0u16..8).flat_map(|t| t.to_le_bytes()).collect();
+    std::fs::write(dir.path().join("z.bin"), &tokens).unwrap();
+    // Valid JSON, padded past 2 KiB with spaces.
+    let padded = format!("{TOKENS}{}", " ".repeat(4096));
+    std::fs::write(dir.path().join("index.json"), &padded).unwrap();
+    let err = open_error(dir.path(), StorageOptions::default().manifest_limit(2048));
+    assert!(
+        err.contains("index.json")
+            && err.contains("longer than the limit of 2048 bytes")
+            && err.contains("manifest_limit"),
+        "{err}"
+    );
+    // Within the default limit, the same folder opens.
+    let ds = Dataset::from_path("special", dir.path()).unwrap();
+    assert_eq!(ds.num_samples(), 2);
+}
