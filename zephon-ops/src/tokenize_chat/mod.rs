@@ -23,6 +23,7 @@ mod tojson;
 
 pub use config::{ChatTokenizeConfig, LOSS_MASK, MESSAGES};
 use prepared::Prepared;
+pub use template::TEMPLATE_FUEL;
 
 /// Renders the conversation of every record (a list of `{role, content}`
 /// messages in [`MESSAGES`]) with the chat template, tokenizes it once, and
