@@ -279,7 +279,8 @@ fn layout(name: &str, dir: &Path, opts: &FormatOptions, limit: u64) -> Result<La
                 path: e.path.clone(),
                 bytes: e.bytes,
             })
-            .collect();
+            .collect::<Vec<_>>();
+        same_file_twice(name, dir, &shards)?;
         return Ok(Layout {
             format,
             shards,
@@ -299,6 +300,33 @@ fn layout(name: &str, dir: &Path, opts: &FormatOptions, limit: u64) -> Result<La
         shards: d.shards,
         followed: None,
     })
+}
+
+/// Refuses a manifest naming one file twice under two names (a symbolic
+/// or hard link beside its target): its samples would be read twice. The
+/// manifest's own check refuses a name written twice; a listing, a file met
+/// twice ([`list_local`]).
+fn same_file_twice(name: &str, dir: &Path, shards: &[DetectedShard]) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let mut seen = std::collections::HashMap::with_capacity(shards.len());
+    for s in shards {
+        // A shard that cannot be read is reported when it is opened.
+        let Ok(m) = std::fs::metadata(dir.join(&s.path)) else {
+            continue;
+        };
+        if let Some(first) = seen.insert((m.dev(), m.ino()), &s.path) {
+            return Err(shard_error(
+                name,
+                &dir.join(MANIFEST).display().to_string(),
+                format!(
+                    "the manifest names the same file as {first:?} and {:?} (a link): its \
+                     samples would be read twice",
+                    s.path
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Opens the local folder `dir` as [`DatasetExt::from_path_with`] does,

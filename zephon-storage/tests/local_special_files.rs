@@ -1,7 +1,8 @@
 //! A local dataset's names can be anything a file system holds: a FIFO
 //! (opening one waits for a writer), a link to a device that reads without
-//! end (`/dev/zero`), a manifest of any length. Each is an error naming the
-//! path, returned at once; none hangs the open or takes all the memory.
+//! end (`/dev/zero`), a manifest of any length, two names of one file. Each
+//! is an error naming the path, returned at once; none hangs the open,
+//! takes all the memory or reads a sample twice.
 
 use std::path::Path;
 use std::sync::mpsc;
@@ -92,4 +93,25 @@ fn a_local_manifest_longer_than_the_limit_is_refused_naming_the_setting() {
     // Within the default limit, the same folder opens.
     let ds = Dataset::from_path("special", dir.path()).unwrap();
     assert_eq!(ds.num_samples(), 2);
+}
+
+#[test]
+fn a_manifest_naming_one_file_under_two_names_is_refused() {
+    let link = |kind: &str, dir: &Path| match kind {
+        "symlink" => std::os::unix::fs::symlink("z.bin", dir.join("y.bin")).unwrap(),
+        _ => std::fs::hard_link(dir.join("z.bin"), dir.join("y.bin")).unwrap(),
+    };
+    for kind in ["symlink", "hard link"] {
+        let dir = tempfile::tempdir().unwrap();
+        let tokens: Vec<u8> = (0u16..8).flat_map(|t| t.to_le_bytes()).collect();
+        std::fs::write(dir.path().join("z.bin"), &tokens).unwrap();
+        link(kind, dir.path());
+        let both = TOKENS.replace(r#"}]}"#, r#"},{"path":"y.bin","samples":2,"bytes":16}]}"#);
+        std::fs::write(dir.path().join("index.json"), both).unwrap();
+        let err = open_error(dir.path(), StorageOptions::default());
+        assert!(
+            err.contains(r#""z.bin" and "y.bin""#) && err.contains("read twice"),
+            "{kind}: {err}"
+        );
+    }
 }
