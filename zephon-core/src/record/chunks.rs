@@ -72,6 +72,39 @@ impl<'a> PointerChunks<'a> {
         Some((p, r))
     }
 
+    /// Places an empty record (its lane and lineage set) for every pointer
+    /// still without one, and hands back every record, in pointer order, to
+    /// fill in any order: a reader whose samples come out in another order
+    /// than the pointers' (grouped by the part of the shard they lie in)
+    /// fills each in its place instead of moving it there afterwards.
+    ///
+    /// ```
+    /// use zephon_core::record::PointerChunks;
+    /// use zephon_core::{SamplePtr, Value};
+    /// let ptrs: Vec<SamplePtr> = [5, 1, 4]
+    ///     .map(|sample| SamplePtr { dataset: 0, shard: 0, sample, lane: 0 })
+    ///     .to_vec();
+    /// let mut out = PointerChunks::new(&ptrs, 2, 2);
+    /// let mut records = out.place_all();
+    /// for k in [1, 2, 0] {
+    ///     let sample = records[k].lineage.as_slice()[0].sample;
+    ///     records[k].fields.insert("i".into(), Value::Int(sample as i64));
+    /// }
+    /// let chunks = out.finish().unwrap();
+    /// assert_eq!(chunks[0][0].get("i"), Some(&Value::Int(5)));
+    /// assert_eq!(chunks[1][0].get("i"), Some(&Value::Int(4)));
+    /// ```
+    pub fn place_all(&mut self) -> Vec<&mut Record> {
+        while let Some(p) = self.next_pointer() {
+            self.place(Record {
+                lane: p.lane,
+                lineage: Lineage::from_buf([*p]),
+                ..Record::default()
+            });
+        }
+        self.chunks.iter_mut().flatten().collect()
+    }
+
     /// Places `r` as the record of the next pointer, its lane and lineage
     /// replaced by that pointer's (what a shard stored there is not the
     /// read's); `false`, placing nothing, once every pointer has its record.

@@ -50,7 +50,7 @@ use parquet::arrow::arrow_reader::{
 use parquet::file::reader::ChunkReader;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use zephon_core::record::{FieldName, Fields};
+use zephon_core::record::{FieldName, Fields, PointerChunks};
 use zephon_core::{Record, Value};
 /// The crates this format is read with, re-exported so callers (fixtures,
 /// benchmarks) write files with the very versions Zephon reads them with.
@@ -398,6 +398,28 @@ impl ShardIndex for ParquetIndex {
     }
 
     fn decode(&self, data: &Bytes, indices: &[u64]) -> FormatResult<Vec<Record>> {
+        // Filled in group order: empty records (which allocate nothing)
+        // hold the places not reached yet.
+        let mut out: Vec<Record> = (0..indices.len()).map(|_| Record::default()).collect();
+        self.fill_all(data, indices, out.iter_mut().collect())?;
+        Ok(out)
+    }
+
+    /// As `decode`, each record made in its place in `out`'s chunks.
+    fn decode_chunks(&self, data: &Bytes, out: &mut PointerChunks<'_>) -> FormatResult<()> {
+        let indices: Vec<u64> = out.pointers().iter().map(|p| p.sample).collect();
+        self.fill_all(data, &indices, out.place_all())
+    }
+}
+
+impl ParquetIndex {
+    /// Fills `out[k]` (empty) with sample `indices[k]`, for every `k`.
+    fn fill_all(
+        &self,
+        data: &Bytes,
+        indices: &[u64],
+        mut out: Vec<&mut Record>,
+    ) -> FormatResult<()> {
         // Shuffled samples alternate between groups; visiting them group by
         // group fetches each group once per read even when the cache cannot
         // hold them all.
@@ -407,9 +429,6 @@ impl ShardIndex for ParquetIndex {
             .collect();
         let mut order: Vec<usize> = (0..indices.len()).collect();
         order.sort_by_key(|&k| groups[k]);
-        // Filled in group order: empty records (which allocate nothing)
-        // hold the places not reached yet.
-        let mut out: Vec<Record> = (0..indices.len()).map(|_| Record::default()).collect();
         // The group being filled from, and how many rows it gave.
         let mut current: Option<(usize, Arc<Group>, usize)> = None;
         for k in order {
@@ -428,7 +447,7 @@ impl ShardIndex for ParquetIndex {
         if let Some((done, _, n)) = current {
             self.served(done, n);
         }
-        Ok(out)
+        Ok(())
     }
 }
 
