@@ -172,3 +172,36 @@ fn text_read_in_place_tokenizes_as_owned_text() {
     assert!(matches!(viewed[0].get("text"), Some(Value::TextView(_))));
     assert_eq!(viewed[0], owned[0]);
 }
+
+/// A tokenizer's configuration is input: one whose pre-tokenizer's regular
+/// expression backtracks past Oniguruma's retry limit makes the tokenizer
+/// panic on some texts. That text's sample fails with an error naming its
+/// field and its place; the pipeline does not end in a panic.
+#[test]
+fn a_tokenizer_that_panics_on_a_text_fails_that_sample_by_name() {
+    let mut json: serde_json::Value = serde_json::from_slice(TOKENIZER).unwrap();
+    json["pre_tokenizer"] = serde_json::json!({
+        "type": "Split", "pattern": {"Regex": "(a+)+b"}, "behavior": "Isolated", "invert": false
+    });
+    let config = TokenizeConfig::from_bytes(json.to_string().as_bytes()).unwrap();
+    let ptr = zephon_core::SamplePtr {
+        dataset: 0,
+        shard: 3,
+        sample: 7,
+        lane: 0,
+    };
+    let fine = Record::new().with("text", "ab ab");
+    let mut hostile = Record::new().with("text", "a".repeat(40));
+    hostile.lineage = zephon_core::record::Lineage::from_buf([ptr]);
+    let out: Vec<_> = futures::stream::iter([Ok(fine), Ok(hostile)])
+        .tokenize(config, 1)
+        .into_blocking_iter(Runner::Inline)
+        .unwrap()
+        .collect();
+    assert!(out[0].is_ok());
+    let err = out[1].as_ref().unwrap_err().to_string();
+    assert!(
+        err.contains("text") && err.contains("sample 7") && err.contains("retry-limit"),
+        "{err}"
+    );
+}

@@ -22,6 +22,31 @@ pub use config::{DEFAULT_MICRO_BATCH, OnMissing, Overflow, SpecialTokens, Tokeni
 pub(crate) use encoding::{ChunkEncoder, Encoding};
 use prepared::Prepared;
 
+/// Runs `encode`, a call into the tokenizer, with a panic of its made an
+/// error message: a tokenizer's configuration is input, and the `tokenizers`
+/// crate panics on some of it at encode time (a pre-tokenizer's regular
+/// expression that backtracks past Oniguruma's retry limit on a text), so
+/// a text it cannot take fails that sample, naming it, like any encoding
+/// error.
+///
+/// ```
+/// use zephon_ops::tokenize::guarded_encode;
+/// assert_eq!(guarded_encode(|| Ok(3)), Ok(3));
+/// let e = guarded_encode::<u32>(|| panic!("retry-limit-in-match over")).unwrap_err();
+/// assert_eq!(e, "the tokenizer failed on this text (retry-limit-in-match over)");
+/// ```
+pub fn guarded_encode<T>(
+    encode: impl FnOnce() -> tokenizers::Result<T>,
+) -> std::result::Result<T, String> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(encode)) {
+        Ok(r) => r.map_err(|e| e.to_string()),
+        Err(p) => Err(format!(
+            "the tokenizer failed on this text ({})",
+            zephon_core::error::panic_message(&*p)
+        )),
+    }
+}
+
 /// A counting semaphore for worker threads: at most `k` micro-batches
 /// encode at once, however many are queued.
 #[derive(Debug)]

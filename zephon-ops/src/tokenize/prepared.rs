@@ -76,13 +76,14 @@ impl Prepared {
                 return;
             }
         };
-        let enc = match tok.encode_fast(text.as_text().expect("text, checked above"), false) {
+        let body = text.as_text().expect("text, checked above");
+        let enc = match super::guarded_encode(|| tok.encode_fast(body, false)) {
             Ok(e) => e,
-            Err(e) => {
+            Err(message) => {
                 out.push(Err(Error::Encode {
                     field: c.field.clone(),
                     ptr: PtrDisplay(r.source().copied()),
-                    message: e.to_string(),
+                    message,
                 }
                 .into()));
                 return;

@@ -240,9 +240,7 @@ impl Prepared {
             return Ok(Encoded::Dropped);
         }
         let (text, spans) = self.render_with_spans(messages)?;
-        let enc = tok
-            .encode(text.as_str(), false)
-            .map_err(|e| e.to_string())?;
+        let enc = crate::tokenize::guarded_encode(|| tok.encode(text.as_str(), false))?;
         let n = self
             .config
             .max_length

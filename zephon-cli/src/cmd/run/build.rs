@@ -142,10 +142,8 @@ fn estimate_tokens(
         let text = r.text(&field).ok_or_else(|| {
             zephon_core::Error::config("tokenize.field", format!("no text field `{field}`"))
         })?;
-        let encoding = cfg
-            .tokenizer()
-            .encode(text, false)
-            .map_err(|e| zephon_core::Error::config("tokenizer", e.to_string()))?;
+        let encoding = zephon_ops::tokenize::guarded_encode(|| cfg.tokenizer().encode(text, false))
+            .map_err(|e| zephon_core::Error::config("tokenizer", e))?;
         Ok(encoding.len() as u64)
     };
     let rt = Runner::Inline.runtime()?;
