@@ -12,7 +12,6 @@
 
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 
 /// Opens `path` for reading if it is a regular file (a symbolic link is
@@ -25,37 +24,49 @@ use std::path::Path;
 /// let dir = std::env::temp_dir();
 /// let err = open_file(&dir).unwrap_err();
 /// assert_eq!(err.to_string(), "not a regular file but a folder");
+/// # #[cfg(unix)] {
 /// let err = open_file(std::path::Path::new("/dev/zero")).unwrap_err();
 /// assert_eq!(err.to_string(), "not a regular file but a character device");
+/// # }
 /// ```
 pub fn open_file(path: &Path) -> io::Result<File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
     // Without O_NONBLOCK, opening a FIFO blocks until a writer opens it;
     // on a regular file the flag changes nothing.
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)?;
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NONBLOCK);
+    let file = options.open(path)?;
     let kind = file.metadata()?.file_type();
     if kind.is_file() {
         return Ok(file);
     }
-    let what = if kind.is_dir() {
-        "a folder"
-    } else if kind.is_fifo() {
-        "a FIFO"
-    } else if kind.is_char_device() {
-        "a character device"
-    } else if kind.is_block_device() {
-        "a block device"
-    } else if kind.is_socket() {
-        "a socket"
-    } else {
-        "not a file"
-    };
     Err(io::Error::new(
         io::ErrorKind::InvalidInput,
-        format!("not a regular file but {what}"),
+        format!("not a regular file but {}", kind_name(kind)),
     ))
+}
+
+/// What a file that is not a regular one is, for errors.
+fn kind_name(kind: std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if kind.is_fifo() {
+            return "a FIFO";
+        } else if kind.is_char_device() {
+            return "a character device";
+        } else if kind.is_block_device() {
+            return "a block device";
+        } else if kind.is_socket() {
+            return "a socket";
+        }
+    }
+    if kind.is_dir() {
+        "a folder"
+    } else {
+        "not a file"
+    }
 }
 
 /// Reads the regular file at `path` whole, if it holds at most `limit`
@@ -93,7 +104,7 @@ fn too_long(limit: u64) -> io::Error {
     )
 }
 
-#[cfg(test)]
+#[cfg(all(test, unix))]
 mod tests {
     use super::*;
     use std::time::{Duration, Instant};

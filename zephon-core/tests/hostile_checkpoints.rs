@@ -507,6 +507,7 @@ fn contradicting_fields_are_refused_under_a_valid_checksum() {
 
 /// A checkpoint path naming a FIFO (opening one waits for a writer) or a
 /// link to a device that reads without end is refused at once, naming it.
+#[cfg(unix)]
 #[test]
 fn a_checkpoint_path_that_is_not_a_regular_file_is_refused_at_once() {
     let dir = tempfile::tempdir().unwrap();
