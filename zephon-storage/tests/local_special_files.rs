@@ -35,43 +35,38 @@ fn open_error(dir: &Path, opts: StorageOptions) -> String {
     }
 }
 
-#[test]
-fn a_manifest_that_is_a_fifo_is_refused_at_once() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("a.jsonl"), "{\"a\":1}\n").unwrap();
-    mkfifo(&dir.path().join("index.json"));
-    let err = open_error(dir.path(), StorageOptions::default());
-    assert!(
-        err.contains("index.json") && err.contains("not a regular file but a FIFO"),
-        "{err}"
-    );
+/// Makes a special file at a path.
+type Make = fn(&Path);
+
+/// A FIFO, or a link to `/dev/zero`, with what the error must call it.
+const SPECIAL: [(Make, &str); 2] = [
+    (mkfifo, "not a regular file but a FIFO"),
+    (link_to_zero, "not a regular file but a character device"),
+];
+
+fn link_to_zero(path: &Path) {
+    std::os::unix::fs::symlink("/dev/zero", path).unwrap();
 }
 
 #[test]
-fn a_manifest_linked_to_an_endless_device_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("a.jsonl"), "{\"a\":1}\n").unwrap();
-    std::os::unix::fs::symlink("/dev/zero", dir.path().join("index.json")).unwrap();
-    let err = open_error(dir.path(), StorageOptions::default());
-    assert!(
-        err.contains("index.json") && err.contains("character device"),
-        "{err}"
-    );
+fn a_manifest_that_is_a_fifo_or_a_device_is_refused_at_once() {
+    for (make, what) in SPECIAL {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.jsonl"), "{\"a\":1}\n").unwrap();
+        make(&dir.path().join("index.json"));
+        let err = open_error(dir.path(), StorageOptions::default());
+        assert!(err.contains("index.json") && err.contains(what), "{err}");
+    }
 }
 
 #[test]
 fn shards_a_manifest_names_that_are_a_fifo_or_a_device_are_refused() {
-    for make in [(|p: &Path| mkfifo(p)) as fn(&Path), |p: &Path| {
-        std::os::unix::fs::symlink("/dev/zero", p).unwrap()
-    }] {
+    for (make, what) in SPECIAL {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("index.json"), TOKENS).unwrap();
         make(&dir.path().join("z.bin"));
         let err = open_error(dir.path(), StorageOptions::default());
-        assert!(
-            err.contains("z.bin") && err.contains("not a regular file"),
-            "{err}"
-        );
+        assert!(err.contains("z.bin") && err.contains(what), "{err}");
     }
 }
 
