@@ -44,13 +44,21 @@ pub struct LocalJsonlShard {
 
 impl LocalJsonlShard {
     /// Maps and indexes `path`: opening takes memory for the line offsets
-    /// only (about 4 bytes a line), not for the text.
+    /// only (about 4 bytes a line), not for the text. An empty line is an
+    /// error naming it, at open: it would fail when read, and a file of
+    /// newlines took five times its size to index.
     pub fn open(dataset: &str, path: &Path) -> Result<Self> {
         let data = map_file(path).map_err(|source| Error::Io {
             path: path.display().to_string(),
             source,
         })?;
-        let index = LineIndex::build(&data);
+        let index =
+            LineIndex::build_refusing_empty(&data).map_err(|line| Error::MalformedRecord {
+                dataset: dataset.to_owned(),
+                shard: path.display().to_string(),
+                line,
+                message: "empty line (a JSONL line holds one JSON object)".into(),
+            })?;
         Ok(LocalJsonlShard {
             dataset: dataset.to_owned(),
             name: path.display().to_string(),

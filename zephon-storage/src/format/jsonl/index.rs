@@ -125,6 +125,32 @@ impl LineIndex {
         index.closed(data.len() as u64, data.last().copied())
     }
 
+    /// [`build`](LineIndex::build), stopping at the first empty line (a
+    /// newline at the start of a line) with its number, counted from 1: an
+    /// empty line is no record, and would fail when read, so a file of
+    /// newlines is refused before its index takes 4 bytes for each.
+    ///
+    /// ```
+    /// use zephon_storage::format::jsonl::LineIndex;
+    /// assert_eq!(LineIndex::build_refusing_empty(b"{}\n{}").map(|i| i.len()), Ok(2));
+    /// assert_eq!(LineIndex::build_refusing_empty(b"{}\n\n{}\n"), Err(2));
+    /// assert_eq!(LineIndex::build_refusing_empty(b"\n"), Err(1));
+    /// ```
+    pub fn build_refusing_empty(data: &[u8]) -> Result<Self, u64> {
+        let mut index = Self::open();
+        let (mut start, mut line) = (0u64, 1u64);
+        for nl in memchr_iter(b'\n', data) {
+            let nl = nl as u64;
+            if nl == start {
+                return Err(line);
+            }
+            start = nl + 1;
+            line += 1;
+            index.push(start);
+        }
+        Ok(index.closed(data.len() as u64, data.last().copied()))
+    }
+
     /// Adds the newlines of `bytes`, which lie at offset `at` of the shard.
     pub(crate) fn add_newlines(&mut self, at: u64, bytes: &[u8]) {
         for nl in memchr_iter(b'\n', bytes) {
