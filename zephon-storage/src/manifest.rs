@@ -19,6 +19,10 @@ use std::fmt;
 /// The manifest's file name, at the dataset root.
 pub const MANIFEST: &str = "index.json";
 
+/// What an error about a manifest past its limit advises, remote or local.
+pub(crate) const RAISE_LIMIT: &str =
+    "raise StorageOptions::manifest_limit if the dataset's manifest is that large";
+
 /// A dataset manifest. Deserializing one checks it (see [`Manifest::check`]).
 ///
 /// ```

@@ -285,8 +285,8 @@ impl Backend {
         let limit = self.manifest_limit;
         match crate::download::read_at_most(&self.op, crate::manifest::MANIFEST, limit).await {
             Ok(b) if b.len() as u64 > limit => Err(format!(
-                "the manifest is longer than manifest_limit ({limit} bytes; read no further); \
-                 raise StorageOptions::manifest_limit if the dataset's manifest is that large"
+                "the manifest is longer than manifest_limit ({limit} bytes; read no further); {}",
+                crate::manifest::RAISE_LIMIT
             )),
             Ok(b) => Ok(Some(b)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),

@@ -6,7 +6,7 @@
 use crate::download::shard_error;
 use crate::format::detect::DetectedShard;
 use crate::format::{FormatOptions, FormatSpec, detect};
-use crate::manifest::{MANIFEST, Manifest, ManifestError};
+use crate::manifest::{MANIFEST, Manifest, ManifestError, RAISE_LIMIT};
 use crate::options::MANIFEST_LIMIT;
 use crate::scan::list_local;
 use std::path::Path;
@@ -50,10 +50,7 @@ fn read_local_manifest(name: &str, dir: &Path, limit: u64) -> Result<Option<Mani
             return Err(shard_error(
                 name,
                 &at(),
-                format!(
-                    "the manifest is {e}; raise StorageOptions::manifest_limit if the \
-                     dataset's manifest is that large"
-                ),
+                format!("the manifest is {e}; {RAISE_LIMIT}"),
             ));
         }
         Err(e) => {
