@@ -430,7 +430,9 @@ impl BlockFile {
                 })
                 .buffered(INDEX_READ_AHEAD);
             while let Some((i, b)) = blocks.try_next().await? {
-                index.add_newlines(i * this.block, &b);
+                index
+                    .add_newlines(i * this.block, &b)
+                    .map_err(|e| e.in_shard(&this.dataset, &this.uri))?;
                 last = b.last().copied().or(last);
             }
             Ok(index.closed(this.entry.bytes, last))

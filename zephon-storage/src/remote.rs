@@ -214,7 +214,8 @@ impl CachedShard {
         if let Some(i) = self.index.get() {
             return Ok(i.clone());
         }
-        let index = Arc::new(LineIndex::build(data));
+        let index =
+            Arc::new(LineIndex::build(data).map_err(|e| e.in_shard(&self.dataset, &self.uri))?);
         self.counted(&index)?;
         Ok(self.index.get_or_init(|| index).clone())
     }

@@ -317,7 +317,7 @@ async fn scan_jsonl(
     // The checksum covers the stored object: the compressed bytes of a
     // compressed shard, hashed as they download.
     let (data, raw_sha) = download_hashed(backend, dataset, &probe, metrics).await?;
-    let index = LineIndex::build(&data);
+    let index = LineIndex::build(&data).map_err(|e| e.in_shard(dataset, &backend.uri_of(path)))?;
     if parse {
         check_json_lines(&data, dataset, &backend.uri_of(path))?;
     }

@@ -144,7 +144,17 @@ fn jsonl_lines() {
     let mut tally = Tally::new("JSONL lines");
     tally.run(1500, mutated(jsonl()), |bytes| {
         let want = expected_lines(bytes);
-        let index = LineIndex::build(bytes);
+        let index = match LineIndex::build(bytes) {
+            Ok(index) => index,
+            Err(e) => {
+                // Refused at indexing: the line it names must be empty.
+                let line = bytes.split(|&b| b == b'\n').nth(e.line as usize - 1);
+                return match line {
+                    Some([]) => Outcome::error(&e.to_string()),
+                    _ => Outcome::Silent(format!("{e}, but it is {line:?}")),
+                };
+            }
+        };
         if index.len() != want.len() as u64 {
             return Outcome::Silent(format!(
                 "{} lines indexed, {} present",

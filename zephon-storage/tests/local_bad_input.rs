@@ -191,23 +191,3 @@ fn a_local_compressed_shard_is_held_to_its_manifest_decoded_size() {
         "{err}"
     );
 }
-
-/// An empty line is no record: it is refused when the shard is opened,
-/// naming the line, instead of failing whenever a read reaches it (and a
-/// file of newlines no longer takes five times its size to index).
-#[test]
-fn an_empty_line_is_refused_at_open_naming_the_line() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("a.jsonl"),
-        "{\"t\":1}\n{\"t\":2}\n\n{\"t\":4}\n",
-    )
-    .unwrap();
-    let err = Dataset::from_path("blank", dir.path())
-        .unwrap_err()
-        .to_string();
-    assert!(
-        err.contains("a.jsonl") && err.contains("line 3") && err.contains("empty line"),
-        "{err}"
-    );
-}

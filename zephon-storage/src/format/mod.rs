@@ -327,7 +327,9 @@ pub fn open_index(
     sidecar: Option<&Bytes>,
 ) -> FormatResult<Arc<dyn ShardIndex>> {
     Ok(match spec {
-        FormatSpec::Jsonl => Arc::new(jsonl::JsonlIndex(jsonl::LineIndex::build(data))),
+        FormatSpec::Jsonl => Arc::new(jsonl::JsonlIndex(
+            jsonl::LineIndex::build(data).map_err(|e| e.to_string())?,
+        )),
         FormatSpec::Tokens { dtype, seq_len } => {
             Arc::new(tokens::FlatTokens::open(data, *dtype, *seq_len)?)
         }

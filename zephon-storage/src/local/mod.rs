@@ -52,13 +52,8 @@ impl LocalJsonlShard {
             path: path.display().to_string(),
             source,
         })?;
-        let index =
-            LineIndex::build_refusing_empty(&data).map_err(|line| Error::MalformedRecord {
-                dataset: dataset.to_owned(),
-                shard: path.display().to_string(),
-                line,
-                message: "empty line (a JSONL line holds one JSON object)".into(),
-            })?;
+        let index = LineIndex::build(&data)
+            .map_err(|e| e.in_shard(dataset, &path.display().to_string()))?;
         Ok(LocalJsonlShard {
             dataset: dataset.to_owned(),
             name: path.display().to_string(),

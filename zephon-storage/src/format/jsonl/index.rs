@@ -8,6 +8,37 @@ const READ_BUFFER: usize = 1 << 20;
 /// Lines whose starts share one whole (`u64`) offset in a [`LineIndex`].
 const INDEX_BLOCK: usize = 1024;
 
+/// An empty line met while a JSONL shard was indexed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EmptyLine {
+    /// Its number, counted from 1.
+    pub line: u64,
+}
+
+impl std::fmt::Display for EmptyLine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "line {} is empty (a JSONL line holds one JSON object)",
+            self.line
+        )
+    }
+}
+
+impl std::error::Error for EmptyLine {}
+
+impl EmptyLine {
+    /// The error of a read of shard `shard` of `dataset`, naming the line.
+    pub fn in_shard(self, dataset: &str, shard: &str) -> zephon_core::Error {
+        zephon_core::Error::MalformedRecord {
+            dataset: dataset.to_owned(),
+            shard: shard.to_owned(),
+            line: self.line,
+            message: "empty line (a JSONL line holds one JSON object)".into(),
+        }
+    }
+}
+
 /// Byte offsets of the lines of a JSONL shard: [`start`](LineIndex::start)`(i)`
 /// is where sample `i` begins, `start(len)` the end of the last line (past
 /// its newline).
@@ -22,7 +53,7 @@ const INDEX_BLOCK: usize = 1024;
 ///
 /// ```
 /// use zephon_storage::format::jsonl::LineIndex;
-/// let index = LineIndex::build(b"{\"a\":1}\n{\"a\":22}\n");
+/// let index = LineIndex::build(b"{\"a\":1}\n{\"a\":22}\n").unwrap();
 /// assert_eq!((index.len(), index.start(1), index.start(2)), (2, 8, 17));
 /// assert_eq!(index.starts().collect::<Vec<_>>(), [0, 8, 17]);
 /// ```
@@ -95,7 +126,7 @@ impl LineIndex {
     ///
     /// ```
     /// use zephon_storage::format::jsonl::LineIndex;
-    /// assert_eq!(LineIndex::from_starts([0, 8, 17]), Some(LineIndex::build(b"{\"a\":1}\n{\"a\":22}\n")));
+    /// assert_eq!(LineIndex::from_starts([0, 8, 17]), LineIndex::build(b"{\"a\":1}\n{\"a\":22}\n").ok());
     /// assert_eq!(LineIndex::from_starts([0, 8, 8]), None);
     /// assert_eq!(LineIndex::from_starts([3, 8]), None);
     /// ```
@@ -118,44 +149,40 @@ impl LineIndex {
     }
 
     /// Indexes a whole shard. A final line without a trailing newline counts;
-    /// an empty file has no samples.
-    pub fn build(data: &[u8]) -> Self {
-        let mut index = Self::open();
-        index.add_newlines(0, data);
-        index.closed(data.len() as u64, data.last().copied())
-    }
-
-    /// [`build`](LineIndex::build), stopping at the first empty line (a
-    /// newline at the start of a line) with its number, counted from 1: an
-    /// empty line is no record, and would fail when read, so a file of
-    /// newlines is refused before its index takes 4 bytes for each.
+    /// an empty file has no samples. An empty line (a newline at the start
+    /// of a line) stops the indexing with its number: it is no record and
+    /// would fail when read, and a file of newlines would take 4 bytes of
+    /// index for each before its first read failed.
     ///
     /// ```
     /// use zephon_storage::format::jsonl::LineIndex;
-    /// assert_eq!(LineIndex::build_refusing_empty(b"{}\n{}").map(|i| i.len()), Ok(2));
-    /// assert_eq!(LineIndex::build_refusing_empty(b"{}\n\n{}\n"), Err(2));
-    /// assert_eq!(LineIndex::build_refusing_empty(b"\n"), Err(1));
+    /// assert_eq!(LineIndex::build(b"{}\n{}").map(|i| i.len()), Ok(2));
+    /// let err = LineIndex::build(b"{}\n\n{}\n").unwrap_err();
+    /// assert_eq!(err.line, 2);
+    /// assert_eq!(err.to_string(), "line 2 is empty (a JSONL line holds one JSON object)");
+    /// assert_eq!(LineIndex::build(b"\n").unwrap_err().line, 1);
     /// ```
-    pub fn build_refusing_empty(data: &[u8]) -> Result<Self, u64> {
+    pub fn build(data: &[u8]) -> Result<Self, EmptyLine> {
         let mut index = Self::open();
-        let (mut start, mut line) = (0u64, 1u64);
-        for nl in memchr_iter(b'\n', data) {
-            let nl = nl as u64;
-            if nl == start {
-                return Err(line);
-            }
-            start = nl + 1;
-            line += 1;
-            index.push(start);
-        }
+        index.add_newlines(0, data)?;
         Ok(index.closed(data.len() as u64, data.last().copied()))
     }
 
-    /// Adds the newlines of `bytes`, which lie at offset `at` of the shard.
-    pub(crate) fn add_newlines(&mut self, at: u64, bytes: &[u8]) {
+    /// Adds the newlines of `bytes`, which lie at offset `at` of the shard
+    /// (just past what was added before), or stops at an empty line.
+    pub(crate) fn add_newlines(&mut self, at: u64, bytes: &[u8]) -> Result<(), EmptyLine> {
+        let mut start = self.start(self.len());
         for nl in memchr_iter(b'\n', bytes) {
-            self.push(at + nl as u64 + 1);
+            let nl = at + nl as u64;
+            if nl == start {
+                return Err(EmptyLine {
+                    line: self.len() + 1,
+                });
+            }
+            start = nl + 1;
+            self.push(start);
         }
+        Ok(())
     }
 
     /// The finished index of a shard of `len` bytes whose last byte is
@@ -184,13 +211,15 @@ impl LineIndex {
     }
 
     /// Indexes a shard read from `reader` through a bounded buffer, for
-    /// files too large to hold in memory; the same index as [`build`](LineIndex::build).
+    /// files too large to hold in memory; the same index as
+    /// [`build`](LineIndex::build), and an empty line an error of kind
+    /// `InvalidData` naming it.
     ///
     /// ```
     /// use zephon_storage::format::jsonl::LineIndex;
     /// let data = b"{\"a\":1}\n{\"a\":2}\n{\"a\":3}";
     /// let streamed = LineIndex::from_reader(&data[..]).unwrap();
-    /// assert_eq!(streamed, LineIndex::build(data));
+    /// assert_eq!(Ok(streamed.clone()), LineIndex::build(data));
     /// assert_eq!(streamed.len(), 3);
     /// ```
     pub fn from_reader(mut reader: impl std::io::Read) -> std::io::Result<Self> {
@@ -204,7 +233,9 @@ impl LineIndex {
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
             };
-            index.add_newlines(at, &buf[..n]);
+            index
+                .add_newlines(at, &buf[..n])
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
             at += n as u64;
             last = Some(buf[n - 1]);
         }
@@ -269,10 +300,10 @@ mod tests {
 
     #[test]
     fn index_counts_lines_with_and_without_trailing_newline() {
-        assert_eq!(LineIndex::build(b"").len(), 0);
-        assert_eq!(LineIndex::build(b"{}\n{}\n").len(), 2);
-        assert_eq!(LineIndex::build(b"{}\n{}").len(), 2);
-        let idx = LineIndex::build(b"{\"a\":1}\n{\"a\":2}\n");
+        assert_eq!(LineIndex::build(b"").unwrap().len(), 0);
+        assert_eq!(LineIndex::build(b"{}\n{}\n").unwrap().len(), 2);
+        assert_eq!(LineIndex::build(b"{}\n{}").unwrap().len(), 2);
+        let idx = LineIndex::build(b"{\"a\":1}\n{\"a\":2}\n").unwrap();
         assert_eq!(idx.byte_range(1, 1), (8, 16));
     }
 
@@ -292,7 +323,7 @@ mod tests {
         let mut want = vec![0u64];
         want.extend(memchr_iter(b'\n', &data).map(|nl| nl as u64 + 1));
         want.push(data.len() as u64);
-        let index = LineIndex::build(&data);
+        let index = LineIndex::build(&data).unwrap();
         assert_eq!(index.len(), 3001);
         assert_eq!(index.starts().collect::<Vec<_>>(), want);
         assert!((0..=3001).all(|i| index.start(i) == want[i as usize]));
@@ -340,19 +371,37 @@ mod tests {
         }
     }
 
+    /// The same index, or the same empty line, however the reads cut the
+    /// lines and their newlines.
     #[test]
     fn streamed_index_equals_the_whole_file_index_whatever_the_reads() {
-        let cases: [&[u8]; 5] = [
-            b"",
-            b"\n",
-            b"{}\n{}\n",
-            b"{}\n{}",
-            b"{\"a\":1}\n\n{\"b\":22}\nxx",
+        let cases: [(&[u8], Option<u64>); 8] = [
+            (b"", None),
+            (b"\n", Some(1)),
+            (b"{}\n{}\n", None),
+            (b"{}\n{}", None),
+            (b"{}\n{}\n\n", Some(3)),
+            (b"{\"a\":1}\n\n{\"b\":22}\nxx", Some(2)),
+            (b"{\"a\":1}\n{\"b\":22}\nxx", None),
+            (b"x\ny\nz\n\n\n", Some(4)),
         ];
-        for data in cases {
+        for (data, empty) in cases {
+            let whole = LineIndex::build(data);
+            assert_eq!(whole.as_ref().err().map(|e| e.line), empty, "{data:?}");
             for step in [1, 2, 3, 7, 1 << 20] {
-                let got = LineIndex::from_reader(Trickle { data, step }).unwrap();
-                assert_eq!(got, LineIndex::build(data), "{data:?} in reads of {step}");
+                let got = LineIndex::from_reader(Trickle { data, step });
+                match (&got, &whole) {
+                    (Ok(got), Ok(whole)) => assert_eq!(got, whole, "{data:?} in reads of {step}"),
+                    (Err(got), Err(whole)) => {
+                        assert_eq!(got.kind(), std::io::ErrorKind::InvalidData);
+                        assert_eq!(
+                            got.to_string(),
+                            whole.to_string(),
+                            "{data:?} in reads of {step}"
+                        );
+                    }
+                    _ => panic!("{data:?} in reads of {step}: {got:?} against {whole:?}"),
+                }
             }
         }
     }

@@ -3,7 +3,7 @@
 mod index;
 mod seed;
 
-pub use index::LineIndex;
+pub use index::{EmptyLine, LineIndex};
 
 use bytes::Bytes;
 use memchr::memchr_iter;
