@@ -17,6 +17,10 @@
 //! (images, audio, `.npy`, ...) -> bytes, shared with the shard (no copy).
 //! Every sample also gets `__key__`.
 
+mod members;
+
+pub use members::MAX_EXTENDED_HEADER;
+
 use super::{FormatResult, ShardIndex};
 
 use bytes::Bytes;
@@ -100,10 +104,6 @@ impl TarIndex {
     /// Indexes the tar read from `reader`, a shard of `total` bytes, as
     /// [`open`](TarIndex::open) does; member data is read through, not kept.
     pub fn scan(reader: impl Read, total: u64) -> FormatResult<Self> {
-        let mut archive = tar::Archive::new(reader);
-        let entries = archive
-            .entries()
-            .map_err(|e| format!("not a tar archive: {}", e.to_string().escape_debug()))?;
         let mut index = TarIndex {
             keys: String::new(),
             key_ends: Vec::new(),
@@ -116,37 +116,15 @@ impl TarIndex {
         let mut field_at: std::collections::HashMap<String, u64> = Default::default();
         let too_many =
             |path: &str, what: &str| format!("member {path:?}: too many {what} in one shard");
-        // Where the block after the last member starts, and that member.
-        let mut end = 0u64;
-        let mut last = String::new();
-        for entry in entries {
-            // The tar crate's messages quote raw header bytes (member
-            // names, numeric fields): escaped, so a hostile shard cannot
-            // write control sequences to a terminal or log.
-            let entry = entry.map_err(|e| {
-                format!("corrupt or truncated tar: {}", e.to_string().escape_debug())
-            })?;
-            let path = entry
-                .path()
-                .map_err(|e| format!("bad member name: {}", e.to_string().escape_debug()))?
-                .to_string_lossy()
-                .into_owned();
-            let (offset, size) = (entry.raw_file_position(), entry.size());
-            if offset.saturating_add(size) > total {
-                return Err(format!(
-                    "member {path:?} needs bytes {offset}..{} but the tar ends at {total}; truncated?",
-                    offset as u128 + size as u128,
-                ));
-            }
-            end = offset + size.div_ceil(512) * 512;
-            last.clone_from(&path);
-            if !entry.header().entry_type().is_file() {
-                continue;
+        members::members(reader, total, |m| {
+            let (path, offset, size) = (m.path, m.offset, m.size);
+            if !m.file {
+                return Ok(());
             }
             let (key, field) = split_key(&path);
             // WebDataset skips members with no extension or hidden names.
             if field.is_empty() || key.rsplit('/').next().is_some_and(|n| n.starts_with('.')) {
-                continue;
+                return Ok(());
             }
             let field = field.to_ascii_lowercase();
             let field = match field_at.get(&field) {
@@ -178,20 +156,8 @@ impl TarIndex {
             let members =
                 u32::try_from(index.members.len()).map_err(|_| too_many(&path, "members"))?;
             *index.member_ends.last_mut().expect("pushed with its key") = members;
-        }
-        // The tar reader stops quietly at the end of the bytes, so a shard
-        // cut between two members would lose the rest without a word; a
-        // whole tar ends with zero blocks (every writer adds two).
-        if total < end + 512 {
-            return Err(format!(
-                "the tar ends at byte {total} without its end-of-archive block{}; truncated?",
-                if last.is_empty() {
-                    String::new()
-                } else {
-                    format!(", after member {last:?}")
-                }
-            ));
-        }
+            Ok(())
+        })?;
         index.keys.shrink_to_fit();
         index.key_ends.shrink_to_fit();
         index.members.shrink_to_fit();
