@@ -3,7 +3,7 @@
 //! ([`build_index`]).
 
 use crate::backend::Backend;
-use crate::download::{download_hashed, shard_error};
+use crate::download::{download_hashed, download_to_temp, shard_error};
 use crate::format::compression::Compression;
 use crate::format::detect::{Detected, DetectedShard};
 use crate::format::jsonl::{LineIndex, parse_line};
@@ -271,12 +271,20 @@ async fn scan_format_shard(
                 .len()
         }
         FormatSpec::Megatron => {
-            let (idx, _) = shard.sidecar.clone().ok_or_else(|| bad("no .idx".into()))?;
-            let data = backend.op.read(&idx).await.map_err(|e| {
-                shard_error(dataset, &backend.uri_of(&idx), format!("cannot read: {e}"))
-            })?;
+            let (idx, listed) = shard.sidecar.clone().ok_or_else(|| bad("no .idx".into()))?;
+            // An `.idx` takes 12 bytes a sequence (GBs for a large corpus):
+            // counted from a mapped temporary file, not read into memory,
+            // and no more of it than the listing gives.
+            let got = download_to_temp(backend, dataset, &idx, Some(listed), false).await?;
+            if got.len != listed {
+                return Err(shard_error(
+                    dataset,
+                    &backend.uri_of(&idx),
+                    format!("the listing gives {listed} bytes but {} came", got.len),
+                ));
+            }
             entry.index = Some(idx);
-            MegatronIndex::open(data.to_bytes(), shard.bytes)
+            MegatronIndex::open(got.bytes, shard.bytes)
                 .map_err(bad)?
                 .len()
         }
