@@ -121,15 +121,47 @@ pub(crate) async fn decoded(fetched: Fetched, metrics: &CacheMetrics) -> Result<
 
 /// As [`download`], with the stored object's SHA-256 (hex), what a manifest
 /// records, computed as the bytes come rather than by a second download.
+/// The bytes are kept out of the process's memory, as a scan of a shard of
+/// tens of GB needs: a local file is mapped where it lies, a remote one
+/// streamed into a temporary file and mapped (a compressed one decoded
+/// into another).
 pub async fn download_hashed(
     backend: &Backend,
     dataset: &str,
     entry: &ShardEntry,
     metrics: &CacheMetrics,
 ) -> Result<(Bytes, String)> {
-    let (fetched, sha256) =
-        fetch(backend, dataset, entry, metrics, true, None, Folder::Temp).await?;
-    Ok((decoded(fetched, metrics).await?, sha256.unwrap_or_default()))
+    if Compression::from_path(&entry.path) != Compression::None {
+        let (fetched, sha256) =
+            fetch(backend, dataset, entry, metrics, true, None, Folder::Temp).await?;
+        return Ok((decoded(fetched, metrics).await?, sha256.unwrap_or_default()));
+    }
+    let uri = backend.uri_of(&entry.path);
+    let started = Instant::now();
+    let info = backend.op.info();
+    let got = if info.scheme() == "fs" {
+        let path = std::path::Path::new(&info.root()).join(&entry.path);
+        off_io(move || {
+            let bytes = crate::format::shard::map_file(&path).map_err(|e| Error::Io {
+                path: path.display().to_string(),
+                source: e,
+            })?;
+            Ok(Spilled {
+                len: bytes.len() as u64,
+                sha256: Some(sha256_hex(&bytes)),
+                bytes,
+            })
+        })
+        .await
+    } else {
+        download_to_temp(backend, dataset, &entry.path, Some(entry.bytes), true).await
+    };
+    let got = got.inspect_err(|_| metrics.failures.inc())?;
+    metrics.download_time.record(started.elapsed());
+    metrics.bytes_downloaded.add(got.len);
+    let sha256 = got.sha256.unwrap_or_default();
+    verify(dataset, &uri, entry, got.len, Some(&sha256)).inspect_err(|_| metrics.failures.inc())?;
+    Ok((got.bytes, sha256))
 }
 
 /// [`download`], hashing the stored bytes when `hash` is set or the entry

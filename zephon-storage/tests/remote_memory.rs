@@ -4,8 +4,9 @@
 //! temporary file, both mapped, and the blocks of an uncompressed shard
 //! are kept in the memory tier as their disk-tier files, mapped; opening
 //! them and reading from them leaves the process's anonymous memory
-//! (RssAnon) about where it was, however large they are. One test in this file, so no other test's allocations
-//! move the figure.
+//! (RssAnon) about where it was, however large they are; and indexing a
+//! dataset (`build_index`), locally or on S3, never holds a shard in it.
+//! One test in this file, so no other test's allocations move the figure.
 
 mod common;
 
@@ -21,6 +22,25 @@ fn rss_anon() -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with("RssAnon:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib << 10)
+}
+
+/// The highest RssAnon seen (sampled every millisecond) while `f` runs.
+fn peak_anon_during<T>(f: impl FnOnce() -> T) -> (T, u64) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let sampler = s.spawn(|| {
+            let mut peak = 0;
+            while !done.load(Ordering::Relaxed) {
+                peak = peak.max(rss_anon().unwrap_or(0));
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            peak.max(rss_anon().unwrap_or(0))
+        });
+        let out = f();
+        done.store(true, Ordering::Relaxed);
+        (out, sampler.join().unwrap())
+    })
 }
 
 /// Writes a Megatron shard of `n` one-token documents (token `i % 50,000`
@@ -123,6 +143,35 @@ fn remote_shards_keep_their_bulk_out_of_memory() {
         grown >> 20,
         (20 * docs) >> 20
     );
+
+    // Indexing a 48 MB JSONL shard of long lines, where it lies and on
+    // S3: the shard is mapped or streamed into a temporary file, so what
+    // the scan holds is its line index and sidecar (12 bytes a line, 2.4
+    // MB), not the shard.
+    let long = t.path().join("long");
+    std::fs::create_dir_all(&long).unwrap();
+    let n = 200_000;
+    let text: String = (0..n)
+        .map(|i| format!("{{\"id\":{i},\"text\":\"{:>230}\"}}\n", i))
+        .collect();
+    let size = text.len() as u64;
+    assert!(size > 48_000_000, "{size}");
+    std::fs::write(long.join("a.jsonl"), &text).unwrap();
+    drop(text);
+    moto.upload("long", "ds", &long);
+    for uri in [long.display().to_string(), "s3://long/ds".to_owned()] {
+        let b = Backend::open("l", &uri, &opts).unwrap();
+        let before = rss_anon().unwrap();
+        let (m, peak) = peak_anon_during(|| runtime::block_on(build_index(&b, "l")).unwrap());
+        assert_eq!(m.shards[0].samples, n);
+        let grown = peak.saturating_sub(before);
+        assert!(
+            grown < 16 << 20,
+            "{uri}: RssAnon grew by {} MiB at its peak indexing a shard of {} MiB",
+            grown >> 20,
+            size >> 20
+        );
+    }
 
     // A flat token file of 48 MiB: twelve 4 MiB blocks, all downloaded
     // once into a memory tier that could hold them all.
