@@ -138,24 +138,7 @@ pub async fn download_hashed(
     }
     let uri = backend.uri_of(&entry.path);
     let started = Instant::now();
-    let info = backend.op.info();
-    let got = if info.scheme() == "fs" {
-        let path = std::path::Path::new(&info.root()).join(&entry.path);
-        off_io(move || {
-            let bytes = crate::format::shard::map_file(&path).map_err(|e| Error::Io {
-                path: path.display().to_string(),
-                source: e,
-            })?;
-            Ok(Spilled {
-                len: bytes.len() as u64,
-                sha256: Some(sha256_hex(&bytes)),
-                bytes,
-            })
-        })
-        .await
-    } else {
-        download_to_temp(backend, dataset, &entry.path, Some(entry.bytes), true).await
-    };
+    let got = download_to_temp(backend, dataset, &entry.path, Some(entry.bytes), true).await;
     let got = got.inspect_err(|_| metrics.failures.inc())?;
     metrics.download_time.record(started.elapsed());
     metrics.bytes_downloaded.add(got.len);
@@ -320,6 +303,9 @@ fn verify(
 /// than fill the folder with what a store sends, and with or without it,
 /// before it would leave the folder's filesystem short ([`spill::Room`]);
 /// with `hash`, the bytes are hashed (SHA-256) as they come.
+///
+/// A local backend's file is mapped where it lies instead (the scans of
+/// `build_index` and of a listing read local folders through a backend).
 pub(crate) async fn download_to_temp(
     backend: &Backend,
     dataset: &str,
@@ -327,6 +313,22 @@ pub(crate) async fn download_to_temp(
     limit: Option<u64>,
     hash: bool,
 ) -> Result<Spilled> {
+    let info = backend.op.info();
+    if info.scheme() == "fs" {
+        let path = std::path::Path::new(&info.root()).join(path);
+        return off_io(move || {
+            let bytes = crate::format::shard::map_file(&path).map_err(|e| Error::Io {
+                path: path.display().to_string(),
+                source: e,
+            })?;
+            Ok(Spilled {
+                len: bytes.len() as u64,
+                sha256: hash.then(|| sha256_hex(&bytes)),
+                bytes,
+            })
+        })
+        .await;
+    }
     download_into(backend, dataset, path, limit, hash, Folder::Temp)
         .await
         .map_err(Failed::into_error)
