@@ -151,7 +151,7 @@ fn inspect_of_parquet_reports_its_row_groups() {
         ])
         .unwrap();
         let props = WriterProperties::builder()
-            .set_max_row_group_size(100)
+            .set_max_row_group_row_count(Some(100))
             .build();
         let file = std::fs::File::create(t.path().join(format!("p{s}.parquet"))).unwrap();
         let mut w = ArrowWriter::try_new(file, batch.schema(), Some(props)).unwrap();

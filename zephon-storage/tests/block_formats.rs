@@ -50,7 +50,7 @@ fn write_parquet(dir: &Path, shards: usize, rows: usize, group: usize) {
         }
         let batch = RecordBatch::try_from_iter(cols).unwrap();
         let props = WriterProperties::builder()
-            .set_max_row_group_size(group)
+            .set_max_row_group_row_count(Some(group))
             .set_dictionary_enabled(false)
             .build();
         let file = std::fs::File::create(dir.join(format!("part-{s}.parquet"))).unwrap();

@@ -209,7 +209,7 @@ fn write_parquet(dir: &Path) -> Vec<Record> {
         .unwrap();
         // Row groups of 7 rows, so reads cross row-group boundaries.
         let props = WriterProperties::builder()
-            .set_max_row_group_size(7)
+            .set_max_row_group_row_count(Some(7))
             .build();
         let file = std::fs::File::create(dir.join(format!("part-{s}.parquet"))).unwrap();
         let mut w = ArrowWriter::try_new(file, batch.schema(), Some(props)).unwrap();

@@ -134,7 +134,7 @@ fn parquet_file(rows: &[(i64, String)], group: usize) -> Vec<u8> {
     ])
     .unwrap();
     let props = WriterProperties::builder()
-        .set_max_row_group_size(group)
+        .set_max_row_group_row_count(Some(group))
         .build();
     let mut out = Vec::new();
     let mut w = ArrowWriter::try_new(&mut out, batch.schema(), Some(props)).unwrap();
@@ -200,4 +200,48 @@ fn compressed_shards() {
         Outcome::Valid
     });
     tally.finish();
+}
+
+/// This process's peak virtual memory in bytes (Linux), `None` elsewhere.
+#[cfg(feature = "parquet")]
+fn vm_peak() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmPeak:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib << 10)
+}
+
+/// A footer of a few bytes whose schema list claims 100 million elements:
+/// the `parquet` crate reserved room for them (9.6 GB) before reading one,
+/// which killed the process wherever address space is limited (`ulimit
+/// -v`, strict overcommit). Now refused naming the shard, reserving
+/// nothing.
+#[cfg(feature = "parquet")]
+#[test]
+fn a_footer_claiming_a_huge_list_is_refused_without_reserving_it() {
+    // FileMetaData { version: 1, schema: list<struct> of 100,000,000 }.
+    let mut footer = vec![0x15, 0x02, 0x19, 0xFC];
+    let mut n = 100_000_000u32;
+    while n >= 0x80 {
+        footer.push((n as u8 & 0x7F) | 0x80);
+        n >>= 7;
+    }
+    footer.push(n as u8);
+    let mut file = b"PAR1".to_vec();
+    file.extend_from_slice(&footer);
+    file.extend_from_slice(&(footer.len() as u32).to_le_bytes());
+    file.extend_from_slice(b"PAR1");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.parquet"), &file).unwrap();
+    let before = vm_peak();
+    let err = Dataset::from_path("d", dir.path()).unwrap_err().to_string();
+    assert!(err.contains("a.parquet"), "{err}");
+    if let (Some(before), Some(after)) = (before, vm_peak()) {
+        assert!(
+            after - before < 1 << 30,
+            "the peak of virtual memory grew by {} MiB opening a file of {} bytes",
+            (after - before) >> 20,
+            file.len()
+        );
+    }
 }

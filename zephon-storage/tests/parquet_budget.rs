@@ -35,7 +35,7 @@ fn write_shard(dir: &Path) {
     ])
     .unwrap();
     let props = WriterProperties::builder()
-        .set_max_row_group_size(GROUP)
+        .set_max_row_group_row_count(Some(GROUP))
         .build();
     let file = std::fs::File::create(dir.join("big.parquet")).unwrap();
     let mut w = ArrowWriter::try_new(file, batch.schema(), Some(props)).unwrap();

@@ -178,7 +178,7 @@ fn write_parquet(dir: &Path, s: usize, range: std::ops::Range<usize>) -> Result<
         ("text", Arc::new(StringArray::from(texts)) as ArrayRef),
     ])?;
     let props = WriterProperties::builder()
-        .set_max_row_group_size(8192)
+        .set_max_row_group_row_count(Some(8192))
         .build();
     let file = std::fs::File::create(dir.join(format!("{s:03}.parquet")))?;
     let mut w = ArrowWriter::try_new(file, batch.schema(), Some(props))?;

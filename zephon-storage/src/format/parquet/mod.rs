@@ -481,7 +481,7 @@ mod tests {
         ])
         .unwrap();
         let props = WriterProperties::builder()
-            .set_max_row_group_size(GROUP)
+            .set_max_row_group_row_count(Some(GROUP))
             .build();
         let mut out = Vec::new();
         let mut w = ArrowWriter::try_new(&mut out, batch.schema(), Some(props)).unwrap();
