@@ -273,8 +273,9 @@ async fn scan_format_shard(
         FormatSpec::Megatron => {
             let (idx, listed) = shard.sidecar.clone().ok_or_else(|| bad("no .idx".into()))?;
             // An `.idx` takes 12 bytes a sequence (GBs for a large corpus):
-            // counted from a mapped temporary file, not read into memory,
-            // and no more of it than the listing gives.
+            // counted from a map (of the file itself where it is local, of
+            // a temporary file otherwise), not read into memory, and no
+            // more of it than the listing gives.
             let got = download_to_temp(backend, dataset, &idx, Some(listed), false).await?;
             if got.len != listed {
                 return Err(shard_error(

@@ -84,7 +84,7 @@ pub(super) fn members(
             };
             let path = String::from_utf8_lossy(&bytes).into_owned();
             if let Some(pax) = pending.pax_size.take()
-                && pax != size.to_string().as_bytes()
+                && std::str::from_utf8(&pax).ok().and_then(|s| s.parse().ok()) != Some(size)
             {
                 return Err(format!(
                     "member {path:?}: its pax header gives a size of {} where its header gives \
