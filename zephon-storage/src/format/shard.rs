@@ -20,8 +20,14 @@ use zephon_core::{Error, Record, Result, SamplePtr, Shard};
 
 #[derive(Debug)]
 enum Source {
-    /// The file, memory-mapped: pages are read when a sample touches them.
+    /// The bytes, memory-mapped (an MDS shard, whose index reads its
+    /// offset table where it lies, so the map lives as long as the index;
+    /// a compressed shard decoded into an unnamed temporary file): pages
+    /// are read when a sample touches them.
     Local(Bytes),
+    /// The file, mapped while it is read (see
+    /// [`mapped_files`](crate::local::mapped_files)).
+    Mapped(crate::local::maps::LocalFile),
     /// Whole-shard bytes through the shard cache; the sidecar (small) is read
     /// directly when the index is built.
     Remote {
@@ -90,12 +96,16 @@ impl FormatShard {
         };
         let index = open_index_in_place(&spec, &data, side.as_ref())
             .map_err(|m| shard_error(dataset, &name, m))?;
+        let source = match spec {
+            FormatSpec::Mds { .. } => Source::Local(data),
+            _ => Source::Mapped(crate::local::maps::LocalFile::new(path, data)),
+        };
         Ok(FormatShard {
             dataset: dataset.into(),
             name,
             spec,
             len: index.len(),
-            source: Source::Local(data),
+            source,
             index: tokio::sync::OnceCell::new_with(Some(index)),
         })
     }
@@ -239,6 +249,10 @@ impl FormatShard {
     async fn data(&self) -> Result<Bytes> {
         match &self.source {
             Source::Local(b) => Ok(b.clone()),
+            Source::Mapped(f) => f.bytes().map_err(|source| Error::Io {
+                path: self.name.clone(),
+                source,
+            }),
             Source::Remote { shard, .. } => shard.load().await,
             Source::Range { .. } | Source::Blocks { .. } => Ok(Bytes::new()),
         }
@@ -272,7 +286,9 @@ impl FormatShard {
                     } => (backend, sidecar.clone()),
                     Source::Range { backend, entry, .. }
                     | Source::Blocks { backend, entry, .. } => (backend, entry.index.clone()),
-                    Source::Local(_) => unreachable!("local shards are indexed when opened"),
+                    Source::Local(_) | Source::Mapped(_) => {
+                        unreachable!("local shards are indexed when opened")
+                    }
                 };
                 let stored = match &self.source {
                     Source::Range { entry, .. } | Source::Blocks { entry, .. } => Some(entry.bytes),
@@ -489,7 +505,7 @@ impl Shard for FormatShard {
 
     fn warm(&self) -> BoxFuture<'_, Result<()>> {
         match &self.source {
-            Source::Local(_) => futures::future::ready(Ok(())).boxed(),
+            Source::Local(_) | Source::Mapped(_) => futures::future::ready(Ok(())).boxed(),
             Source::Range { .. } => {
                 async move { self.index(&Bytes::new()).await.map(|_| ()) }.boxed()
             }
@@ -527,7 +543,7 @@ impl Shard for FormatShard {
 
     fn is_warm(&self) -> bool {
         match &self.source {
-            Source::Local(_) => true,
+            Source::Local(_) | Source::Mapped(_) => true,
             Source::Range { .. } => self.index.initialized(),
             Source::Remote { shard, .. } => shard.is_cached(),
             // A Parquet shard is warm when the chunks it reads are: the

@@ -17,11 +17,15 @@ use zephon_core::runner::offload;
 use zephon_core::{Dataset, Error, Record, Result, Shard};
 
 mod layout;
+pub(crate) mod maps;
 pub use layout::detect_local;
+pub use maps::mapped_files;
 
 /// A JSONL file on local disk, memory-mapped and indexed when opened;
 /// reads parse the lines asked for in place, with no copy and no system
-/// call per read.
+/// call per read. The file stays mapped while it is read; past
+/// [`mapped_files`] files mapped in the process, the one read longest ago
+/// is unmapped and mapped again when next read.
 ///
 /// The mapped pages are the kernel's page cache (counted as `RssFile`, not
 /// the process's own `RssAnon`) and are dropped under memory pressure, so
@@ -36,7 +40,7 @@ pub use layout::detect_local;
 pub struct LocalJsonlShard {
     dataset: String,
     name: String,
-    data: Bytes,
+    file: maps::LocalFile,
     index: Arc<LineIndex>,
     /// Field names its records share.
     names: Arc<Schema>,
@@ -54,10 +58,11 @@ impl LocalJsonlShard {
         })?;
         let index = LineIndex::build(&data)
             .map_err(|e| e.in_shard(dataset, &path.display().to_string()))?;
+        let file = maps::LocalFile::new(path, data);
         Ok(LocalJsonlShard {
             dataset: dataset.to_owned(),
             name: path.display().to_string(),
-            data,
+            file,
             index: Arc::new(index),
             names: Arc::default(),
         })
@@ -82,9 +87,13 @@ impl Shard for LocalJsonlShard {
         if let Err(e) = check_run(&self.dataset, self, start, count) {
             return futures::future::ready(Err(e)).boxed();
         }
-        let (data, index, names) = (self.data.clone(), self.index.clone(), self.names.clone());
+        let (file, index, names) = (self.file.clone(), self.index.clone(), self.names.clone());
         let (dataset, name) = (self.dataset.clone(), self.name.clone());
         offload("fetch", move || {
+            let data = file.bytes().map_err(|source| Error::Io {
+                path: name.clone(),
+                source,
+            })?;
             let mut out = Vec::new();
             parse_indexed(
                 &data,
@@ -115,9 +124,13 @@ impl Shard for LocalJsonlShard {
             .boxed();
         }
         let indices = indices.to_vec();
-        let (data, index, names) = (self.data.clone(), self.index.clone(), self.names.clone());
+        let (file, index, names) = (self.file.clone(), self.index.clone(), self.names.clone());
         let (dataset, name) = (self.dataset.clone(), self.name.clone());
         offload("fetch", move || {
+            let data = file.bytes().map_err(|source| Error::Io {
+                path: name.clone(),
+                source,
+            })?;
             let mut out = Vec::with_capacity(indices.len());
             let mut i = 0;
             while i < indices.len() {
