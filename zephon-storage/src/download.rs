@@ -303,9 +303,6 @@ fn verify(
 /// than fill the folder with what a store sends, and with or without it,
 /// before it would leave the folder's filesystem short ([`spill::Room`]);
 /// with `hash`, the bytes are hashed (SHA-256) as they come.
-///
-/// A local backend's file is mapped where it lies instead (the scans of
-/// `build_index` and of a listing read local folders through a backend).
 pub(crate) async fn download_to_temp(
     backend: &Backend,
     dataset: &str,
@@ -313,22 +310,6 @@ pub(crate) async fn download_to_temp(
     limit: Option<u64>,
     hash: bool,
 ) -> Result<Spilled> {
-    let info = backend.op.info();
-    if info.scheme() == "fs" {
-        let path = std::path::Path::new(&info.root()).join(path);
-        return off_io(move || {
-            let bytes = crate::format::shard::map_file(&path).map_err(|e| Error::Io {
-                path: path.display().to_string(),
-                source: e,
-            })?;
-            Ok(Spilled {
-                len: bytes.len() as u64,
-                sha256: hash.then(|| sha256_hex(&bytes)),
-                bytes,
-            })
-        })
-        .await;
-    }
     download_into(backend, dataset, path, limit, hash, Folder::Temp)
         .await
         .map_err(Failed::into_error)
@@ -348,7 +329,10 @@ impl Failed {
     }
 }
 
-/// [`download_to_temp`], into an unnamed file in `folder`.
+/// [`download_to_temp`], into an unnamed file in `folder`. A local
+/// backend's file is mapped where it lies instead, whatever `folder` (the
+/// scans of `build_index` and of a listing read local folders through a
+/// backend, compressed shards included).
 async fn download_into(
     backend: &Backend,
     dataset: &str,
@@ -360,6 +344,23 @@ async fn download_into(
     use futures::TryStreamExt;
     use sha2::Digest;
     use std::io::Write;
+    let info = backend.op.info();
+    if info.scheme() == "fs" {
+        let path = std::path::Path::new(&info.root()).join(path);
+        return off_io(move || {
+            let bytes = crate::format::shard::map_file(&path).map_err(|e| Error::Io {
+                path: path.display().to_string(),
+                source: e,
+            })?;
+            Ok(Spilled {
+                len: bytes.len() as u64,
+                sha256: hash.then(|| sha256_hex(&bytes)),
+                bytes,
+            })
+        })
+        .await
+        .map_err(Failed::Store);
+    }
     let uri = backend.uri_of(path);
     let disk = |e| Failed::Disk(folder.error("downloading", &uri, e));
     let file = folder.file().map_err(disk)?;
