@@ -5,32 +5,12 @@
 //! One test in this file: it takes tens of thousands of maps.
 
 use std::collections::BTreeSet;
-use zephon_core::{Dataset, PipelineExt, Runner, WorkSource};
-use zephon_storage::DatasetExt;
+use zephon_core::{Dataset, PipelineExt, Record, Runner, WorkSource};
+use zephon_storage::format::TokenDtype;
+use zephon_storage::{DatasetExt, FormatOptions};
 
-#[test]
-fn a_folder_of_more_shards_than_the_kernel_maps_opens_and_reads_each_sample_once() {
-    let Some(limit) = std::fs::read_to_string("/proc/sys/vm/max_map_count")
-        .ok()
-        .and_then(|s| s.trim().parse::<usize>().ok())
-    else {
-        return; // no such limit here
-    };
-    if limit > 200_000 {
-        eprintln!("vm.max_map_count is {limit}: too many files to write to pass it");
-        return;
-    }
-    let n = limit + 2_000;
-    let dir = tempfile::tempdir().unwrap();
-    for i in 0..n {
-        std::fs::write(
-            dir.path().join(format!("{i:06}.jsonl")),
-            format!("{{\"i\":{i}}}\n"),
-        )
-        .unwrap();
-    }
-    let ds = Dataset::from_path("many", dir.path()).unwrap();
-    assert_eq!(ds.shards().len(), n);
+/// Reads `ds` whole, shards and samples shuffled; `id` names each record.
+fn read_ids(ds: Dataset, id: impl Fn(&Record) -> i64) -> BTreeSet<i64> {
     let ws = WorkSource::builder()
         .dataset(ds, 1.0)
         .seed(3)
@@ -45,10 +25,56 @@ fn a_folder_of_more_shards_than_the_kernel_maps_opens_and_reads_each_sample_once
         .unwrap()
     {
         for r in b.unwrap().items {
-            let i = r.get("i").and_then(|v| v.as_int()).unwrap();
+            let i = id(&r);
             assert!(seen.insert(i), "sample {i} read twice");
         }
     }
-    assert_eq!(seen.len(), n, "every sample once");
-    assert_eq!(seen.last(), Some(&(n as i64 - 1)));
+    seen
+}
+
+/// JSONL shards (read by the JSONL reader) and flat token files (by the
+/// other formats' reader), each more than the limit.
+#[test]
+fn a_folder_of_more_shards_than_the_kernel_maps_opens_and_reads_each_sample_once() {
+    let Some(limit) = std::fs::read_to_string("/proc/sys/vm/max_map_count")
+        .ok()
+        .and_then(|s| s.trim().parse::<usize>().ok())
+    else {
+        return; // no such limit here
+    };
+    if limit > 200_000 {
+        eprintln!("vm.max_map_count is {limit}: too many files to write to pass it");
+        return;
+    }
+    let n = limit + 2_000;
+    let want: BTreeSet<i64> = (0..n as i64).collect();
+
+    let jsonl = tempfile::tempdir().unwrap();
+    for i in 0..n {
+        let p = jsonl.path().join(format!("{i:06}.jsonl"));
+        std::fs::write(p, format!("{{\"i\":{i}}}\n")).unwrap();
+    }
+    let ds = Dataset::from_path("many", jsonl.path()).unwrap();
+    assert_eq!(ds.shards().len(), n);
+    let ids = read_ids(ds, |r| r.get("i").and_then(|v| v.as_int()).unwrap());
+    assert!(ids == want, "{} samples of {n}", ids.len());
+    drop(jsonl);
+
+    // One window of two u32 tokens a file: [i, i + 1].
+    let tokens = tempfile::tempdir().unwrap();
+    for i in 0..n as u32 {
+        let mut bytes = i.to_le_bytes().to_vec();
+        bytes.extend_from_slice(&(i + 1).to_le_bytes());
+        std::fs::write(tokens.path().join(format!("{i:06}.bin")), bytes).unwrap();
+    }
+    let format = FormatOptions::default().seq_len(2).dtype(TokenDtype::U32);
+    let ds = Dataset::from_path_with("many", tokens.path(), &format).unwrap();
+    assert_eq!(ds.shards().len(), n);
+    let ids = read_ids(ds, |r| {
+        let t = r.token_ids("tokens").unwrap();
+        let (a, b) = (t.get(0).unwrap(), t.get(1).unwrap());
+        assert_eq!(b, a + 1);
+        a as i64
+    });
+    assert!(ids == want, "{} samples of {n}", ids.len());
 }
