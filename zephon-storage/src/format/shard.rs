@@ -249,10 +249,7 @@ impl FormatShard {
     async fn data(&self) -> Result<Bytes> {
         match &self.source {
             Source::Local(b) => Ok(b.clone()),
-            Source::Mapped(f) => f.bytes().map_err(|source| Error::Io {
-                path: self.name.clone(),
-                source,
-            }),
+            Source::Mapped(f) => f.bytes(),
             Source::Remote { shard, .. } => shard.load().await,
             Source::Range { .. } | Source::Blocks { .. } => Ok(Bytes::new()),
         }

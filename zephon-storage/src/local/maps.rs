@@ -81,10 +81,17 @@ impl LocalFile {
         LocalFile { inner }
     }
 
-    /// The file's bytes, mapped again if they were unmapped to make room.
-    /// A file whose length changed since it was opened is an error: its
-    /// index no longer describes it.
-    pub(crate) fn bytes(&self) -> std::io::Result<Bytes> {
+    /// The file's bytes, mapped again if they were unmapped to make room;
+    /// an error names the file. A file whose length changed since it was
+    /// opened is an error: its index no longer describes it.
+    pub(crate) fn bytes(&self) -> zephon_core::Result<Bytes> {
+        self.map().map_err(|source| zephon_core::Error::Io {
+            path: self.inner.path.display().to_string(),
+            source,
+        })
+    }
+
+    fn map(&self) -> std::io::Result<Bytes> {
         let inner = &self.inner;
         inner
             .used

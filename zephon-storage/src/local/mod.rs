@@ -90,10 +90,7 @@ impl Shard for LocalJsonlShard {
         let (file, index, names) = (self.file.clone(), self.index.clone(), self.names.clone());
         let (dataset, name) = (self.dataset.clone(), self.name.clone());
         offload("fetch", move || {
-            let data = file.bytes().map_err(|source| Error::Io {
-                path: name.clone(),
-                source,
-            })?;
+            let data = file.bytes()?;
             let mut out = Vec::new();
             parse_indexed(
                 &data,
@@ -127,10 +124,7 @@ impl Shard for LocalJsonlShard {
         let (file, index, names) = (self.file.clone(), self.index.clone(), self.names.clone());
         let (dataset, name) = (self.dataset.clone(), self.name.clone());
         offload("fetch", move || {
-            let data = file.bytes().map_err(|source| Error::Io {
-                path: name.clone(),
-                source,
-            })?;
+            let data = file.bytes()?;
             let mut out = Vec::with_capacity(indices.len());
             let mut i = 0;
             while i < indices.len() {
