@@ -66,14 +66,21 @@ pub struct FormatShard {
 }
 
 pub(crate) fn map_file(path: &Path) -> std::io::Result<Bytes> {
+    map_file_with_metadata(path).map(|(bytes, _)| bytes)
+}
+
+/// [`map_file`], with the metadata of the file mapped (the same open file,
+/// so the two describe one file even if the path is replaced meanwhile).
+pub(crate) fn map_file_with_metadata(path: &Path) -> std::io::Result<(Bytes, std::fs::Metadata)> {
     let file = zephon_core::input::open_file(path)?;
-    if file.metadata()?.len() == 0 {
-        return Ok(Bytes::new());
+    let meta = file.metadata()?;
+    if meta.len() == 0 {
+        return Ok((Bytes::new(), meta));
     }
     // SAFETY: shards are read-only inputs; a file truncated underneath a
     // running job is outside what any reader can defend against.
     let map = unsafe { memmap2::Mmap::map(&file)? };
-    Ok(Bytes::from_owner(map))
+    Ok((Bytes::from_owner(map), meta))
 }
 
 impl FormatShard {
@@ -89,7 +96,7 @@ impl FormatShard {
             let p = p.display().to_string();
             move |source| Error::Io { path: p, source }
         };
-        let data = map_file(path).map_err(io(path))?;
+        let (file, data) = crate::local::maps::LocalFile::open(path).map_err(io(path))?;
         let side = match sidecar {
             Some(s) => Some(map_file(s).map_err(io(s))?),
             None => None,
@@ -98,7 +105,7 @@ impl FormatShard {
             .map_err(|m| shard_error(dataset, &name, m))?;
         let source = match spec {
             FormatSpec::Mds { .. } => Source::Local(data),
-            _ => Source::Mapped(crate::local::maps::LocalFile::new(path, data)),
+            _ => Source::Mapped(file),
         };
         Ok(FormatShard {
             dataset: dataset.into(),

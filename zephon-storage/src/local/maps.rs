@@ -9,6 +9,7 @@
 //! mapped, and the ones read longest ago are unmapped to make room
 //! (records still reading from one keep its pages until they are dropped).
 
+use crate::format::shard::map_file_with_metadata;
 use bytes::Bytes;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -53,10 +54,37 @@ pub(crate) struct LocalFile {
 #[derive(Debug)]
 struct Inner {
     path: PathBuf,
-    len: u64,
+    /// The file as it was opened: mapped again, it must be the same.
+    identity: Identity,
     map: Mutex<Option<Bytes>>,
     /// When it was last read, on [`TICK`]'s clock.
     used: AtomicU64,
+}
+
+/// What tells one file from another at a path: a file replaced (renamed
+/// over) or rewritten since the dataset was opened no longer matches the
+/// index built from it, and mapping it again would read other bytes as
+/// its samples.
+#[derive(Debug, PartialEq)]
+struct Identity {
+    len: u64,
+    modified: Option<std::time::SystemTime>,
+    #[cfg(unix)]
+    inode: (u64, u64),
+}
+
+impl Identity {
+    fn of(meta: &std::fs::Metadata) -> Self {
+        Identity {
+            len: meta.len(),
+            modified: meta.modified().ok(),
+            #[cfg(unix)]
+            inode: {
+                use std::os::unix::fs::MetadataExt;
+                (meta.dev(), meta.ino())
+            },
+        }
+    }
 }
 
 /// A clock of reads: the file read longest ago has the smallest `used`.
@@ -67,18 +95,19 @@ static TICK: AtomicU64 = AtomicU64::new(0);
 static MAPPED: Mutex<Vec<Weak<Inner>>> = Mutex::new(Vec::new());
 
 impl LocalFile {
-    /// The file at `path`, whose map `bytes` was just made (by
-    /// [`map_file`](crate::format::shard::map_file), to index it): kept
-    /// while it is among the files read last.
-    pub(crate) fn new(path: &Path, bytes: Bytes) -> Self {
+    /// Maps `path` (a regular file: see [`zephon_core::input`]) and returns
+    /// its bytes with it, to index; the map is kept while the file is among
+    /// those read last.
+    pub(crate) fn open(path: &Path) -> std::io::Result<(Self, Bytes)> {
+        let (bytes, meta) = map_file_with_metadata(path)?;
         let inner = Arc::new(Inner {
             path: path.to_owned(),
-            len: bytes.len() as u64,
-            map: Mutex::new(Some(bytes)),
+            identity: Identity::of(&meta),
+            map: Mutex::new(Some(bytes.clone())),
             used: AtomicU64::new(TICK.fetch_add(1, Ordering::Relaxed)),
         });
         mapped(&inner);
-        LocalFile { inner }
+        Ok((LocalFile { inner }, bytes))
     }
 
     /// The file's bytes, mapped again if they were unmapped to make room;
@@ -100,15 +129,20 @@ impl LocalFile {
         if let Some(b) = &*map {
             return Ok(b.clone());
         }
-        let bytes = crate::format::shard::map_file(&inner.path)?;
-        if bytes.len() as u64 != inner.len {
+        let (bytes, meta) = map_file_with_metadata(&inner.path)?;
+        let now = Identity::of(&meta);
+        if now != inner.identity {
+            let what = if now.len != inner.identity.len {
+                format!(
+                    "its length changed from {} to {} bytes",
+                    inner.identity.len, now.len
+                )
+            } else {
+                "it was replaced or rewritten".to_owned()
+            };
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
-                format!(
-                    "its length changed from {} to {} bytes since the dataset was opened",
-                    inner.len,
-                    bytes.len()
-                ),
+                format!("{what} since the dataset was opened"),
             ));
         }
         *map = Some(bytes.clone());
@@ -160,7 +194,8 @@ mod tests {
 
     /// More files than may stay mapped: each reads its own bytes however
     /// often it was unmapped, at most `mapped_files()` stay mapped, the one
-    /// read last stays, and a file that changed length is refused by name.
+    /// read last stays, and a file that changed length or was replaced is
+    /// refused by name.
     #[test]
     fn files_past_the_bound_are_unmapped_and_mapped_again_when_read() {
         let dir = tempfile::tempdir().unwrap();
@@ -169,7 +204,7 @@ mod tests {
             .map(|i| {
                 let p = dir.path().join(format!("{i}"));
                 std::fs::write(&p, format!("file {i}")).unwrap();
-                LocalFile::new(&p, crate::format::shard::map_file(&p).unwrap())
+                LocalFile::open(&p).unwrap().0
             })
             .collect();
         assert!(mapped_now() <= mapped_files());
@@ -195,6 +230,16 @@ mod tests {
         .unwrap();
         let e = last.bytes().unwrap_err().to_string();
         assert!(e.contains("length changed"), "{e}");
+        // Unmapped, then replaced by another file of the same length (a
+        // rename over it): its bytes would be read as samples the index
+        // never described.
+        let other = &files[n - 2];
+        assert!(other.inner.map.lock().unwrap().is_none());
+        let swap = dir.path().join("swap");
+        std::fs::write(&swap, format!("FILE {}", n - 2)).unwrap();
+        std::fs::rename(&swap, dir.path().join(format!("{}", n - 2))).unwrap();
+        let e = other.bytes().unwrap_err().to_string();
+        assert!(e.contains("replaced or rewritten"), "{e}");
         // Dropped with their dataset, they are unmapped at once.
         let weak: Vec<Weak<Inner>> = files.iter().map(|f| Arc::downgrade(&f.inner)).collect();
         drop(files);

@@ -52,13 +52,13 @@ impl LocalJsonlShard {
     /// error naming it, at open: it would fail when read, and a file of
     /// newlines took five times its size to index.
     pub fn open(dataset: &str, path: &Path) -> Result<Self> {
-        let data = map_file(path).map_err(|source| Error::Io {
+        let (file, data) = maps::LocalFile::open(path).map_err(|source| Error::Io {
             path: path.display().to_string(),
             source,
         })?;
         let index = LineIndex::build(&data)
             .map_err(|e| e.in_shard(dataset, &path.display().to_string()))?;
-        let file = maps::LocalFile::new(path, data);
+        drop(data);
         Ok(LocalJsonlShard {
             dataset: dataset.to_owned(),
             name: path.display().to_string(),
