@@ -5,7 +5,7 @@
 //! data side was checkpointed on 2 ranks and restored on 1, and when the
 //! saving and the restoring run are separate processes.
 
-mod common;
+use crate::common;
 
 use common::{STEPS, STOP, Trace, run};
 use std::path::Path;
@@ -85,7 +85,8 @@ fn child_run(dir: &Path, world: u32, restore: bool, until: u64) -> Trace {
         .args([
             "--ignored",
             "--exact",
-            "stage_in_child_process",
+            // The test's name in the suite binary (tests/suite.rs).
+            "resume::stage_in_child_process",
             "--nocapture",
         ])
         .env(STAGE, stage.to_string())

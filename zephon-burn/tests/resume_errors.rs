@@ -2,7 +2,7 @@
 //! or from another run or step: refused with an error naming the file and
 //! what is wrong, never a panic.
 
-mod common;
+use crate::common;
 
 use burn::optim::{AdamConfig, ModuleOptimizer};
 use common::{LANES, data, device, model_config, run};

@@ -154,7 +154,7 @@ fn tracking_off_leaves_no_breakdown() {
 /// The cost of operator tracking: alternating epochs with tracking on and
 /// off on the tiny autoencoder, the ratio of their mean step times. Not a
 /// pass/fail check (timings on a shared machine vary); run it with
-/// `cargo test -p zephon-burn --release --test stall_attribution -- --ignored --nocapture`.
+/// `cargo test -p zephon-burn --release --test suite -- --ignored --nocapture stall_attribution::`.
 #[test]
 #[ignore = "a measurement, not a check"]
 fn tracking_cost() {

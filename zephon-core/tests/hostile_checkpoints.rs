@@ -4,7 +4,7 @@
 //! merge, and fields that contradict each other or the run are refused even
 //! under a valid checksum.
 //!
-//! `cargo test -p zephon-core --test hostile_checkpoints -- --nocapture`
+//! `cargo test -p zephon-core --test suite -- --nocapture hostile_checkpoints::`
 //! prints the table of cases per class of input.
 
 use std::collections::BTreeMap;

@@ -1,7 +1,7 @@
 //! Local backends through opendal (file://, memory://), compressed shards,
 //! the manifest, verification and byte-range reads. No servers needed.
 
-mod common;
+use crate::common;
 
 use common::{cache_opts, fields, local_order, read_all, write_dataset};
 use std::io::Write;

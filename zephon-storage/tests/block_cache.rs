@@ -3,7 +3,7 @@
 //! blocks, each block downloaded once however many readers ask, and a
 //! damaged block on disk is fetched again, never served.
 
-mod common;
+use crate::common;
 
 use common::{
     Moto, answered_gets, cache_opts, disk_entries, fields, local_order, read_all, small_cache,

@@ -5,7 +5,7 @@
 //! column chunks' blocks; a tar is indexed by one pass over its blocks),
 //! and a truncated object is an error naming it.
 
-mod common;
+use crate::common;
 
 use common::{Moto, answered_gets, fields, noise, read_all, small_cache, write_mds};
 use std::path::Path;

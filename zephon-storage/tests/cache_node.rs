@@ -3,7 +3,7 @@
 //! would serve. The rank processes are this test binary run again as
 //! children, told by `ZEPHON_TEST_READER` to act as readers.
 
-mod common;
+use crate::common;
 
 use common::{Moto, cache_opts, fields, indexed_dataset, read_all, signal};
 use std::fs::File;
@@ -81,10 +81,16 @@ fn spawn_reader_with(
     if let Some(l) = limit {
         c.env("ZEPHON_TEST_LIMIT", l.to_string());
     }
-    c.args(["reader_child", "--exact", "--nocapture", "--test-threads=1"])
-        .env(READER, out)
-        .env("ZEPHON_TEST_DIR", dir)
-        .env("ZEPHON_TEST_ENDPOINT", endpoint);
+    // The test's name in the suite binary (tests/suite.rs).
+    c.args([
+        "cache_node::reader_child",
+        "--exact",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(READER, out)
+    .env("ZEPHON_TEST_DIR", dir)
+    .env("ZEPHON_TEST_ENDPOINT", endpoint);
     if wait {
         c.env("ZEPHON_TEST_WAIT", "1");
     }

@@ -3,7 +3,7 @@
 //! read, the shard cache serving a second pass, manifests kept inside the
 //! dataset's root, and a clear, bounded error when the server dies.
 
-mod common;
+use crate::common;
 
 use common::cloud::{AZURITE_ACCOUNT, AZURITE_KEY, Azurite, GcsEmulator, ObjectServer, put};
 use common::{cache_opts, fields, indexed_dataset, read_all, write_dataset};
@@ -267,7 +267,8 @@ fn read_in_a_child_with_env(t: &Path, uri: &str, envs: &[(&str, String)]) -> Vec
     let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
     cmd.args([
         "--exact",
-        "from_uri_child_reads_with_the_environment_alone",
+        // The test's name in the suite binary (tests/suite.rs).
+        "cloud::from_uri_child_reads_with_the_environment_alone",
         "--ignored",
         "--nocapture",
     ]);

@@ -4,7 +4,7 @@
 //! on moto_server, HTTP on nginx), as are shards listed twice and counts
 //! that cannot be right.
 
-mod common;
+use crate::common;
 
 use common::{Moto, Nginx, cache_opts, read_all};
 use serde_json::json;

@@ -5,7 +5,7 @@
 //! chunk, not the body. The server is a few lines on 127.0.0.1 that answer
 //! `index.json` at once and the shard 4 bytes every 100 ms.
 
-mod common;
+use crate::common;
 
 use common::cache_opts;
 use std::io::Write;

@@ -5,7 +5,7 @@
 //! remote shards counted by a listing, at open), instead of failing only
 //! when a read reaches it, after an index of 4 bytes a newline was built.
 
-mod common;
+use crate::common;
 
 use common::{Moto, Nginx, open_error, small_cache};
 use zephon_core::Dataset;

@@ -7,7 +7,7 @@
 //! expected batches are made without fetch: each sample read alone through
 //! `read_indices`, batched as a plain stream.
 
-mod common;
+use crate::common;
 
 use common::write_mds;
 use proptest::prelude::*;

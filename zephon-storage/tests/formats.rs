@@ -6,7 +6,7 @@
 //! `parquet` crate's `ArrowWriter`). Every read, local or remote, is
 //! compared with what the writer put in.
 
-mod common;
+use crate::common;
 
 use common::{Moto, cache_opts, fields, read_all};
 use std::path::Path;

@@ -7,7 +7,7 @@
 //!
 //! Each test prints its row of the outcome table (`--nocapture` shows it).
 
-mod hostile;
+use crate::hostile;
 
 use hostile::inputs::{jsonl, streaming_index, tar_of, zephon_manifest};
 use hostile::{Outcome, Tally, inside, mutated};

@@ -1,6 +1,6 @@
 //! Reading through HTTP from a real nginx on 127.0.0.1.
 
-mod common;
+use crate::common;
 
 use common::{Nginx, cache_opts, fields, indexed_dataset, read_all, write_dataset};
 use std::collections::BTreeMap;

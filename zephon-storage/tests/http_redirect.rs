@@ -6,7 +6,7 @@
 //! server is a few lines on 127.0.0.1 in front of a real nginx; the HTTPS
 //! end is a listener that records whether what arrives is a TLS handshake.
 
-mod common;
+use crate::common;
 
 use common::{Nginx, cache_opts, fields, indexed_dataset, read_all};
 use std::io::Read;

@@ -8,7 +8,7 @@
 //! ListObjectsV2: one answers every page with the same object and "there is
 //! more", the other a page with a 4 GiB body.
 
-mod common;
+use crate::common;
 
 use common::cache_opts;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,6 +1,6 @@
 //! Bad local input gives errors that name the file, the line or the path.
 
-mod common;
+use crate::common;
 
 use zephon_core::{Dataset, PipelineExt, Record, Runner, WorkSource};
 use zephon_storage::DatasetExt;

@@ -1,7 +1,7 @@
 //! Local datasets are read in place whichever way they are opened, and
 //! every way of opening finds the same shards (subfolders, symlinks).
 
-mod common;
+use crate::common;
 
 use common::{cache_opts, fields, read_all, write_dataset};
 use std::os::unix::fs::symlink;

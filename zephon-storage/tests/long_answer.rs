@@ -6,7 +6,7 @@
 //! `index.json` properly (one test: with the 4 GiB body too) and the shard
 //! with a 4 GiB body, counting what they sent.
 
-mod common;
+use crate::common;
 
 use common::cache_opts;
 use std::sync::Arc;

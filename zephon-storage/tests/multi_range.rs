@@ -5,7 +5,7 @@
 //! read right; a broken multipart answer is an error naming the dataset,
 //! the shard's URI and the range.
 
-mod common;
+use crate::common;
 
 use common::{Nginx, cache_opts};
 use std::io::{BufRead, BufReader, Write};

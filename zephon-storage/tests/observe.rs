@@ -1,7 +1,7 @@
 //! Storage as observability sees it: cache hits and misses per shard in the
 //! fetch timing, prefetch requests and downloads in the prefetch timing.
 
-mod common;
+use crate::common;
 
 use common::{cache_opts, write_dataset};
 use zephon_core::{PipelineExt, Runner, Tracking, WorkSource};

@@ -4,7 +4,7 @@
 //! neighbours share requests; a response shorter than asked is an error
 //! naming the shard's URI and the range.
 
-mod common;
+use crate::common;
 
 use common::{Moto, Nginx, cache_opts};
 use proptest::prelude::*;

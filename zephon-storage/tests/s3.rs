@@ -1,6 +1,6 @@
 //! Reading through S3 from a real moto_server on 127.0.0.1.
 
-mod common;
+use crate::common;
 
 use common::{Moto, cache_opts, fields, indexed_dataset, read_all, signal, write_dataset};
 use std::time::{Duration, Instant};

@@ -5,7 +5,7 @@
 //! a few lines on 127.0.0.1 that answer every range one sample further on,
 //! saying so in its `Content-Range`.
 
-mod common;
+use crate::common;
 
 use common::cache_opts;
 use zephon_storage::RemoteDataset;
