@@ -2,7 +2,7 @@
 # The test command of the README. Installs the servers the storage tests start
 # on 127.0.0.1 (moto_server for S3, nginx for HTTP, gcp-storage-emulator for
 # Google Cloud Storage, Azurite for Azure Blob) when they are missing, runs
-# the guide examples, then every crate's unit, integration and doc tests.
+# every crate's unit, integration and doc tests, then the guide examples.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,13 +32,15 @@ export PATH="$PATH:/usr/sbin"
 # Where npm put azurite-blob, if that is not on the PATH already.
 if command -v npm >/dev/null 2>&1; then PATH="$PATH:$(npm prefix --global)/bin"; fi
 
-# The guide examples, one per tuning topic, each a small runnable program.
+cargo test --workspace
+
+# The guide examples, one per tuning topic, each a small runnable program,
+# run from the binaries the test build made: `cargo run -p zephon-examples`
+# resolves the workspace's features otherwise and built every crate again.
 for example in fetch_and_batch enable_observability prefetch_shards operator_parallelism prefetch_batches async_loop; do
     echo "== example $example"
-    cargo run --quiet -p zephon-examples --example "$example" > /dev/null
+    target/debug/examples/"$example" > /dev/null
 done
-
-cargo test --workspace
 
 # Burn's Learner fed by Zephon loaders (feature `train`, which nothing in
 # the workspace turns on, so `--workspace` does not build it).
