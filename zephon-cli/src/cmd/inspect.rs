@@ -8,9 +8,9 @@ use zephon_core::settings::SEQ_LEN;
 use zephon_core::{Dataset, Record, Value};
 use zephon_storage::download::escape_controls;
 use zephon_storage::format::{FormatOptions, TokenDtype};
-use zephon_storage::local::detect_local;
+use zephon_storage::local::open_local_detected;
 use zephon_storage::open::local_dir;
-use zephon_storage::{CacheOptions, DatasetExt, RemoteDataset, StorageOptions};
+use zephon_storage::{CacheOptions, RemoteDataset, StorageOptions};
 
 /// Arguments of `zephon inspect`.
 #[derive(Debug, Parser)]
@@ -207,7 +207,7 @@ fn open(args: &Args) -> Result<(Dataset, String, u64, Option<RowGroups>)> {
     fopts.columns = args.columns.clone();
     // Local folders are read in place, found by the rule every command uses.
     if let Some(dir) = local_dir(&args.uri) {
-        let (format, shards) = detect_local("inspect", &dir, &fopts)?;
+        let (ds, format, shards) = open_local_detected("inspect", &dir, &fopts)?;
         // Sizes come from the manifest when there is one: untrusted, so a
         // hostile total saturates instead of wrapping.
         let bytes = shards
@@ -217,7 +217,6 @@ fn open(args: &Args) -> Result<(Dataset, String, u64, Option<RowGroups>)> {
                     .saturating_add(s.sidecar.as_ref().map_or(0, |(_, b)| *b))
             })
             .fold(0u64, u64::saturating_add);
-        let ds = Dataset::from_path_with("inspect", &dir, &fopts)?;
         let groups = match format {
             zephon_storage::format::FormatSpec::Parquet { ref columns } => {
                 let paths: Vec<_> = shards.iter().map(|s| dir.join(&s.path)).collect();

@@ -206,6 +206,39 @@ pub(crate) fn open_local(
     opts: &FormatOptions,
     manifest_limit: u64,
 ) -> Result<Dataset> {
+    open_laid_out(name, dir, opts, manifest_limit).map(|(ds, _)| ds)
+}
+
+/// Opens the local folder `dir` as [`DatasetExt::from_path_with`] does, and
+/// says what it found there: the format and shards [`detect_local`] would
+/// give, from the same look at the folder as the dataset (so they describe
+/// the very shards opened, even should the folder change meanwhile).
+///
+/// ```
+/// use zephon_storage::format::FormatOptions;
+/// use zephon_storage::local::open_local_detected;
+/// let dir = tempfile::tempdir().unwrap();
+/// std::fs::write(dir.path().join("a.jsonl"), "{\"text\":\"x\"}\n{\"text\":\"y\"}\n").unwrap();
+/// let (ds, format, shards) =
+///     open_local_detected("doc", dir.path(), &FormatOptions::default()).unwrap();
+/// assert_eq!((ds.num_samples(), format.name(), shards.len()), (2, "jsonl", 1));
+/// assert_eq!(shards[0].path, "a.jsonl");
+/// ```
+pub fn open_local_detected(
+    name: &str,
+    dir: &Path,
+    opts: &FormatOptions,
+) -> Result<(Dataset, FormatSpec, Vec<DetectedShard>)> {
+    let (ds, layout) = open_laid_out(name, dir, opts, MANIFEST_LIMIT)?;
+    Ok((ds, layout.format, layout.shards))
+}
+
+fn open_laid_out(
+    name: &str,
+    dir: &Path,
+    opts: &FormatOptions,
+    manifest_limit: u64,
+) -> Result<(Dataset, layout::Layout)> {
     let threads = OPEN_THREADS.check_usize("open_threads", opts.open_threads)?;
     let layout = layout::layout(name, dir, opts, manifest_limit)?;
     let shards = open_all(&layout.shards, threads, |s| {
@@ -214,7 +247,8 @@ pub(crate) fn open_local(
     if let Some(m) = &layout.followed {
         layout::check_counts(name, dir, m, &shards)?;
     }
-    Dataset::new(name, dir.display().to_string(), shards)
+    let ds = Dataset::new(name, dir.display().to_string(), shards)?;
+    Ok((ds, layout))
 }
 
 impl DatasetExt for Dataset {
