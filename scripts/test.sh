@@ -39,7 +39,7 @@ cargo test --workspace
 # resolves the workspace's features otherwise and built every crate again.
 for example in fetch_and_batch enable_observability prefetch_shards operator_parallelism prefetch_batches async_loop; do
     echo "== example $example"
-    target/debug/examples/"$example" > /dev/null
+    "${CARGO_TARGET_DIR:-target}"/debug/examples/"$example" > /dev/null
 done
 
 # Burn's Learner fed by Zephon loaders (feature `train`, which nothing in
