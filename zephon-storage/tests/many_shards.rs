@@ -1,12 +1,16 @@
 //! A local dataset of more shards than the kernel lets a process map at
 //! once (`vm.max_map_count`): with every shard mapped for the dataset's
 //! life, opening such a folder failed with "Cannot allocate memory"; shards
-//! are now mapped while they are read (`zephon_storage::local::mapped_files`).
+//! are now mapped while they are read (`zephon_storage::local::mapped_files`),
+//! every file of them: an MDS shard's offset table and a Megatron shard's
+//! `.idx` too, which kept a map each for the dataset's life.
 //! One test in this file: it takes tens of thousands of maps.
 
 use std::collections::BTreeSet;
 use zephon_core::{Dataset, PipelineExt, Record, Runner, WorkSource};
 use zephon_storage::format::TokenDtype;
+use zephon_storage::format::mds::{MdsColumn, encode_shard};
+use zephon_storage::format::tokens::encode_megatron;
 use zephon_storage::{DatasetExt, FormatOptions};
 
 /// Reads `ds` whole, shards and samples shuffled; `id` names each record.
@@ -32,8 +36,9 @@ fn read_ids(ds: Dataset, id: impl Fn(&Record) -> i64) -> BTreeSet<i64> {
     seen
 }
 
-/// JSONL shards (read by the JSONL reader) and flat token files (by the
-/// other formats' reader), each more than the limit.
+/// JSONL shards (read by the JSONL reader), flat token files (by the
+/// other formats' reader), MDS shards (whose offset table is read in the
+/// shard) and Megatron pairs (two files a shard), each more than the limit.
 #[test]
 fn a_folder_of_more_shards_than_the_kernel_maps_opens_and_reads_each_sample_once() {
     let Some(limit) = std::fs::read_to_string("/proc/sys/vm/max_map_count")
@@ -75,6 +80,56 @@ fn a_folder_of_more_shards_than_the_kernel_maps_opens_and_reads_each_sample_once
         let (a, b) = (t.get(0).unwrap(), t.get(1).unwrap());
         assert_eq!(b, a + 1);
         a as i64
+    });
+    assert!(ids == want, "{} samples of {n}", ids.len());
+    drop(tokens);
+
+    // One sample a shard, its id and a text; Streaming's index.json.
+    let mds = tempfile::tempdir().unwrap();
+    let columns = [
+        MdsColumn::new("id", "int", Some(8)),
+        MdsColumn::new("text", "str", None),
+    ];
+    let mut shards = Vec::with_capacity(n);
+    for i in 0..n as i64 {
+        let raw = encode_shard(
+            &columns,
+            &[vec![i.to_le_bytes().to_vec(), format!("t{i}").into_bytes()]],
+        );
+        let name = format!("shard.{i:06}.mds");
+        std::fs::write(mds.path().join(&name), &raw).unwrap();
+        shards.push(serde_json::json!({
+            "column_encodings": ["int", "str"], "column_names": ["id", "text"],
+            "column_sizes": [8, null], "compression": null, "format": "mds", "hashes": [],
+            "raw_data": {"basename": name, "bytes": raw.len(), "hashes": {}},
+            "samples": 1, "size_limit": 1 << 26, "version": 2, "zip_data": null,
+        }));
+    }
+    let index = serde_json::json!({"version": 2, "shards": shards});
+    std::fs::write(mds.path().join("index.json"), index.to_string()).unwrap();
+    let ds = Dataset::from_path("many", mds.path()).unwrap();
+    assert_eq!(ds.shards().len(), n);
+    let ids = read_ids(ds, |r| {
+        let i = r.get("id").and_then(|v| v.as_int()).unwrap();
+        assert_eq!(r.text("text"), Some(format!("t{i}").as_str()));
+        i
+    });
+    assert!(ids == want, "{} samples of {n}", ids.len());
+    drop(mds);
+
+    // Megatron pairs of one sequence, [i, i + 1]: 2n files to map.
+    let megatron = tempfile::tempdir().unwrap();
+    for i in 0..n as u32 {
+        let (bin, idx) = encode_megatron(&[vec![i, i + 1]], TokenDtype::U32).unwrap();
+        std::fs::write(megatron.path().join(format!("{i:06}.bin")), bin).unwrap();
+        std::fs::write(megatron.path().join(format!("{i:06}.idx")), idx).unwrap();
+    }
+    let ds = Dataset::from_path("many", megatron.path()).unwrap();
+    assert_eq!(ds.shards().len(), n);
+    let ids = read_ids(ds, |r| {
+        let t = r.token_ids("tokens").unwrap();
+        assert_eq!((t.len(), t.get(1).unwrap()), (2, t.get(0).unwrap() + 1));
+        t.get(0).unwrap() as i64
     });
     assert!(ids == want, "{} samples of {n}", ids.len());
 }

@@ -1,10 +1,12 @@
 //! [`FormatShard`]: a shard of any non-JSONL format, local or remote.
 
+use super::tokens::MegatronIndex;
 use super::{FormatSpec, ShardIndex, open_index, open_index_in_place, open_range_index};
 use crate::backend::{Backend, runtime};
 use crate::blocks::BlockFile;
 use crate::cache::ShardCache;
 use crate::download::{download_to_temp, shard_error};
+use crate::local::maps::LocalFile;
 use crate::manifest::ShardEntry;
 use crate::metrics::CacheMetrics;
 use crate::ranges::fetch_spans;
@@ -20,14 +22,13 @@ use zephon_core::{Error, Record, Result, SamplePtr, Shard};
 
 #[derive(Debug)]
 enum Source {
-    /// The bytes, memory-mapped (an MDS shard, whose index reads its
-    /// offset table where it lies, so the map lives as long as the index;
-    /// a compressed shard decoded into an unnamed temporary file): pages
-    /// are read when a sample touches them.
+    /// The bytes, memory-mapped for the shard's life (a compressed shard
+    /// decoded into an unnamed temporary file) or in memory: pages are read
+    /// when a sample touches them.
     Local(Bytes),
     /// The file, mapped while it is read (see
     /// [`mapped_files`](crate::local::mapped_files)).
-    Mapped(crate::local::maps::LocalFile),
+    Mapped(LocalFile),
     /// Whole-shard bytes through the shard cache; the sidecar (small) is read
     /// directly when the index is built.
     Remote {
@@ -96,23 +97,30 @@ impl FormatShard {
             let p = p.display().to_string();
             move |source| Error::Io { path: p, source }
         };
-        let (file, data) = crate::local::maps::LocalFile::open(path).map_err(io(path))?;
-        let side = match sidecar {
-            Some(s) => Some(map_file(s).map_err(io(s))?),
-            None => None,
-        };
-        let index = open_index_in_place(&spec, &data, side.as_ref())
-            .map_err(|m| shard_error(dataset, &name, m))?;
-        let source = match spec {
-            FormatSpec::Mds { .. } => Source::Local(data),
-            _ => Source::Mapped(file),
+        let (file, data) = LocalFile::open(path).map_err(io(path))?;
+        let bad = |m| shard_error(dataset, &name, m);
+        // The index keeps no map of its own (an MDS offset table is read in
+        // the shard's bytes at each read, a Megatron `.idx` mapped while it
+        // is read), so every file of a local shard can be let go between
+        // reads: one map a shard held for the dataset's life, a folder of
+        // more shards than the kernel maps at once failed to open.
+        let index: Arc<dyn ShardIndex> = match (&spec, sidecar) {
+            (FormatSpec::Megatron, Some(s)) => {
+                let (idx_file, idx) = LocalFile::open(s).map_err(io(s))?;
+                let index = MegatronIndex::open(idx, data.len() as u64).map_err(bad)?;
+                Arc::new(index.reading_from(idx_file))
+            }
+            (_, side) => {
+                let side = side.map(|s| map_file(s).map_err(io(s))).transpose()?;
+                open_index_in_place(&spec, &data, side.as_ref()).map_err(bad)?
+            }
         };
         Ok(FormatShard {
             dataset: dataset.into(),
             name,
             spec,
             len: index.len(),
-            source,
+            source: Source::Mapped(file),
             index: tokio::sync::OnceCell::new_with(Some(index)),
         })
     }

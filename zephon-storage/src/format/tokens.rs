@@ -276,9 +276,22 @@ const HEADER: usize = 9 + 8 + 1 + 8 + 8;
 #[derive(Debug)]
 pub struct MegatronIndex {
     dtype: TokenDtype,
-    idx: Bytes,
+    idx: Idx,
     sequences: usize,
     name: FieldName,
+}
+
+/// Where a [`MegatronIndex`] reads its `.idx`.
+#[derive(Debug)]
+enum Idx {
+    /// Bytes held with the index (a remote shard's `.idx`, kept in a
+    /// mapped temporary file, or one handed over in memory).
+    Held(Bytes),
+    /// A local `.idx`, mapped while it is read like the shards (see
+    /// [`mapped_files`](crate::local::mapped_files)): held for the index's
+    /// life, one map a shard would keep a folder of more shards than the
+    /// kernel maps at once from opening.
+    File(crate::local::maps::LocalFile),
 }
 
 fn u64_at(b: &[u8], at: usize) -> u64 {
@@ -313,12 +326,12 @@ impl MegatronIndex {
         let index = MegatronIndex {
             dtype,
             sequences: seqs as usize,
-            idx,
+            idx: Idx::Held(idx.clone()),
             name: TOKENS_FIELD.into(),
         };
         let mut end = 0u64;
         for s in 0..index.sequences {
-            let Some((p, stop)) = index.span(s) else {
+            let Some((p, stop)) = index.span(&idx, s) else {
                 return Err(format!("sequence {s} has a negative length or offset"));
             };
             if stop > bin_bytes {
@@ -336,30 +349,44 @@ impl MegatronIndex {
         Ok(index)
     }
 
-    /// Tokens in sequence `s` (`< sequences`); `None` if stored negative.
-    fn length(&self, s: usize) -> Option<u32> {
-        let at = HEADER + 4 * s;
-        u32::try_from(i32::from_le_bytes(
-            self.idx[at..at + 4].try_into().expect("4"),
-        ))
-        .ok()
+    /// The same index, reading its `.idx` from `file` (the local file it
+    /// was opened from) while it is mapped, instead of holding its bytes.
+    pub(crate) fn reading_from(mut self, file: crate::local::maps::LocalFile) -> Self {
+        self.idx = Idx::File(file);
+        self
     }
 
-    /// Where sequence `s` (`< sequences`) starts in the `.bin`; `None` if
-    /// stored negative.
-    fn pointer(&self, s: usize) -> Option<u64> {
+    /// `f` of the `.idx`'s bytes (a local one mapped again if it was let
+    /// go; an error names it).
+    fn with_idx<R>(&self, f: impl FnOnce(&[u8]) -> R) -> FormatResult<R> {
+        match &self.idx {
+            Idx::Held(b) => Ok(f(b)),
+            Idx::File(file) => {
+                let b = file.bytes().map_err(|e| e.to_string())?;
+                Ok(f(&b))
+            }
+        }
+    }
+
+    /// Tokens in sequence `s` (`< sequences`) of `idx`; `None` if stored
+    /// negative, or past `idx`'s end.
+    fn length(&self, idx: &[u8], s: usize) -> Option<u32> {
+        let at = HEADER + 4 * s;
+        u32::try_from(i32::from_le_bytes(idx.get(at..at + 4)?.try_into().ok()?)).ok()
+    }
+
+    /// Where sequence `s` (`< sequences`) of `idx` starts in the `.bin`;
+    /// `None` if stored negative, or past `idx`'s end.
+    fn pointer(&self, idx: &[u8], s: usize) -> Option<u64> {
         let at = HEADER + 4 * self.sequences + 8 * s;
-        u64::try_from(i64::from_le_bytes(
-            self.idx[at..at + 8].try_into().expect("8"),
-        ))
-        .ok()
+        u64::try_from(i64::from_le_bytes(idx.get(at..at + 8)?.try_into().ok()?)).ok()
     }
 
     /// Byte range of sequence `s` (`< sequences`) in the `.bin`: checked
     /// at open, and read again from the `.idx` each time, so an `.idx`
     /// rewritten in place since is `None` here, not a panic.
-    fn span(&self, s: usize) -> Option<(u64, u64)> {
-        let (l, p) = (self.length(s)?, self.pointer(s)?);
+    fn span(&self, idx: &[u8], s: usize) -> Option<(u64, u64)> {
+        let (l, p) = (self.length(idx, s)?, self.pointer(idx, s)?);
         Some((p, p + l as u64 * self.dtype.size() as u64))
     }
 
@@ -380,7 +407,7 @@ impl ShardIndex for MegatronIndex {
 
     fn byte_range(&self, i: u64) -> Option<(u64, u64)> {
         let s = usize::try_from(i).ok().filter(|&s| s < self.sequences)?;
-        self.span(s)
+        self.with_idx(|idx| self.span(idx, s)).ok().flatten()
     }
 
     fn decode_range(&self, i: u64, bytes: &Bytes) -> FormatResult<Record> {
@@ -392,21 +419,28 @@ impl ShardIndex for MegatronIndex {
     }
 
     fn decode(&self, data: &Bytes, indices: &[u64]) -> FormatResult<Vec<Record>> {
-        indices
-            .iter()
-            .map(|&i| {
-                let (from, to) = self.byte_range(i).ok_or_else(|| {
-                    format!(
-                        "sequence {i} is past the last, {}, or its .idx entry is negative",
-                        self.sequences
-                    )
-                })?;
-                if to > data.len() as u64 {
-                    return Err(format!("sequence {i} lies past the end of the .bin"));
-                }
-                self.decode_range(i, &data.slice(from as usize..to as usize))
-            })
-            .collect()
+        // The `.idx` is looked up once a read, not once a sample.
+        self.with_idx(|idx| {
+            indices
+                .iter()
+                .map(|&i| {
+                    let span = usize::try_from(i)
+                        .ok()
+                        .filter(|&s| s < self.sequences)
+                        .and_then(|s| self.span(idx, s));
+                    let (from, to) = span.ok_or_else(|| {
+                        format!(
+                            "sequence {i} is past the last, {}, or its .idx entry is negative",
+                            self.sequences
+                        )
+                    })?;
+                    if to > data.len() as u64 {
+                        return Err(format!("sequence {i} lies past the end of the .bin"));
+                    }
+                    self.decode_range(i, &data.slice(from as usize..to as usize))
+                })
+                .collect()
+        })?
     }
 }
 

@@ -23,10 +23,9 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 /// of more shards than the limit could not be opened. Past this many, the
 /// file read longest ago is unmapped, and mapped again when it is next
 /// read (records still reading from it keep its pages until they are
-/// dropped). Plain JSONL, flat token, Megatron `.bin`, Parquet and
-/// WebDataset shards are mapped this way; a Megatron shard's `.idx` and an
-/// MDS shard's offset table are read where they lie for the dataset's
-/// life, so such a shard keeps a map open.
+/// dropped). Plain JSONL, flat token, Megatron (`.bin` and `.idx`), MDS,
+/// Parquet and WebDataset shards are mapped this way; a compressed shard's
+/// decoded temporary file stays mapped for the dataset's life.
 ///
 /// ```
 /// assert!(zephon_storage::local::mapped_files() >= 1024);

@@ -162,9 +162,24 @@ pub struct MdsIndex {
     by_name: Vec<usize>,
     /// How many columns have a size header in each sample.
     variable: usize,
-    /// The shard's header: its sample count, then the offset table (N + 1
-    /// little-endian `u32`), read where it lies.
-    header: Bytes,
+    /// Samples in the shard.
+    samples: u32,
+    /// Where the offset table is read from.
+    table: Table,
+}
+
+/// Where an index reads a shard's offset table (its header: the sample
+/// count, then N + 1 little-endian `u32`).
+#[derive(Debug)]
+enum Table {
+    /// A copy, kept with the index: a remote shard, read by blocks or by
+    /// byte range without its bytes at hand.
+    Copied(Bytes),
+    /// In the shard's own bytes, each read's `data`: a local shard's map.
+    /// The index holds none of them, so the map can be let go between reads
+    /// (see [`mapped_files`](crate::local::mapped_files)) and a dataset of
+    /// more shards than the kernel maps at once still opens.
+    InShard,
 }
 
 /// One column as a sample is decoded: its name (made once, shared by
@@ -199,11 +214,13 @@ impl MdsIndex {
         Self::from_header(data, data.len() as u64, columns)
     }
 
-    /// [`open`](Self::open) for a shard whose bytes are kept as long as its
-    /// index (a memory-mapped local shard): the offset table is read where
-    /// it lies in `data`, not copied into the process's memory. A slice of
-    /// bytes that would otherwise be let go (a cached remote shard) would
-    /// be held as long as the index: use [`open`](Self::open) there.
+    /// [`open`](Self::open) for a shard whose every read is given its whole
+    /// bytes (a memory-mapped local shard): the offset table is read where
+    /// it lies in the `data` of each read, neither copied into the
+    /// process's memory (4 bytes a sample) nor held by the index, so the
+    /// shard's map need not live as long as the index. Without the table
+    /// at hand, such an index reads no sample alone by byte range
+    /// ([`byte_range`](ShardIndex::byte_range) is `None`).
     ///
     /// ```
     /// use bytes::Bytes;
@@ -212,13 +229,14 @@ impl MdsIndex {
     /// let cols = vec![MdsColumn::new("text", "str", None)];
     /// let shard = Bytes::from(encode_shard(&cols, &[vec![b"a".to_vec()], vec![b"bc".to_vec()]]));
     /// let index = MdsIndex::open_in_place(&shard, &cols).unwrap();
-    /// assert_eq!((index.len(), index.byte_range(1)), (2, Some((21, 27))));
+    /// assert_eq!((index.len(), index.byte_range(1)), (2, None));
     /// assert_eq!(index.decode(&shard, &[1]).unwrap()[0].text("text"), Some("bc"));
+    /// // The index kept nothing of the shard's bytes.
+    /// let shard = shard.try_into_mut().expect("no other holder");
+    /// assert_eq!(shard.len(), 27);
     /// ```
     pub fn open_in_place(data: &Bytes, columns: &[MdsColumn]) -> FormatResult<Self> {
-        Self::checked(data, data.len() as u64, columns, |table| {
-            data.slice(..table)
-        })
+        Self::checked(data, data.len() as u64, columns, |_| Table::InShard)
     }
 
     /// Reads the offset table from `head`, the first bytes of a shard of
@@ -227,17 +245,18 @@ impl MdsIndex {
     /// read alone by [`byte_range`](ShardIndex::byte_range).
     pub fn from_header(head: &[u8], total: u64, columns: &[MdsColumn]) -> FormatResult<Self> {
         Self::checked(head, total, columns, |table| {
-            Bytes::copy_from_slice(&head[..table])
+            Table::Copied(Bytes::copy_from_slice(&head[..table]))
         })
     }
 
     /// The index of the shard of `total` bytes whose header starts `head`,
-    /// checked; `keep` gives the header's first `table` bytes to keep.
+    /// checked; `keep` says where the header's first `table` bytes are
+    /// read from afterwards.
     fn checked(
         head: &[u8],
         total: u64,
         columns: &[MdsColumn],
-        keep: impl FnOnce(usize) -> Bytes,
+        keep: impl FnOnce(usize) -> Table,
     ) -> FormatResult<Self> {
         if total < 8 || head.len() < 4 {
             return Err(format!("{total} bytes is too short for an MDS shard"));
@@ -275,8 +294,39 @@ impl MdsIndex {
                 .collect(),
             by_name,
             variable: columns.iter().filter(|c| c.size.is_none()).count(),
-            header: keep(table as usize),
+            samples: n,
+            table: keep(table as usize),
         })
+    }
+
+    /// The shard's header as this read sees it: the copy, or the first
+    /// bytes of `data`. A shard shorter than its header now (cut since it
+    /// was checked) is an error, not a panic.
+    fn header<'a>(&'a self, data: &'a [u8]) -> FormatResult<&'a [u8]> {
+        match &self.table {
+            Table::Copied(b) => Ok(b),
+            Table::InShard => {
+                let len = header_len(self.samples) as usize;
+                data.get(..len).ok_or_else(|| {
+                    format!(
+                        "the shard's {} bytes no longer hold its header of {len} bytes \
+                         (was it rewritten while read?)",
+                        data.len()
+                    )
+                })
+            }
+        }
+    }
+
+    /// Where sample `i` lies, from `header` (see [`header`](Self::header)).
+    fn range_in(&self, header: &[u8], i: u64) -> Option<(u64, u64)> {
+        let i = usize::try_from(i)
+            .ok()
+            .filter(|&i| (i as u64) < self.len())?;
+        Some((
+            u32_at(header, 4 + 4 * i) as u64,
+            u32_at(header, 8 + 4 * i) as u64,
+        ))
     }
 
     /// Where samples `indices` lie in `data`, each brought into the cache.
@@ -294,9 +344,10 @@ impl MdsIndex {
         data: &Bytes,
         indices: impl ExactSizeIterator<Item = u64>,
     ) -> FormatResult<Vec<(usize, usize)>> {
+        let header = self.header(data)?;
         let mut spans = Vec::with_capacity(indices.len());
         for i in indices {
-            match self.byte_range(i) {
+            match self.range_in(header, i) {
                 Some((from, to)) if from <= to && to <= data.len() as u64 => {
                     spans.push((from as usize, to as usize))
                 }
@@ -371,7 +422,7 @@ impl MdsIndex {
 
 impl ShardIndex for MdsIndex {
     fn len(&self) -> u64 {
-        self.header.len() as u64 / 4 - 2
+        self.samples as u64
     }
 
     fn decode(&self, data: &Bytes, indices: &[u64]) -> FormatResult<Vec<Record>> {
@@ -401,14 +452,13 @@ impl ShardIndex for MdsIndex {
         Ok(())
     }
 
+    /// `None` for an index reading its table in the shard's bytes
+    /// ([`open_in_place`](MdsIndex::open_in_place)): it has none at hand.
     fn byte_range(&self, i: u64) -> Option<(u64, u64)> {
-        let i = usize::try_from(i)
-            .ok()
-            .filter(|&i| (i as u64) < self.len())?;
-        Some((
-            u32_at(&self.header, 4 + 4 * i) as u64,
-            u32_at(&self.header, 8 + 4 * i) as u64,
-        ))
+        match &self.table {
+            Table::Copied(header) => self.range_in(header, i),
+            Table::InShard => None,
+        }
     }
 
     /// Copies the sample's bytes once, so `bytes` columns own their data.
@@ -635,9 +685,9 @@ mod tests {
         }
     }
 
-    /// A local shard's offset table is read in its bytes; the index is the
-    /// copied one's, sample for sample, and a broken table is refused with
-    /// the same error.
+    /// A local shard's offset table is read in its bytes; the index reads
+    /// what the copied one reads, sample for sample, and a broken table is
+    /// refused with the same error.
     #[test]
     fn the_offset_table_read_in_place_is_the_copied_one() {
         let columns = vec![col("id", "int", Some(8)), col("text", "str", None)];
@@ -651,15 +701,23 @@ mod tests {
             MdsIndex::open_in_place(&shard, &columns).unwrap(),
         );
         assert_eq!((copied.len(), in_place.len()), (50, 50));
-        for i in 0..=50 {
-            assert_eq!(copied.byte_range(i), in_place.byte_range(i), "sample {i}");
+        assert_eq!(copied.byte_range(50), None);
+        for i in 0..50 {
+            // Read alone by range only with the table at hand.
+            assert!(copied.byte_range(i).is_some(), "sample {i}");
+            assert_eq!(in_place.byte_range(i), None, "sample {i}");
         }
-        assert_eq!(in_place.byte_range(50), None);
         let all: Vec<u64> = (0..50).rev().collect();
         assert_eq!(
             copied.decode(&shard, &all).unwrap(),
             in_place.decode(&shard, &all).unwrap()
         );
+        // Bytes cut short of the header since it was checked (a file
+        // truncated in place) are an error, not a read past their end.
+        let cut = in_place.decode(&shard.slice(..100), &[0]).unwrap_err();
+        assert!(cut.contains("no longer hold its header"), "{cut}");
+        let past = in_place.decode(&shard, &[50]).unwrap_err();
+        assert!(past.contains("sample 50 is past the last"), "{past}");
         let edits: [fn(&mut Vec<u8>); 3] = [
             |r| r[0..4].copy_from_slice(&1000u32.to_le_bytes()),
             |r| r[8..12].copy_from_slice(&1u32.to_le_bytes()),
