@@ -7,11 +7,13 @@ use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
 mod blocking;
+mod cost;
 mod group;
 mod handoff;
 mod idle;
 mod pool;
 pub use blocking::BlockingIter;
+pub use cost::{IN_PLACE_BELOW, WorkCost, offload_measured};
 pub use group::{OffloadGroup, in_flight_per_worker};
 use pool::CpuPool;
 

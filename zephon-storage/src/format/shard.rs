@@ -17,7 +17,7 @@ use futures::future::BoxFuture;
 use std::path::Path;
 use std::sync::Arc;
 use zephon_core::record::PointerChunks;
-use zephon_core::runner::offload;
+use zephon_core::runner::{WorkCost, offload, offload_measured};
 use zephon_core::{Error, Record, Result, SamplePtr, Shard};
 
 #[derive(Debug)]
@@ -64,6 +64,9 @@ pub struct FormatShard {
     len: u64,
     source: Source,
     index: tokio::sync::OnceCell<Arc<dyn ShardIndex>>,
+    /// What decoding a sample of this shard costs, as measured: a read
+    /// that costs less than handing it to the CPU pool decodes in place.
+    decode_cost: Arc<WorkCost>,
 }
 
 pub(crate) fn map_file(path: &Path) -> std::io::Result<Bytes> {
@@ -122,6 +125,7 @@ impl FormatShard {
             len: index.len(),
             source: Source::Mapped(file),
             index: tokio::sync::OnceCell::new_with(Some(index)),
+            decode_cost: Arc::default(),
         })
     }
 
@@ -142,6 +146,7 @@ impl FormatShard {
             len: index.len(),
             source: Source::Local(data),
             index: tokio::sync::OnceCell::new_with(Some(index)),
+            decode_cost: Arc::default(),
         })
     }
 
@@ -175,6 +180,7 @@ impl FormatShard {
                 sidecar,
             },
             index: tokio::sync::OnceCell::new(),
+            decode_cost: Arc::default(),
         }
     }
 
@@ -201,6 +207,7 @@ impl FormatShard {
                 metrics,
             },
             index: tokio::sync::OnceCell::new(),
+            decode_cost: Arc::default(),
         })
     }
 
@@ -253,6 +260,7 @@ impl FormatShard {
                 entry,
             },
             index: tokio::sync::OnceCell::new(),
+            decode_cost: Arc::default(),
         })
     }
 
@@ -465,7 +473,7 @@ impl Shard for FormatShard {
             let index = self.index(&data).await?;
             let (dataset, name, indices) =
                 (self.dataset.clone(), self.name.clone(), indices.to_vec());
-            offload("fetch", move || {
+            offload_measured("fetch", &self.decode_cost, indices.len(), move || {
                 let records = index
                     .decode(&data, &indices)
                     .map_err(|m| shard_error(&dataset, &name, m));
@@ -507,7 +515,7 @@ impl Shard for FormatShard {
                 return decode(index.as_ref(), ptrs, &self.dataset, &self.name);
             }
             let (dataset, name, ptrs) = (self.dataset.clone(), self.name.clone(), ptrs.to_vec());
-            offload("fetch", move || {
+            offload_measured("fetch", &self.decode_cost, ptrs.len(), move || {
                 decode(index.as_ref(), &ptrs, &dataset, &name)
             })
             .await?

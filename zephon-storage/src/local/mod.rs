@@ -13,7 +13,7 @@ use std::path::Path;
 use std::sync::Arc;
 use zephon_core::dataset::check_run;
 use zephon_core::record::Schema;
-use zephon_core::runner::offload;
+use zephon_core::runner::{WorkCost, offload_measured};
 use zephon_core::{Dataset, Error, Record, Result, Shard};
 
 mod layout;
@@ -44,6 +44,10 @@ pub struct LocalJsonlShard {
     index: Arc<LineIndex>,
     /// Field names its records share.
     names: Arc<Schema>,
+    /// What parsing a line of it costs, as measured: a read that costs
+    /// less than handing it to the CPU pool (a few short lines) parses in
+    /// place.
+    parse_cost: Arc<WorkCost>,
 }
 
 impl LocalJsonlShard {
@@ -65,6 +69,7 @@ impl LocalJsonlShard {
             file,
             index: Arc::new(index),
             names: Arc::default(),
+            parse_cost: Arc::default(),
         })
     }
 
@@ -89,7 +94,7 @@ impl Shard for LocalJsonlShard {
         }
         let (file, index, names) = (self.file.clone(), self.index.clone(), self.names.clone());
         let (dataset, name) = (self.dataset.clone(), self.name.clone());
-        offload("fetch", move || {
+        offload_measured("fetch", &self.parse_cost, count as usize, move || {
             let data = file.bytes()?;
             let mut out = Vec::new();
             parse_indexed(
@@ -123,7 +128,7 @@ impl Shard for LocalJsonlShard {
         let indices = indices.to_vec();
         let (file, index, names) = (self.file.clone(), self.index.clone(), self.names.clone());
         let (dataset, name) = (self.dataset.clone(), self.name.clone());
-        offload("fetch", move || {
+        offload_measured("fetch", &self.parse_cost, indices.len(), move || {
             let data = file.bytes()?;
             let mut out = Vec::with_capacity(indices.len());
             let mut i = 0;

@@ -1,0 +1,170 @@
+//! [`WorkCost`] and [`offload_measured`]: CPU work handed to the pool only
+//! when it costs more than the hand-off.
+//!
+//! Under the threads runner a micro-batch [`offload`](super::offload)ed to
+//! the CPU pool pays for a queue, a pool thread's wake-up and the result's
+//! way back: about 18 us a read on a loaded 2-core machine (MDS read on two
+//! threads with every read handed over, 244 ns a sample, against 175 with
+//! every read in place). A read of 256 MDS samples decodes in 22-48 us, so
+//! handing every read over made `fetch` slower on two threads than on one
+//! (`zephon bench formats`: MDS 4.3-4.6 M samples/s on two threads
+//! against 6.1-6.6 M on one). Work measured to cost less than
+//! [`IN_PLACE_BELOW`] runs where it is polled instead; work that costs
+//! more (JSON lines by the hundred, tar members, a Parquet row group to
+//! decode) still goes to the pool. Where a micro-batch runs never changes
+//! what it returns or the order the operator hands it out in: a
+//! performance knob like the others.
+
+use super::offload;
+use crate::error::{Error, Result};
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Work measured to take less than this a micro-batch runs in place, not
+/// on the CPU pool: a few times what a hand-off to the pool and back
+/// costs, and within the 10-100 us an async worker should run between two
+/// waits.
+pub const IN_PLACE_BELOW: Duration = Duration::from_micros(50);
+
+/// What one kind of work (a shard's reads, say) costs an item, a running
+/// average of what it was measured to cost so far. Shared by the
+/// micro-batches of that work, from any thread.
+///
+/// ```
+/// use std::time::Duration;
+/// use zephon_core::runner::WorkCost;
+/// let cost = WorkCost::default();
+/// assert!(!cost.cheap(256)); // nothing measured yet: hand it off
+/// cost.record(Duration::from_micros(5), 256);
+/// assert!(cost.cheap(256));
+/// assert!(!cost.cheap(256 * 16)); // sixteen times as many items: 80 us
+/// ```
+#[derive(Debug, Default)]
+pub struct WorkCost {
+    /// Nanoseconds an item, times 16 for precision; 0 until measured.
+    per_item_x16: AtomicU64,
+}
+
+impl WorkCost {
+    /// Whether `items` items are expected to take less than
+    /// [`IN_PLACE_BELOW`]: `false` until something was measured.
+    pub fn cheap(&self, items: usize) -> bool {
+        match self.per_item_x16.load(Ordering::Relaxed) {
+            0 => false,
+            x16 => x16.saturating_mul(items as u64) < IN_PLACE_BELOW.as_nanos() as u64 * 16,
+        }
+    }
+
+    /// Counts a micro-batch of `items` items that took `took`: the average
+    /// moves a quarter of the way to it, so a change in the work (longer
+    /// texts further on) shows within a few micro-batches.
+    /// A micro-batch of no items says nothing of an item's cost.
+    pub fn record(&self, took: Duration, items: usize) {
+        if items == 0 {
+            return;
+        }
+        let now = (u64::try_from(took.as_nanos())
+            .unwrap_or(u64::MAX)
+            .saturating_mul(16)
+            / items as u64)
+            .max(1);
+        // Updates from two threads at once may lose one of them: a
+        // running estimate, not a count.
+        let before = self.per_item_x16.load(Ordering::Relaxed);
+        let next = if before == 0 {
+            now
+        } else {
+            // One slow micro-batch (a thread preempted on a busy machine,
+            // first faults on a shard's pages) counts as at most twice the
+            // average: work that became dearer still shows within a few.
+            before - before / 4 + now.min(before.saturating_mul(2)) / 4
+        };
+        self.per_item_x16.store(next.max(1), Ordering::Relaxed);
+    }
+}
+
+/// [`offload`] for work of `items` items whose cost `cost` tracks: run in
+/// place when it is [`cheap`](WorkCost::cheap), on the CPU pool otherwise,
+/// and timed either way. A panic in `f` comes back as
+/// [`Error::Panic`] naming `op` in both places, as [`offload`] does.
+///
+/// ```
+/// use std::sync::Arc;
+/// use zephon_core::runner::{WorkCost, offload_measured};
+/// let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).build().unwrap();
+/// let cost = Arc::new(WorkCost::default());
+/// let sums: Vec<u64> = (0..4u64)
+///     .map(|i| rt.block_on(offload_measured("doc", &cost, 100, move || (0..100).map(|x| x * i).sum())).unwrap())
+///     .collect();
+/// assert_eq!(sums, [0, 4950, 9900, 14850]);
+/// assert!(cost.cheap(100)); // measured: summing 100 numbers is cheap
+/// let r = rt.block_on(offload_measured("doc", &cost, 1, || -> u32 { panic!("boom") }));
+/// assert_eq!(r.unwrap_err().to_string(), "operator `doc`: panic in pipeline: boom");
+/// ```
+pub fn offload_measured<F, R>(
+    op: &'static str,
+    cost: &std::sync::Arc<WorkCost>,
+    items: usize,
+    f: F,
+) -> BoxFuture<'static, Result<R>>
+where
+    F: FnOnce() -> R + Send + 'static,
+    R: Send + 'static,
+{
+    let cost = cost.clone();
+    // Decided when first polled, as `offload` decides where to run.
+    async move {
+        if cost.cheap(items) {
+            let t = Instant::now();
+            // The closure owns its input and its result is dropped on a
+            // panic, so nothing half-updated is observed afterwards.
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+                .map_err(|payload| Error::panic(Some(op), payload));
+            cost.record(t.elapsed(), items);
+            return r;
+        }
+        offload(op, move || {
+            let t = Instant::now();
+            let r = f();
+            cost.record(t.elapsed(), items);
+            r
+        })
+        .await
+    }
+    .boxed()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_average_follows_the_work() {
+        let below = IN_PLACE_BELOW.as_nanos() as usize;
+        let cost = WorkCost::default();
+        cost.record(Duration::from_nanos(100_000), 1000); // 100 ns an item
+        let n = below / 100;
+        assert!(cost.cheap(n - 1) && !cost.cheap(n));
+        // Work ten times dearer: one micro-batch moves the estimate by a
+        // quarter of at most twice itself, and it gets there in a few dozen.
+        cost.record(Duration::from_micros(1000), 1000);
+        assert!(!cost.cheap(n - 1) && cost.cheap(n / 2));
+        for _ in 0..40 {
+            cost.record(Duration::from_micros(1000), 1000);
+        }
+        assert!(cost.cheap(n / 10 - 1) && !cost.cheap(n / 10 + 1));
+        // One slow micro-batch (a preempted thread) counts twice at most.
+        cost.record(Duration::from_millis(1000), 1000);
+        assert!(cost.cheap(n / 10 * 4 / 5 - 1));
+        // No items: nothing learnt.
+        let before = cost.per_item_x16.load(Ordering::Relaxed);
+        cost.record(Duration::ZERO, 0);
+        assert_eq!(cost.per_item_x16.load(Ordering::Relaxed), before);
+        // Work that took no measurable time is cheap, not unmeasured.
+        let free = WorkCost::default();
+        free.record(Duration::ZERO, 10);
+        assert!(free.cheap(100_000));
+    }
+}
