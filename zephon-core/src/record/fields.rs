@@ -137,6 +137,15 @@ impl Fields {
         }
     }
 
+    /// Appends a field whose name sorts after every name here: for
+    /// [`try_from_sorted`](Fields::try_from_sorted), whose names are sorted
+    /// once and checked to be unique.
+    #[inline]
+    pub(super) fn push_in_order(&mut self, name: FieldName, value: Value) {
+        debug_assert!(self.entries.last().is_none_or(|(last, _)| *last < name));
+        self.entries.push((name, value));
+    }
+
     /// Removes field `name` and returns its value.
     pub fn remove(&mut self, name: &str) -> Option<Value> {
         self.find(name).ok().map(|i| self.entries.remove(i).1)

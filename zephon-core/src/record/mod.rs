@@ -9,11 +9,13 @@ use std::fmt;
 mod chunks;
 pub mod fields;
 mod name;
+mod sorted;
 mod tokens;
 
 pub use chunks::PointerChunks;
 pub use fields::Fields;
 pub use name::{FieldName, Schema};
+pub use sorted::SortedNames;
 pub use tokens::{TokenView, TokenWidth, Tokens};
 
 /// One field value.

@@ -26,7 +26,7 @@ use bytes::Bytes;
 use column::{Kind, decode_value};
 use serde::{Deserialize, Serialize};
 use zephon_core::Record;
-use zephon_core::record::{FieldName, Fields, PointerChunks};
+use zephon_core::record::{FieldName, Fields, PointerChunks, SortedNames};
 
 /// One column of an MDS dataset.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -160,6 +160,9 @@ pub struct MdsIndex {
     /// The columns in field-name order (stable: of two columns of one name
     /// the later comes later, so the record keeps its value as a map would).
     by_name: Vec<usize>,
+    /// The names sorted once, when no name is given twice: each record's
+    /// fields are then made in place, no name compared.
+    sorted: Option<SortedNames>,
     /// How many columns have a size header in each sample.
     variable: usize,
     /// Samples in the shard.
@@ -293,6 +296,7 @@ impl MdsIndex {
                 })
                 .collect(),
             by_name,
+            sorted: SortedNames::new(columns.iter().map(|c| c.name.as_str())),
             variable: columns.iter().filter(|c| c.size.is_none()).count(),
             samples: n,
             table: keep(table as usize),
@@ -407,14 +411,20 @@ impl MdsIndex {
             spans.push((at, end));
             at = end;
         }
-        *fields = Fields::with_capacity(self.columns.len());
-        for &k in &self.by_name {
+        let value = |k: usize| {
             let (c, (start, end)) = (&self.columns[k], spans[k]);
-            let v = decode_value(c.kind, &b[start..end], || {
+            decode_value(c.kind, &b[start..end], || {
                 data.slice(from + start..from + end)
             })
-            .map_err(|e| format!("column {:?}: {e}", c.name))?;
-            fields.insert(c.name.clone(), v);
+            .map_err(|e| format!("column {:?}: {e}", c.name))
+        };
+        if let Some(sorted) = &self.sorted {
+            *fields = Fields::try_from_sorted(sorted, value)?;
+            return Ok(());
+        }
+        *fields = Fields::with_capacity(self.columns.len());
+        for &k in &self.by_name {
+            fields.insert(self.columns[k].name.clone(), value(k)?);
         }
         Ok(())
     }
@@ -654,34 +664,46 @@ mod tests {
     /// and of a repeated name the later column wins (as a map's insert).
     #[test]
     fn columns_in_any_order_land_in_their_fields() {
-        let columns = vec![
-            col("text", "str", None),
-            col("id", "int", Some(8)),
-            col("blob", "bytes", None),
-            col("id", "int32", Some(4)),
-        ];
-        let samples: Vec<Vec<Vec<u8>>> = (0..3i64)
-            .map(|i| {
-                vec![
-                    format!("doc {i}").into_bytes(),
-                    i.to_le_bytes().to_vec(),
-                    vec![i as u8; 3],
-                    (100 + i as i32).to_le_bytes().to_vec(),
-                ]
-            })
-            .collect();
-        let shard = Bytes::from(encode_shard(&columns, &samples));
-        let index = MdsIndex::open(&shard, &columns).unwrap();
-        let records = index.decode(&shard, &[2, 0, 1]).unwrap();
-        for (r, i) in records.iter().zip([2i64, 0, 1]) {
-            let names: Vec<&str> = r.fields.keys().map(|k| k.as_str()).collect();
-            assert_eq!(names, ["blob", "id", "text"]);
-            assert_eq!(r.text("text"), Some(format!("doc {i}").as_str()));
-            assert_eq!(r.get("id"), Some(&Value::Int(100 + i)));
-            assert_eq!(
-                r.get("blob"),
-                Some(&Value::Bytes(Bytes::from(vec![i as u8; 3])))
-            );
+        // With a name given twice (the later column wins, fields inserted)
+        // and without (fields made in name order, no name compared).
+        for twice in [true, false] {
+            let mut columns = vec![
+                col("text", "str", None),
+                col("id", "int", Some(8)),
+                col("blob", "bytes", None),
+                col("id", "int32", Some(4)),
+            ];
+            if !twice {
+                columns[1] = col("a", "int", Some(8));
+            }
+            let samples: Vec<Vec<Vec<u8>>> = (0..3i64)
+                .map(|i| {
+                    vec![
+                        format!("doc {i}").into_bytes(),
+                        i.to_le_bytes().to_vec(),
+                        vec![i as u8; 3],
+                        (100 + i as i32).to_le_bytes().to_vec(),
+                    ]
+                })
+                .collect();
+            let shard = Bytes::from(encode_shard(&columns, &samples));
+            let index = MdsIndex::open(&shard, &columns).unwrap();
+            let records = index.decode(&shard, &[2, 0, 1]).unwrap();
+            for (r, i) in records.iter().zip([2i64, 0, 1]) {
+                let names: Vec<&str> = r.fields.keys().map(|k| k.as_str()).collect();
+                if twice {
+                    assert_eq!(names, ["blob", "id", "text"]);
+                } else {
+                    assert_eq!(names, ["a", "blob", "id", "text"]);
+                    assert_eq!(r.get("a"), Some(&Value::Int(i)));
+                }
+                assert_eq!(r.text("text"), Some(format!("doc {i}").as_str()));
+                assert_eq!(r.get("id"), Some(&Value::Int(100 + i)));
+                assert_eq!(
+                    r.get("blob"),
+                    Some(&Value::Bytes(Bytes::from(vec![i as u8; 3])))
+                );
+            }
         }
     }
 

@@ -48,9 +48,10 @@ use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
 };
 use parquet::file::reader::ChunkReader;
+use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use zephon_core::record::{FieldName, Fields, PointerChunks};
+use zephon_core::record::{FieldName, Fields, PointerChunks, SortedNames};
 use zephon_core::{Record, Value};
 /// The crates this format is read with, re-exported so callers (fixtures,
 /// benchmarks) write files with the very versions Zephon reads them with.
@@ -93,7 +94,17 @@ pub struct ParquetIndex {
     /// The projected columns' names, made once and shared by every row,
     /// in name order with each one's column index (known from the first
     /// group decoded: every group has the projected schema).
-    names: OnceLock<Vec<(FieldName, usize)>>,
+    names: OnceLock<Names>,
+}
+
+/// A Parquet schema's field names, as rows are made with them.
+#[derive(Debug)]
+enum Names {
+    /// No name twice: each row's fields made in name order.
+    Sorted(SortedNames),
+    /// A name given twice (Arrow allows it), in name order, each row's
+    /// fields inserted so the later column wins, as a map's would.
+    Repeated(Vec<(FieldName, usize)>),
 }
 
 impl ParquetIndex {
@@ -244,18 +255,24 @@ impl ParquetIndex {
         }
     }
 
-    /// The shared names, in name order, with their columns in `batch`.
-    fn names(&self, batch: &RecordBatch) -> &[(FieldName, usize)] {
+    /// The shared names with their columns in `batch`: sorted once when
+    /// no name repeats, in name order otherwise.
+    fn names(&self, batch: &RecordBatch) -> &Names {
         self.names.get_or_init(|| {
-            let mut names: Vec<(FieldName, usize)> = batch
+            let given = batch
                 .schema_ref()
                 .fields()
                 .iter()
+                .map(|f| f.name().as_str());
+            if let Some(sorted) = SortedNames::new(given.clone()) {
+                return Names::Sorted(sorted);
+            }
+            let mut names: Vec<(FieldName, usize)> = given
                 .enumerate()
-                .map(|(c, f)| (FieldName::from(f.name().as_str()), c))
+                .map(|(c, name)| (FieldName::from(name), c))
                 .collect();
             names.sort_by(|a, b| a.0.cmp(&b.0));
-            names
+            Names::Repeated(names)
         })
     }
 
@@ -263,13 +280,20 @@ impl ParquetIndex {
     fn fill(&self, group: &Group, r: usize, fields: &mut Fields) {
         let (k, row) = group.locate(r);
         let columns = &group.columns[k];
-        let names = self.names(&group.slices[k]);
-        *fields = Fields::with_capacity(names.len());
-        for (name, c) in names {
-            // Every group has the projected schema the names were taken
-            // from; a missing column would read as null.
-            let v = columns.get(*c).map_or(Value::Null, |a| a.value(row));
-            fields.insert(name.clone(), v);
+        // Every group has the projected schema the names were taken from;
+        // a missing column would read as null.
+        let value = |c: usize| columns.get(c).map_or(Value::Null, |a| a.value(row));
+        match self.names(&group.slices[k]) {
+            Names::Sorted(sorted) => {
+                let made = Fields::try_from_sorted(sorted, |c| Ok::<_, Infallible>(value(c)));
+                *fields = made.unwrap_or_else(|never| match never {});
+            }
+            Names::Repeated(names) => {
+                *fields = Fields::with_capacity(names.len());
+                for (name, c) in names {
+                    fields.insert(name.clone(), value(*c));
+                }
+            }
         }
     }
 }
@@ -532,6 +556,45 @@ mod tests {
         }
         assert_eq!(seen, ROWS);
         index.decoded_rows()
+    }
+
+    /// Columns stored out of name order land in their fields, made in
+    /// name order; of a name stored twice (Arrow allows it) the later
+    /// column wins, as a map's insert would.
+    #[test]
+    fn columns_in_any_order_land_in_their_fields() {
+        use arrow_array::{ArrayRef, Int64Array, StringArray};
+        let ids = || Arc::new(Int64Array::from_iter_values(0..10)) as ArrayRef;
+        let texts = || Arc::new(StringArray::from_iter_values((0..10).map(text))) as ArrayRef;
+        let tens = || Arc::new(Int64Array::from_iter_values((0..10).map(|i| i * 10))) as ArrayRef;
+        for (columns, want) in [
+            (
+                vec![("text", texts()), ("id", ids()), ("b", tens())],
+                vec!["b", "id", "text"],
+            ),
+            (
+                vec![("text", texts()), ("b", ids()), ("b", tens())],
+                vec!["b", "text"],
+            ),
+        ] {
+            let batch = RecordBatch::try_from_iter(columns).unwrap();
+            let mut out = Vec::new();
+            let mut w = ArrowWriter::try_new(&mut out, batch.schema(), None).unwrap();
+            w.write(&batch).unwrap();
+            w.close().unwrap();
+            let data = Bytes::from(out);
+            let index = ParquetIndex::open(&data, None).unwrap();
+            let records = index.decode(&data, &[7, 2]).unwrap();
+            for (r, i) in records.iter().zip([7i64, 2]) {
+                let names: Vec<&str> = r.fields.keys().map(|k| k.as_str()).collect();
+                assert_eq!(names, want);
+                assert_eq!(r.get("text"), Some(&Value::Text(text(i as usize))));
+                assert_eq!(r.get("b"), Some(&Value::Int(i * 10)));
+                if want.contains(&"id") {
+                    assert_eq!(r.get("id"), Some(&Value::Int(i)));
+                }
+            }
+        }
     }
 
     #[test]
