@@ -8,12 +8,16 @@
 //! every read in place). A read of 256 MDS samples decodes in 22-48 us, so
 //! handing every read over made `fetch` slower on two threads than on one
 //! (`zephon bench formats`: MDS 4.3-4.6 M samples/s on two threads
-//! against 6.1-6.6 M on one). Work measured to cost less than
-//! [`IN_PLACE_BELOW`] runs where it is polled instead; work that costs
-//! more (JSON lines by the hundred, tar members, a Parquet row group to
-//! decode) still goes to the pool. Where a micro-batch runs never changes
-//! what it returns or the order the operator hands it out in: a
-//! performance knob like the others.
+//! against 6.1-6.6 M on one). And the items a pool thread makes are read
+//! and freed on another core, a few cache misses each: a shuffled read of
+//! MDS samples (about 150 ns a sample) still ran slower handed over than
+//! in place, however many were read at once. Work measured to cost less
+//! than [`IN_PLACE_BELOW`] in all, or less than [`IN_PLACE_PER_ITEM`] an
+//! item (up to [`IN_PLACE_MOST`] in all), runs where it is polled instead;
+//! work that costs more (JSON lines by the hundred, tar members) still goes
+//! to the pool. Where a micro-batch runs never changes what it returns or
+//! the order the operator hands it out in: a performance knob like the
+//! others.
 
 use super::offload;
 use crate::error::{Error, Result};
@@ -28,6 +32,16 @@ use std::time::{Duration, Instant};
 /// waits.
 pub const IN_PLACE_BELOW: Duration = Duration::from_micros(50);
 
+/// Work measured to take less than this an item runs in place too, up to
+/// [`IN_PLACE_MOST`] a micro-batch: the items a pool thread makes are
+/// then read and freed on another core, a few cache misses each, which
+/// costs about as much again as such an item's work.
+pub const IN_PLACE_PER_ITEM: Duration = Duration::from_nanos(300);
+
+/// The most a micro-batch of cheap items ([`IN_PLACE_PER_ITEM`]) runs in
+/// place for: longer would hold up the other tasks of an async worker.
+pub const IN_PLACE_MOST: Duration = Duration::from_micros(500);
+
 /// What one kind of work (a shard's reads, say) costs an item, a running
 /// average of what it was measured to cost so far. Shared by the
 /// micro-batches of that work, from any thread.
@@ -37,9 +51,12 @@ pub const IN_PLACE_BELOW: Duration = Duration::from_micros(50);
 /// use zephon_core::runner::WorkCost;
 /// let cost = WorkCost::default();
 /// assert!(!cost.cheap(256)); // nothing measured yet: hand it off
-/// cost.record(Duration::from_micros(5), 256);
+/// cost.record(Duration::from_micros(25), 256); // about 100 ns an item
 /// assert!(cost.cheap(256));
-/// assert!(!cost.cheap(256 * 16)); // sixteen times as many items: 80 us
+/// assert!(!cost.cheap(256 * 32)); // 800 us in all: too long in place
+/// let dear = WorkCost::default();
+/// dear.record(Duration::from_micros(256), 256); // 1 us an item
+/// assert!(dear.cheap(16) && !dear.cheap(256)); // only under 50 us in all
 /// ```
 #[derive(Debug, Default)]
 pub struct WorkCost {
@@ -49,11 +66,17 @@ pub struct WorkCost {
 
 impl WorkCost {
     /// Whether `items` items are expected to take less than
-    /// [`IN_PLACE_BELOW`]: `false` until something was measured.
+    /// [`IN_PLACE_BELOW`], or less than [`IN_PLACE_PER_ITEM`] each and
+    /// [`IN_PLACE_MOST`] in all: `false` until something was measured.
     pub fn cheap(&self, items: usize) -> bool {
         match self.per_item_x16.load(Ordering::Relaxed) {
             0 => false,
-            x16 => x16.saturating_mul(items as u64) < IN_PLACE_BELOW.as_nanos() as u64 * 16,
+            x16 => {
+                let total = x16.saturating_mul(items as u64);
+                total < IN_PLACE_BELOW.as_nanos() as u64 * 16
+                    || (x16 < IN_PLACE_PER_ITEM.as_nanos() as u64 * 16
+                        && total < IN_PLACE_MOST.as_nanos() as u64 * 16)
+            }
         }
     }
 
@@ -86,7 +109,9 @@ impl WorkCost {
 }
 
 /// [`offload`] for work of `items` items whose cost `cost` tracks: run in
-/// place when it is [`cheap`](WorkCost::cheap), on the CPU pool otherwise,
+/// place when it is [`cheap`](WorkCost::cheap) (under [`IN_PLACE_BELOW`]
+/// in all, or under [`IN_PLACE_PER_ITEM`] an item and [`IN_PLACE_MOST`]
+/// in all), on the CPU pool otherwise,
 /// and timed either way. A panic in `f` comes back as
 /// [`Error::Panic`] naming `op` in both places, as [`offload`] does.
 ///
@@ -143,21 +168,25 @@ mod tests {
     #[test]
     fn the_average_follows_the_work() {
         let below = IN_PLACE_BELOW.as_nanos() as usize;
+        let most = IN_PLACE_MOST.as_nanos() as usize;
         let cost = WorkCost::default();
-        cost.record(Duration::from_nanos(100_000), 1000); // 100 ns an item
-        let n = below / 100;
+        // 100 ns an item: cheap items, in place up to IN_PLACE_MOST.
+        cost.record(Duration::from_nanos(100_000), 1000);
+        let n = most / 100;
         assert!(cost.cheap(n - 1) && !cost.cheap(n));
-        // Work ten times dearer: one micro-batch moves the estimate by a
-        // quarter of at most twice itself, and it gets there in a few dozen.
+        // Work ten times dearer, past IN_PLACE_PER_ITEM: in place only up
+        // to IN_PLACE_BELOW. One micro-batch moves the estimate by a
+        // quarter of at most twice itself; it gets there in a few dozen.
         cost.record(Duration::from_micros(1000), 1000);
         assert!(!cost.cheap(n - 1) && cost.cheap(n / 2));
         for _ in 0..40 {
             cost.record(Duration::from_micros(1000), 1000);
         }
-        assert!(cost.cheap(n / 10 - 1) && !cost.cheap(n / 10 + 1));
+        let m = below / 1000;
+        assert!(cost.cheap(m - 1) && !cost.cheap(m + 1));
         // One slow micro-batch (a preempted thread) counts twice at most.
         cost.record(Duration::from_millis(1000), 1000);
-        assert!(cost.cheap(n / 10 * 4 / 5 - 1));
+        assert!(cost.cheap(m * 4 / 5 - 1));
         // No items: nothing learnt.
         let before = cost.per_item_x16.load(Ordering::Relaxed);
         cost.record(Duration::ZERO, 0);

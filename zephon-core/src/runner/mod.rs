@@ -13,7 +13,7 @@ mod handoff;
 mod idle;
 mod pool;
 pub use blocking::BlockingIter;
-pub use cost::{IN_PLACE_BELOW, WorkCost, offload_measured};
+pub use cost::{IN_PLACE_BELOW, IN_PLACE_MOST, IN_PLACE_PER_ITEM, WorkCost, offload_measured};
 pub use group::{OffloadGroup, in_flight_per_worker};
 use pool::CpuPool;
 
