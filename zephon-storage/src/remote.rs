@@ -15,7 +15,7 @@ use bytes::Bytes;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use std::sync::{Arc, OnceLock};
-use zephon_core::runner::offload;
+use zephon_core::runner::{WorkCost, offload_measured};
 use zephon_core::{Error, Record, Result, Shard};
 
 fn check_indices(dataset: &str, shard: &str, len: u64, indices: &[u64]) -> Result<()> {
@@ -65,6 +65,9 @@ pub struct CachedShard {
     index: OnceLock<Arc<LineIndex>>,
     blocks: Option<Arc<BlockFile>>,
     block_index: tokio::sync::OnceCell<Arc<LineIndex>>,
+    /// What parsing a line costs, as measured: a read that costs less than
+    /// handing it to the CPU pool parses in place.
+    parse_cost: Arc<WorkCost>,
 }
 
 impl CachedShard {
@@ -93,6 +96,7 @@ impl CachedShard {
             index: OnceLock::new(),
             blocks: None,
             block_index: tokio::sync::OnceCell::new(),
+            parse_cost: Arc::default(),
         }
     }
 
@@ -141,7 +145,7 @@ impl CachedShard {
         ranges.sort_unstable();
         let chunks = blocks.fetch_spans(ranges).await?;
         let (dataset, uri) = (self.dataset.clone(), self.uri.clone());
-        offload("fetch", move || {
+        offload_measured("fetch", &self.parse_cost, indices.len(), move || {
             let mut out = Vec::new();
             for (first, n) in runs {
                 let (from, to) = index.byte_range(first, n);
@@ -262,7 +266,7 @@ impl Shard for CachedShard {
             let index = self.index_of(&data)?;
             let runs = runs(indices);
             let (dataset, uri) = (self.dataset.clone(), self.uri.clone());
-            offload("fetch", move || {
+            offload_measured("fetch", &self.parse_cost, indices.len(), move || {
                 let mut out = Vec::new();
                 for (first, n) in runs {
                     let (from, to) = index.byte_range(first, n);
@@ -349,6 +353,8 @@ pub struct RangeShard {
     backend: Backend,
     metrics: Arc<CacheMetrics>,
     index: tokio::sync::OnceCell<Arc<LineIndex>>,
+    /// What parsing a line costs, as measured (see [`CachedShard`]'s).
+    parse_cost: Arc<WorkCost>,
 }
 
 impl RangeShard {
@@ -375,6 +381,7 @@ impl RangeShard {
             backend,
             metrics,
             index: tokio::sync::OnceCell::new(),
+            parse_cost: Arc::default(),
         })
     }
 
@@ -458,7 +465,7 @@ impl Shard for RangeShard {
             .await?;
             let (dataset, uri) = (self.dataset.clone(), self.uri.clone());
             let wanted = indices.to_vec();
-            offload("fetch", move || {
+            offload_measured("fetch", &self.parse_cost, wanted.len(), move || {
                 wanted
                     .iter()
                     .map(|&i| {

@@ -395,7 +395,7 @@ impl FormatShard {
             _ => unreachable!("only shards read by range or block read ranges"),
         };
         let (dataset, name, wanted) = (self.dataset.clone(), self.name.clone(), indices.to_vec());
-        offload("fetch", move || {
+        offload_measured("fetch", &self.decode_cost, wanted.len(), move || {
             wanted
                 .iter()
                 .map(|&i| {
