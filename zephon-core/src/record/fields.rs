@@ -139,11 +139,20 @@ impl Fields {
 
     /// Appends a field whose name sorts after every name here: for
     /// [`try_from_sorted`](Fields::try_from_sorted), whose names are sorted
-    /// once and checked to be unique.
+    /// once.
     #[inline]
     pub(super) fn push_in_order(&mut self, name: FieldName, value: Value) {
         debug_assert!(self.entries.last().is_none_or(|(last, _)| *last < name));
         self.entries.push((name, value));
+    }
+
+    /// Replaces the value of the last field: for
+    /// [`try_from_sorted`](Fields::try_from_sorted), of a name given twice.
+    #[inline]
+    pub(super) fn replace_last(&mut self, value: Value) {
+        if let Some((_, v)) = self.entries.last_mut() {
+            *v = value;
+        }
     }
 
     /// Removes field `name` and returns its value.

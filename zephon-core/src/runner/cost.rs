@@ -19,8 +19,8 @@
 //! the order the operator hands it out in: a performance knob like the
 //! others.
 
-use super::offload;
-use crate::error::{Error, Result};
+use super::{offload, run_here};
+use crate::error::Result;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -113,7 +113,8 @@ impl WorkCost {
 /// in all, or under [`IN_PLACE_PER_ITEM`] an item and [`IN_PLACE_MOST`]
 /// in all), on the CPU pool otherwise,
 /// and timed either way. A panic in `f` comes back as
-/// [`Error::Panic`] naming `op` in both places, as [`offload`] does.
+/// [`Error::Panic`](crate::Error::Panic) naming `op` in both places, as
+/// [`offload`] does.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -143,10 +144,7 @@ where
     async move {
         if cost.cheap(items) {
             let t = Instant::now();
-            // The closure owns its input and its result is dropped on a
-            // panic, so nothing half-updated is observed afterwards.
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
-                .map_err(|payload| Error::panic(Some(op), payload));
+            let r = run_here(op, f);
             cost.record(t.elapsed(), items);
             return r;
         }

@@ -168,14 +168,20 @@ where
             Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
                 pool::run(op, f).await
             }
-            // The closure owns its input and its result is dropped on a
-            // panic, so nothing half-updated is observed afterwards.
-            Ok(_) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
-                .map_err(|payload| Error::panic(Some(op), payload)),
+            Ok(_) => run_here(op, f),
             Err(_) => Err(outside_runtime(op)),
         }
     }
     .boxed()
+}
+
+/// `f` on the calling thread, a panic in it an [`Error::Panic`] naming
+/// `op`: offloaded work run in place.
+fn run_here<F: FnOnce() -> R, R>(op: &'static str, f: F) -> Result<R> {
+    // The closure owns its input and its result is dropped on a panic, so
+    // nothing half-updated is observed afterwards.
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        .map_err(|payload| Error::panic(Some(op), payload))
 }
 
 /// The error of an operator that needs a tokio runtime and was polled

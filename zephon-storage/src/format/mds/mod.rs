@@ -157,12 +157,10 @@ pub fn manifest_from_index(json: &[u8]) -> FormatResult<Option<Manifest>> {
 #[derive(Debug)]
 pub struct MdsIndex {
     columns: Vec<Column>,
-    /// The columns in field-name order (stable: of two columns of one name
-    /// the later comes later, so the record keeps its value as a map would).
-    by_name: Vec<usize>,
-    /// The names sorted once, when no name is given twice: each record's
-    /// fields are then made in place, no name compared.
-    sorted: Option<SortedNames>,
+    /// The column names sorted once: each record's fields are made in
+    /// place, no name compared (of two columns of one name the later
+    /// wins, as a map's insert would).
+    by_name: SortedNames,
     /// How many columns have a size header in each sample.
     variable: usize,
     /// Samples in the shard.
@@ -284,8 +282,6 @@ impl MdsIndex {
                 "the offset table does not cover the shard ({total} bytes); corrupt or truncated"
             ));
         }
-        let mut by_name: Vec<usize> = (0..columns.len()).collect();
-        by_name.sort_by(|&a, &b| columns[a].name.cmp(&columns[b].name));
         Ok(MdsIndex {
             columns: columns
                 .iter()
@@ -295,8 +291,7 @@ impl MdsIndex {
                     kind: Kind::of(&c.encoding),
                 })
                 .collect(),
-            by_name,
-            sorted: SortedNames::new(columns.iter().map(|c| c.name.as_str())),
+            by_name: SortedNames::new(columns.iter().map(|c| c.name.as_str())),
             variable: columns.iter().filter(|c| c.size.is_none()).count(),
             samples: n,
             table: keep(table as usize),
@@ -411,21 +406,13 @@ impl MdsIndex {
             spans.push((at, end));
             at = end;
         }
-        let value = |k: usize| {
+        *fields = Fields::try_from_sorted(&self.by_name, |k| {
             let (c, (start, end)) = (&self.columns[k], spans[k]);
             decode_value(c.kind, &b[start..end], || {
                 data.slice(from + start..from + end)
             })
             .map_err(|e| format!("column {:?}: {e}", c.name))
-        };
-        if let Some(sorted) = &self.sorted {
-            *fields = Fields::try_from_sorted(sorted, value)?;
-            return Ok(());
-        }
-        *fields = Fields::with_capacity(self.columns.len());
-        for &k in &self.by_name {
-            fields.insert(self.columns[k].name.clone(), value(k)?);
-        }
+        })?;
         Ok(())
     }
 }
@@ -664,8 +651,7 @@ mod tests {
     /// and of a repeated name the later column wins (as a map's insert).
     #[test]
     fn columns_in_any_order_land_in_their_fields() {
-        // With a name given twice (the later column wins, fields inserted)
-        // and without (fields made in name order, no name compared).
+        // With a name given twice (the later column wins) and without.
         for twice in [true, false] {
             let mut columns = vec![
                 col("text", "str", None),

@@ -51,7 +51,7 @@ use parquet::file::reader::ChunkReader;
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use zephon_core::record::{FieldName, Fields, PointerChunks, SortedNames};
+use zephon_core::record::{Fields, PointerChunks, SortedNames};
 use zephon_core::{Record, Value};
 /// The crates this format is read with, re-exported so callers (fixtures,
 /// benchmarks) write files with the very versions Zephon reads them with.
@@ -94,17 +94,7 @@ pub struct ParquetIndex {
     /// The projected columns' names, made once and shared by every row,
     /// in name order with each one's column index (known from the first
     /// group decoded: every group has the projected schema).
-    names: OnceLock<Names>,
-}
-
-/// A Parquet schema's field names, as rows are made with them.
-#[derive(Debug)]
-enum Names {
-    /// No name twice: each row's fields made in name order.
-    Sorted(SortedNames),
-    /// A name given twice (Arrow allows it), in name order, each row's
-    /// fields inserted so the later column wins, as a map's would.
-    Repeated(Vec<(FieldName, usize)>),
+    names: OnceLock<SortedNames>,
 }
 
 impl ParquetIndex {
@@ -255,24 +245,17 @@ impl ParquetIndex {
         }
     }
 
-    /// The shared names with their columns in `batch`: sorted once when
-    /// no name repeats, in name order otherwise.
-    fn names(&self, batch: &RecordBatch) -> &Names {
+    /// The shared names, sorted once, with their columns in `batch` (of a
+    /// name given twice, which Arrow allows, the later column wins).
+    fn names(&self, batch: &RecordBatch) -> &SortedNames {
         self.names.get_or_init(|| {
-            let given = batch
-                .schema_ref()
-                .fields()
-                .iter()
-                .map(|f| f.name().as_str());
-            if let Some(sorted) = SortedNames::new(given.clone()) {
-                return Names::Sorted(sorted);
-            }
-            let mut names: Vec<(FieldName, usize)> = given
-                .enumerate()
-                .map(|(c, name)| (FieldName::from(name), c))
-                .collect();
-            names.sort_by(|a, b| a.0.cmp(&b.0));
-            Names::Repeated(names)
+            SortedNames::new(
+                batch
+                    .schema_ref()
+                    .fields()
+                    .iter()
+                    .map(|f| f.name().as_str()),
+            )
         })
     }
 
@@ -282,19 +265,10 @@ impl ParquetIndex {
         let columns = &group.columns[k];
         // Every group has the projected schema the names were taken from;
         // a missing column would read as null.
-        let value = |c: usize| columns.get(c).map_or(Value::Null, |a| a.value(row));
-        match self.names(&group.slices[k]) {
-            Names::Sorted(sorted) => {
-                let made = Fields::try_from_sorted(sorted, |c| Ok::<_, Infallible>(value(c)));
-                *fields = made.unwrap_or_else(|never| match never {});
-            }
-            Names::Repeated(names) => {
-                *fields = Fields::with_capacity(names.len());
-                for (name, c) in names {
-                    fields.insert(name.clone(), value(*c));
-                }
-            }
-        }
+        let made = Fields::try_from_sorted(self.names(&group.slices[k]), |c| {
+            Ok::<_, Infallible>(columns.get(c).map_or(Value::Null, |a| a.value(row)))
+        });
+        *fields = made.unwrap_or_else(|never| match never {});
     }
 }
 
