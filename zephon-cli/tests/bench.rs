@@ -209,17 +209,73 @@ fn bench_formats_compares_one_thread_with_one_thread_and_reports_memory() {
     );
     assert!(lines[1].contains("zephon 3t /s"), "{stdout}");
     assert!(lines[1].contains("in order 1t /s"), "{stdout}");
+    assert!(
+        lines[1].contains("plain sh /s") && lines[1].contains("1t:sh"),
+        "{stdout}"
+    );
     for (line, format) in lines[2..].iter().zip(["jsonl", "tokens"]) {
         let f: Vec<&str> = line.split_whitespace().collect();
         assert_eq!(f[0], format, "{stdout}");
         assert_eq!(f[1], "400", "{stdout}");
-        // Rates and ratios (shuffled, in order, more threads), then three
-        // peaks in MiB.
+        // Rates and ratios (the plain loop in order and shuffled, zephon
+        // shuffled, in order, more threads), then four peaks in MiB.
         for x in &f[2..] {
             let x: f64 = x.parse().unwrap_or_else(|_| panic!("{x} in {line}"));
             assert!(x > 0.0 && x.is_finite(), "{line}");
         }
-        assert_eq!(f.len(), 12, "{line}");
+        assert_eq!(f.len(), 16, "{line}");
+    }
+}
+
+/// Every format's plain loop, in file order and shuffled, reads every
+/// sample once (the bench stops when a side's count differs from another's)
+/// and the JSON carries both baselines' ratios.
+#[test]
+fn bench_formats_json_compares_every_format_with_both_plain_orders() {
+    let (ok, stdout, stderr) = zephon(&[
+        "bench",
+        "formats",
+        "--samples",
+        "301",
+        "--shards",
+        "3",
+        "--seq-len",
+        "16",
+        "--repeat",
+        "1",
+        "--json",
+    ]);
+    assert!(ok, "{stdout}\n{stderr}");
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    let rows = v["rows"].as_array().expect("rows");
+    let formats: Vec<&str> = rows.iter().filter_map(|r| r["format"].as_str()).collect();
+    assert_eq!(
+        formats,
+        [
+            "jsonl",
+            "tokens",
+            "megatron",
+            "parquet",
+            "mds",
+            "webdataset"
+        ],
+        "{v}"
+    );
+    for row in rows {
+        assert_eq!(row["samples"], 301, "{row}");
+        for key in [
+            "plain_1t_per_s",
+            "plain_1t_shuffled_per_s",
+            "ratio_1t_median",
+            "ratio_1t_to_plain_shuffled_median",
+            "ratio_1t_in_order_median",
+            "ratio_nt_to_plain_shuffled_median",
+        ] {
+            assert!(
+                row[key].as_f64().is_some_and(|x| x > 0.0 && x.is_finite()),
+                "{key} in {row}"
+            );
+        }
     }
 }
 

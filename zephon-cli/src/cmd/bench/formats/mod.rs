@@ -2,14 +2,14 @@
 //! disk through `fetch -> batch`, beside a plain loop over the same bytes
 //! with the format's own crate (or, where the format has no Rust crate, the
 //! few lines its layout needs), in the same run. The plain loop runs on one
-//! thread; Zephon is measured on one thread (the inline runner) for the
-//! like-for-like ratio, and with `--parallelism` threads beside it.
+//! thread, in file order and shuffled ([`plain`]); Zephon is measured on one
+//! thread (the inline runner) in either order for the like-for-like ratios,
+//! and with `--parallelism` threads beside it.
 
 use super::{mem, stats};
 use crate::cmd::flags::{AT_LEAST_ONE, GENERATED_RECORDS, GENERATED_SHARDS, ranged};
 use anyhow::Result;
-use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 use zephon_core::settings::{BATCH_SIZE, PARALLELISM, SEQ_LEN};
 use zephon_core::{Dataset, PipelineExt, Runner, WorkSource};
@@ -17,6 +17,11 @@ use zephon_storage::DatasetExt;
 use zephon_storage::format::FormatOptions;
 use zephon_storage::format::mds::{MdsColumn, encode_shard};
 use zephon_storage::format::tokens::{TokenDtype, encode_megatron};
+
+mod plain;
+
+/// The seed of both shuffled sides, the plain loop's and Zephon's.
+const SEED: u64 = 1;
 
 /// Options of `zephon bench formats`.
 #[derive(Debug, clap::Args)]
@@ -187,118 +192,6 @@ fn write_parquet(dir: &Path, s: usize, range: std::ops::Range<usize>) -> Result<
     Ok(())
 }
 
-fn files(dir: &Path, ext: &str) -> Result<Vec<PathBuf>> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.to_string_lossy().ends_with(ext))
-        .collect();
-    v.sort();
-    Ok(v)
-}
-
-fn u16s(b: &[u8]) -> Vec<u32> {
-    b.chunks_exact(2)
-        .map(|c| u16::from_le_bytes([c[0], c[1]]) as u32)
-        .collect()
-}
-
-/// The plain loop: every sample decoded to owned values, nothing else.
-fn plain(format: &str, dir: &Path, a: &Args) -> Result<usize> {
-    let mut n = 0;
-    match format {
-        "jsonl" => {
-            for f in files(dir, ".jsonl")? {
-                let data = std::fs::read(f)?;
-                for line in data.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
-                    let v: serde_json::Value = serde_json::from_slice(line)?;
-                    std::hint::black_box(v);
-                    n += 1;
-                }
-            }
-        }
-        "tokens" => {
-            for f in files(dir, ".bin")? {
-                let data = std::fs::read(f)?;
-                for c in data.chunks_exact(a.seq_len * 2) {
-                    std::hint::black_box(u16s(c));
-                    n += 1;
-                }
-            }
-        }
-        "megatron" => {
-            for f in files(dir, ".idx")? {
-                let idx = std::fs::read(&f)?;
-                let bin = std::fs::read(f.with_extension("bin"))?;
-                let seqs = u64::from_le_bytes(idx[18..26].try_into()?) as usize;
-                let (lens, ptrs) = (34, 34 + 4 * seqs);
-                for s in 0..seqs {
-                    let l = i32::from_le_bytes(idx[lens + 4 * s..][..4].try_into()?) as usize;
-                    let p = i64::from_le_bytes(idx[ptrs + 8 * s..][..8].try_into()?) as usize;
-                    std::hint::black_box(u16s(&bin[p..p + 2 * l]));
-                    n += 1;
-                }
-            }
-        }
-        "mds" => {
-            for f in files(dir, ".mds")? {
-                let d = std::fs::read(f)?;
-                let u32_at = |at: usize| u32::from_le_bytes(d[at..at + 4].try_into().unwrap());
-                let count = u32_at(0) as usize;
-                for s in 0..count {
-                    let at = u32_at(4 + 4 * s) as usize;
-                    let len = u32_at(at) as usize;
-                    let id = i64::from_le_bytes(d[at + 4..at + 12].try_into()?);
-                    let text = std::str::from_utf8(&d[at + 12..at + 12 + len])?.to_owned();
-                    std::hint::black_box((id, text));
-                    n += 1;
-                }
-            }
-        }
-        "webdataset" => {
-            use zephon_storage::format::webdataset::tar;
-            for f in files(dir, ".tar")? {
-                let mut ar = tar::Archive::new(std::io::BufReader::new(std::fs::File::open(f)?));
-                let mut key = String::new();
-                for e in ar.entries()? {
-                    let mut e = e?;
-                    let path = e.path()?.to_string_lossy().into_owned();
-                    let k = path.split('.').next().unwrap_or("").to_owned();
-                    let mut buf = Vec::with_capacity(e.size() as usize);
-                    e.read_to_end(&mut buf)?;
-                    std::hint::black_box(buf);
-                    if k != key {
-                        n += 1;
-                        key = k;
-                    }
-                }
-            }
-        }
-        "parquet" => n = plain_parquet(dir)?,
-        other => anyhow::bail!("unknown format `{other}`"),
-    }
-    Ok(n)
-}
-
-fn plain_parquet(dir: &Path) -> Result<usize> {
-    use zephon_storage::format::parquet::arrow_array::cast::AsArray;
-    use zephon_storage::format::parquet::arrow_array::types::Int64Type;
-    use zephon_storage::format::parquet::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-    let mut n = 0;
-    for f in files(dir, ".parquet")? {
-        let reader = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(f)?)?.build()?;
-        for batch in reader {
-            let batch = batch?;
-            let ids = batch.column(0).as_primitive::<Int64Type>();
-            let texts = batch.column(1).as_string::<i32>();
-            for r in 0..batch.num_rows() {
-                std::hint::black_box((ids.value(r), texts.value(r).to_owned()));
-                n += 1;
-            }
-        }
-    }
-    Ok(n)
-}
-
 /// Zephon's `fetch -> batch` over the dataset with `threads` fetch
 /// parallelism: one thread is the inline runner (the caller's thread, as the
 /// plain loop), more the threads runner with that many workers. The
@@ -313,7 +206,7 @@ fn zephon(
     shuffled: bool,
 ) -> Result<usize> {
     let ds = Dataset::from_path_with("bench", dir, &opts.clone().open_threads(threads))?;
-    let ws = WorkSource::builder().dataset(ds, 1.0).seed(1);
+    let ws = WorkSource::builder().dataset(ds, 1.0).seed(SEED);
     let ws = if shuffled {
         ws
     } else {
@@ -405,24 +298,29 @@ pub fn run(a: Args) -> Result<()> {
     let wide = format!("zephon {p}t /s");
     let mut lines = vec![
         format!(
-            "samples/s, best of {} rounds; ratios: median over rounds of zephon over the plain \
-             loop in the same round; zephon shuffles shards and samples within them (its \
-             defaults) except in the `in order` column, which reads in the plain loop's order; \
-             peak RssAnon in MiB",
+            "samples/s, best of {} rounds; ratios: median over rounds of zephon over a plain \
+             loop in the same round: `:1t` over the plain loop in file order, `:sh` over the \
+             plain loop shuffled (files and the samples of each in a random order, as zephon's \
+             defaults read); zephon shuffles shards and samples within them except in the `in \
+             order` column, which reads in file order; peak RssAnon in MiB",
             a.repeat.max(1)
         ),
         format!(
-            "{:<11} {:>9} {:>14} {:>14} {:>7} {:>14} {:>7} {:>14} {:>7} {:>8} {:>8} {:>8}",
+            "{:<11} {:>9} {:>12} {:>12} {:>12} {:>6} {:>6} {:>14} {:>6} {:>12} {:>6} {:>6} {:>7} {:>7} {:>7} {:>7}",
             "format",
             "samples",
             "plain 1t /s",
+            "plain sh /s",
             "zephon 1t /s",
             "1t:1t",
+            "1t:sh",
             "in order 1t /s",
             "ord:1t",
             wide,
             format!("{p}t:1t"),
+            format!("{p}t:sh"),
             "MiB pl",
+            "MiB ps",
             "MiB z1",
             format!("MiB z{p}"),
         ),
@@ -437,22 +335,28 @@ pub fn run(a: Args) -> Result<()> {
         }
         let dir = root.path().join(format);
         let opts = write(format, &dir, &a)?;
-        let (mut plain_side, mut one, mut ordered, mut many) = Default::default();
+        let (mut plain_side, mut plain_sh, mut one, mut ordered, mut many) = Default::default();
         for round in 0..a.repeat.max(1) {
             // Each round starts with another side, so none always runs on
             // the machine (and the heap) another left.
-            let mut order = [0, 1, 2, 3];
-            order.rotate_left(round % 4);
+            let mut order = [0, 1, 2, 3, 4];
+            order.rotate_left(round % 5);
             for side in order {
                 match side {
-                    0 => Side::measure(&mut plain_side, || plain(format, &dir, &a))?,
-                    1 => Side::measure(&mut one, || zephon(&dir, &opts, &a, 1, true))?,
-                    2 => Side::measure(&mut ordered, || zephon(&dir, &opts, &a, 1, false))?,
+                    0 => {
+                        Side::measure(&mut plain_side, || plain::in_order(format, &dir, a.seq_len))?
+                    }
+                    1 => Side::measure(&mut plain_sh, || {
+                        plain::shuffled(format, &dir, a.seq_len, SEED)
+                    })?,
+                    2 => Side::measure(&mut one, || zephon(&dir, &opts, &a, 1, true))?,
+                    3 => Side::measure(&mut ordered, || zephon(&dir, &opts, &a, 1, false))?,
                     _ => Side::measure(&mut many, || zephon(&dir, &opts, &a, p, true))?,
                 }
             }
         }
         for (name, side) in [
+            ("the plain loop shuffled", &plain_sh),
             ("zephon, 1 thread", &one),
             ("zephon, 1 thread in order", &ordered),
             ("zephon, more threads", &many),
@@ -466,16 +370,20 @@ pub fn run(a: Args) -> Result<()> {
             }
         }
         lines.push(format!(
-            "{format:<11} {:>9} {:>14.0} {:>14.0} {:>7.2} {:>14.0} {:>7.2} {:>14.0} {:>7.2} {:>8} {:>8} {:>8}",
+            "{format:<11} {:>9} {:>12.0} {:>12.0} {:>12.0} {:>6.2} {:>6.2} {:>14.0} {:>6.2} {:>12.0} {:>6.2} {:>6.2} {:>7} {:>7} {:>7} {:>7}",
             plain_side.samples[0],
             plain_side.best_rate(),
+            plain_sh.best_rate(),
             one.best_rate(),
             plain_side.ratio_of(&one),
+            plain_sh.ratio_of(&one),
             ordered.best_rate(),
             plain_side.ratio_of(&ordered),
             many.best_rate(),
             plain_side.ratio_of(&many),
+            plain_sh.ratio_of(&many),
             mem::mib(plain_side.peak()),
+            mem::mib(plain_sh.peak()),
             mem::mib(one.peak()),
             mem::mib(many.peak()),
         ));
@@ -483,14 +391,18 @@ pub fn run(a: Args) -> Result<()> {
             "format": format,
             "samples": plain_side.samples[0],
             "plain_1t_per_s": plain_side.best_rate().round(),
+            "plain_1t_shuffled_per_s": plain_sh.best_rate().round(),
             "zephon_1t_per_s": one.best_rate().round(),
             "ratio_1t_median": stats::round3(plain_side.ratio_of(&one)),
+            "ratio_1t_to_plain_shuffled_median": stats::round3(plain_sh.ratio_of(&one)),
             "zephon_1t_in_order_per_s": ordered.best_rate().round(),
             "ratio_1t_in_order_median": stats::round3(plain_side.ratio_of(&ordered)),
             "zephon_threads": p,
             "zephon_nt_per_s": many.best_rate().round(),
             "ratio_nt_to_plain_1t_median": stats::round3(plain_side.ratio_of(&many)),
+            "ratio_nt_to_plain_shuffled_median": stats::round3(plain_sh.ratio_of(&many)),
             "plain_peak_rss_anon_mib": mem::mib_json(plain_side.peak()),
+            "plain_shuffled_peak_rss_anon_mib": mem::mib_json(plain_sh.peak()),
             "zephon_1t_peak_rss_anon_mib": mem::mib_json(one.peak()),
             "zephon_nt_peak_rss_anon_mib": mem::mib_json(many.peak()),
         }));
