@@ -146,6 +146,11 @@ impl Fields {
         self.entries.push((name, value));
     }
 
+    /// Room for `n` more fields without reallocating, and no more.
+    pub(super) fn reserve_exact(&mut self, n: usize) {
+        self.entries.reserve_exact(n);
+    }
+
     /// Replaces the value of the last field: for
     /// [`try_from_sorted`](Fields::try_from_sorted), of a name given twice.
     #[inline]

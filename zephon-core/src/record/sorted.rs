@@ -84,18 +84,47 @@ impl Fields {
     /// value is kept. The first error stops it.
     pub fn try_from_sorted<E>(
         names: &SortedNames,
-        mut value: impl FnMut(usize) -> Result<Value, E>,
+        value: impl FnMut(usize) -> Result<Value, E>,
     ) -> Result<Fields, E> {
-        let mut f = Fields::with_capacity(names.len());
+        let mut f = Fields::new();
+        f.try_fill_sorted(names, value)?;
+        Ok(f)
+    }
+
+    /// [`try_from_sorted`](Fields::try_from_sorted) into these fields,
+    /// which it replaces: a reader making records where they stay (a
+    /// batch's vector) builds each one's fields in place. Made elsewhere
+    /// and moved in, the fields were written as words and read back in
+    /// wider moves, which the processor cannot forward from those stores:
+    /// a stall per record, the largest cost of decoding an MDS sample.
+    /// On an error the fields made before it are kept.
+    ///
+    /// ```
+    /// use zephon_core::record::{Fields, SortedNames};
+    /// use zephon_core::Value;
+    /// let names = SortedNames::new(["text", "id"]);
+    /// let mut f = Fields::new();
+    /// f.insert("old".into(), Value::Null);
+    /// f.try_fill_sorted(&names, |col| Ok::<_, ()>(Value::Int(col as i64))).unwrap();
+    /// assert_eq!(format!("{f:?}"), r#"{"id": Int(1), "text": Int(0)}"#);
+    /// ```
+    #[inline]
+    pub fn try_fill_sorted<E>(
+        &mut self,
+        names: &SortedNames,
+        mut value: impl FnMut(usize) -> Result<Value, E>,
+    ) -> Result<(), E> {
+        self.clear();
+        self.reserve_exact(names.len());
         for (name, at, repeats) in names.names.iter() {
             let v = value(*at)?;
             if *repeats {
-                f.replace_last(v);
+                self.replace_last(v);
             } else {
-                f.push_in_order(name.clone(), v);
+                self.push_in_order(name.clone(), v);
             }
         }
-        Ok(f)
+        Ok(())
     }
 }
 

@@ -5,7 +5,14 @@ use bytes::Bytes;
 use std::fmt;
 
 /// Width of the little-endian ids a [`TokenView`] reads.
+// A whole word: [`Value`](crate::Value) keeps its variant in this field's
+// spare values, so with one byte here every value was written as a byte
+// of tag beside seven bytes copied apart, and read back as one word the
+// processor could not forward from those stores (a stall per field made,
+// the largest cost of decoding an MDS sample). As a word the tag is one
+// store, and `Value` stays 40 bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u64)]
 pub enum TokenWidth {
     /// Two bytes per id.
     U16,

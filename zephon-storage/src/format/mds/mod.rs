@@ -406,7 +406,7 @@ impl MdsIndex {
             spans.push((at, end));
             at = end;
         }
-        *fields = Fields::try_from_sorted(&self.by_name, |k| {
+        fields.try_fill_sorted(&self.by_name, |k| {
             let (c, (start, end)) = (&self.columns[k], spans[k]);
             decode_value(c.kind, &b[start..end], || {
                 data.slice(from + start..from + end)

@@ -265,10 +265,10 @@ impl ParquetIndex {
         let columns = &group.columns[k];
         // Every group has the projected schema the names were taken from;
         // a missing column would read as null.
-        let made = Fields::try_from_sorted(self.names(&group.slices[k]), |c| {
+        let made = fields.try_fill_sorted(self.names(&group.slices[k]), |c| {
             Ok::<_, Infallible>(columns.get(c).map_or(Value::Null, |a| a.value(row)))
         });
-        *fields = made.unwrap_or_else(|never| match never {});
+        made.unwrap_or_else(|never| match never {});
     }
 }
 
