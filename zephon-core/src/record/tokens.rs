@@ -298,6 +298,15 @@ impl ExactSizeIterator for TokensIter<'_> {}
 mod tests {
     use super::*;
 
+    /// The width is a word so that `Value` keeps its variant in one (see
+    /// `TokenWidth`), without growing: every record moves its values.
+    #[test]
+    fn a_value_keeps_its_size() {
+        assert_eq!(size_of::<TokenWidth>(), 8);
+        assert_eq!(size_of::<crate::Value>(), 40);
+        assert_eq!(size_of::<Option<crate::Value>>(), 40);
+    }
+
     fn le16(ids: &[u16]) -> Vec<u8> {
         ids.iter().flat_map(|t| t.to_le_bytes()).collect()
     }
