@@ -20,6 +20,7 @@
 
 mod column;
 
+use super::lines::prefetch;
 use super::{FormatResult, FormatSpec, ShardIndex};
 use crate::manifest::{Manifest, ShardEntry};
 use bytes::Bytes;
@@ -197,6 +198,10 @@ struct Column {
 /// text and numbers whole; of a large sample (an image) its head, so a read
 /// of many does not push the rest out of the cache.
 const TOUCH: usize = 1024;
+/// Samples ahead of the one decoded whose bytes are asked for: enough for
+/// their misses (a few hundred nanoseconds each) to land while the samples
+/// before them decode, few enough that they are still in the cache then.
+const AHEAD: usize = 8;
 
 fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
@@ -328,17 +333,12 @@ impl MdsIndex {
         ))
     }
 
-    /// Where samples `indices` lie in `data`, each brought into the cache.
-    /// Shuffled samples lie anywhere in the shard, each a few cache misses
-    /// when decoding reaches it. Touching every cache line of the samples
-    /// first (their first `TOUCH` bytes), in a loop whose loads depend on
-    /// nothing, lets the processor wait for all those misses at once
-    /// instead of one by one.
+    /// Where samples `indices` lie in `data`.
     ///
     /// A local shard's offset table is read in its map each time: a sample
     /// whose offsets do not lie in `data` (the table rewritten in place
     /// since it was checked) is an error, not a panic.
-    fn touch(
+    fn spans(
         &self,
         data: &Bytes,
         indices: impl ExactSizeIterator<Item = u64>,
@@ -360,13 +360,26 @@ impl MdsIndex {
                 None => return Err(format!("sample {i} is past the last, {}", self.len())),
             }
         }
-        let touched = spans.iter().fold(0u8, |t, &(from, to)| {
-            (from..to.min(from + TOUCH))
-                .step_by(64)
-                .fold(t, |t, at| t ^ data[at])
-        });
-        std::hint::black_box(touched);
         Ok(spans)
+    }
+
+    /// Decodes the samples at `spans` in turn, each by `one(k, from, to)`,
+    /// the bytes of the sample [`AHEAD`] places on asked for first
+    /// ([`prefetch`]: their first [`TOUCH`] bytes).
+    fn each_prefetched(
+        data: &[u8],
+        spans: &[(usize, usize)],
+        mut one: impl FnMut(usize, usize, usize) -> FormatResult<()>,
+    ) -> FormatResult<()> {
+        let ask = |&(from, to): &(usize, usize)| prefetch(&data[from..to.min(from + TOUCH)]);
+        spans.iter().take(AHEAD).for_each(ask);
+        for (k, &(from, to)) in spans.iter().enumerate() {
+            if let Some(next) = spans.get(k + AHEAD) {
+                ask(next);
+            }
+            one(k, from, to)?;
+        }
+        Ok(())
     }
 
     /// Decodes the sample at `data[from..to]` into `fields` (empty);
@@ -423,30 +436,29 @@ impl ShardIndex for MdsIndex {
     }
 
     fn decode(&self, data: &Bytes, indices: &[u64]) -> FormatResult<Vec<Record>> {
-        let spans = self.touch(data, indices.iter().copied())?;
+        let spans = self.spans(data, indices.iter().copied())?;
         // Each record is made where it stays, in the vector handed back:
         // built elsewhere and moved in, its bytes would be copied again.
         let mut scratch = Vec::with_capacity(self.columns.len());
         let mut out: Vec<Record> = Vec::with_capacity(indices.len());
-        for (&i, (from, to)) in indices.iter().zip(spans) {
+        Self::each_prefetched(data, &spans, |k, from, to| {
             out.push(Record::default());
             let r = out.last_mut().expect("just pushed");
             self.sample(data, from, to, &mut scratch, &mut r.fields)
-                .map_err(|e| format!("sample {i}: {e}"))?;
-        }
+                .map_err(|e| format!("sample {}: {e}", indices[k]))
+        })?;
         Ok(out)
     }
 
     /// As `decode`, each record made in its place in `out`'s chunks.
     fn decode_chunks(&self, data: &Bytes, out: &mut PointerChunks<'_>) -> FormatResult<()> {
-        let spans = self.touch(data, out.pointers().iter().map(|p| p.sample))?;
+        let spans = self.spans(data, out.pointers().iter().map(|p| p.sample))?;
         let mut scratch = Vec::with_capacity(self.columns.len());
-        for (from, to) in spans {
+        Self::each_prefetched(data, &spans, |_, from, to| {
             let (p, r) = out.next_record().expect("a record per pointer");
             self.sample(data, from, to, &mut scratch, &mut r.fields)
-                .map_err(|e| format!("sample {}: {e}", p.sample))?;
-        }
-        Ok(())
+                .map_err(|e| format!("sample {}: {e}", p.sample))
+        })
     }
 
     /// `None` for an index reading its table in the shard's bytes
