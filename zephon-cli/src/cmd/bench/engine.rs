@@ -348,19 +348,15 @@ pub fn run(args: Args) -> Result<()> {
             of_baseline,
         ));
     }
-    if args.json {
-        let out = serde_json::json!({
+    let json = || {
+        serde_json::json!({
             "bench": "engine",
             "records": args.records,
             "batch": args.batch,
             "rounds": args.repeat.max(1),
             "rows": rows,
-        });
-        println!("{out}");
-    } else {
-        for l in lines {
-            println!("{l}");
-        }
-    }
+        })
+    };
+    super::print_report(args.json, json, &lines);
     Ok(())
 }

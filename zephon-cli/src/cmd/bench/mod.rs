@@ -43,3 +43,15 @@ pub fn run(b: Bench) -> anyhow::Result<()> {
         Bench::Tokens(a) => tokens::run(*a),
     }
 }
+
+/// Prints a benchmark's figures: as one JSON object (`json`, made only when
+/// asked for) or as the table's lines.
+fn print_report(as_json: bool, json: impl FnOnce() -> serde_json::Value, lines: &[String]) {
+    if as_json {
+        println!("{}", json());
+    } else {
+        for l in lines {
+            println!("{l}");
+        }
+    }
+}

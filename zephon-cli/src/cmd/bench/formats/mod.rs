@@ -407,17 +407,7 @@ pub fn run(a: Args) -> Result<()> {
             "zephon_nt_peak_rss_anon_mib": mem::mib_json(many.peak()),
         }));
     }
-    if a.json {
-        let out = serde_json::json!({
-            "bench": "formats",
-            "rounds": a.repeat.max(1),
-            "rows": rows,
-        });
-        println!("{out}");
-    } else {
-        for l in lines {
-            println!("{l}");
-        }
-    }
+    let json = || serde_json::json!({"bench": "formats", "rounds": a.repeat.max(1), "rows": rows});
+    super::print_report(a.json, json, &lines);
     Ok(())
 }

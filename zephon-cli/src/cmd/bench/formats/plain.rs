@@ -45,40 +45,17 @@ pub(super) fn in_order(format: &str, dir: &Path, seq_len: usize) -> Result<usize
         }
         "tokens" => {
             for f in files(dir, ".bin")? {
-                let data = std::fs::read(f)?;
-                for c in data.chunks_exact(seq_len * 2) {
-                    std::hint::black_box(u16s(c));
-                    n += 1;
-                }
+                n += tokens_file(&f, seq_len, |n| 0..n)?;
             }
         }
         "megatron" => {
             for f in files(dir, ".idx")? {
-                let idx = std::fs::read(&f)?;
-                let bin = std::fs::read(f.with_extension("bin"))?;
-                let seqs = u64::from_le_bytes(idx[18..26].try_into()?) as usize;
-                let (lens, ptrs) = (34, 34 + 4 * seqs);
-                for s in 0..seqs {
-                    let l = i32::from_le_bytes(idx[lens + 4 * s..][..4].try_into()?) as usize;
-                    let p = i64::from_le_bytes(idx[ptrs + 8 * s..][..8].try_into()?) as usize;
-                    std::hint::black_box(u16s(&bin[p..p + 2 * l]));
-                    n += 1;
-                }
+                n += megatron_file(&f, |n| 0..n)?;
             }
         }
         "mds" => {
             for f in files(dir, ".mds")? {
-                let d = std::fs::read(f)?;
-                let u32_at = |at: usize| u32::from_le_bytes(d[at..at + 4].try_into().unwrap());
-                let count = u32_at(0) as usize;
-                for s in 0..count {
-                    let at = u32_at(4 + 4 * s) as usize;
-                    let len = u32_at(at) as usize;
-                    let id = i64::from_le_bytes(d[at + 4..at + 12].try_into()?);
-                    let text = std::str::from_utf8(&d[at + 12..at + 12 + len])?.to_owned();
-                    std::hint::black_box((id, text));
-                    n += 1;
-                }
+                n += mds_file(&f, |n| 0..n)?;
             }
         }
         "webdataset" => {
@@ -160,17 +137,9 @@ pub(super) fn shuffled(format: &str, dir: &Path, seq_len: usize, seed: u64) -> R
     for f in fs {
         n += match format {
             "jsonl" => jsonl_shuffled(&f, &mut rng)?,
-            "tokens" => {
-                let data = std::fs::read(f)?;
-                let width = seq_len * 2;
-                let count = data.len() / width;
-                for s in permutation(count, &mut rng) {
-                    std::hint::black_box(u16s(&data[s * width..(s + 1) * width]));
-                }
-                count
-            }
-            "megatron" => megatron_shuffled(&f, &mut rng)?,
-            "mds" => mds_shuffled(&f, &mut rng)?,
+            "tokens" => tokens_file(&f, seq_len, |n| permutation(n, &mut rng))?,
+            "megatron" => megatron_file(&f, |n| permutation(n, &mut rng))?,
+            "mds" => mds_file(&f, |n| permutation(n, &mut rng))?,
             "webdataset" => webdataset_shuffled(&f, &mut rng)?,
             _ => parquet_shuffled(&f, &mut rng)?,
         };
@@ -191,12 +160,33 @@ fn jsonl_shuffled(f: &Path, rng: &mut ChaCha8Rng) -> Result<usize> {
     Ok(lines.len())
 }
 
-fn megatron_shuffled(f: &Path, rng: &mut ChaCha8Rng) -> Result<usize> {
+/// A flat token file's windows of `seq_len` ids, in the `order` given
+/// their count: `0..n` (file order, nothing allocated) or a [`permutation`].
+fn tokens_file<I: IntoIterator<Item = usize>>(
+    f: &Path,
+    seq_len: usize,
+    order: impl FnOnce(usize) -> I,
+) -> Result<usize> {
+    let data = std::fs::read(f)?;
+    let width = seq_len * 2;
+    let count = data.len() / width;
+    for s in order(count) {
+        std::hint::black_box(u16s(&data[s * width..(s + 1) * width]));
+    }
+    Ok(count)
+}
+
+/// A Megatron `.idx` (`f`) and its `.bin`'s sequences, in the `order`
+/// given their count (see [`tokens_file`]).
+fn megatron_file<I: IntoIterator<Item = usize>>(
+    f: &Path,
+    order: impl FnOnce(usize) -> I,
+) -> Result<usize> {
     let idx = std::fs::read(f)?;
     let bin = std::fs::read(f.with_extension("bin"))?;
     let seqs = u64::from_le_bytes(idx[18..26].try_into()?) as usize;
     let (lens, ptrs) = (34, 34 + 4 * seqs);
-    for s in permutation(seqs, rng) {
+    for s in order(seqs) {
         let l = i32::from_le_bytes(idx[lens + 4 * s..][..4].try_into()?) as usize;
         let p = i64::from_le_bytes(idx[ptrs + 8 * s..][..8].try_into()?) as usize;
         std::hint::black_box(u16s(&bin[p..p + 2 * l]));
@@ -204,11 +194,16 @@ fn megatron_shuffled(f: &Path, rng: &mut ChaCha8Rng) -> Result<usize> {
     Ok(seqs)
 }
 
-fn mds_shuffled(f: &Path, rng: &mut ChaCha8Rng) -> Result<usize> {
+/// An MDS shard's samples (an `int` id and a `str` text), in the `order`
+/// given their count (see [`tokens_file`]).
+fn mds_file<I: IntoIterator<Item = usize>>(
+    f: &Path,
+    order: impl FnOnce(usize) -> I,
+) -> Result<usize> {
     let d = std::fs::read(f)?;
     let u32_at = |at: usize| u32::from_le_bytes(d[at..at + 4].try_into().unwrap());
     let count = u32_at(0) as usize;
-    for s in permutation(count, rng) {
+    for s in order(count) {
         let at = u32_at(4 + 4 * s) as usize;
         let len = u32_at(at) as usize;
         let id = i64::from_le_bytes(d[at + 4..at + 12].try_into()?);
