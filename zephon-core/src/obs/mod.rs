@@ -19,12 +19,12 @@
 //!   [`SAMPLE_EVERY`] is timed and stands for the others; fetch times whole
 //!   read groups, batch one batch in [`SAMPLE_EVERY`].
 //! - The consumer's clock is read when it asks and when it receives. A
-//!   consumer faster than 20 µs per item is timed in bunches instead: under
-//!   the threads runner only when it has to wait for the next chunk of
-//!   items (the others were already there), under the inline runner on one
-//!   delivery in 8; the time between two reads is exact, and its split into
-//!   waiting and working is the timed delivery's. Totals are published every
-//!   16 deliveries.
+//!   consumer faster than 20 µs per item is timed in bunches instead: only
+//!   when it has to wait for the next chunk of items, handed over by the
+//!   threads runner's task or polled ahead on the caller's own thread (the
+//!   others were already there); the time between two reads is exact, and
+//!   its split into waiting and working is the timed delivery's. Totals are
+//!   published every 16 deliveries.
 //! - The observer travels in the [pipeline context](crate::context), which
 //!   the task driving the pipeline enters on every poll (one poll hands over
 //!   up to a chunk of items under the threads runner), so an operator first

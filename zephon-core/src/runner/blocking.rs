@@ -2,7 +2,8 @@
 //! hand-off from the threads runner, and the consumer's clock.
 
 use super::Runner;
-use super::handoff::{Driven, Helping, Next, ends_pipeline, poll_here};
+use super::handoff::{Driven, Helping, Next, ends_pipeline};
+use super::here::Here;
 use super::idle::Lease;
 use crate::context::PipelineContext;
 use crate::error::Result;
@@ -60,7 +61,7 @@ enum Source<T> {
     /// Not polled yet: observability may still be enabled.
     Idle(Starter<T>),
     /// Inline runner: the caller's thread polls the pipeline.
-    Polled(BoxedPipeline<T>),
+    Polled(Here<T>),
     /// Threads runner: a task on the pool drives the pipeline while the
     /// caller trains, handing items over a short queue.
     Driven(Driven<T>),
@@ -75,9 +76,6 @@ enum Source<T> {
 /// chunk rather than per item: one clock read would cost a noticeable part
 /// of its interval.
 const FAST_CONSUMER: std::time::Duration = std::time::Duration::from_micros(20);
-
-/// A fast inline consumer is timed on one delivery in this many.
-const FAST_SAMPLE_EVERY: u64 = 8;
 
 /// Deliveries counted locally before the consumer totals are published.
 const CONSUMER_PUBLISH: u64 = 16;
@@ -130,10 +128,10 @@ impl<T> BlockingIter<T> {
                     observer.map(PipelineContext::observing),
                 ))
             } else {
-                Source::Polled(match observer {
+                Source::Polled(Here::new(match observer {
                     Some(obs) => Box::pin(obs.observe(stream).without_consumer()),
                     None => Box::pin(stream),
-                })
+                }))
             }
         });
         let (runtime, pool) = Lease::take(&runner)?;
@@ -178,22 +176,20 @@ impl<T> BlockingIter<T> {
 
 impl<T> BlockingIter<T> {
     /// The next item under the threads runner, moving the pipeline between
-    /// the task and this caller as the caller's pace asks; and whether this
-    /// call ran the pipeline here (as the inline runner does) rather than
-    /// taking an item already made. `asked` is set when the caller may wait.
-    fn next_threaded(
-        &mut self,
-        timed: bool,
-        asked: &mut Option<Instant>,
-    ) -> (Option<Result<T>>, bool) {
+    /// the task and this caller as the caller's pace asks. `asked` is set
+    /// when the caller may wait.
+    fn next_threaded(&mut self, timed: bool, asked: &mut Option<Instant>) -> Option<Result<T>> {
         loop {
             match &mut self.source {
                 Source::Helping(h) => {
                     if !h.caller_slow() {
-                        if timed && asked.is_none() {
+                        // Timed when it polls: an item polled ahead is
+                        // handed out without a wait, and the poll's wait
+                        // covers the items it took ahead.
+                        if timed && asked.is_none() && h.will_poll() {
                             *asked = Some(Instant::now());
                         }
-                        return (h.next(&self.runtime, &mut self.pool), true);
+                        return h.next(&self.runtime, &mut self.pool);
                     }
                 }
                 Source::Driven(d) => {
@@ -201,7 +197,7 @@ impl<T> BlockingIter<T> {
                         *asked = timed.then(Instant::now);
                     }
                     match d.next() {
-                        Next::Item(item) => return (item, false),
+                        Next::Item(item) => return item,
                         Next::Back(stream) => {
                             let ctx = d.ctx();
                             self.source = Source::Helping(Helping::new(stream, ctx));
@@ -209,7 +205,7 @@ impl<T> BlockingIter<T> {
                         }
                     }
                 }
-                _ => return (None, false),
+                _ => return None,
             }
             // The caller became slow: the pipeline goes back to a task.
             if let Source::Helping(h) = std::mem::replace(&mut self.source, Source::Taken) {
@@ -240,25 +236,15 @@ impl<T> Iterator for BlockingIter<T> {
         // chunk is there at once, so asking costs no clock read, and a fast
         // consumer's clock is read only at chunk boundaries.
         let mut asked = None;
-        // Whether the untimed deliveries before this one waited like it
-        // (inline: each ran the pipeline) or not at all (threads: they were
-        // already handed over).
-        let mut untimed_waited = false;
         let item = match &mut self.source {
-            Source::Polled(stream) => {
-                // A fast consumer is timed on one delivery in
-                // FAST_SAMPLE_EVERY.
-                let sample =
-                    !self.fast_consumer || (self.untimed + 1).is_multiple_of(FAST_SAMPLE_EVERY);
-                asked = (timed && sample).then(Instant::now);
-                untimed_waited = true;
-                poll_here(&self.runtime, stream, None, &mut self.pool)
+            Source::Polled(here) => {
+                // Timed when it polls the pipeline, and a slow consumer on
+                // every delivery. A poll's wait covers the items it took
+                // ahead, which are then handed out without one.
+                asked = (timed && (here.will_poll() || !self.fast_consumer)).then(Instant::now);
+                here.next(&self.runtime, None, &mut self.pool)
             }
-            Source::Driven(_) | Source::Helping(_) => {
-                let (item, waited) = self.next_threaded(timed, &mut asked);
-                untimed_waited = waited;
-                item
-            }
+            Source::Driven(_) | Source::Helping(_) => self.next_threaded(timed, &mut asked),
             Source::Idle(_) | Source::Taken => None,
         };
         if item.as_ref().is_some_and(ends_pipeline) {
@@ -282,16 +268,13 @@ impl<T> Iterator for BlockingIter<T> {
                     let waited = (now - a).as_nanos() as u64;
                     match self.last_return {
                         Some(r) => {
-                            // The span since the last read is exact; how it
-                            // splits into waiting and working is this
-                            // delivery's, for the untimed ones in it.
+                            // The span since the last read is exact; the
+                            // untimed deliveries in it did not wait (they
+                            // were handed over or polled ahead), so its
+                            // wait is this delivery's.
                             let spans = self.untimed + 1;
                             let span = (now - r).as_nanos() as u64;
-                            let wait = if untimed_waited {
-                                waited.saturating_mul(spans).min(span)
-                            } else {
-                                waited.min(span)
-                            };
+                            let wait = waited.min(span);
                             self.local.wait_ns += wait;
                             self.local.busy_ns += span - wait;
                             let per = (now - r) / spans as u32;
@@ -319,7 +302,7 @@ impl<T> Iterator for BlockingIter<T> {
     }
     fn size_hint(&self) -> (usize, Option<usize>) {
         match &self.source {
-            Source::Polled(stream) => stream.size_hint(),
+            Source::Polled(here) => here.size_hint(),
             Source::Idle(_) => (0, None),
             Source::Driven(d) => (d.ready(), None),
             Source::Helping(h) => h.size_hint(),

@@ -15,6 +15,7 @@
 //! way. CPU work the operators hand to the pool stays on the pool.
 
 use super::blocking::BoxedPipeline;
+use super::here::Here;
 use crate::context::PipelineContext;
 use crate::error::{Error, Result};
 use futures::{FutureExt, StreamExt};
@@ -253,7 +254,7 @@ impl Pace {
 /// The caller polls the pipeline itself, in the runtime's context (CPU
 /// work still goes to the pool, I/O to the runtime's drivers).
 pub(super) struct Helping<T> {
-    stream: BoxedPipeline<T>,
+    here: Here<T>,
     ctx: Option<PipelineContext>,
     calls: u64,
     /// When the last timed item was handed out.
@@ -265,7 +266,7 @@ pub(super) struct Helping<T> {
 impl<T> Helping<T> {
     pub(super) fn new(stream: BoxedPipeline<T>, ctx: Option<PipelineContext>) -> Self {
         Helping {
-            stream,
+            here: Here::new(stream),
             ctx,
             calls: 0,
             sampled: None,
@@ -274,7 +275,9 @@ impl<T> Helping<T> {
     }
 
     /// Whether the caller has become slow enough for the pipeline to run
-    /// ahead on a task again; call as an item is asked for.
+    /// ahead on a task again; call as an item is asked for. Items already
+    /// polled ahead are handed out first, so while there are any the
+    /// answer is no (the count of slow items is kept for the ask after).
     pub(super) fn caller_slow(&mut self) -> bool {
         if let Some(at) = self.sampled.take() {
             self.slow = if at.elapsed() > SLOW_ITEM {
@@ -283,7 +286,13 @@ impl<T> Helping<T> {
                 0
             };
         }
-        self.slow >= SLOW_SAMPLES
+        self.slow >= SLOW_SAMPLES && !self.here.has_ahead()
+    }
+
+    /// Whether the next item will be polled from the pipeline (rather than
+    /// handed out from those polled ahead).
+    pub(super) fn will_poll(&self) -> bool {
+        self.here.will_poll()
     }
 
     /// The pipeline back on a task, spawned by `spawn` ([`Driven::spawn`]).
@@ -292,17 +301,17 @@ impl<T> Helping<T> {
         runtime: &tokio::runtime::Runtime,
         spawn: fn(&tokio::runtime::Runtime, BoxedPipeline<T>, Option<PipelineContext>) -> Driven<T>,
     ) -> Driven<T> {
-        spawn(runtime, self.stream, self.ctx)
+        spawn(runtime, self.here.into_stream(), self.ctx)
     }
 
-    /// The next item, polled here with the runner's CPU pool `pool`; a
-    /// panic is an error item.
+    /// The next item, polled here with the runner's CPU pool `pool` (or
+    /// polled ahead earlier); a panic is an error item.
     pub(super) fn next(
         &mut self,
         runtime: &tokio::runtime::Runtime,
         pool: &mut Option<super::CpuPool>,
     ) -> Option<Result<T>> {
-        let item = poll_here(runtime, &mut self.stream, self.ctx.as_ref(), pool);
+        let item = self.here.next(runtime, self.ctx.as_ref(), pool);
         self.calls += 1;
         if self.calls.is_multiple_of(SAMPLE_EVERY) {
             self.sampled = Some(Instant::now());
@@ -311,44 +320,8 @@ impl<T> Helping<T> {
     }
 
     pub(super) fn size_hint(&self) -> (usize, Option<usize>) {
-        self.stream.size_hint()
+        self.here.size_hint()
     }
-}
-
-/// The next item of `stream`, polled on the calling thread in `runtime`'s
-/// context (and `ctx`'s, if any), CPU work going to `pool` (the runtime's
-/// own, if it has one); a panic is an error item.
-pub(super) fn poll_here<T>(
-    runtime: &tokio::runtime::Runtime,
-    stream: &mut BoxedPipeline<T>,
-    ctx: Option<&PipelineContext>,
-    pool: &mut Option<super::CpuPool>,
-) -> Option<Result<T>> {
-    let poll = std::panic::AssertUnwindSafe(|| {
-        // Most items are ready at once: polled in the runtime's context
-        // without `block_on`, whose set-up cost as much as a cheap
-        // pipeline's batch. `block_on` returns a ready item without running
-        // other tasks or the drivers either, so this changes nothing but
-        // the cost; it takes over when the pipeline has to wait.
-        let ready = {
-            let _in_runtime = runtime.enter();
-            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-            match ctx {
-                Some(c) => c.enter(|| stream.poll_next_unpin(&mut cx)),
-                None => stream.poll_next_unpin(&mut cx),
-            }
-        };
-        match (ready, ctx) {
-            (std::task::Poll::Ready(x), _) => x,
-            (std::task::Poll::Pending, None) => runtime.block_on(stream.next()),
-            (std::task::Poll::Pending, Some(c)) => runtime.block_on(InScope {
-                ctx: Some(c.clone()),
-                inner: Box::pin(stream.next()),
-            }),
-        }
-    });
-    super::pool::lent(pool, || std::panic::catch_unwind(poll))
-        .unwrap_or_else(|payload| Some(Err(Error::panic(None, payload))))
 }
 
 /// The next message from the pipeline task, and whether the queue was

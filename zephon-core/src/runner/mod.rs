@@ -10,6 +10,7 @@ mod blocking;
 mod cost;
 mod group;
 mod handoff;
+mod here;
 mod idle;
 mod pool;
 pub use blocking::BlockingIter;
