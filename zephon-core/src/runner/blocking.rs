@@ -2,7 +2,7 @@
 //! hand-off from the threads runner, and the consumer's clock.
 
 use super::Runner;
-use super::handoff::{Driven, Helping, Next, ends_pipeline};
+use super::handoff::{Driven, HELP_AFTER, HELP_AFTER_MOST, Helping, Next, ends_pipeline};
 use super::here::Here;
 use super::idle::Lease;
 use crate::context::PipelineContext;
@@ -48,6 +48,9 @@ pub struct BlockingIter<T> {
     /// The runtime's CPU pool, lent to this thread while it polls the
     /// pipeline itself.
     pool: Option<super::CpuPool>,
+    /// Waiting chunks in a row before the caller takes the pipeline over
+    /// from the task (doubled after each lost trial).
+    patience: u32,
 }
 
 type Respawn<T> =
@@ -145,6 +148,7 @@ impl<T> BlockingIter<T> {
             respawn: Driven::<T>::spawn,
             runtime,
             pool,
+            patience: HELP_AFTER,
         })
     }
 
@@ -199,17 +203,26 @@ impl<T> BlockingIter<T> {
                     match d.next() {
                         Next::Item(item) => return item,
                         Next::Back(stream) => {
-                            let ctx = d.ctx();
-                            self.source = Source::Helping(Helping::new(stream, ctx));
+                            let (ctx, against) = (d.ctx(), d.pace_per_item());
+                            self.source = Source::Helping(Helping::new(stream, ctx, against));
                             continue;
                         }
                     }
                 }
                 _ => return None,
             }
-            // The caller became slow: the pipeline goes back to a task.
+            // The caller became slow, or was slower polling the pipeline
+            // itself: the pipeline goes back to a task. After a lost trial
+            // the next one waits twice as many chunks.
             if let Source::Helping(h) = std::mem::replace(&mut self.source, Source::Taken) {
-                self.source = Source::Driven(h.into_driven(&self.runtime, self.respawn));
+                self.patience = if h.lost_trial() {
+                    (self.patience * 2).min(HELP_AFTER_MOST)
+                } else {
+                    HELP_AFTER
+                };
+                let mut d = h.into_driven(&self.runtime, self.respawn);
+                d.set_patience(self.patience);
+                self.source = Source::Driven(d);
             }
         }
     }

@@ -8,9 +8,10 @@
 //! and read, then freed, on another. On a 2-core machine a cheap pipeline
 //! (`bench engine`) ran about twice as fast with every thread pinned to one
 //! core as spread over two. So a caller found waiting with little work of
-//! its own per item, chunk after chunk, takes the pipeline over; one that
-//! later spends long on its items (a training step) gives it back to a
-//! task, which again runs ahead. Only one side holds the pipeline at a time
+//! its own per item, chunk after chunk, takes the pipeline over, and keeps
+//! it if its first milliseconds of polling it are not slower than its pace
+//! with the task (a trial); one that later spends long on its items (a
+//! training step) gives it back to a task, which again runs ahead. Only one side holds the pipeline at a time
 //! and it changes hands between items, so the output is the same either
 //! way. CPU work the operators hand to the pool stays on the pool.
 
@@ -56,12 +57,25 @@ const HANDOFF_SPINS: u32 = 32;
 /// the queue empty when it asks for the next, is waiting on the pipeline.
 const FAST_ITEM: Duration = Duration::from_micros(20);
 /// ... and waiting for the chunk at least this many times as long as it
-/// worked on the chunk before: polling the pipeline itself then costs it
-/// at most about a fifth of what a task overlapping its work would save.
-const WAIT_OVER_WORK: u32 = 4;
+/// worked on the chunk before. Where the two cores overlap the caller's
+/// work and the pipeline's well, polling the pipeline itself could then
+/// cost the caller up to half again; where moving items between cores
+/// costs more than the overlap saves (a cheap pipeline on a small
+/// machine), it is faster. The trial below settles which.
+const WAIT_OVER_WORK: u32 = 1;
 /// Chunks in a row the caller must wait that way before it takes the
 /// pipeline over: one slow start or one hiccup is not a pace.
-const HELP_AFTER: u32 = 4;
+pub(super) const HELP_AFTER: u32 = 4;
+/// After a lost trial, the chunks in a row are doubled before the next
+/// one, up to this many: a trial every few thousand chunks costs a
+/// fraction of a percent.
+pub(super) const HELP_AFTER_MOST: u32 = 4096;
+/// How long a caller that took the pipeline over is timed against the
+/// pace it had while the task ran the pipeline ...
+const TRIAL: Duration = Duration::from_millis(2);
+/// ... and how much slower (in twentieths) it may be before the pipeline
+/// goes back to the task: a trial on a noisy machine is a rough measure.
+const TRIAL_SLACK_20THS: u32 = 23;
 /// A caller polling the pipeline itself that spends longer than this on an
 /// item (sampled) is doing work of its own the pipeline could overlap.
 /// (Compared with what the pipeline took for the same item instead, it
@@ -198,6 +212,20 @@ impl<T> Driven<T> {
         self.ctx.clone()
     }
 
+    /// Waiting chunks in a row before the caller takes the pipeline over
+    /// (at least one).
+    pub(super) fn set_patience(&mut self, chunks: u32) {
+        self.pace.patience = chunks.max(1);
+    }
+
+    /// The caller's time per item, waiting included, over the chunks it
+    /// waited for before it asked for the pipeline: what polling the
+    /// pipeline itself has to beat.
+    pub(super) fn pace_per_item(&self) -> Option<Duration> {
+        let (spent, items) = self.pace.streak;
+        (items > 0).then(|| spent / items.min(u32::MAX as usize) as u32)
+    }
+
     /// Stops the task (the caller is done, or the pipeline panicked).
     pub(super) fn abort(&self) {
         self.task.abort();
@@ -226,12 +254,28 @@ impl<T> Driven<T> {
 }
 
 /// The caller's pace as the chunks arrive.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Pace {
     /// When the last chunk arrived, and its length.
     last: Option<(Instant, usize)>,
     /// Chunks in a row the caller waited for with little work per item.
     waiting: u32,
+    /// The time from one of those chunks' arrival to the next's, and their
+    /// items, summed: the caller's pace while the task runs the pipeline.
+    streak: (Duration, usize),
+    /// Chunks in a row it takes.
+    patience: u32,
+}
+
+impl Default for Pace {
+    fn default() -> Self {
+        Pace {
+            last: None,
+            waiting: 0,
+            streak: (Duration::ZERO, 0),
+            patience: HELP_AFTER,
+        }
+    }
 }
 
 impl Pace {
@@ -239,15 +283,25 @@ impl Pace {
     /// which found the queue empty if `waited`; whether the caller should
     /// now poll the pipeline itself.
     fn chunk(&mut self, asked: Instant, now: Instant, waited: bool, n: usize) -> bool {
-        let waiting = self.last.is_some_and(|(at, len)| {
+        let waiting = self.last.filter(|&(at, len)| {
             let work = asked.saturating_duration_since(at);
             waited
                 && work / len.max(1) as u32 <= FAST_ITEM
                 && work * WAIT_OVER_WORK <= now.saturating_duration_since(asked)
         });
-        self.waiting = if waiting { self.waiting + 1 } else { 0 };
+        match waiting {
+            Some((at, len)) => {
+                self.waiting += 1;
+                self.streak.0 += now.saturating_duration_since(at);
+                self.streak.1 += len;
+            }
+            None => {
+                self.waiting = 0;
+                self.streak = (Duration::ZERO, 0);
+            }
+        }
         self.last = Some((now, n));
-        self.waiting >= HELP_AFTER
+        self.waiting >= self.patience
     }
 }
 
@@ -261,23 +315,47 @@ pub(super) struct Helping<T> {
     sampled: Option<Instant>,
     /// Timed items in a row the caller spent long on.
     slow: u32,
+    /// The caller's time per item while the task ran the pipeline, until
+    /// the trial against it is over.
+    against: Option<Duration>,
+    /// When the trial's timing began, and the items handed out by then.
+    trial_from: Option<(Instant, u64)>,
+    /// The trial found polling here slower than the task.
+    lost: bool,
 }
 
 impl<T> Helping<T> {
-    pub(super) fn new(stream: BoxedPipeline<T>, ctx: Option<PipelineContext>) -> Self {
+    /// The caller polls `stream`; `against`, the pace it had with the task
+    /// running it ([`Driven::pace_per_item`]), is what it is timed against
+    /// for [`TRIAL`].
+    pub(super) fn new(
+        stream: BoxedPipeline<T>,
+        ctx: Option<PipelineContext>,
+        against: Option<Duration>,
+    ) -> Self {
         Helping {
             here: Here::new(stream),
             ctx,
             calls: 0,
             sampled: None,
             slow: 0,
+            against,
+            trial_from: None,
+            lost: false,
         }
     }
 
-    /// Whether the caller has become slow enough for the pipeline to run
-    /// ahead on a task again; call as an item is asked for. Items already
-    /// polled ahead are handed out first, so while there are any the
-    /// answer is no (the count of slow items is kept for the ask after).
+    /// Whether the trial found the caller slower polling the pipeline
+    /// itself than with the task running it.
+    pub(super) fn lost_trial(&self) -> bool {
+        self.lost
+    }
+
+    /// Whether the pipeline should run ahead on a task again: the caller
+    /// has become slow, or the trial found it slower this way; call as an
+    /// item is asked for. Items already polled ahead are handed out first,
+    /// so while there are any the answer is no (what was found is kept for
+    /// the ask after).
     pub(super) fn caller_slow(&mut self) -> bool {
         if let Some(at) = self.sampled.take() {
             self.slow = if at.elapsed() > SLOW_ITEM {
@@ -286,7 +364,7 @@ impl<T> Helping<T> {
                 0
             };
         }
-        self.slow >= SLOW_SAMPLES && !self.here.has_ahead()
+        (self.slow >= SLOW_SAMPLES || self.lost) && !self.here.has_ahead()
     }
 
     /// Whether the next item will be polled from the pipeline (rather than
@@ -314,9 +392,29 @@ impl<T> Helping<T> {
         let item = self.here.next(runtime, self.ctx.as_ref(), pool);
         self.calls += 1;
         if self.calls.is_multiple_of(SAMPLE_EVERY) {
-            self.sampled = Some(Instant::now());
+            let now = Instant::now();
+            self.sampled = Some(now);
+            self.judge(now);
         }
         item
+    }
+
+    /// The trial, at a sampled item handed out at `now`: begun at the
+    /// first, decided once it has run for [`TRIAL`].
+    fn judge(&mut self, now: Instant) {
+        let Some(against) = self.against else {
+            return;
+        };
+        match self.trial_from {
+            None => self.trial_from = Some((now, self.calls)),
+            Some((from, calls)) if now.saturating_duration_since(from) >= TRIAL => {
+                let items = (self.calls - calls).clamp(1, u32::MAX as u64) as u32;
+                let here = now.saturating_duration_since(from) / items;
+                self.lost = here * 20 > against * TRIAL_SLACK_20THS;
+                self.against = None;
+            }
+            Some(_) => {}
+        }
     }
 
     pub(super) fn size_hint(&self) -> (usize, Option<usize>) {
@@ -408,12 +506,77 @@ mod tests {
     fn a_caller_with_work_of_its_own_or_that_did_not_wait_keeps_the_task() {
         // Work per item past FAST_ITEM.
         assert_eq!(takes_over(25, 10_000, true, 50), None);
-        // Work a good share of the wait: overlapping it is worth more.
-        assert_eq!(takes_over(18, 18 * 8 * 3, true, 50), None);
+        // Waiting less than it worked: overlapping the work is worth more.
+        assert_eq!(takes_over(18, 18 * 8 / 2, true, 50), None);
         // The next chunk was already there.
         assert_eq!(takes_over(1, 500, false, 50), None);
-        // Just past the bar: waiting four times the chunk's work.
-        assert_eq!(takes_over(18, 18 * 8 * 4, true, 10), Some(5));
+        // Just past the bar: waiting as long as the chunk's work.
+        assert_eq!(
+            takes_over(18, 18 * 8 * WAIT_OVER_WORK as u64, true, 10),
+            Some(5)
+        );
+    }
+
+    fn helping(against: Option<Duration>) -> Helping<u32> {
+        let s = futures::stream::iter((0..4u32).map(Ok::<u32, Error>));
+        Helping::new(Box::pin(s), None, against)
+    }
+
+    #[test]
+    fn a_trial_slower_than_the_task_is_lost_and_a_faster_one_kept() {
+        let t0 = Instant::now();
+        // 2 ms for 100 items: 20 us an item against 10 us with the task.
+        let mut slower = helping(Some(Duration::from_micros(10)));
+        slower.judge(t0);
+        slower.calls = 100;
+        slower.judge(t0 + TRIAL / 2);
+        assert!(!slower.lost_trial(), "not decided before the trial's time");
+        slower.judge(t0 + TRIAL);
+        assert!(slower.lost_trial());
+        assert!(slower.caller_slow(), "a lost trial hands the pipeline back");
+        // 2 ms for 190 items: 10.5 us an item, within the slack.
+        let mut close = helping(Some(Duration::from_micros(10)));
+        close.judge(t0);
+        close.calls = 190;
+        close.judge(t0 + TRIAL);
+        assert!(!close.lost_trial() && !close.caller_slow());
+        // Decided once: a slow stretch later is the slow-caller rule's.
+        close.calls = 191;
+        close.judge(t0 + TRIAL * 10);
+        assert!(!close.lost_trial());
+        // Nothing to be timed against (taken over at once): no trial.
+        let mut none = helping(None);
+        none.judge(t0);
+        none.calls = 1;
+        none.judge(t0 + TRIAL * 10);
+        assert!(!none.lost_trial());
+    }
+
+    #[test]
+    fn the_pace_before_a_take_over_is_what_the_trial_has_to_beat() {
+        let mut pace = Pace::default();
+        let mut t = Instant::now();
+        for chunk in 1..=5 {
+            // 8 items: 8 us of work, then a 92 us wait.
+            let asked = t + Duration::from_micros(8);
+            let now = asked + Duration::from_micros(92);
+            t = now;
+            assert_eq!(pace.chunk(asked, now, true, 8), chunk == 5);
+        }
+        // Four chunks of 8 judged, 100 us from one to the next.
+        assert_eq!(pace.streak, (Duration::from_micros(400), 32));
+        // A chunk that did not wait starts the streak again, and a larger
+        // patience asks for more chunks.
+        assert!(!pace.chunk(t, t, false, 8));
+        assert_eq!(pace.streak, (Duration::ZERO, 0));
+        pace.patience = 8;
+        let taken = (1..=20).find(|_| {
+            let asked = t + Duration::from_micros(8);
+            let now = asked + Duration::from_micros(92);
+            t = now;
+            pace.chunk(asked, now, true, 8)
+        });
+        assert_eq!(taken, Some(8));
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //! take little time per item, one entry polls several items, and the ones
 //! after the first wait here to be handed out. A slow pipeline or a slow
 //! caller gets one item per poll, as before: what waits here never exceeds
-//! what a fast pair would have made within a few hundred microseconds.
+//! what a fast pair would have made within a hundred microseconds.
 //! Only the caller's thread polls, and items leave in the order they were
 //! made, so the output is the same either way; what the caller has not
 //! taken yet is not delivered (checkpoints count deliveries).
@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 pub(super) const AHEAD_MOST: usize = 16;
 /// A pipeline and caller that together spend less than this per item are
 /// polled several items at a time.
-const AHEAD_FAST: Duration = Duration::from_micros(20);
+const AHEAD_FAST: Duration = Duration::from_micros(5);
 
 /// The pipeline, and the items polled ahead of the caller's asking.
 pub(super) struct Here<T> {

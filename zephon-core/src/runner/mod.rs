@@ -30,9 +30,10 @@ pub enum Runner {
     /// `tokenize`, shard reads and parsing) handed to
     /// [`offload`]. A blocking caller ([`BlockingIter`]) that waits for
     /// every item, with little work of its own between them, polls the
-    /// pipeline itself instead of taking items made on another core, and
-    /// hands it back to the workers when it becomes slow again; the CPU
-    /// pool serves both.
+    /// pipeline itself instead of taking items made on another core (and
+    /// keeps doing so only where it is timed faster that way), and hands it
+    /// back to the workers when it becomes slow again; the CPU pool serves
+    /// both.
     Threads {
         /// Threads of each pool, in [`WORKERS`](crate::settings::WORKERS)
         /// (0 to 4096; 0 means one per core), checked when the pipeline is
