@@ -11,9 +11,10 @@
 //! its own per item, chunk after chunk, takes the pipeline over, and keeps
 //! it if its first milliseconds of polling it are not slower than its pace
 //! with the task (a trial); one that later spends long on its items (a
-//! training step) gives it back to a task, which again runs ahead. Only one side holds the pipeline at a time
-//! and it changes hands between items, so the output is the same either
-//! way. CPU work the operators hand to the pool stays on the pool.
+//! training step) gives it back to a task, which again runs ahead. Only
+//! one side holds the pipeline at a time and it changes hands between
+//! items, so the output is the same either way. CPU work the operators
+//! hand to the pool stays on the pool.
 
 use super::blocking::BoxedPipeline;
 use super::here::Here;

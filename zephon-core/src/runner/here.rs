@@ -98,6 +98,7 @@ impl<T> Here<T> {
                 1
             };
         }
+        let mut done = false;
         let item = poll(
             runtime,
             &mut self.stream,
@@ -105,19 +106,10 @@ impl<T> Here<T> {
             pool,
             self.limit - 1,
             &mut self.ahead,
+            &mut done,
         );
         self.last = Some((now, 1 + self.ahead.len()));
-        match &item {
-            None => self.ended = true,
-            Some(x) if ends_pipeline(x) => self.ended = true,
-            Some(_) => {
-                if let Some(Err(e)) = self.ahead.back()
-                    && e.is_panic()
-                {
-                    self.ended = true;
-                }
-            }
-        }
+        self.ended = done || item.as_ref().is_none_or(ends_pipeline);
         item
     }
 
@@ -138,9 +130,9 @@ impl<T> Here<T> {
 /// context (and `ctx`'s, if any), CPU work going to `pool` (the runtime's
 /// own, if it has one), and up to `more` items ready right after it pushed
 /// onto `ahead`, in one entry into those contexts. A panic is an error
-/// item, after which nothing more is polled; the pipeline ending among the
-/// `more` leaves fewer of them (the caller sees the end when it polls
-/// again).
+/// item, after which nothing more is polled; `done` is set when the
+/// pipeline ended or panicked among the `more`, so that it is not polled
+/// again (a stream polled past its end may panic).
 fn poll<T>(
     runtime: &tokio::runtime::Runtime,
     stream: &mut BoxedPipeline<T>,
@@ -148,6 +140,7 @@ fn poll<T>(
     pool: &mut Option<super::CpuPool>,
     more: usize,
     ahead: &mut VecDeque<Result<T>>,
+    done: &mut bool,
 ) -> Option<Result<T>> {
     let poll = std::panic::AssertUnwindSafe(|| {
         // Most items are ready at once: polled in the runtime's context
@@ -161,7 +154,7 @@ fn poll<T>(
             let mut polls = || {
                 let first = stream.poll_next_unpin(&mut cx);
                 if matches!(&first, Poll::Ready(Some(x)) if !ends_pipeline(x)) {
-                    take_ready(stream, &mut cx, more, ahead);
+                    *done = take_ready(stream, &mut cx, more, ahead);
                 }
                 first
             };
@@ -182,13 +175,14 @@ fn poll<T>(
 
 /// Up to `more` items of `stream` that are ready now, pushed onto `ahead`;
 /// stops at the first that is not, at the end, and after a panic (pushed
-/// as an error item: the items before it stay).
+/// as an error item: the items before it stay). Whether the pipeline is
+/// done (ended, or panicked).
 fn take_ready<T>(
     stream: &mut BoxedPipeline<T>,
     cx: &mut std::task::Context<'_>,
     more: usize,
     ahead: &mut VecDeque<Result<T>>,
-) {
+) -> bool {
     for _ in 0..more {
         let polled =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| stream.poll_next_unpin(cx)));
@@ -197,16 +191,18 @@ fn take_ready<T>(
                 let stop = ends_pipeline(&x);
                 ahead.push_back(x);
                 if stop {
-                    return;
+                    return true;
                 }
             }
-            Ok(Poll::Ready(None) | Poll::Pending) => return,
+            Ok(Poll::Ready(None)) => return true,
+            Ok(Poll::Pending) => return false,
             Err(payload) => {
                 ahead.push_back(Err(Error::panic(None, payload)));
-                return;
+                return true;
             }
         }
     }
+    false
 }
 
 #[cfg(test)]
@@ -236,6 +232,28 @@ mod tests {
         assert_eq!(largest, AHEAD_MOST, "polls grew to the most");
         assert!(here.ended);
         assert!(here.next(&rt, None, &mut None).is_none(), "stays ended");
+    }
+
+    #[test]
+    fn a_pipeline_that_ends_among_the_items_taken_ahead_is_not_polled_again() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        // `unfold` panics when polled after it ended.
+        let s = futures::stream::unfold(0u32, |i| async move {
+            (i < 5).then_some((Ok::<u32, Error>(i), i + 1))
+        });
+        let mut here = Here::new(Box::pin(s));
+        here.limit = AHEAD_MOST;
+        let first = here.next(&rt, None, &mut None).unwrap().unwrap();
+        assert_eq!(first, 0);
+        assert_eq!(here.ahead.len(), 4, "the rest taken ahead with the end");
+        let mut got = vec![first];
+        while let Some(x) = here.next(&rt, None, &mut None) {
+            got.push(x.unwrap());
+        }
+        assert_eq!(got, (0..5).collect::<Vec<_>>());
+        assert!(here.next(&rt, None, &mut None).is_none());
     }
 
     #[test]
