@@ -1,5 +1,6 @@
 //! The servers the remote benchmarks start on 127.0.0.1 (nginx for HTTP,
-//! moto_server for S3), killed on drop, and the CPU time they spend.
+//! moto_server or s3s-fs for S3), killed on drop, and the CPU time they
+//! spend.
 
 use anyhow::{Context, Result, bail};
 use std::net::{TcpListener, TcpStream};
@@ -102,9 +103,43 @@ pub(super) fn start_moto() -> Result<(Server, String)> {
     Ok((moto, format!("http://127.0.0.1:{port}")))
 }
 
+/// s3s-fs (the `s3s-fs` crate's server: `cargo install s3s-fs --features
+/// binary`) keeping its buckets under `root`. Unlike moto_server, which
+/// copies the whole object for every ranged GET, it reads a range from the
+/// object's file, so a cold pass measures the reader rather than the
+/// server. Objects are uploaded through it ([`upload`]), never placed in
+/// `root` by hand: for a file it did not write it hashes the whole file on
+/// every GET, for the ETag it did not store. It checks signatures (with
+/// [`s3_opts`]' keys), so the bucket, a folder of `root`, is made here:
+/// the endpoint and that bucket's name come back.
+pub(super) fn start_s3s(root: &Path) -> Result<(Server, String, String)> {
+    let bucket = bucket_name();
+    std::fs::create_dir_all(root.join(&bucket))?;
+    let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let child = Command::new("s3s-fs")
+        .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+        .args(["--access-key", "test", "--secret-key", "test"])
+        .arg(root)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context(
+            "cannot start s3s-fs (cargo install s3s-fs --features binary), or pass --endpoint",
+        )?;
+    let server = Server(child);
+    wait_listening(port, "s3s-fs")?;
+    Ok((server, format!("http://127.0.0.1:{port}"), bucket))
+}
+
+fn bucket_name() -> String {
+    format!("zephon-bench-{}", std::process::id())
+}
+
+/// Creates this run's bucket at `endpoint` (a moto_server, which takes an
+/// unsigned request) and uploads `dir`'s files into it ([`put_files`]).
 pub(super) fn upload(endpoint: &str, dir: &Path) -> Result<String> {
     use std::io::{Read, Write};
-    let bucket = format!("zephon-bench-{}", std::process::id());
+    let bucket = bucket_name();
     let hostport = endpoint.trim_start_matches("http://");
     let put = || -> std::io::Result<String> {
         let mut s = TcpStream::connect(hostport)?;
@@ -133,6 +168,12 @@ pub(super) fn upload(endpoint: &str, dir: &Path) -> Result<String> {
             resp.lines().next().unwrap_or("no answer")
         );
     }
+    put_files(endpoint, &bucket, dir)
+}
+
+/// Uploads `dir`'s files under `data/` of `bucket` at `endpoint`, signed
+/// with [`s3_opts`]' keys; returns the dataset's URI.
+pub(super) fn put_files(endpoint: &str, bucket: &str, dir: &Path) -> Result<String> {
     let uri = format!("s3://{bucket}/data");
     let b = Backend::open("bench", &uri, &s3_opts(endpoint))?;
     for e in std::fs::read_dir(dir)? {

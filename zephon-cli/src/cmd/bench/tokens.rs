@@ -79,7 +79,8 @@ pub struct Args {
     #[arg(long, conflicts_with = "serve")]
     pub uri: Option<String>,
     /// Serve the file from a server started on 127.0.0.1 and read it
-    /// remotely as `--uri` does: `http` (nginx) or `s3` (moto_server).
+    /// remotely as `--uri` does: `http` (nginx), `s3` (moto_server) or
+    /// `s3s` (s3s-fs, an S3 server that reads ranges from its files).
     #[arg(long)]
     pub serve: Option<String>,
     /// S3 endpoint of `--uri s3://...` (default: the environment's).

@@ -7,7 +7,7 @@
 //! line's peak anonymous memory is its own, and a pass from a server started
 //! here reports the CPU that server spent on it (`server_cpu_s`).
 
-use super::servers::{Server, cpu_time, start_moto, start_nginx, upload};
+use super::servers::{Server, cpu_time, put_files, start_moto, start_nginx, start_s3s, upload};
 use super::stats::round3;
 use super::tokens::{Args, Run, Source, keep, measure_from};
 use anyhow::{Context, Result, bail};
@@ -194,18 +194,26 @@ pub fn run(a: &Args, dtype: TokenDtype) -> Result<()> {
                 served_s3: false,
             }
         }
-        (Some("s3"), _) => {
+        (Some(kind @ ("s3" | "s3s")), _) => {
             let data = tmp.path().join("data");
             dataset_folder(a, dtype, &data)?;
-            let (server, endpoint) = start_moto()?;
+            let (server, endpoint, uri) = if kind == "s3" {
+                let (server, endpoint) = start_moto()?;
+                let uri = upload(&endpoint, &data)?;
+                (server, endpoint, uri)
+            } else {
+                let (server, endpoint, bucket) = start_s3s(&tmp.path().join("s3s"))?;
+                let uri = put_files(&endpoint, &bucket, &data)?;
+                (server, endpoint, uri)
+            };
             servers.push(server);
             Remote {
-                uri: upload(&endpoint, &data)?,
+                uri,
                 endpoint: Some(endpoint),
                 served_s3: true,
             }
         }
-        (Some(other), _) => bail!("--serve: `{other}` is neither http nor s3"),
+        (Some(other), _) => bail!("--serve: `{other}` is none of http, s3, s3s"),
         (None, None) => unreachable!("called for remote runs only"),
     };
     let server = servers.first().map(Server::pid);
