@@ -8,6 +8,7 @@ use crate::cache::ShardCache;
 use crate::download::{download, download_for_cache, read_to_bytes, shard_error};
 use crate::format::compression::Compression;
 use crate::format::jsonl::{LineIndex, parse_line, parse_run};
+use crate::format::lines::{each_prefetched, runs};
 use crate::manifest::{ShardEntry, decode_index};
 use crate::metrics::CacheMetrics;
 use crate::ranges::fetch_spans;
@@ -28,21 +29,6 @@ fn check_indices(dataset: &str, shard: &str, len: u64, indices: &[u64]) -> Resul
         }),
         None => Ok(()),
     }
-}
-
-/// Splits `indices` into runs of consecutive samples, in request order.
-fn runs(indices: &[u64]) -> Vec<(u64, u64)> {
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < indices.len() {
-        let mut j = i + 1;
-        while j < indices.len() && indices[j] == indices[j - 1] + 1 {
-            j += 1;
-        }
-        out.push((indices[i], (j - i) as u64));
-        i = j;
-    }
-    out
 }
 
 /// A JSONL shard read through the shard cache (or downloaded whole when the
@@ -267,16 +253,18 @@ impl Shard for CachedShard {
             let runs = runs(indices);
             let (dataset, uri) = (self.dataset.clone(), self.uri.clone());
             offload_measured("fetch", &self.parse_cost, indices.len(), move || {
+                let spans: Vec<(usize, usize)> = runs
+                    .iter()
+                    .map(|&(first, n)| {
+                        let (from, to) = index.byte_range(first, n);
+                        (from as usize, to as usize)
+                    })
+                    .collect();
                 let mut out = Vec::new();
-                for (first, n) in runs {
-                    let (from, to) = index.byte_range(first, n);
-                    out.extend(parse_run(
-                        &data[from as usize..to as usize],
-                        first,
-                        &dataset,
-                        &uri,
-                    )?);
-                }
+                each_prefetched(&data, &spans, |k, from, to| {
+                    out.extend(parse_run(&data[from..to], runs[k].0, &dataset, &uri)?);
+                    Ok::<_, Error>(())
+                })?;
                 Ok(out)
             })
             .await?

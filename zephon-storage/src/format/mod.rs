@@ -21,7 +21,7 @@ pub mod blocked;
 pub mod compression;
 pub mod detect;
 pub mod jsonl;
-mod lines;
+pub(crate) mod lines;
 pub mod mds;
 #[cfg(feature = "parquet")]
 pub mod parquet;

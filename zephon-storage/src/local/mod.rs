@@ -3,6 +3,7 @@
 use crate::format::compression::Compression;
 use crate::format::detect::DetectedShard;
 use crate::format::jsonl::{LineIndex, parse_indexed};
+use crate::format::lines::{each_prefetched, runs};
 use crate::format::shard::map_file;
 use crate::format::{FormatOptions, FormatShard, FormatSpec, OPEN_THREADS};
 use crate::options::MANIFEST_LIMIT;
@@ -113,7 +114,9 @@ impl Shard for LocalJsonlShard {
     }
 
     /// One hand-off to a worker for the whole group: each run of adjacent
-    /// lines parsed from the map, in request order.
+    /// lines parsed from the map, in request order, the lines of the run a
+    /// few runs on asked of the processor's cache first (a shuffled read's
+    /// lines lie anywhere in the shard, each a few cache misses).
     fn read_indices<'a>(&'a self, indices: &'a [u64]) -> BoxFuture<'a, Result<Vec<Record>>> {
         let len = self.len();
         if let Some(&bad) = indices.iter().find(|&&i| i >= len) {
@@ -130,18 +133,26 @@ impl Shard for LocalJsonlShard {
         let (dataset, name) = (self.dataset.clone(), self.name.clone());
         offload_measured("fetch", &self.parse_cost, indices.len(), move || {
             let data = file.bytes()?;
+            let runs = runs(&indices);
+            let spans: Vec<(usize, usize)> = runs
+                .iter()
+                .map(|&(first, n)| {
+                    let (from, to) = index.byte_range(first, n);
+                    (from as usize, to as usize)
+                })
+                .collect();
             let mut out = Vec::with_capacity(indices.len());
-            let mut i = 0;
-            while i < indices.len() {
-                // Extend the run while the next index is the next line.
-                let mut j = i + 1;
-                while j < indices.len() && indices[j] == indices[j - 1] + 1 {
-                    j += 1;
-                }
-                let samples = indices[i]..indices[i] + (j - i) as u64;
-                parse_indexed(&data, &index, samples, &names, &dataset, &name, &mut out)?;
-                i = j;
-            }
+            each_prefetched(&data, &spans, |k, _, _| {
+                parse_indexed(
+                    &data,
+                    &index,
+                    runs[k].0..runs[k].0 + runs[k].1,
+                    &names,
+                    &dataset,
+                    &name,
+                    &mut out,
+                )
+            })?;
             Ok(out)
         })
         .map(|r| r.and_then(|x| x))

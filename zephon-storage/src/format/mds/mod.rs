@@ -20,7 +20,7 @@
 
 mod column;
 
-use super::lines::prefetch;
+use super::lines::each_prefetched;
 use super::{FormatResult, FormatSpec, ShardIndex};
 use crate::manifest::{Manifest, ShardEntry};
 use bytes::Bytes;
@@ -194,15 +194,6 @@ struct Column {
     kind: Kind,
 }
 
-/// Bytes of each sample a read brings into the cache ahead of decoding it:
-/// text and numbers whole; of a large sample (an image) its head, so a read
-/// of many does not push the rest out of the cache.
-const TOUCH: usize = 1024;
-/// Samples ahead of the one decoded whose bytes are asked for: enough for
-/// their misses (a few hundred nanoseconds each) to land while the samples
-/// before them decode, few enough that they are still in the cache then.
-const AHEAD: usize = 8;
-
 fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
 }
@@ -363,25 +354,6 @@ impl MdsIndex {
         Ok(spans)
     }
 
-    /// Decodes the samples at `spans` in turn, each by `one(k, from, to)`,
-    /// the bytes of the sample [`AHEAD`] places on asked for first
-    /// ([`prefetch`]: their first [`TOUCH`] bytes).
-    fn each_prefetched(
-        data: &[u8],
-        spans: &[(usize, usize)],
-        mut one: impl FnMut(usize, usize, usize) -> FormatResult<()>,
-    ) -> FormatResult<()> {
-        let ask = |&(from, to): &(usize, usize)| prefetch(&data[from..to.min(from + TOUCH)]);
-        spans.iter().take(AHEAD).for_each(ask);
-        for (k, &(from, to)) in spans.iter().enumerate() {
-            if let Some(next) = spans.get(k + AHEAD) {
-                ask(next);
-            }
-            one(k, from, to)?;
-        }
-        Ok(())
-    }
-
     /// Decodes the sample at `data[from..to]` into `fields` (empty);
     /// `spans` is scratch space for where each column lies, kept by the
     /// caller across samples. Values are read from the borrowed bytes;
@@ -441,7 +413,7 @@ impl ShardIndex for MdsIndex {
         // built elsewhere and moved in, its bytes would be copied again.
         let mut scratch = Vec::with_capacity(self.columns.len());
         let mut out: Vec<Record> = Vec::with_capacity(indices.len());
-        Self::each_prefetched(data, &spans, |k, from, to| {
+        each_prefetched(data, &spans, |k, from, to| {
             out.push(Record::default());
             let r = out.last_mut().expect("just pushed");
             self.sample(data, from, to, &mut scratch, &mut r.fields)
@@ -454,7 +426,7 @@ impl ShardIndex for MdsIndex {
     fn decode_chunks(&self, data: &Bytes, out: &mut PointerChunks<'_>) -> FormatResult<()> {
         let spans = self.spans(data, out.pointers().iter().map(|p| p.sample))?;
         let mut scratch = Vec::with_capacity(self.columns.len());
-        Self::each_prefetched(data, &spans, |_, from, to| {
+        each_prefetched(data, &spans, |_, from, to| {
             let (p, r) = out.next_record().expect("a record per pointer");
             self.sample(data, from, to, &mut scratch, &mut r.fields)
                 .map_err(|e| format!("sample {}: {e}", p.sample))
