@@ -21,6 +21,7 @@ mod members;
 
 pub use members::MAX_EXTENDED_HEADER;
 
+use super::lines::each_prefetched;
 use super::{FormatResult, ShardIndex};
 
 use bytes::Bytes;
@@ -216,17 +217,34 @@ impl ShardIndex for TarIndex {
         self.key_ends.len() as u64
     }
 
+    /// Each sample's members are asked of the processor's cache a few
+    /// samples before it is decoded (see [`each_prefetched`]): a shuffled
+    /// read's samples lie anywhere in the shard.
     fn decode(&self, data: &Bytes, indices: &[u64]) -> FormatResult<Vec<Record>> {
-        indices
+        let samples = indices
             .iter()
             .map(|&i| {
-                let s = usize::try_from(i)
+                usize::try_from(i)
                     .ok()
                     .and_then(|i| self.get(i))
-                    .ok_or_else(|| format!("no sample {i}"))?;
-                self.sample(&s, data, 0)
+                    .ok_or_else(|| format!("no sample {i}"))
             })
-            .collect()
+            .collect::<FormatResult<Vec<_>>>()?;
+        let spans: Vec<(usize, usize)> = samples
+            .iter()
+            .map(|s| {
+                let at = |m: Option<&Member>, end: bool| {
+                    m.map_or(0, |m| m.offset() + if end { m.size } else { 0 }) as usize
+                };
+                (at(s.members.first(), false), at(s.members.last(), true))
+            })
+            .collect();
+        let mut out = Vec::with_capacity(samples.len());
+        each_prefetched(data, &spans, |k, _, _| {
+            out.push(self.sample(&samples[k], data, 0)?);
+            Ok::<_, String>(())
+        })?;
+        Ok(out)
     }
 
     fn byte_range(&self, i: u64) -> Option<(u64, u64)> {
