@@ -218,7 +218,7 @@ impl ShardIndex for TarIndex {
     }
 
     /// Each sample's members are asked of the processor's cache a few
-    /// samples before it is decoded (see [`each_prefetched`]): a shuffled
+    /// samples before it is decoded (as MDS reads do): a shuffled
     /// read's samples lie anywhere in the shard.
     fn decode(&self, data: &Bytes, indices: &[u64]) -> FormatResult<Vec<Record>> {
         let samples = indices
