@@ -253,13 +253,7 @@ impl Shard for CachedShard {
             let runs = runs(indices);
             let (dataset, uri) = (self.dataset.clone(), self.uri.clone());
             offload_measured("fetch", &self.parse_cost, indices.len(), move || {
-                let spans: Vec<(usize, usize)> = runs
-                    .iter()
-                    .map(|&(first, n)| {
-                        let (from, to) = index.byte_range(first, n);
-                        (from as usize, to as usize)
-                    })
-                    .collect();
+                let spans = index.run_spans(&runs);
                 let mut out = Vec::new();
                 each_prefetched(&data, &spans, |k, from, to| {
                     out.extend(parse_run(&data[from..to], runs[k].0, &dataset, &uri)?);

@@ -134,13 +134,7 @@ impl Shard for LocalJsonlShard {
         offload_measured("fetch", &self.parse_cost, indices.len(), move || {
             let data = file.bytes()?;
             let runs = runs(&indices);
-            let spans: Vec<(usize, usize)> = runs
-                .iter()
-                .map(|&(first, n)| {
-                    let (from, to) = index.byte_range(first, n);
-                    (from as usize, to as usize)
-                })
-                .collect();
+            let spans = index.run_spans(&runs);
             let mut out = Vec::with_capacity(indices.len());
             each_prefetched(&data, &spans, |k, _, _| {
                 parse_indexed(

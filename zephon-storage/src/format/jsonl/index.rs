@@ -292,6 +292,17 @@ impl LineIndex {
     pub fn byte_range(&self, first: u64, count: u64) -> (u64, u64) {
         (self.start(first), self.start(first + count))
     }
+
+    /// The byte span of each run `(first, count)` of lines, as offsets
+    /// into the shard's bytes (for [`each_prefetched`](crate::format::lines::each_prefetched)).
+    pub(crate) fn run_spans(&self, runs: &[(u64, u64)]) -> Vec<(usize, usize)> {
+        runs.iter()
+            .map(|&(first, n)| {
+                let (from, to) = self.byte_range(first, n);
+                (from as usize, to as usize)
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]
