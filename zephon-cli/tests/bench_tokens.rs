@@ -138,18 +138,25 @@ fn bench_tokens_refuses_bad_files_naming_them() {
     assert!(err.contains("missing.bin"), "{err}");
 }
 
-/// `--serve http` (nginx on 127.0.0.1): a global shuffle read by byte
-/// ranges, a block shuffle through the block cache cold and warm, each
-/// line counting every window once and giving its ratio to the local run.
+/// `--serve http` (nginx on 127.0.0.1): a plain download of the file, a
+/// global shuffle read by byte ranges, a block shuffle through the block
+/// cache cold and warm, each pass counting every window once (the
+/// download every byte) and giving its ratio to the local run, its own
+/// CPU time, and its ratio to the download.
 #[test]
 fn bench_tokens_reads_the_file_over_http_beside_the_local_run() {
     let t = tempfile::tempdir().unwrap();
     let file = token_file(t.path(), 1000);
     for (shuffle, systems) in [
-        ("global", vec!["zephon", "zephon-ranges"]),
+        ("global", vec!["zephon", "download", "zephon-ranges"]),
         (
             "block",
-            vec!["zephon", "zephon-cache-cold", "zephon-cache-warm"],
+            vec![
+                "zephon",
+                "download",
+                "zephon-cache-cold",
+                "zephon-cache-warm",
+            ],
         ),
     ] {
         let (lines, names, out) = bench_lines(&[
@@ -169,9 +176,15 @@ fn bench_tokens_reads_the_file_over_http_beside_the_local_run() {
             "0",
         ]);
         assert_eq!(names, systems, "{out}");
-        for l in &lines {
+        for l in lines.iter().filter(|l| l["system"] != "download") {
             assert_eq!(l["samples"], 60, "{l}");
             assert_eq!(l["shuffle"], shuffle, "{l}");
+        }
+        // The whole file, remainder included: 1000 u16 tokens.
+        assert_eq!(lines[1]["bytes"], 2000, "{out}");
+        assert_eq!(lines[1]["tokens"], 1000, "{out}");
+        for l in &lines {
+            assert!(l["cpu_s"].as_f64().unwrap() >= 0.0, "{l}");
         }
         for l in &lines[1..] {
             assert!(
@@ -180,6 +193,23 @@ fn bench_tokens_reads_the_file_over_http_beside_the_local_run() {
             );
             assert!(
                 l["uri"].as_str().unwrap().starts_with("http://127.0.0.1:"),
+                "{l}"
+            );
+            // nginx's CPU over a pass of a 2 KB file may round to no tick:
+            // no bound is then given, never a zero or infinite one.
+            let server = l["server_cpu_s"].as_f64().unwrap();
+            for key in ["server_bound_ratio_to_local", "cpu_bound_ratio_to_local"] {
+                assert!(l[key].is_null() || l[key].as_f64().unwrap() > 0.0, "{l}");
+            }
+            assert_eq!(
+                server > 0.0,
+                l["server_bound_ratio_to_local"].is_number(),
+                "{l}"
+            );
+        }
+        for l in &lines[2..] {
+            assert!(
+                l["tokens_per_s_ratio_to_download"].as_f64().unwrap() > 0.0,
                 "{l}"
             );
         }
@@ -214,11 +244,16 @@ fn bench_tokens_reports_each_pass_its_own_peak_memory() {
     ]);
     assert_eq!(
         names,
-        ["zephon", "zephon-cache-cold", "zephon-cache-warm"],
+        [
+            "zephon",
+            "download",
+            "zephon-cache-cold",
+            "zephon-cache-warm"
+        ],
         "{out}"
     );
     let peak = |l: &serde_json::Value| l["peak_rss_anon_mb"].as_f64().unwrap();
-    let (local, cold) = (peak(&lines[0]), peak(&lines[1]));
+    let (local, cold) = (peak(&lines[0]), peak(&lines[2]));
     assert!(local > 0.0 && local + 24.0 < cold, "{out}");
     for l in &lines[1..] {
         assert!(l["server_cpu_s"].as_f64().is_some(), "{l}");

@@ -6,6 +6,12 @@
 //! Each pass runs in a process of its own (this binary, `--child`), so its
 //! line's peak anonymous memory is its own, and a pass from a server started
 //! here reports the CPU that server spent on it (`server_cpu_s`).
+//!
+//! A ratio to the local pass says how far the remote one is from it, not
+//! how far it is from what this machine allows: each round also times a
+//! plain download of the file from the same server (`download`), and each
+//! remote line carries the ceilings the CPU spent puts on its ratio
+//! (`server_bound_ratio_to_local`, `cpu_bound_ratio_to_local`).
 
 use super::servers::{Server, cpu_time, put_files, start_moto, start_nginx, start_s3s, upload};
 use super::stats::round3;
@@ -59,8 +65,76 @@ fn pass_options(a: &Args, kind: &str) -> Result<StorageOptions> {
 }
 
 /// One pass (`--child KIND`) in this process: prints its run as one JSON
-/// object for [`spawn_pass`].
+/// object for [`spawn_pass`], with the CPU time the process spent.
 pub fn child(a: &Args, dtype: TokenDtype, wide: bool, kind: &str) -> Result<()> {
+    let run = if kind == "download" {
+        download(a, dtype)?
+    } else {
+        pass(a, dtype, wide, kind)?
+    };
+    let cpu = cpu_time(std::process::id()).map(|c| c.as_secs_f64());
+    let out = serde_json::json!({
+        "line": run.line,
+        "seconds": run.seconds,
+        "peak_anon": run.peak_anon,
+        "cpu_s": cpu,
+    });
+    println!("{out}");
+    Ok(())
+}
+
+/// Every shard of the remote dataset read start to end in one sequential
+/// stream each and dropped as it comes: what the server and the transport
+/// alone give, the bound of any pass that reads each byte once (a cold
+/// block-cache pass). The shards are found first (the manifest, or a
+/// listing), untimed, so the time is the transfer's alone. Its
+/// `tokens_per_s` counts the tokens those bytes hold, so its ratio to the
+/// local pass compares times.
+fn download(a: &Args, dtype: TokenDtype) -> Result<Run> {
+    use futures::TryStreamExt;
+    let uri = a.uri.as_deref().context("--child download needs --uri")?;
+    let mut opts = pass_options(a, "ranges")?;
+    opts.format = opts.format.seq_len(a.seq_len + 1).dtype(dtype);
+    let ds = zephon_storage::RemoteDataset::open("w2", uri, &opts)?;
+    let sampler = super::mem::PeakRss::start();
+    let start = std::time::Instant::now();
+    let op = ds.backend().op.clone();
+    let paths: Vec<String> = ds
+        .manifest()
+        .shards
+        .iter()
+        .map(|s| s.path.clone())
+        .collect();
+    let bytes = runtime::block_on(async move {
+        let mut n = 0u64;
+        for path in &paths {
+            let mut body = op.reader(path).await?.into_bytes_stream(..).await?;
+            while let Some(chunk) = body.try_next().await? {
+                n += chunk.len() as u64;
+            }
+        }
+        anyhow::Ok(n)
+    })?;
+    let seconds = start.elapsed().as_secs_f64();
+    let peak_anon = sampler.stop().unwrap_or(0);
+    let tokens = bytes / dtype.size() as u64;
+    let line = serde_json::json!({
+        "system": "download",
+        "bytes": bytes,
+        "tokens": tokens,
+        "seconds": round3(seconds),
+        "tokens_per_s": (tokens as f64 / seconds).round(),
+        "peak_rss_anon_mb": round3(peak_anon as f64 / 1e6),
+    });
+    Ok(Run {
+        line,
+        seconds,
+        peak_anon,
+    })
+}
+
+/// One pass of the workload (`local`, `ranges` or `cache`) in this process.
+fn pass(a: &Args, dtype: TokenDtype, wide: bool, kind: &str) -> Result<Run> {
     let source = match kind {
         "local" => Source::Local,
         _ => Source::Remote {
@@ -78,14 +152,7 @@ pub fn child(a: &Args, dtype: TokenDtype, wide: bool, kind: &str) -> Result<()> 
     } else {
         0
     };
-    let run = measure_from(a, dtype, wide, &source, prefetch)?;
-    let out = serde_json::json!({
-        "line": run.line,
-        "seconds": run.seconds,
-        "peak_anon": run.peak_anon,
-    });
-    println!("{out}");
-    Ok(())
+    measure_from(a, dtype, wide, &source, prefetch)
 }
 
 /// Where the passes read the remote copy from.
@@ -94,6 +161,15 @@ struct Remote {
     endpoint: Option<String>,
     /// Credentials and region of a moto_server this run started.
     served_s3: bool,
+}
+
+/// One pass's figures, with the CPU time each side spent in it.
+struct Pass {
+    run: Run,
+    /// The reading process's own CPU time, opening included.
+    cpu: Option<f64>,
+    /// The server's, where this run started it.
+    server_cpu: Option<f64>,
 }
 
 /// Runs pass `kind` in a fresh process of this binary, so that its peak
@@ -105,7 +181,7 @@ fn spawn_pass(
     remote: &Remote,
     cache_dir: Option<&Path>,
     server: Option<u32>,
-) -> Result<(Run, Option<f64>)> {
+) -> Result<Pass> {
     let exe = std::env::current_exe().context("the path of this binary")?;
     let mut cmd = std::process::Command::new(exe);
     cmd.arg("bench").arg("tokens").arg("--file").arg(&a.file);
@@ -153,21 +229,68 @@ fn spawn_pass(
         bail!("the `{kind}` pass failed: {}", out.status);
     }
     let text = String::from_utf8_lossy(&out.stdout);
-    let parsed = (|| -> Option<Run> {
+    let parsed = (|| -> Option<Pass> {
         let v: serde_json::Value = serde_json::from_str(text.lines().last()?).ok()?;
-        Some(Run {
+        let run = Run {
             line: v["line"].clone(),
             seconds: v["seconds"].as_f64()?,
             peak_anon: v["peak_anon"].as_u64()?,
+        };
+        Some(Pass {
+            run,
+            cpu: v["cpu_s"].as_f64().map(round3),
+            server_cpu,
         })
     })();
-    let run = parsed.with_context(|| format!("the `{kind}` pass printed {text:?}"))?;
-    Ok((run, server_cpu))
+    parsed.with_context(|| format!("the `{kind}` pass printed {text:?}"))
+}
+
+/// The ceilings a remote pass's ratio to the local one meets on this
+/// machine's `cores`: `server_bound` (the server's CPU alone, spread over
+/// every core, takes at least `server_cpu / cores` of wall time: no reader
+/// gets past that) and `cpu_bound` (the reader's and the server's CPU
+/// together, spread likewise: a pass near it is bound by CPU, not by
+/// waiting).
+fn bounds(
+    local_seconds: f64,
+    cores: usize,
+    cpu: Option<f64>,
+    server_cpu: Option<f64>,
+) -> [(&'static str, Option<f64>); 2] {
+    let bound = |spent: f64| (spent > 0.0).then(|| round3(local_seconds * cores as f64 / spent));
+    [
+        ("server_bound_ratio_to_local", server_cpu.and_then(bound)),
+        (
+            "cpu_bound_ratio_to_local",
+            server_cpu.zip(cpu).and_then(|(s, c)| bound(s + c)),
+        ),
+    ]
+}
+
+/// Keeps the faster pass, with its CPU figures (those of the round whose
+/// run is kept), and the larger memory peak of the two.
+fn keep_pass(slot: &mut Option<Pass>, pass: Pass) {
+    let faster = slot
+        .as_ref()
+        .is_none_or(|s| pass.run.seconds < s.run.seconds);
+    let (cpu, server_cpu) = match (&slot, faster) {
+        (Some(s), false) => (s.cpu, s.server_cpu),
+        _ => (pass.cpu, pass.server_cpu),
+    };
+    let mut run = slot.take().map(|s| s.run);
+    keep(&mut run, pass.run);
+    *slot = run.map(|run| Pass {
+        run,
+        cpu,
+        server_cpu,
+    });
 }
 
 /// Runs local and remote passes, alternating, each in its own process, and
-/// prints one JSON line per configuration, each remote one with its ratios
-/// to the local run.
+/// prints one JSON line per configuration: the local pass, a plain
+/// download of the remote file (the transport's own pace), then each
+/// remote pass, each with its ratios to the local run and the ceilings
+/// the CPU of this machine puts on them ([`bounds`]).
 pub fn run(a: &Args, dtype: TokenDtype) -> Result<()> {
     let parent = a
         .file
@@ -217,50 +340,63 @@ pub fn run(a: &Args, dtype: TokenDtype) -> Result<()> {
         (None, None) => unreachable!("called for remote runs only"),
     };
     let server = servers.first().map(Server::pid);
-    // (label, pass kind): the remote configurations of this order.
+    // (label, pass kind): the remote configurations of this order, after
+    // the plain download that bounds them.
     let configs: &[(&str, &str)] = match a.shuffle.as_str() {
-        "global" => &[("ranges", "ranges")],
-        _ => &[("cache-cold", "cache"), ("cache-warm", "cache")],
+        "global" => &[("download", "download"), ("zephon-ranges", "ranges")],
+        _ => &[
+            ("download", "download"),
+            ("zephon-cache-cold", "cache"),
+            ("zephon-cache-warm", "cache"),
+        ],
     };
-    let mut local: Option<Run> = None;
-    let mut remote_runs: Vec<Option<Run>> = vec![None; configs.len()];
-    let mut server_cpu: Vec<Option<f64>> = vec![None; configs.len()];
+    let mut local: Option<Pass> = None;
+    let mut remote_runs: Vec<Option<Pass>> = configs.iter().map(|_| None).collect();
     for round in 0..a.repeat.max(1) {
         // Alternate who goes first, so neither always meets a warmer machine.
         if round % 2 == 0 {
-            keep(&mut local, spawn_pass(a, "local", &remote, None, None)?.0);
+            keep_pass(&mut local, spawn_pass(a, "local", &remote, None, None)?);
         }
         // Cold and warm share the round's folder: the warm pass opens the
         // cache the cold one filled.
         let cache_dir = tmp.path().join("cache").join(round.to_string());
-        for (((_, kind), slot), cpu) in configs
-            .iter()
-            .zip(remote_runs.iter_mut())
-            .zip(server_cpu.iter_mut())
-        {
-            let (run, used) = spawn_pass(a, kind, &remote, Some(&cache_dir), server)?;
-            // The server's CPU in the round whose run is kept.
-            if slot.as_ref().is_none_or(|s| run.seconds < s.seconds) {
-                *cpu = used;
-            }
-            keep(slot, run);
+        for ((_, kind), slot) in configs.iter().zip(remote_runs.iter_mut()) {
+            keep_pass(
+                slot,
+                spawn_pass(a, kind, &remote, Some(&cache_dir), server)?,
+            );
         }
         if round % 2 == 1 {
-            keep(&mut local, spawn_pass(a, "local", &remote, None, None)?.0);
+            keep_pass(&mut local, spawn_pass(a, "local", &remote, None, None)?);
         }
     }
     let local = local.expect("at least one round");
-    println!("{}", local.line);
-    for (((label, _), run), cpu) in configs.iter().zip(remote_runs).zip(server_cpu) {
-        let mut line = run.expect("at least one round").line;
-        line["system"] = format!("zephon-{label}").into();
+    let cores = zephon_core::runner::num_cpus();
+    let mut local_line = local.run.line.clone();
+    local_line["cpu_s"] = local.cpu.into();
+    local_line["cores"] = cores.into();
+    println!("{local_line}");
+    let mut download: Option<f64> = None;
+    for ((label, kind), pass) in configs.iter().zip(remote_runs) {
+        let pass = pass.expect("at least one round");
+        let mut line = pass.run.line;
+        // Each remote pass beside the transport's own pace: the figure that
+        // says how much of the gap to the local pass is the reader's.
+        let tokens_per_s = line["tokens_per_s"].as_f64();
+        if *kind == "download" {
+            download = tokens_per_s;
+        } else if let (Some(r), Some(d)) = (tokens_per_s, download.filter(|&d| d > 0.0)) {
+            line["tokens_per_s_ratio_to_download"] = round3(r / d).into();
+        }
+        line["system"] = (*label).into();
         line["uri"] = remote.uri.clone().into();
-        if a.shuffle == "global" {
+        if a.shuffle == "global" && *kind == "ranges" {
             line["range_concurrency"] = a.range_concurrency.into();
             line["range_gap"] = a.range_gap.into();
             line["range_parts"] = a.range_parts.into();
         }
-        if let Some(cpu) = cpu {
+        line["cpu_s"] = pass.cpu.into();
+        if let Some(cpu) = pass.server_cpu {
             line["server_cpu_s"] = cpu.into();
         }
         for (key, label) in [
@@ -268,14 +404,68 @@ pub fn run(a: &Args, dtype: TokenDtype) -> Result<()> {
             ("first_batch_s", "first_batch"),
             ("peak_rss_anon_mb", "peak_rss_anon"),
         ] {
+            if line.get(key).is_none() {
+                continue;
+            }
             line[format!("{label}_ratio_to_local")] =
-                match (line[key].as_f64(), local.line[key].as_f64()) {
+                match (line[key].as_f64(), local.run.line[key].as_f64()) {
                     (Some(r), Some(l)) if l > 0.0 => round3(r / l).into(),
                     _ => serde_json::Value::Null,
                 };
+        }
+        for (key, bound) in bounds(local.run.seconds, cores, pass.cpu, pass.server_cpu) {
+            line[key] = bound.into();
         }
         println!("{line}");
     }
     drop(servers);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Pass, Run, bounds, keep_pass};
+
+    #[test]
+    fn bounds_spread_the_cpu_spent_over_the_cores() {
+        // A local pass of 0.1 s on 2 cores; the server spent 0.5 s: no
+        // remote pass takes under 0.25 s, so none reaches 0.4x. With the
+        // reader's 0.5 s, both sides need at least 0.5 s: 0.2x.
+        let [(s, server), (c, cpu)] = bounds(0.1, 2, Some(0.5), Some(0.5));
+        assert_eq!(
+            (s, c),
+            ("server_bound_ratio_to_local", "cpu_bound_ratio_to_local")
+        );
+        assert_eq!((server, cpu), (Some(0.4), Some(0.2)));
+        // A server that spent no measurable CPU gives no bound, never an
+        // infinite one; nor does a server not started here.
+        let [(_, server), (_, cpu)] = bounds(0.1, 2, Some(0.5), Some(0.0));
+        assert_eq!((server, cpu), (None, Some(0.4)));
+        let [(_, server), (_, cpu)] = bounds(0.1, 2, Some(0.5), None);
+        assert_eq!((server, cpu), (None, None));
+    }
+
+    fn pass(seconds: f64, peak_anon: u64, cpu: f64) -> Pass {
+        Pass {
+            run: Run {
+                line: serde_json::json!({ "seconds": seconds }),
+                seconds,
+                peak_anon,
+            },
+            cpu: Some(cpu),
+            server_cpu: Some(cpu * 2.0),
+        }
+    }
+
+    #[test]
+    fn the_faster_pass_is_kept_with_its_own_cpu_and_the_larger_peak() {
+        let mut slot = None;
+        keep_pass(&mut slot, pass(2.0, 10, 1.0));
+        keep_pass(&mut slot, pass(1.0, 5, 0.5));
+        keep_pass(&mut slot, pass(3.0, 20, 3.0));
+        let kept = slot.unwrap();
+        assert_eq!(kept.run.seconds, 1.0);
+        assert_eq!((kept.cpu, kept.server_cpu), (Some(0.5), Some(1.0)));
+        assert_eq!(kept.run.peak_anon, 20);
+    }
 }
