@@ -382,6 +382,7 @@ fn measure_peer(cmd: &str) -> Result<Run> {
     })
 }
 
-fn mb(bytes: u64) -> f64 {
+/// Bytes as decimal megabytes, rounded for JSON output.
+pub(super) fn mb(bytes: u64) -> f64 {
     round3(bytes as f64 / 1e6)
 }

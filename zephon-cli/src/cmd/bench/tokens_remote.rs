@@ -15,7 +15,7 @@
 
 use super::servers::{Server, cpu_time, put_files, start_moto, start_nginx, start_s3s, upload};
 use super::stats::round3;
-use super::tokens::{Args, Run, Source, keep, measure_from};
+use super::tokens::{Args, Run, Source, keep, mb, measure_from};
 use anyhow::{Context, Result, bail};
 use std::path::Path;
 use zephon_storage::backend::{Backend, runtime};
@@ -108,10 +108,15 @@ fn download(a: &Args, dtype: TokenDtype) -> Result<Run> {
     let bytes = runtime::block_on(async move {
         let mut n = 0u64;
         for path in &paths {
-            let mut body = op.reader(path).await?.into_bytes_stream(..).await?;
-            while let Some(chunk) = body.try_next().await? {
-                n += chunk.len() as u64;
-            }
+            let read = async {
+                let mut body = op.reader(path).await?.into_bytes_stream(..).await?;
+                while let Some(chunk) = body.try_next().await? {
+                    n += chunk.len() as u64;
+                }
+                anyhow::Ok(())
+            };
+            read.await
+                .with_context(|| format!("downloading `{path}` of {uri}"))?;
         }
         anyhow::Ok(n)
     })?;
@@ -124,7 +129,7 @@ fn download(a: &Args, dtype: TokenDtype) -> Result<Run> {
         "tokens": tokens,
         "seconds": round3(seconds),
         "tokens_per_s": (tokens as f64 / seconds).round(),
-        "peak_rss_anon_mb": round3(peak_anon as f64 / 1e6),
+        "peak_rss_anon_mb": mb(peak_anon),
     });
     Ok(Run {
         line,
@@ -270,11 +275,9 @@ fn bounds(
 /// Keeps the faster pass, with its CPU figures (those of the round whose
 /// run is kept), and the larger memory peak of the two.
 fn keep_pass(slot: &mut Option<Pass>, pass: Pass) {
-    let faster = slot
-        .as_ref()
-        .is_none_or(|s| pass.run.seconds < s.run.seconds);
-    let (cpu, server_cpu) = match (&slot, faster) {
-        (Some(s), false) => (s.cpu, s.server_cpu),
+    // The same choice as `keep`: the run kept so far wins a tie.
+    let (cpu, server_cpu) = match slot {
+        Some(s) if s.run.seconds <= pass.run.seconds => (s.cpu, s.server_cpu),
         _ => (pass.cpu, pass.server_cpu),
     };
     let mut run = slot.take().map(|s| s.run);
