@@ -129,18 +129,29 @@ impl PointerStream {
         }
         let l = plan.config.lanes.canonical_lanes;
         let mut lane = p.lane;
+        // Written straight into the reserved room: a push per pointer
+        // stored the vector's length and reloaded its buffer each time, and
+        // cost as much as locating the pointer.
+        let start = out.len();
+        out.reserve(run as usize);
+        let room = &mut out.spare_capacity_mut()[..run as usize];
+        let mut made = 0;
         order.locate_run(layout, within, run, |shard, sample| {
             lane += 1;
             if lane == l {
                 lane = 0;
             }
-            out.push(SamplePtr {
+            room[made].write(SamplePtr {
                 dataset: d,
                 shard,
                 sample,
                 lane,
             });
+            made += 1;
         });
+        assert_eq!(made as u64, run, "a run locates one pointer per position");
+        // SAFETY: the first `made` slots after `start` were written above.
+        unsafe { out.set_len(start + made) };
         self.next += run;
         *c = Cursor::at(plan, self.next);
         run
