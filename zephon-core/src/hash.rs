@@ -116,7 +116,8 @@ impl Permutation {
     pub fn fill(&self, from: u64, out: &mut [u64]) {
         #[cfg(target_arch = "x86_64")]
         {
-            if std::is_x86_feature_detected!("avx512dq") {
+            if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512dq")
+            {
                 // SAFETY: the processor has the features the function is
                 // compiled for, checked just above.
                 return unsafe { self.fill_avx512(from, out) };
