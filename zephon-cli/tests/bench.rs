@@ -323,6 +323,28 @@ fn bench_engine_json_carries_ratios_and_peaks() {
     );
 }
 
+/// Without s3s-fs to start, `bench fetch --s3-server s3s` stops with an
+/// error naming the server and how to install it (or what to pass instead),
+/// never a panic or a pass against no server.
+#[test]
+fn bench_fetch_without_its_s3_server_says_which_and_how_to_get_it() {
+    let empty = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_zephon"))
+        .args(["bench", "fetch", "--shards", "1", "--records", "10"])
+        .args(["--repeat", "1", "--s3-server", "s3s"])
+        .env("PATH", empty.path())
+        .output()
+        .expect("zephon runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("s3s-fs"), "{stderr}");
+    assert!(stderr.contains("cargo install s3s-fs"), "{stderr}");
+    assert!(stderr.contains("--endpoint"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let (ok, _, stderr) = zephon(&["bench", "fetch", "--s3-server", "minio"]);
+    assert!(!ok && stderr.contains("--s3-server"), "{stderr}");
+}
+
 #[test]
 fn benches_refuse_zero_sizes_with_an_error_naming_the_option() {
     for (args, option) in [

@@ -1,11 +1,14 @@
 //! `zephon bench fetch`: reading one dataset from local disk and from S3
 //! (cold cache with and without prefetch, warm cache, byte ranges, and byte
-//! ranges with fetch reading windows across shards), reported as ratios
-//! to local disk measured in the same run. "Cold" is the client's cache only: the servers run through all rounds. The local files come
+//! ranges with fetch reading windows across shards) and HTTP (cold cache
+//! with prefetch, both byte-range passes), reported as ratios to local
+//! disk measured in the same run. "Cold" is the client's cache only: the servers run through all rounds. The local files come
 //! from the disk where the page cache may be dropped (root, and permitted),
 //! else from the page cache; the row says which.
 
-use super::servers::{Server, cpu_time, s3_opts, start_moto, start_nginx, upload};
+use super::servers::{
+    Server, cpu_time, put_files, s3_opts, start_moto, start_nginx, start_s3s, upload,
+};
 use super::{mem, stats};
 use crate::cmd::flags::{AT_LEAST_ONE, GENERATED_RECORDS, GENERATED_SHARDS, ranged};
 use anyhow::{Result, bail};
@@ -46,9 +49,25 @@ pub struct Args {
     /// the table.
     #[arg(long)]
     pub json: bool,
-    /// S3 endpoint to use; without it a `moto_server` is started on 127.0.0.1.
+    /// S3 endpoint to use; without it the server `--s3-server` names is
+    /// started on 127.0.0.1.
     #[arg(long)]
     pub endpoint: Option<String>,
+    /// The S3 server started without `--endpoint`: `moto` (moto_server,
+    /// which copies the whole object for every ranged GET, so its byte-range
+    /// rows measure the server) or `s3s` (s3s-fs, which reads a range from
+    /// the object's file: `cargo install s3s-fs --features binary`).
+    #[arg(long, value_enum, default_value_t = S3Server::Moto)]
+    pub s3_server: S3Server,
+}
+
+/// An S3 server `zephon bench fetch` can start, as `--s3-server` names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum S3Server {
+    /// moto_server (PyPI `moto[server]`), objects kept in its memory.
+    Moto,
+    /// s3s-fs, objects kept as files.
+    S3s,
 }
 
 struct Run {
@@ -175,14 +194,19 @@ pub fn run(args: Args) -> Result<()> {
     let tmp = tempfile::tempdir()?;
     let data = tmp.path().join("data");
     write_dataset(&data, &args)?;
-    let (moto, endpoint) = match &args.endpoint {
-        Some(e) => (None, e.clone()),
-        None => {
-            let (m, e) = start_moto()?;
-            (Some(m), e)
+    let (s3, endpoint, uri) = match (&args.endpoint, args.s3_server) {
+        (Some(e), _) => (None, e.clone(), upload(e, &data)?),
+        (None, S3Server::Moto) => {
+            let (server, e) = start_moto()?;
+            let uri = upload(&e, &data)?;
+            (Some(server), e, uri)
+        }
+        (None, S3Server::S3s) => {
+            let (server, e, bucket) = start_s3s(&tmp.path().join("s3s"))?;
+            let uri = put_files(&e, &bucket, &data)?;
+            (Some(server), e, uri)
         }
     };
-    let uri = upload(&endpoint, &data)?;
     // The disk tier holds one file per block of its capacity, opened at
     // start: sized to the dataset (with room to spare), not to a training
     // run, so that a fresh cache per round does not run out of descriptors.
@@ -200,7 +224,7 @@ pub fn run(args: Args) -> Result<()> {
         )
     };
     let cache = |name: &str| cache_in(s3_opts(&endpoint), name);
-    let moto_pid = moto.as_ref().map(Server::pid);
+    let s3_pid = s3.as_ref().map(Server::pid);
     let mut prefetch_stats = None;
     let nginx = start_nginx(&tmp.path().join("nginx"), &data)?;
     let mut rows: Vec<(String, Run)> = Vec::new();
@@ -242,7 +266,7 @@ pub fn run(args: Args) -> Result<()> {
             ds_of,
             &args,
             Mode::Plain,
-            moto_pid,
+            s3_pid,
         )?;
         keep(label.into(), run);
         let label = "s3, cold cache, prefetch";
@@ -252,7 +276,7 @@ pub fn run(args: Args) -> Result<()> {
             ds_of,
             &args,
             Mode::Prefetch,
-            moto_pid,
+            s3_pid,
         )?;
         keep(label.into(), run);
         let label = "s3, warm cache";
@@ -262,7 +286,7 @@ pub fn run(args: Args) -> Result<()> {
             Dataset::clone,
             &args,
             Mode::Plain,
-            moto_pid,
+            s3_pid,
         )?;
         keep(label.into(), run);
         if round == 0 {
@@ -295,7 +319,7 @@ pub fn run(args: Args) -> Result<()> {
         ds_of,
         &args,
         Mode::Plain,
-        moto_pid,
+        s3_pid,
     )?;
     keep(label.into(), run);
     // The same, fetch reading windows of upcoming samples across shards:
@@ -307,9 +331,33 @@ pub fn run(args: Args) -> Result<()> {
         ds_of,
         &args,
         Mode::Windows,
-        moto_pid,
+        s3_pid,
     )?;
     keep(label.into(), run);
+    // Both again from nginx, which serves a range from the file at little
+    // cost: the S3 servers here spend more on a ranged GET than the reader
+    // does, so these rows are the reader's own pace.
+    if let Some((server, http)) = &nginx {
+        for (label, mode, cache_dir) in [
+            ("http, byte ranges", Mode::Plain, "http-range"),
+            (
+                "http, byte ranges, windows across shards",
+                Mode::Windows,
+                "http-range-windows",
+            ),
+        ] {
+            let opts = cache_in(StorageOptions::default(), cache_dir).byte_range(true);
+            let (run, _) = time_pass(
+                label,
+                remote(opts, http),
+                ds_of,
+                &args,
+                mode,
+                Some(server.pid()),
+            )?;
+            keep(label.into(), run);
+        }
+    }
     // Say what was cold: the labels name where the bytes came from.
     let page_cache = |dropped: bool| {
         if dropped {
@@ -321,7 +369,7 @@ pub fn run(args: Args) -> Result<()> {
     for (label, _) in rows.iter_mut() {
         if label == "local disk" {
             label.push_str(page_cache(dropped_for_local));
-        } else if label.starts_with("http") {
+        } else if label.starts_with("http, cold") {
             label.push_str(page_cache(dropped_for_http));
         }
     }
@@ -353,6 +401,11 @@ pub fn run(args: Args) -> Result<()> {
             "shards": args.shards,
             "records_per_shard": args.records,
             "rounds": args.repeat.max(1),
+            "s3_server": match (&args.endpoint, args.s3_server) {
+                (Some(_), _) => "endpoint",
+                (None, S3Server::Moto) => "moto",
+                (None, S3Server::S3s) => "s3s",
+            },
             "rows": rows,
         });
         println!("{out}");
@@ -370,12 +423,12 @@ pub fn run(args: Args) -> Result<()> {
         args.repeat.max(1)
     );
     println!(
-        "cold: a fresh client cache each round; the servers start once and serve every round \
-         (moto_server keeps objects in its memory{})",
-        if args.endpoint.is_some() {
-            "; here the given --endpoint"
-        } else {
-            ""
+        "cold: a fresh client cache each round; the servers start once and serve every round; s3: {}",
+        match (&args.endpoint, args.s3_server) {
+            (Some(_), _) => "the given --endpoint",
+            (None, S3Server::Moto) =>
+                "moto_server, objects in its memory, the whole object copied for every ranged GET",
+            (None, S3Server::S3s) => "s3s-fs, objects in files, a ranged GET reads its range",
         }
     );
     println!(
