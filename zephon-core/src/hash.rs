@@ -296,7 +296,7 @@ mod tests {
         let ways: [(&str, Fill); 3] = [
             ("fill", Permutation::fill),
             ("lanes", Permutation::fill_lanes),
-            ("gathered", |p, from, out| p.fill_gathered(from, out)),
+            ("gathered", Permutation::fill_gathered),
         ];
         let chunk = FILL_CHUNK as u64;
         for n in [1u64, 2, 3, 7, 8, 9, 16, 17, 64, 100, 1000, 4097, 100_000] {

@@ -70,6 +70,22 @@ pub enum S3Server {
     S3s,
 }
 
+/// The S3 server of the run, as the JSON output names it and as the table
+/// describes it.
+fn s3_server(args: &Args) -> (&'static str, &'static str) {
+    match (&args.endpoint, args.s3_server) {
+        (Some(_), _) => ("endpoint", "the given --endpoint"),
+        (None, S3Server::Moto) => (
+            "moto",
+            "moto_server, objects in its memory, the whole object copied for every ranged GET",
+        ),
+        (None, S3Server::S3s) => (
+            "s3s",
+            "s3s-fs, objects in files, a ranged GET reads its range",
+        ),
+    }
+}
+
 struct Run {
     first_batch: Duration,
     total: Duration,
@@ -401,11 +417,7 @@ pub fn run(args: Args) -> Result<()> {
             "shards": args.shards,
             "records_per_shard": args.records,
             "rounds": args.repeat.max(1),
-            "s3_server": match (&args.endpoint, args.s3_server) {
-                (Some(_), _) => "endpoint",
-                (None, S3Server::Moto) => "moto",
-                (None, S3Server::S3s) => "s3s",
-            },
+            "s3_server": s3_server(&args).0,
             "rows": rows,
         });
         println!("{out}");
@@ -424,12 +436,7 @@ pub fn run(args: Args) -> Result<()> {
     );
     println!(
         "cold: a fresh client cache each round; the servers start once and serve every round; s3: {}",
-        match (&args.endpoint, args.s3_server) {
-            (Some(_), _) => "the given --endpoint",
-            (None, S3Server::Moto) =>
-                "moto_server, objects in its memory, the whole object copied for every ranged GET",
-            (None, S3Server::S3s) => "s3s-fs, objects in files, a ranged GET reads its range",
-        }
+        s3_server(&args).1
     );
     println!(
         "{:<48} {:>12} {:>9} {:>16} {:>9} {:>10} {:>18}",
