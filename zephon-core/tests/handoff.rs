@@ -109,6 +109,24 @@ fn a_waiting_caller_runs_the_pipeline_and_a_slow_one_hands_it_back() {
     assert!(rest.iter().copied().eq(4200..6000));
 }
 
+/// A caller that spends a large share of its time on work of its own from
+/// the first item (but under a training step's milliseconds) gets the
+/// pipeline run ahead of it on a task once the opening has timed it, so
+/// that its work and the pipeline's overlap. Every item arrives once, in
+/// order.
+#[test]
+fn a_caller_with_work_of_its_own_from_the_start_gets_the_pipeline_run_ahead() {
+    let _alone = timed();
+    let (made, it) = counted(1000, 20);
+    let mut ahead = false;
+    for (taken, item) in it.enumerate() {
+        assert_eq!(item.unwrap(), taken as u32);
+        busy(40);
+        ahead |= made.load(Ordering::SeqCst) > taken + 1;
+    }
+    assert!(ahead, "the pipeline never ran ahead of a working caller");
+}
+
 /// A panic while the caller polls the pipeline itself is an error item
 /// naming the panic, after which the iterator ends.
 #[test]

@@ -2,7 +2,8 @@
 //! hand-off from the threads runner, and the consumer's clock.
 
 use super::Runner;
-use super::handoff::{Driven, HELP_AFTER, HELP_AFTER_MOST, Helping, Next, ends_pipeline};
+use super::handoff::{Driven, HELP_AFTER, HELP_AFTER_MOST, Next, ends_pipeline};
+use super::helping::Helping;
 use super::here::Here;
 use super::idle::Lease;
 use crate::context::PipelineContext;
@@ -58,7 +59,7 @@ type Respawn<T> =
 
 pub(super) type BoxedPipeline<T> = Pin<Box<dyn Stream<Item = Result<T>> + Send>>;
 
-type Starter<T> = Box<dyn FnOnce(&tokio::runtime::Runtime, Option<&Observer>) -> Source<T> + Send>;
+type Starter<T> = Box<dyn FnOnce(Option<&Observer>) -> Source<T> + Send>;
 
 enum Source<T> {
     /// Not polled yet: observability may still be enabled.
@@ -68,8 +69,8 @@ enum Source<T> {
     /// Threads runner: a task on the pool drives the pipeline while the
     /// caller trains, handing items over a short queue.
     Driven(Driven<T>),
-    /// Threads runner, a caller waiting on every item: it polls the
-    /// pipeline itself (see [`handoff`](super::handoff)).
+    /// Threads runner, at the start and while the caller waits on every
+    /// item: it polls the pipeline itself (see [`handoff`](super::handoff)).
     Helping(Helping<T>),
     /// Between states.
     Taken,
@@ -117,16 +118,15 @@ impl<T> BlockingIter<T> {
     {
         runner.check()?;
         let driven = matches!(runner, Runner::Threads { .. });
-        let starter: Starter<T> = Box::new(move |runtime, observer| {
+        let starter: Starter<T> = Box::new(move |observer| {
             if let Some(obs) = observer {
                 obs.start();
             }
             if driven {
-                // The context is entered once per poll of the driving
-                // task, which hands over up to a chunk of items per poll,
-                // rather than once per item.
-                Source::Driven(Driven::spawn(
-                    runtime,
+                // Polled here first: the caller waits for the first item
+                // either way, and the opening finds whether a task should
+                // run the pipeline ahead of it.
+                Source::Helping(Helping::opening(
                     Box::pin(stream),
                     observer.map(PipelineContext::observing),
                 ))
@@ -174,7 +174,7 @@ impl<T> BlockingIter<T> {
         let Source::Idle(starter) = std::mem::replace(&mut self.source, Source::Taken) else {
             unreachable!("checked above")
         };
-        self.source = starter(&self.runtime, self.observer.as_ref());
+        self.source = starter(self.observer.as_ref());
     }
 }
 

@@ -1,23 +1,30 @@
 //! The threads runner's two ways of running a pipeline for a blocking
 //! caller: driven ahead by a task on the pool and handed over in chunks
-//! ([`Driven`]), or, while the caller takes items as fast as they come and
-//! waits for each, polled by the caller itself ([`Helping`]), and back.
+//! ([`Driven`]), or, at the start and while the caller takes items as fast
+//! as they come and waits for each, polled by the caller itself
+//! ([`Helping`](super::helping::Helping)), and back.
 //!
 //! A caller that waits for every item gains nothing from a task running
 //! ahead of it, and pays for the hand-off: each item is made on one core
 //! and read, then freed, on another. On a 2-core machine a cheap pipeline
 //! (`bench engine`) ran about twice as fast with every thread pinned to one
-//! core as spread over two. So a caller found waiting with little work of
-//! its own per item, chunk after chunk, takes the pipeline over, and keeps
-//! it if its first milliseconds of polling it are not slower than its pace
-//! with the task (a trial); one that later spends long on its items (a
-//! training step) gives it back to a task, which again runs ahead. Only
-//! one side holds the pipeline at a time and it changes hands between
-//! items, so the output is the same either way. CPU work the operators
-//! hand to the pool stays on the pool.
+//! core as spread over two. So the caller polls the pipeline itself from
+//! the start (it waits for the first item either way), for an opening of
+//! a few milliseconds: a task running ahead can at best hide the caller's
+//! own work between items, so a caller whose work stays a small share of
+//! the time keeps the pipeline, and one that spends long on an item, or a
+//! larger share on its own, hands it to a task (see
+//! [`helping`](super::helping)). A
+//! caller found waiting with little work of its own per item, chunk after
+//! chunk, takes the pipeline over again, and keeps it if its first
+//! milliseconds of polling it are not slower than its pace with the task
+//! (a trial); one that later spends long on its items (a training step)
+//! gives it back to a task, which again runs ahead. Only one side holds
+//! the pipeline at a time and it changes hands between items, so the
+//! output is the same either way. CPU work the operators hand to the pool
+//! stays on the pool.
 
 use super::blocking::BoxedPipeline;
-use super::here::Here;
 use crate::context::PipelineContext;
 use crate::error::{Error, Result};
 use futures::{FutureExt, StreamExt};
@@ -71,21 +78,6 @@ pub(super) const HELP_AFTER: u32 = 4;
 /// one, up to this many: a trial every few thousand chunks costs a
 /// fraction of a percent.
 pub(super) const HELP_AFTER_MOST: u32 = 4096;
-/// How long a caller that took the pipeline over is timed against the
-/// pace it had while the task ran the pipeline ...
-const TRIAL: Duration = Duration::from_millis(2);
-/// ... and how much slower (in twentieths) it may be before the pipeline
-/// goes back to the task: a trial on a noisy machine is a rough measure.
-const TRIAL_SLACK_20THS: u32 = 23;
-/// A caller polling the pipeline itself that spends longer than this on an
-/// item (sampled) is doing work of its own the pipeline could overlap.
-/// (Compared with what the pipeline took for the same item instead, it
-/// flapped: a batch cut from a chunk read earlier costs next to nothing.)
-const SLOW_ITEM: Duration = Duration::from_micros(200);
-/// Sampled items in a row that slow before the pipeline goes back to a task.
-const SLOW_SAMPLES: u32 = 2;
-/// The caller polling the pipeline times one item in this many.
-const SAMPLE_EVERY: u64 = 8;
 
 /// What the pipeline task sends the caller.
 enum Handoff<T> {
@@ -99,7 +91,8 @@ enum Handoff<T> {
 pub(super) enum Next<T> {
     /// The next item (`None`: the pipeline ended).
     Item(Option<Result<T>>),
-    /// The pipeline, handed back for the caller to poll ([`Helping`]).
+    /// The pipeline, handed back for the caller to poll
+    /// ([`Helping`](super::helping::Helping)).
     Back(BoxedPipeline<T>),
 }
 
@@ -306,123 +299,6 @@ impl Pace {
     }
 }
 
-/// The caller polls the pipeline itself, in the runtime's context (CPU
-/// work still goes to the pool, I/O to the runtime's drivers).
-pub(super) struct Helping<T> {
-    here: Here<T>,
-    ctx: Option<PipelineContext>,
-    calls: u64,
-    /// When the last timed item was handed out.
-    sampled: Option<Instant>,
-    /// Timed items in a row the caller spent long on.
-    slow: u32,
-    /// The caller's time per item while the task ran the pipeline, until
-    /// the trial against it is over.
-    against: Option<Duration>,
-    /// When the trial's timing began, and the items handed out by then.
-    trial_from: Option<(Instant, u64)>,
-    /// The trial found polling here slower than the task.
-    lost: bool,
-}
-
-impl<T> Helping<T> {
-    /// The caller polls `stream`; `against`, the pace it had with the task
-    /// running it ([`Driven::pace_per_item`]), is what it is timed against
-    /// for [`TRIAL`].
-    pub(super) fn new(
-        stream: BoxedPipeline<T>,
-        ctx: Option<PipelineContext>,
-        against: Option<Duration>,
-    ) -> Self {
-        Helping {
-            here: Here::new(stream),
-            ctx,
-            calls: 0,
-            sampled: None,
-            slow: 0,
-            against,
-            trial_from: None,
-            lost: false,
-        }
-    }
-
-    /// Whether the trial found the caller slower polling the pipeline
-    /// itself than with the task running it.
-    pub(super) fn lost_trial(&self) -> bool {
-        self.lost
-    }
-
-    /// Whether the pipeline should run ahead on a task again: the caller
-    /// has become slow, or the trial found it slower this way; call as an
-    /// item is asked for. Items already polled ahead are handed out first,
-    /// so while there are any the answer is no (what was found is kept for
-    /// the ask after).
-    pub(super) fn caller_slow(&mut self) -> bool {
-        if let Some(at) = self.sampled.take() {
-            self.slow = if at.elapsed() > SLOW_ITEM {
-                self.slow + 1
-            } else {
-                0
-            };
-        }
-        (self.slow >= SLOW_SAMPLES || self.lost) && !self.here.has_ahead()
-    }
-
-    /// Whether the next item will be polled from the pipeline (rather than
-    /// handed out from those polled ahead).
-    pub(super) fn will_poll(&self) -> bool {
-        self.here.will_poll()
-    }
-
-    /// The pipeline back on a task, spawned by `spawn` ([`Driven::spawn`]).
-    pub(super) fn into_driven(
-        self,
-        runtime: &tokio::runtime::Runtime,
-        spawn: fn(&tokio::runtime::Runtime, BoxedPipeline<T>, Option<PipelineContext>) -> Driven<T>,
-    ) -> Driven<T> {
-        spawn(runtime, self.here.into_stream(), self.ctx)
-    }
-
-    /// The next item, polled here with the runner's CPU pool `pool` (or
-    /// polled ahead earlier); a panic is an error item.
-    pub(super) fn next(
-        &mut self,
-        runtime: &tokio::runtime::Runtime,
-        pool: &mut Option<super::CpuPool>,
-    ) -> Option<Result<T>> {
-        let item = self.here.next(runtime, self.ctx.as_ref(), pool);
-        self.calls += 1;
-        if self.calls.is_multiple_of(SAMPLE_EVERY) {
-            let now = Instant::now();
-            self.sampled = Some(now);
-            self.judge(now);
-        }
-        item
-    }
-
-    /// The trial, at a sampled item handed out at `now`: begun at the
-    /// first, decided once it has run for [`TRIAL`].
-    fn judge(&mut self, now: Instant) {
-        let Some(against) = self.against else {
-            return;
-        };
-        match self.trial_from {
-            None => self.trial_from = Some((now, self.calls)),
-            Some((from, calls)) if now.saturating_duration_since(from) >= TRIAL => {
-                let items = (self.calls - calls).clamp(1, u32::MAX as u64) as u32;
-                let here = now.saturating_duration_since(from) / items;
-                self.lost = here * 20 > against * TRIAL_SLACK_20THS;
-                self.against = None;
-            }
-            Some(_) => {}
-        }
-    }
-
-    pub(super) fn size_hint(&self) -> (usize, Option<usize>) {
-        self.here.size_hint()
-    }
-}
-
 /// The next message from the pipeline task, and whether the queue was
 /// empty when asked: looked for a few times, yielding the core in between,
 /// before sleeping until it comes.
@@ -516,41 +392,6 @@ mod tests {
             takes_over(18, 18 * 8 * WAIT_OVER_WORK as u64, true, 10),
             Some(5)
         );
-    }
-
-    fn helping(against: Option<Duration>) -> Helping<u32> {
-        let s = futures::stream::iter((0..4u32).map(Ok::<u32, Error>));
-        Helping::new(Box::pin(s), None, against)
-    }
-
-    #[test]
-    fn a_trial_slower_than_the_task_is_lost_and_a_faster_one_kept() {
-        let t0 = Instant::now();
-        // 2 ms for 100 items: 20 us an item against 10 us with the task.
-        let mut slower = helping(Some(Duration::from_micros(10)));
-        slower.judge(t0);
-        slower.calls = 100;
-        slower.judge(t0 + TRIAL / 2);
-        assert!(!slower.lost_trial(), "not decided before the trial's time");
-        slower.judge(t0 + TRIAL);
-        assert!(slower.lost_trial());
-        assert!(slower.caller_slow(), "a lost trial hands the pipeline back");
-        // 2 ms for 190 items: 10.5 us an item, within the slack.
-        let mut close = helping(Some(Duration::from_micros(10)));
-        close.judge(t0);
-        close.calls = 190;
-        close.judge(t0 + TRIAL);
-        assert!(!close.lost_trial() && !close.caller_slow());
-        // Decided once: a slow stretch later is the slow-caller rule's.
-        close.calls = 191;
-        close.judge(t0 + TRIAL * 10);
-        assert!(!close.lost_trial());
-        // Nothing to be timed against (taken over at once): no trial.
-        let mut none = helping(None);
-        none.judge(t0);
-        none.calls = 1;
-        none.judge(t0 + TRIAL * 10);
-        assert!(!none.lost_trial());
     }
 
     #[test]

@@ -10,6 +10,7 @@ mod blocking;
 mod cost;
 mod group;
 mod handoff;
+mod helping;
 mod here;
 mod idle;
 mod pool;
@@ -28,12 +29,14 @@ pub enum Runner {
     /// Thread pools: async workers drive the pipeline and its I/O, and a CPU
     /// pool of as many threads runs the CPU-heavy micro-batches (`map_par`,
     /// `tokenize`, shard reads and parsing) handed to
-    /// [`offload`]. A blocking caller ([`BlockingIter`]) that waits for
-    /// every item, with little work of its own between them, polls the
-    /// pipeline itself instead of taking items made on another core (and
-    /// keeps doing so only where it is timed faster that way), and hands it
-    /// back to the workers when it becomes slow again; the CPU pool serves
-    /// both.
+    /// [`offload`]. A blocking caller ([`BlockingIter`]) polls the
+    /// pipeline itself for its first few milliseconds, and keeps doing so
+    /// while it waits for every item with little work of its own between
+    /// them, instead of taking items made on another core; a caller that
+    /// spends long on an item (a training step), or a fair share of its
+    /// time on its own work, gets the pipeline run ahead by the workers,
+    /// and takes it over again only where it is timed faster that way. The
+    /// CPU pool serves both.
     Threads {
         /// Threads of each pool, in [`WORKERS`](crate::settings::WORKERS)
         /// (0 to 4096; 0 means one per core), checked when the pipeline is
