@@ -117,12 +117,12 @@ impl<T> BlockingIter<T> {
         T: Send + 'static,
     {
         runner.check()?;
-        let driven = matches!(runner, Runner::Threads { .. });
+        let threaded = matches!(runner, Runner::Threads { .. });
         let starter: Starter<T> = Box::new(move |observer| {
             if let Some(obs) = observer {
                 obs.start();
             }
-            if driven {
+            if threaded {
                 // Polled here first: the caller waits for the first item
                 // either way, and the opening finds whether a task should
                 // run the pipeline ahead of it.

@@ -98,10 +98,8 @@ impl Opening {
         // Mean work of a sampled item, times the items: the caller's share.
         let per_item = self.work / self.sampled.max(1);
         let items = u32::try_from(calls).unwrap_or(u32::MAX);
-        Some(
-            per_item >= OPENING_WORK_LEAST
-                && per_item.saturating_mul(items) * 20 > ran * OPENING_WORK_20THS,
-        )
+        let work = per_item.saturating_mul(items).saturating_mul(20);
+        Some(per_item >= OPENING_WORK_LEAST && work > ran.saturating_mul(OPENING_WORK_20THS))
     }
 }
 
