@@ -313,6 +313,26 @@ fn each_bad_setting_is_named_with_its_line() {
     }
 }
 
+/// A second dataset of the first one's name, on its own line.
+#[test]
+fn a_dataset_name_given_twice_is_named_with_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("web").display().to_string();
+    let (path, line) = write_recipe(
+        dir.path(),
+        "weight = 1.0",
+        &format!("weight = 1.0\n\n[[datasets]]\nname = \"web\"\nuri = \"{data}\""),
+    );
+    let out = run(&["--explain"], &path);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("line {}, `datasets[1].name`", line + 3))
+            && err.contains("`web` names datasets[0] already"),
+        "{err}"
+    );
+}
+
 #[test]
 fn bad_run_flags_are_named() {
     let dir = tempfile::tempdir().unwrap();

@@ -283,3 +283,25 @@ fn the_stream_agrees_with_random_access_at_every_index() {
         );
     }
 }
+
+/// Two datasets of one name would share per-dataset policies, token
+/// estimates, checkpoint state and figures: refused at build, naming both.
+#[test]
+fn two_datasets_of_one_name_are_refused() {
+    let err = WorkSource::builder()
+        .dataset(dataset("web", &[4]), 1.0)
+        .dataset(dataset("books", &[4]), 1.0)
+        .dataset(dataset("web", &[8]), 1.0)
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("datasets 0 and 2 are both named `web`"),
+        "{err}"
+    );
+    let same_folder_two_names = WorkSource::builder()
+        .dataset(dataset("web", &[4]), 1.0)
+        .dataset(dataset("web-again", &[4]), 1.0)
+        .build();
+    assert!(same_folder_two_names.is_ok());
+}

@@ -1,6 +1,6 @@
 //! The work source's builder and options.
 
-use super::config::{check_named, limit, token_weights};
+use super::config::{check_named, check_unique, limit, token_weights};
 use super::policy::{ExhaustedPolicy, Schedule};
 use super::shuffle::DatasetOrder;
 use super::{BlockShuffle, Exhaustion, Launcher, Ownership, Plan, WorkConfig, WorkSource};
@@ -26,6 +26,10 @@ pub struct WorkSourceBuilder {
 
 impl WorkSourceBuilder {
     /// Adds a dataset with its mixture weight (weights need not sum to 1).
+    /// Each dataset needs a name of its own ([`build`](Self::build) refuses
+    /// a second one of a name): per-dataset policies and token estimates
+    /// are given by name, and per-dataset figures are kept under it. The
+    /// same data under two names is allowed: two entries of the mixture.
     pub fn dataset(mut self, dataset: Dataset, weight: f64) -> Self {
         self.datasets.push((dataset, weight));
         self
@@ -291,6 +295,7 @@ impl WorkSourceBuilder {
             }
         }
         let names: Vec<&str> = self.datasets.iter().map(|(d, _)| d.name()).collect();
+        check_unique(&names)?;
         check_named(&names, c.policies.keys(), "exhausted_policy")?;
         check_named(&names, c.tokens_per_sample.keys(), "tokens_per_sample")?;
         if !c.policies.is_empty() && !matches!(c.exhaustion, Exhaustion::PerDataset { .. }) {

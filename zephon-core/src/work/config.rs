@@ -83,6 +83,24 @@ impl Default for WorkConfig {
 }
 
 /// Refuses a per-dataset setting for a name no dataset has.
+/// Refuses two datasets of one name: per-dataset policies and token
+/// estimates are given by name, and per-dataset figures kept under it, so
+/// a second `web` would silently take the first one's.
+pub(super) fn check_unique(names: &[&str]) -> Result<()> {
+    for (j, name) in names.iter().enumerate() {
+        if let Some(i) = names[..j].iter().position(|n| n == name) {
+            return Err(Error::config(
+                "datasets",
+                format!(
+                    "datasets {i} and {j} are both named `{name}`: per-dataset settings \
+                     and figures go by name; give each dataset its own"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 pub(super) fn check_named<'a>(
     names: &[&str],
     keys: impl Iterator<Item = &'a String>,

@@ -125,6 +125,17 @@ pub fn check(recipe: &Recipe, lines: &KeyLines<'_>) -> Result<()> {
     }
 
     for (i, d) in recipe.datasets.iter().enumerate() {
+        if let Some(first) = recipe.datasets[..i].iter().position(|e| e.name == d.name) {
+            return Err(at(
+                lines,
+                &[Step::Key("datasets"), Step::Index(i), Step::Key("name")],
+                &format!(
+                    "`{}` names datasets[{first}] already: per-dataset settings and figures go by \
+                     name; give each dataset its own",
+                    d.name
+                ),
+            ));
+        }
         if !(d.weight.is_finite() && d.weight > 0.0) {
             return Err(at(
                 lines,
