@@ -78,6 +78,8 @@ const CASES: &[(&str, &str, &str)] = &[
         "parquet_decoded_bytes = 1024",
         "run.parquet_decoded_bytes",
     ),
+    ("name = \"web\"", "name = \"\"", "datasets[0].name"),
+    ("name = \"web\"", "name = \"  \"", "datasets[0].name"),
     ("weight = 1.0", "weight = nan", "datasets[0].weight"),
     ("weight = 1.0", "weight = inf", "datasets[0].weight"),
     (
@@ -329,6 +331,27 @@ fn a_dataset_name_given_twice_is_named_with_its_line() {
     assert!(
         err.contains(&format!("line {}, `datasets[1].name`", line + 3))
             && err.contains("`web` names datasets[0] already"),
+        "{err}"
+    );
+}
+
+/// An empty URI is refused, not read as the recipe's own folder.
+#[test]
+fn an_empty_dataset_uri_is_named_with_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, line) = write_recipe(dir.path(), "weight = 1.0", "weight = 1.0");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let data = dir.path().join("web").display().to_string();
+    std::fs::write(
+        &path,
+        text.replace(&format!("uri = \"{data}\""), "uri = \"\""),
+    )
+    .unwrap();
+    let out = run(&["--explain"], &path);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("line {}, `datasets[0].uri`", line - 1)),
         "{err}"
     );
 }

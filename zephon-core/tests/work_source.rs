@@ -285,9 +285,10 @@ fn the_stream_agrees_with_random_access_at_every_index() {
 }
 
 /// Two datasets of one name would share per-dataset policies, token
-/// estimates, checkpoint state and figures: refused at build, naming both.
+/// estimates and figures: refused at build, naming both; so is a name
+/// that is empty.
 #[test]
-fn two_datasets_of_one_name_are_refused() {
+fn an_empty_name_and_two_datasets_of_one_name_are_refused() {
     let err = WorkSource::builder()
         .dataset(dataset("web", &[4]), 1.0)
         .dataset(dataset("books", &[4]), 1.0)
@@ -299,6 +300,12 @@ fn two_datasets_of_one_name_are_refused() {
         err.contains("datasets 0 and 2 are both named `web`"),
         "{err}"
     );
+    let err = WorkSource::builder()
+        .dataset(dataset("", &[4]), 1.0)
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("dataset 0 has an empty name"), "{err}");
     let same_folder_two_names = WorkSource::builder()
         .dataset(dataset("web", &[4]), 1.0)
         .dataset(dataset("web-again", &[4]), 1.0)

@@ -299,7 +299,8 @@ impl UriDatasetExt for Dataset {
 }
 
 /// The local folder a URI names: a plain path, or a `file://` URI (the
-/// scheme in any case); `None` for every other scheme.
+/// scheme in any case); `None` for every other scheme, and for a bare
+/// `file://`, which names no folder.
 ///
 /// ```
 /// use std::path::PathBuf;
@@ -307,17 +308,21 @@ impl UriDatasetExt for Dataset {
 /// assert_eq!(local_dir("file:///data/web/"), Some(PathBuf::from("/data/web")));
 /// assert_eq!(local_dir("data/web"), Some(PathBuf::from("data/web")));
 /// assert_eq!(local_dir("s3://bucket/web"), None);
+/// assert_eq!(local_dir("s3://"), None);
+/// assert_eq!(local_dir("file://"), None);
+/// assert_eq!(local_dir("file:///"), Some(PathBuf::from("/")));
 /// ```
 pub fn local_dir(uri: &str) -> Option<PathBuf> {
-    let trimmed = match uri.trim_end_matches('/') {
-        "" if !uri.is_empty() => "/",
-        t => t,
+    // The scheme is found before trailing slashes are trimmed: trimmed
+    // first, `s3://` would become the local path `s3:`.
+    let path = match uri.split_once("://") {
+        None => uri,
+        // `file://` alone names no folder: left to the backend, which says so.
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("file") && !rest.is_empty() => rest,
+        Some(_) => return None,
     };
-    match trimmed.split_once("://") {
-        None => Some(PathBuf::from(trimmed)),
-        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("file") => {
-            Some(PathBuf::from(if rest.is_empty() { "/" } else { rest }))
-        }
-        Some(_) => None,
-    }
+    Some(PathBuf::from(match path.trim_end_matches('/') {
+        "" if !path.is_empty() => "/",
+        t => t,
+    }))
 }

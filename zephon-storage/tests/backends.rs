@@ -349,3 +349,23 @@ fn unsupported_scheme_names_the_uri() {
         "{err}"
     );
 }
+
+/// A scheme and nothing after it is refused, naming what the URI lacks;
+/// before, trailing slashes were trimmed first and `s3://` opened as the
+/// local folder `s3:`.
+#[test]
+fn a_uri_with_only_a_scheme_says_what_it_lacks() {
+    for (uri, lacks) in [
+        ("s3://", "needs a bucket"),
+        ("S3:///", "needs a bucket"),
+        ("gs://", "needs a bucket"),
+        ("azblob://", "needs a container"),
+        ("http://", "needs a host"),
+        ("https:///x", "needs a host"),
+        ("file://", "needs a path"),
+    ] {
+        let err = Dataset::from_uri("d", uri).unwrap_err().to_string();
+        assert!(err.contains(lacks), "{uri}: {err}");
+        assert!(!err.contains("does not exist"), "{uri}: {err}");
+    }
+}

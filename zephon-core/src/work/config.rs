@@ -82,12 +82,18 @@ impl Default for WorkConfig {
     }
 }
 
-/// Refuses a per-dataset setting for a name no dataset has.
-/// Refuses two datasets of one name: per-dataset policies and token
-/// estimates are given by name, and per-dataset figures kept under it, so
-/// a second `web` would silently take the first one's.
+/// Refuses an empty dataset name, and two datasets of one name:
+/// per-dataset policies and token estimates are given by name, and
+/// per-dataset figures kept under it, so a second `web` would silently
+/// take the first one's.
 pub(super) fn check_unique(names: &[&str]) -> Result<()> {
     for (j, name) in names.iter().enumerate() {
+        if name.trim().is_empty() {
+            return Err(Error::config(
+                "datasets",
+                format!("dataset {j} has an empty name; errors and figures name it by its name"),
+            ));
+        }
         if let Some(i) = names[..j].iter().position(|n| n == name) {
             return Err(Error::config(
                 "datasets",
@@ -101,6 +107,7 @@ pub(super) fn check_unique(names: &[&str]) -> Result<()> {
     Ok(())
 }
 
+/// Refuses a per-dataset setting for a name no dataset has.
 pub(super) fn check_named<'a>(
     names: &[&str],
     keys: impl Iterator<Item = &'a String>,

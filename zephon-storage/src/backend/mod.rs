@@ -92,12 +92,17 @@ impl Backend {
         let ext = |e: opendal::Error| err(format!("cannot configure the backend: {e}"));
         opts.validate()?;
         let trimmed = uri.trim_end_matches('/');
-        let (scheme, rest) = match trimmed.split_once("://") {
-            Some((s, r)) => (s.to_ascii_lowercase(), r),
+        // The scheme is found before trailing slashes are trimmed: trimmed
+        // first, `s3://` would be the local path `s3:`.
+        let (scheme, rest) = match uri.split_once("://") {
+            Some((s, r)) => (s.to_ascii_lowercase(), r.trim_end_matches('/')),
             None => ("file".to_owned(), trimmed),
         };
         let (op, can_list) = match scheme.as_str() {
             "file" => {
+                if uri.split_once("://").is_some_and(|(_, r)| r.is_empty()) {
+                    return Err(err("a file:// URI needs a path: file:///data/web".into()));
+                }
                 let path = std::path::absolute(if rest.is_empty() { "/" } else { rest })
                     .map_err(|e| err(format!("bad path: {e}")))?;
                 // opendal would create a missing root, so a mistyped path
@@ -192,6 +197,11 @@ impl Backend {
             }
             "http" | "https" => {
                 let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+                if host.is_empty() {
+                    return Err(err(format!(
+                        "an {scheme}:// URI needs a host: {scheme}://host/path"
+                    )));
+                }
                 let b = services::Http::default()
                     .endpoint(&format!("{scheme}://{host}"))
                     .root(&format!("/{path}/"));

@@ -125,10 +125,25 @@ pub fn check(recipe: &Recipe, lines: &KeyLines<'_>) -> Result<()> {
     }
 
     for (i, d) in recipe.datasets.iter().enumerate() {
+        let key = |k| [Step::Key("datasets"), Step::Index(i), Step::Key(k)];
+        if d.name.trim().is_empty() {
+            return Err(at(
+                lines,
+                &key("name"),
+                "empty: errors and figures name a dataset by it",
+            ));
+        }
+        if d.uri.trim().is_empty() {
+            return Err(at(
+                lines,
+                &key("uri"),
+                &format!("empty for `{}`: give a folder or a URI", d.name),
+            ));
+        }
         if let Some(first) = recipe.datasets[..i].iter().position(|e| e.name == d.name) {
             return Err(at(
                 lines,
-                &[Step::Key("datasets"), Step::Index(i), Step::Key("name")],
+                &key("name"),
                 &format!(
                     "`{}` names datasets[{first}] already: per-dataset settings and figures go by \
                      name; give each dataset its own",
@@ -139,7 +154,7 @@ pub fn check(recipe: &Recipe, lines: &KeyLines<'_>) -> Result<()> {
         if !(d.weight.is_finite() && d.weight > 0.0) {
             return Err(at(
                 lines,
-                &[Step::Key("datasets"), Step::Index(i), Step::Key("weight")],
+                &key("weight"),
                 &format!(
                     "weight {} of `{}`: must be finite and positive",
                     d.weight, d.name
