@@ -39,6 +39,8 @@ fn out_of_range_flags_are_named() {
         ],
         &["timing", "-c", "x.yaml", "--epochs", "0"],
         &["inspect", ".", "--seq-len", "0"],
+        &["inspect", ".", "--samples", "100001"],
+        &["inspect", ".", "--width", "3"],
         &["bench", "engine", "--batch", "0"],
         &["bench", "engine", "--repeat", "0"],
         &["bench", "fetch", "--prefetch-buffer", "0"],

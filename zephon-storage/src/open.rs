@@ -299,8 +299,8 @@ impl UriDatasetExt for Dataset {
 }
 
 /// The local folder a URI names: a plain path, or a `file://` URI (the
-/// scheme in any case); `None` for every other scheme, and for a bare
-/// `file://`, which names no folder.
+/// scheme in any case); `None` for every other scheme, and for an empty
+/// URI or a bare `file://`, which name no folder.
 ///
 /// ```
 /// use std::path::PathBuf;
@@ -310,12 +310,15 @@ impl UriDatasetExt for Dataset {
 /// assert_eq!(local_dir("s3://bucket/web"), None);
 /// assert_eq!(local_dir("s3://"), None);
 /// assert_eq!(local_dir("file://"), None);
+/// assert_eq!(local_dir(""), None);
 /// assert_eq!(local_dir("file:///"), Some(PathBuf::from("/")));
 /// ```
 pub fn local_dir(uri: &str) -> Option<PathBuf> {
     // The scheme is found before trailing slashes are trimmed: trimmed
     // first, `s3://` would become the local path `s3:`.
     let path = match uri.split_once("://") {
+        // An empty URI names no folder either (see `file://`).
+        None if uri.trim().is_empty() => return None,
         None => uri,
         // `file://` alone names no folder: left to the backend, which says so.
         Some((scheme, rest)) if scheme.eq_ignore_ascii_case("file") && !rest.is_empty() => rest,

@@ -363,6 +363,8 @@ fn a_uri_with_only_a_scheme_says_what_it_lacks() {
         ("http://", "needs a host"),
         ("https:///x", "needs a host"),
         ("file://", "needs a path"),
+        ("", "an empty URI"),
+        (" ", "an empty URI"),
     ] {
         let err = Dataset::from_uri("d", uri).unwrap_err().to_string();
         assert!(err.contains(lacks), "{uri}: {err}");

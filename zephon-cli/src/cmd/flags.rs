@@ -23,6 +23,14 @@ pub const GENERATED_SHARDS: Range = Range::new(1, 4096, "files written");
 /// Records the demo and the benchmarks generate (per shard, or in all).
 pub const GENERATED_RECORDS: Range = Range::new(1, 1 << 24, "records generated");
 
+/// Samples `inspect` prints: it keeps each one (shortened) for its report,
+/// so a mistyped count must not turn into the whole dataset in memory.
+pub const PRINTED_SAMPLES: Range = Range::new(0, 100_000, "samples printed");
+
+/// Characters (or a quarter as many token ids, so at least one) `inspect`
+/// prints of a field.
+pub const PRINTED_WIDTH: Range = Range::new(4, 1 << 20, "characters printed per field");
+
 /// A period in seconds: finite, from 0.1 s (snapshots cost a little) to a day.
 pub fn seconds(s: &str) -> Result<f64, String> {
     let v: f64 = s

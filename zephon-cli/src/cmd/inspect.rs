@@ -1,6 +1,6 @@
 //! `zephon inspect <uri>`: what a dataset holds, before training on it.
 
-use crate::cmd::flags::ranged;
+use crate::cmd::flags::{PRINTED_SAMPLES, PRINTED_WIDTH, ranged};
 use anyhow::Result;
 use clap::Parser;
 use serde::Serialize;
@@ -17,11 +17,12 @@ use zephon_storage::{CacheOptions, RemoteDataset, StorageOptions};
 pub struct Args {
     /// A local folder, or a `file://`, `s3://`, `gs://`, `azblob://`, `http(s)://` URI.
     pub uri: String,
-    /// How many samples to print.
-    #[arg(long, short = 'n', default_value_t = 3)]
+    /// How many samples to print (0 to 100,000).
+    #[arg(long, short = 'n', default_value_t = 3, value_parser = ranged::<usize>(PRINTED_SAMPLES))]
     pub samples: usize,
-    /// Longest text (in characters) or token list printed per field.
-    #[arg(long, default_value_t = 120)]
+    /// Longest text (in characters) or token list (a quarter as many ids)
+    /// printed per field (4 to 1,048,576).
+    #[arg(long, default_value_t = 120, value_parser = ranged::<usize>(PRINTED_WIDTH))]
     pub width: usize,
     /// Print one JSON object instead of text.
     #[arg(long)]

@@ -91,6 +91,11 @@ impl Backend {
         };
         let ext = |e: opendal::Error| err(format!("cannot configure the backend: {e}"));
         opts.validate()?;
+        // An empty URI would otherwise be the filesystem's root (as `/`
+        // is), and `build-index` would write its manifest there.
+        if uri.trim().is_empty() {
+            return Err(err("an empty URI: give a folder or a URI".into()));
+        }
         let trimmed = uri.trim_end_matches('/');
         // The scheme is found before trailing slashes are trimmed: trimmed
         // first, `s3://` would be the local path `s3:`.
