@@ -58,6 +58,14 @@ impl TryFrom<RawManifest> for Manifest {
     type Error = String;
 
     fn try_from(raw: RawManifest) -> Result<Self, String> {
+        // A later version may mean its fields differently: read as this
+        // one, its shards could be cut wrong.
+        if raw.version != 1 {
+            return Err(format!(
+                "version {} is not one this build reads (1)",
+                raw.version
+            ));
+        }
         let m = Manifest {
             version: raw.version,
             format: raw.format,

@@ -191,3 +191,37 @@ fn a_local_compressed_shard_is_held_to_its_manifest_decoded_size() {
         "{err}"
     );
 }
+
+/// An `index.json` that is not a manifest this reader knows (a key
+/// misspelled, a file cut short, a later version) is refused, naming it:
+/// ignored, the flat token file beside it was cut with the default
+/// `seq_len` and dtype, and the samples came out wrong with nothing said.
+#[test]
+fn a_manifest_that_cannot_be_read_as_one_is_refused_not_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("t.bin"), vec![1u8; 4096]).unwrap();
+    let good = r#"{"version":1,"format":{"kind":"tokens","dtype":"u32","seq_len":4},"shards":[{"path":"t.bin","samples":256,"bytes":4096}]}"#;
+    let manifest = dir.path().join("index.json");
+    std::fs::write(&manifest, good).unwrap();
+    let ds = Dataset::from_path("tok", dir.path()).unwrap();
+    assert_eq!(ds.num_samples(), 256);
+    for (bad, says) in [
+        (good.replace("seq_len", "seqlen"), "not a Zephon manifest"),
+        (good[..good.len() - 1].to_owned(), "not a Zephon manifest"),
+        ("not json".to_owned(), "not a Zephon manifest"),
+        (
+            good.replace("\"version\":1", "\"version\":2"),
+            "version 2 is not one this build reads",
+        ),
+    ] {
+        std::fs::write(&manifest, &bad).unwrap();
+        let err = Dataset::from_path("tok", dir.path())
+            .err()
+            .unwrap_or_else(|| panic!("{bad}: opened"))
+            .to_string();
+        assert!(
+            err.contains(says) && err.contains(&manifest.display().to_string()),
+            "{bad}: {err}"
+        );
+    }
+}

@@ -34,12 +34,12 @@ pub(super) struct Layout {
     pub(super) followed: Option<Manifest>,
 }
 
-/// The local folder's `index.json`, parsed: `None` where there is none or
-/// it is not a manifest this reader knows (the folder is then read by its
-/// file names). One that cannot be read (not a regular file: a FIFO would
-/// hang the open, a link to a device read without end), that is longer
-/// than `limit`, or that is a manifest naming paths it may not, is an error
-/// naming it.
+/// The local folder's `index.json`, parsed: `None` where there is none
+/// (the folder is then read by its file names). One that cannot be read
+/// (not a regular file: a FIFO would hang the open, a link to a device
+/// read without end), that is longer than `limit`, that is not a manifest
+/// this reader knows, or that is a manifest naming paths it may not, is an
+/// error naming it.
 fn read_local_manifest(name: &str, dir: &Path, limit: u64) -> Result<Option<Manifest>> {
     let path = dir.join(MANIFEST);
     let at = || path.display().to_string();
@@ -61,10 +61,20 @@ fn read_local_manifest(name: &str, dir: &Path, limit: u64) -> Result<Option<Mani
             ));
         }
     };
+    // One that cannot be read as a manifest is refused, as a remote one
+    // is: ignored, a flat token file's misspelled `seq_len` (or a manifest
+    // cut short) fell back to the defaults, and the samples came out cut
+    // wrong with nothing said.
     match Manifest::parse(&json) {
         Ok(m) => Ok(Some(m)),
         Err(e @ ManifestError::Invalid(_)) => Err(shard_error(name, &at(), e.to_string())),
-        Err(_) => Ok(None),
+        Err(e @ ManifestError::Unrecognized(_)) => Err(shard_error(
+            name,
+            &at(),
+            format!(
+                "{e}; correct it, or move it out of the folder to have the shards found by their names"
+            ),
+        )),
     }
 }
 
