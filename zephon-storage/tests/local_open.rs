@@ -80,3 +80,42 @@ fn of_several_broken_shards_the_first_is_named() {
         );
     }
 }
+
+/// A JSONL folder's `index.json` is followed as a remote one is: its
+/// shards, in its order, and no file it does not list; a count it gets
+/// wrong is an error naming the shard. Before, the folder was listed and
+/// the manifest read past, so the same dataset gave other samples on disk
+/// than in a bucket.
+#[test]
+fn a_jsonl_manifest_is_followed_as_it_is_remotely() {
+    let dir = tempfile::tempdir().unwrap();
+    for (file, n) in [("a.jsonl", 2), ("b.jsonl", 3), ("c.jsonl", 4)] {
+        let text: String = (0..n).map(|i| format!("{{\"id\":{i}}}\n")).collect();
+        std::fs::write(dir.path().join(file), text).unwrap();
+    }
+    let size = |f: &str| std::fs::metadata(dir.path().join(f)).unwrap().len();
+    let manifest = |b_samples: u64| {
+        format!(
+            r#"{{"version":1,"shards":[{{"path":"b.jsonl","samples":{b_samples},"bytes":{}}},{{"path":"a.jsonl","samples":2,"bytes":{}}}]}}"#,
+            size("b.jsonl"),
+            size("a.jsonl")
+        )
+    };
+    std::fs::write(dir.path().join("index.json"), manifest(3)).unwrap();
+    let ds = Dataset::from_path("web", dir.path()).unwrap();
+    let names: Vec<String> = ds
+        .shards()
+        .iter()
+        .map(|s| s.name().rsplit('/').next().unwrap().to_owned())
+        .collect();
+    assert_eq!(names, ["b.jsonl", "a.jsonl"]);
+    assert_eq!(ds.num_samples(), 5);
+    std::fs::write(dir.path().join("index.json"), manifest(4)).unwrap();
+    let err = Dataset::from_path("web", dir.path())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("b.jsonl") && err.contains("has 3 samples but the manifest"),
+        "{err}"
+    );
+}

@@ -89,10 +89,11 @@ pub(super) fn layout(name: &str, dir: &Path, opts: &FormatOptions, limit: u64) -
     // A manifest that names anything outside the folder, or a shard twice,
     // is refused here, whatever its format, before any shard is opened.
     let manifest = read_local_manifest(name, dir, limit)?;
-    // A Zephon manifest of a non-JSONL format carries what names cannot
-    // tell (a flat token file's seq_len and dtype), so it is followed, as
-    // is Streaming's MDS index.
-    if let Some(m) = manifest.filter(|m| !m.format.is_jsonl()) {
+    // A manifest is followed, as it is where the dataset is remote: the
+    // same folder on disk or in a bucket gives the same shards in the same
+    // order, so the same samples. It also carries what names cannot tell
+    // (a flat token file's seq_len and dtype); Streaming's MDS index too.
+    if let Some(m) = manifest {
         let mut format = m.format.clone();
         if let (FormatSpec::Parquet { columns }, Some(c)) = (&mut format, &opts.columns) {
             *columns = Some(c.clone());

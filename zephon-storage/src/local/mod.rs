@@ -156,10 +156,13 @@ impl Shard for LocalJsonlShard {
 
 /// Local datasets: `Dataset::from_path(name, dir)`.
 pub trait DatasetExt: Sized {
-    /// The shards in `dir` (sorted by path), in the format their names show
-    /// (see [`format::detect`](crate::format::detect())): JSONL, Parquet,
-    /// Megatron `.bin` + `.idx`, flat token `.bin`, WebDataset `.tar`, or MDS
-    /// (a Streaming `index.json`). Shards are found by
+    /// The shards an `index.json` in `dir` lists, in its order and format,
+    /// their sample counts checked against it (as where the dataset is
+    /// remote, so it gives the same samples wherever it lies); without
+    /// one, the shards in `dir` (sorted by path), in the format their names
+    /// show (see [`format::detect`](crate::format::detect())): JSONL,
+    /// Parquet, Megatron `.bin` + `.idx`, flat token `.bin`, WebDataset
+    /// `.tar`, or MDS (a Streaming `index.json`). Shards are found by
     /// [`list_local`](crate::scan::list_local): subfolders included, symlinks
     /// followed, loops an error. Shards are indexed on open so samples are
     /// addressable by position. A missing or unreadable folder, one with no
