@@ -286,3 +286,34 @@ fn step_totals_match_a_wall_clock_around_each_epoch() {
         }
     }
 }
+
+/// A run whose every batch is a warm-up measures nothing: refused before
+/// it starts (the source says its length), no summary of zeros written.
+#[test]
+fn a_run_of_warm_up_batches_only_is_refused_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    // 20 samples in batches of 4: 5 batches an epoch, 10 in two.
+    std::fs::write(
+        &config,
+        CONFIG.replace("warmup_batches: 2", "warmup_batches: 10"),
+    )
+    .unwrap();
+    let save = dir.path().join("out");
+    let err = run_timing(&TimingOptions {
+        config,
+        epochs: 2,
+        save_dir: Some(save.clone()),
+        precision: Precision::F32,
+        device: DeviceChoice::Cpu,
+        trace: None,
+        progress: false,
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("timing.warmup_batches") && err.contains("the run has 10 batches"),
+        "{err}"
+    );
+    assert!(!save.join("timing_summary.yaml").exists());
+}

@@ -188,6 +188,14 @@ pub fn run<M: TimedModel>(
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     };
+    // A run whose every batch is a warm-up measures nothing: its summary
+    // would be zeros, written out as a result. Known from the start where
+    // the source says its length, found at the end otherwise.
+    if let Some(n) = per_epoch
+        && n.saturating_mul(config.epochs) <= config.warmup_batches
+    {
+        return Err(no_batch_measured(n.saturating_mul(config.epochs), config));
+    }
     let bar = progress_bar(config, per_epoch);
     source.set_tracking(config.tracking);
     let mut timings = Vec::new();
@@ -269,6 +277,9 @@ pub fn run<M: TimedModel>(
         }
     }
     bar.finish_and_clear();
+    if timings.len() <= config.warmup_batches {
+        return Err(no_batch_measured(timings.len(), config));
+    }
     let pipeline = PipelineBreakdown::of(source.observers(), &Summary::of(&timings));
     Ok((
         model,
@@ -280,6 +291,18 @@ pub fn run<M: TimedModel>(
             pipeline,
         },
     ))
+}
+
+/// The error of a run of `batches` batches, all of them warm-up.
+fn no_batch_measured(batches: usize, config: &HarnessConfig) -> crate::error::Error {
+    crate::error::Error::Config {
+        key: "timing.warmup_batches".into(),
+        message: format!(
+            "{} leaves no batch to measure: the run has {batches} batches ({} epochs); \
+             use fewer warm-up batches, more epochs or more samples",
+            config.warmup_batches, config.epochs
+        ),
+    }
 }
 
 fn progress_bar(config: &HarnessConfig, per_epoch: Option<usize>) -> ProgressBar {
