@@ -169,6 +169,11 @@ const CASES: &[(&str, &str, &str)] = &[
         "ops[2].parallelism",
     ),
     ("max_length = 64", "max_length = 0", "ops[2].max_length"),
+    (
+        "max_length = 64",
+        "max_length = 64\nfield = \"\"",
+        "ops[2].field",
+    ),
     ("buffer_size = 16", "buffer_size = 0", "ops[3].buffer_size"),
     (
         "buffer_size = 16",

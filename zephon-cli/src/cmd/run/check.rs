@@ -199,6 +199,13 @@ pub fn check(recipe: &Recipe, lines: &KeyLines<'_>) -> Result<()> {
                     &t.special_tokens,
                     &["none", "bos", "eos", "bos_eos", "tokenizer_default"],
                 )?;
+                if t.field.trim().is_empty() {
+                    return Err(at(
+                        lines,
+                        &key("field"),
+                        "empty: name the text field to tokenize",
+                    ));
+                }
                 if t.padding && t.max_length.is_none() {
                     return Err(at(
                         lines,
@@ -225,6 +232,9 @@ pub fn check(recipe: &Recipe, lines: &KeyLines<'_>) -> Result<()> {
                         &key("tokenizer"),
                         "no chat template: add `chat_template` or `tokenizer_config`, or set `raw_content = true`",
                     ));
+                }
+                if t.field.trim().is_empty() {
+                    return Err(at(lines, &key("field"), "empty: name the messages field"));
                 }
                 if t.mask_field.is_empty() || t.mask_field == "input_ids" {
                     return Err(at(
