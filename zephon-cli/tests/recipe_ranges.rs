@@ -171,7 +171,7 @@ const CASES: &[(&str, &str, &str)] = &[
     ("max_length = 64", "max_length = 0", "ops[2].max_length"),
     (
         "max_length = 64",
-        "max_length = 64\nfield = \"\"",
+        "field = \"\"\nmax_length = 64",
         "ops[2].field",
     ),
     ("buffer_size = 16", "buffer_size = 0", "ops[3].buffer_size"),
