@@ -85,7 +85,7 @@ fn of_several_broken_shards_the_first_is_named() {
 /// shards, in its order, and no file it does not list; a count it gets
 /// wrong is an error naming the shard. Before, the folder was listed and
 /// the manifest read past, so the same dataset gave other samples on disk
-/// than in a bucket.
+/// than in a bucket; read both ways, they are the same now.
 #[test]
 fn a_jsonl_manifest_is_followed_as_it_is_remotely() {
     let dir = tempfile::tempdir().unwrap();
@@ -103,6 +103,19 @@ fn a_jsonl_manifest_is_followed_as_it_is_remotely() {
     };
     std::fs::write(dir.path().join("index.json"), manifest(3)).unwrap();
     let ds = Dataset::from_path("web", dir.path()).unwrap();
+    // The same folder through the remote backend and the shard cache (as
+    // a bucket is read): the same samples in the same seeded order.
+    let cache = tempfile::tempdir().unwrap();
+    let remote = zephon_storage::RemoteDataset::open(
+        "web",
+        &dir.path().display().to_string(),
+        &crate::common::cache_opts(cache.path()),
+    )
+    .unwrap();
+    assert_eq!(
+        crate::common::fields(&crate::common::read_all(ds.clone(), false).unwrap()),
+        crate::common::fields(&crate::common::read_all(remote.dataset().clone(), false).unwrap())
+    );
     let names: Vec<String> = ds
         .shards()
         .iter()
