@@ -25,6 +25,7 @@ mod observability;
 mod observability_tracing;
 mod outside_runtime;
 mod panics;
+mod restore_panics;
 mod size_hint;
 mod test_files;
 mod text_view;

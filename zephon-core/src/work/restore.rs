@@ -64,7 +64,7 @@ pub(super) fn plan(plan: &Plan, board: &Board) -> Option<Resume> {
         .min(cuts.len())
         .max(1);
     let per_thread = cuts.len().div_ceil(threads).max(1);
-    let results: Vec<LaneResult> = std::thread::scope(|scope| {
+    let results: Result<Vec<LaneResult>, String> = std::thread::scope(|scope| {
         let handles: Vec<_> = cuts
             .chunks(per_thread)
             .map(|chunk| {
@@ -85,11 +85,27 @@ pub(super) fn plan(plan: &Plan, board: &Board) -> Option<Resume> {
                 })
             })
             .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().unwrap_or_default())
-            .collect()
+        // A worker that panicked would leave its lanes out: they would
+        // start again from 0 beside operators restored to the cut. The
+        // whole restore falls back to replaying instead.
+        // Every handle is joined: one left to the scope would panic it.
+        let mut all = Ok(Vec::with_capacity(cuts.len()));
+        for h in handles {
+            match (h.join(), &mut all) {
+                (Ok(lanes), Ok(all)) => all.extend(lanes),
+                (Err(p), Ok(_)) => all = Err(crate::error::panic_message(&*p)),
+                (_, Err(_)) => {}
+            }
+        }
+        all
     });
+    let results = match results {
+        Ok(r) => r,
+        Err(why) => {
+            board.replay_all(&format!("computing a lane's restore panicked: {why}"));
+            return None;
+        }
+    };
     for (lane, consumed, result) in results {
         match result {
             Ok(preamble) => {

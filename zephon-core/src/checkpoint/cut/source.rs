@@ -127,8 +127,8 @@ pub trait CutSource: Send + Sync {
     /// The default returns the listed ones ([`LaneInput::listed`]). An
     /// operator that computes its preamble computes it here, from `input`;
     /// it may also reorder it (for reading locality) and remember the order
-    /// in its own state. An error makes the restore replay every lane
-    /// instead, with a warning giving the reason; an operator that must
+    /// in its own state. An error (or a panic) makes the restore replay
+    /// every lane instead, with a warning giving the reason; an operator that must
     /// refuse the restore instead (shuffle, given a cut of other settings)
     /// keeps the error and returns it from its stream.
     fn restore_preamble(
