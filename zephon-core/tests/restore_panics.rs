@@ -21,7 +21,10 @@ use zephon_core::{
 /// Per lane: elements consumed, the last one's identity, the running total
 /// of their `i` fields (as in the cut module's example).
 #[derive(Default)]
-struct Lanes(Mutex<BTreeMap<LaneId, (u64, Option<u64>, i64)>>);
+struct Lanes(Mutex<BTreeMap<LaneId, LaneTotal>>);
+
+/// Consumed, the last identity, the running total.
+type LaneTotal = (u64, Option<u64>, i64);
 
 const NAME: &str = "running_total_panicking";
 const VERSION: u32 = 1;
