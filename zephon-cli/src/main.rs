@@ -44,6 +44,15 @@ enum Command {
 }
 
 fn main() -> std::process::ExitCode {
+    // A closed pipe (`zephon inspect DIR -n 1000 | head`) ends the process
+    // quietly, as it ends a shell tool: Rust ignores SIGPIPE, and the next
+    // print after the reader left panicked with a backtrace.
+    #[cfg(unix)]
+    // SAFETY: first thing in main, before any thread starts; SIG_DFL is a
+    // valid disposition for SIGPIPE.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     // Warnings (storage retries, a restore that falls back to replaying)
     // go to stderr; RUST_LOG chooses more or less.

@@ -265,3 +265,39 @@ fn inspect_of_a_remote_token_file_reads_only_its_first_samples() {
     let sent = sent.load(Ordering::Relaxed);
     assert!(sent < 1 << 20, "{sent} bytes sent of {}", tokens.len());
 }
+
+/// A reader that leaves early (`zephon inspect DIR -n 1000 | head -1`) ends
+/// the process by SIGPIPE, as it ends a shell tool; before, the next print
+/// panicked with a backtrace and exit status 101.
+#[cfg(unix)]
+#[test]
+fn a_closed_pipe_ends_inspect_quietly() {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+    let t = tempfile::tempdir().unwrap();
+    let lines: String = (0..10_000)
+        .map(|i| format!("{{\"text\":\"document {i}\"}}\n"))
+        .collect();
+    std::fs::write(t.path().join("a.jsonl"), lines).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_zephon"))
+        .args(["inspect", &t.path().display().to_string(), "-n", "10000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.starts_with("dataset"), "{first}");
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGPIPE),
+        "{:?}: {err}",
+        out.status
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}
