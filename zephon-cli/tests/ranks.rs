@@ -239,3 +239,32 @@ fn a_manifest_naming_files_outside_the_data_folder_is_refused() {
     );
     assert!(!delivered.contains("90"), "{delivered}");
 }
+
+/// A sample without an integer `id` is an error naming it; before, it was
+/// written as id -1, so two such samples compared equal.
+#[test]
+fn a_sample_without_an_integer_id_is_named() {
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(
+        data.join("a.jsonl"),
+        "{\"id\":1}\n{\"id\":\"two\"}\n{\"id\":3}\n",
+    )
+    .unwrap();
+    let out = rank_run()
+        .arg("--data")
+        .arg(&data)
+        .args(["--lanes", "1", "--batch-size", "1", "--steps", "3", "--out"])
+        .arg(t.path().join("out.jsonl"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("a.jsonl")
+            && err.contains("sample 1")
+            && err.contains("no integer field `id`"),
+        "{err}"
+    );
+}

@@ -18,7 +18,7 @@ use zephon_storage::DatasetExt;
 /// Options of `zephon rank-run`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Folder of `*.jsonl` shards; each line should carry an integer `id`.
+    /// Folder of `*.jsonl` shards; each line must carry an integer `id` (a sample without one is an error naming it).
     #[arg(long)]
     pub data: PathBuf,
     /// This process's rank, `0..world-size`. Without `--rank` and
@@ -117,11 +117,22 @@ pub fn run(args: Args) -> Result<()> {
         if b.index >= until {
             break;
         }
-        let ids: Vec<i64> = b
+        // A sample without an integer `id` is an error naming it: a
+        // placeholder id would make two samples compare equal.
+        let ids = b
             .items
             .iter()
-            .map(|r| r.get("id").and_then(Value::as_int).unwrap_or(-1))
-            .collect();
+            .map(|r| {
+                r.get("id").and_then(Value::as_int).ok_or_else(|| {
+                    zephon_core::Error::Sample {
+                        op: "rank-run",
+                        sample: zephon_core::error::SampleSource::new(r.source().copied()),
+                        message: "no integer field `id`".into(),
+                    }
+                    .name_sources(ws.catalog())
+                })
+            })
+            .collect::<Result<Vec<i64>, _>>()?;
         let line = serde_json::json!({ "lane": b.lane, "index": b.index, "ids": ids });
         writeln!(out, "{line}").with_context(|| format!("writing {}", args.out.display()))?;
         progress.record_delivered(&b);
