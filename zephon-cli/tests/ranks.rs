@@ -268,3 +268,30 @@ fn a_sample_without_an_integer_id_is_named() {
         "{err}"
     );
 }
+
+/// A checkpoint destination in a folder that is not there is refused
+/// before the steps run (no batches written), not after them.
+#[test]
+fn a_checkpoint_folder_that_is_not_there_is_refused_before_the_run() {
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("a.jsonl"), "{\"id\":1}\n{\"id\":2}\n").unwrap();
+    let out_file = t.path().join("out.jsonl");
+    let out = rank_run()
+        .arg("--data")
+        .arg(&data)
+        .args(["--lanes", "1", "--steps", "1", "--out"])
+        .arg(&out_file)
+        .arg("--checkpoint-out")
+        .arg(t.path().join("missing").join("c.ckpt"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("--checkpoint-out") && err.contains("does not exist"),
+        "{err}"
+    );
+    assert!(!out_file.exists(), "the steps ran");
+}

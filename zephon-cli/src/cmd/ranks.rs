@@ -65,6 +65,20 @@ pub struct Args {
 
 /// Runs the rank.
 pub fn run(args: Args) -> Result<()> {
+    // The checkpoint is written after the steps: a folder that is not there
+    // is said before they run, not after.
+    if let Some(path) = &args.checkpoint_out {
+        let folder = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => std::path::Path::new("."),
+        };
+        anyhow::ensure!(
+            folder.is_dir(),
+            "--checkpoint-out {}: the folder {} does not exist",
+            path.display(),
+            folder.display()
+        );
+    }
     let ds = Dataset::from_path("data", &args.data)?;
     let mut builder = WorkSource::builder()
         .dataset(ds, 1.0)
