@@ -191,10 +191,10 @@ pub fn run<M: TimedModel>(
     // A run whose every batch is a warm-up measures nothing: its summary
     // would be zeros, written out as a result. Known from the start where
     // the source says its length, found at the end otherwise.
-    if let Some(n) = per_epoch
-        && n.saturating_mul(config.epochs) <= config.warmup_batches
+    if let Some(all) = per_epoch.map(|n| n.saturating_mul(config.epochs))
+        && all <= config.warmup_batches
     {
-        return Err(no_batch_measured(n.saturating_mul(config.epochs), config));
+        return Err(no_batch_measured(all, config));
     }
     let bar = progress_bar(config, per_epoch);
     source.set_tracking(config.tracking);

@@ -18,7 +18,8 @@ use zephon_storage::DatasetExt;
 /// Options of `zephon rank-run`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Folder of `*.jsonl` shards; each line must carry an integer `id` (a sample without one is an error naming it).
+    /// Folder of `*.jsonl` shards; each line must carry an integer `id` (a
+    /// sample without one is an error naming it).
     #[arg(long)]
     pub data: PathBuf,
     /// This process's rank, `0..world-size`. Without `--rank` and

@@ -86,18 +86,15 @@ pub(super) fn plan(plan: &Plan, board: &Board) -> Option<Resume> {
             })
             .collect();
         // A worker that panicked would leave its lanes out: they would
-        // start again from 0 beside operators restored to the cut. The
-        // whole restore falls back to replaying instead.
-        // Every handle is joined: one left to the scope would panic it.
-        let mut all = Ok(Vec::with_capacity(cuts.len()));
-        for h in handles {
-            match (h.join(), &mut all) {
-                (Ok(lanes), Ok(all)) => all.extend(lanes),
-                (Err(p), Ok(_)) => all = Err(crate::error::panic_message(&*p)),
-                (_, Err(_)) => {}
-            }
-        }
-        all
+        // start again from 0 beside operators restored to the cut, so the
+        // whole restore falls back to replaying instead. Every handle is
+        // joined first: one left to the scope would panic it.
+        let joined: Vec<_> = handles.into_iter().map(|h| h.join()).collect();
+        joined
+            .into_iter()
+            .map(|j| j.map_err(|p| crate::error::panic_message(&*p)))
+            .collect::<Result<Vec<Vec<LaneResult>>, String>>()
+            .map(|chunks| chunks.into_iter().flatten().collect())
     });
     let results = match results {
         Ok(r) => r,

@@ -98,14 +98,16 @@ impl Backend {
         }
         let trimmed = uri.trim_end_matches('/');
         // The scheme is found before trailing slashes are trimmed: trimmed
-        // first, `s3://` would be the local path `s3:`.
-        let (scheme, rest) = match uri.split_once("://") {
-            Some((s, r)) => (s.to_ascii_lowercase(), r.trim_end_matches('/')),
-            None => ("file".to_owned(), trimmed),
+        // first, `s3://` would be the local path `s3:`. `after` is what
+        // follows `://` as written.
+        let (scheme, after) = match uri.split_once("://") {
+            Some((s, r)) => (s.to_ascii_lowercase(), Some(r)),
+            None => ("file".to_owned(), None),
         };
+        let rest = after.map_or(trimmed, |r| r.trim_end_matches('/'));
         let (op, can_list) = match scheme.as_str() {
             "file" => {
-                if uri.split_once("://").is_some_and(|(_, r)| r.is_empty()) {
+                if after == Some("") {
                     return Err(err("a file:// URI needs a path: file:///data/web".into()));
                 }
                 let path = std::path::absolute(if rest.is_empty() { "/" } else { rest })
