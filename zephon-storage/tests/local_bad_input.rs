@@ -225,3 +225,37 @@ fn a_manifest_that_cannot_be_read_as_one_is_refused_not_ignored() {
         );
     }
 }
+
+/// A shard whose size is not the manifest's `bytes` is refused, naming the
+/// shard, both sizes and the manifest: a JSONL shard edited to as many
+/// lines kept its count, so nothing else noticed, and the folder read
+/// otherwise than its copy in a bucket does, where the object's size is
+/// held to the manifest.
+#[test]
+fn a_shard_that_changed_after_its_manifest_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines = "{\"t\":1}\n{\"t\":2}\n";
+    std::fs::write(dir.path().join("a.jsonl"), lines).unwrap();
+    let manifest = |bytes: usize| {
+        let m = serde_json::json!({
+            "version": 1,
+            "format": {"kind": "jsonl"},
+            "shards": [{"path": "a.jsonl", "samples": 2, "bytes": bytes}],
+        });
+        std::fs::write(dir.path().join("index.json"), m.to_string()).unwrap();
+    };
+    manifest(lines.len());
+    let records = drain(Dataset::from_path("t", dir.path()).unwrap()).unwrap();
+    assert_eq!(records.len(), 2);
+
+    // Same two lines, one longer: the count still matches.
+    std::fs::write(dir.path().join("a.jsonl"), "{\"t\":1}\n{\"t\":22}\n").unwrap();
+    let err = Dataset::from_path("t", dir.path()).unwrap_err().to_string();
+    assert!(
+        err.contains("a.jsonl")
+            && err.contains(&format!("is {} bytes", lines.len() + 1))
+            && err.contains(&format!("says {}", lines.len()))
+            && err.contains("index.json"),
+        "{err}"
+    );
+}

@@ -113,7 +113,7 @@ pub(super) fn layout(name: &str, dir: &Path, opts: &FormatOptions, limit: u64) -
                 bytes: e.bytes,
             })
             .collect::<Vec<_>>();
-        same_file_twice(name, dir, &shards)?;
+        check_files(name, dir, &shards)?;
         return Ok(Layout {
             format,
             shards,
@@ -138,8 +138,12 @@ pub(super) fn layout(name: &str, dir: &Path, opts: &FormatOptions, limit: u64) -
 /// Refuses a manifest naming one file twice under two names (a symbolic
 /// or hard link beside its target): its samples would be read twice. The
 /// manifest's own check refuses a name written twice; a listing, a file met
-/// twice ([`list_local`]).
-fn same_file_twice(name: &str, dir: &Path, shards: &[DetectedShard]) -> Result<()> {
+/// twice ([`list_local`]). Refuses as well a shard whose size is not the
+/// manifest's `bytes`: the file changed after the manifest was written
+/// (a JSONL shard edited to as many lines, a token file grown by less than
+/// a window), so reading it here would not give what the same folder in a
+/// bucket gives, where a shorter or longer object is an error.
+fn check_files(name: &str, dir: &Path, shards: &[DetectedShard]) -> Result<()> {
     use std::os::unix::fs::MetadataExt;
     let mut seen = std::collections::HashMap::with_capacity(shards.len());
     for s in shards {
@@ -147,6 +151,19 @@ fn same_file_twice(name: &str, dir: &Path, shards: &[DetectedShard]) -> Result<(
         let Ok(m) = std::fs::metadata(dir.join(&s.path)) else {
             continue;
         };
+        if m.is_file() && m.len() != s.bytes {
+            return Err(shard_error(
+                name,
+                &dir.join(&s.path).display().to_string(),
+                format!(
+                    "is {} bytes but the manifest ({}) says {}: the file changed after \
+                     the manifest was written (`zephon build-index` writes it again)",
+                    m.len(),
+                    dir.join(MANIFEST).display(),
+                    s.bytes
+                ),
+            ));
+        }
         if let Some(first) = seen.insert((m.dev(), m.ino()), &s.path) {
             return Err(shard_error(
                 name,

@@ -157,8 +157,9 @@ impl Shard for LocalJsonlShard {
 /// Local datasets: `Dataset::from_path(name, dir)`.
 pub trait DatasetExt: Sized {
     /// The shards an `index.json` in `dir` lists, in its order and format,
-    /// their sample counts checked against it (as where the dataset is
-    /// remote, so it gives the same samples wherever it lies); without
+    /// their sizes and sample counts checked against it (as where the
+    /// dataset is remote, so it gives the same samples wherever it lies; a
+    /// shard changed since the manifest was written is an error); without
     /// one, the shards in `dir` (sorted by path), in the format their names
     /// show (see [`format::detect`](crate::format::detect())): JSONL,
     /// Parquet, Megatron `.bin` + `.idx`, flat token `.bin`, WebDataset
