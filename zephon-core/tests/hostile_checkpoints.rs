@@ -405,7 +405,7 @@ fn rank_files_of_different_steps_or_layouts_do_not_merge() {
         .unwrap_err()
         .to_string();
     assert!(
-        e.contains("r0s2.ckpt") && e.contains("[2, 3]") && e.contains("all ranks"),
+        e.contains("r0s2.ckpt") && e.contains("lanes 2-3 are in none") && e.contains("all ranks"),
         "{e}"
     );
     // A rank of another seed.
@@ -446,7 +446,16 @@ fn contradicting_fields_are_refused_under_a_valid_checksum() {
     cases.push(("step", c, "step 7 but its lanes delivered at most 3"));
     let mut c = base.clone();
     c.canonical_lanes = 0;
-    cases.push(("no_lanes", c, "canonical_lanes is 0"));
+    cases.push(("no_lanes", c, "canonical_lanes 0 is out of range 1..=65536"));
+    // Before the range check, naming the lanes it lacks listed four
+    // billion lane ids.
+    let mut c = base.clone();
+    c.canonical_lanes = u32::MAX;
+    cases.push((
+        "lanes_past_the_range",
+        c,
+        "canonical_lanes 4294967295 is out of range 1..=65536",
+    ));
     let mut c = base.clone();
     c.lanes.remove(&2);
     cases.push(("cut_of_uncovered_lane", c, "a cut of lane 2"));
@@ -535,4 +544,68 @@ fn a_checkpoint_path_that_is_not_a_regular_file_is_refused_at_once() {
             "{err}"
         );
     }
+}
+
+/// Every batch of a run resumed from `c` on one rank, to its end or its
+/// first error.
+fn resumed_run(c: &Checkpoint) -> zephon_core::Result<Vec<Vec<i64>>> {
+    let ws = work(0, 1);
+    let progress = recipe(&ws, false).resume(&ws, c)?;
+    let mut out = Vec::new();
+    for b in ws
+        .stream()
+        .fetch(2)
+        .shuffle(8, ShuffleMode::Reservoir, 9)
+        .batch(3)
+        .resume_from(&progress)
+        .lane_mux_from(&progress)
+        .into_blocking_iter(Runner::Inline)?
+    {
+        let b = b?;
+        out.push(
+            b.items
+                .iter()
+                .map(|r| r.get("i").and_then(|v| v.as_int()).unwrap())
+                .collect(),
+        );
+    }
+    Ok(out)
+}
+
+/// Lane counts past what the run delivers: a replay that ran out of input
+/// before the count was dropped ended the lane with nothing said (its
+/// samples were lost to the resumed run), and counts near `u64::MAX`
+/// overflowed the sums taken when rank files merge.
+#[test]
+fn lane_counts_past_what_the_run_delivers_are_errors_not_an_early_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut base = merged(false);
+    // No cuts: every lane is replayed, its delivered elements dropped.
+    base.cuts.clear();
+    assert_eq!(resumed_run(&base).unwrap().len(), 120 / 3 - 4 * 3);
+
+    let mut c = base.clone();
+    c.lanes.get_mut(&2).unwrap().items = 1_000_000;
+    let e = resumed_run(&c).unwrap_err().to_string();
+    assert!(
+        e.contains(
+            "lane 2: the checkpoint counts 1000000 delivered elements but the lane ended after"
+        ),
+        "{e}"
+    );
+
+    let mut c = base.clone();
+    for p in c.lanes.values_mut() {
+        (p.batches, p.items) = (1 << 63, 1 << 63);
+    }
+    c.step = 1 << 63;
+    let path = dir.path().join("huge.ckpt");
+    c.save(&path).unwrap();
+    let loaded = Checkpoint::load_all([&path]).unwrap();
+    assert_eq!(loaded.step, 1 << 63);
+    let e = resumed_run(&loaded).unwrap_err().to_string();
+    assert!(
+        e.contains("delivered elements but the lane ended after"),
+        "{e}"
+    );
 }

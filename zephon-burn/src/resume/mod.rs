@@ -126,8 +126,8 @@ pub fn save_training<M: Module>(
         return Err(bad(
             dir,
             format!(
-                "the data checkpoint misses lanes {:?}: merge the checkpoints of every rank before saving",
-                data.missing_lanes()
+                "the data checkpoint misses lanes {}: merge the checkpoints of every rank before saving",
+                zephon_core::checkpoint::lane_runs(data.missing_lanes())
             ),
         ));
     }
@@ -198,8 +198,8 @@ pub fn restore_training<M: Module>(
         return Err(bad(
             &data_path,
             format!(
-                "misses lanes {:?}: not the merged checkpoint of every rank",
-                data.missing_lanes()
+                "misses lanes {}: not the merged checkpoint of every rank",
+                zephon_core::checkpoint::lane_runs(data.missing_lanes())
             ),
         ));
     }

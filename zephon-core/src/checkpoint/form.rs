@@ -238,8 +238,9 @@ impl Checkpoint {
             return Err(err(
                 &names.join(", "),
                 format!(
-                    "lanes {missing:?} are in none of these files, which cover {:?}: merge the checkpoints of all ranks",
-                    merged.lanes.keys().collect::<Vec<_>>()
+                    "lanes {} are in none of these files, which cover {}: merge the checkpoints of all ranks",
+                    super::lane_runs(missing),
+                    super::lane_runs(merged.lanes.keys().copied())
                 ),
             ));
         }

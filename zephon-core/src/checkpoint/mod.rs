@@ -114,5 +114,5 @@ pub use listed::{PtrJournal, PtrList};
 pub use progress::{Checkpointed, CheckpointedExt, Delivered, Progress};
 pub use recipe::Recipe;
 pub use resume::{ResumeExt, ResumeFrom};
-pub use state::{CHECKPOINT_VERSION, Checkpoint, LaneProgress};
+pub use state::{CHECKPOINT_VERSION, Checkpoint, LaneProgress, lane_runs};
 pub use stream::{CheckpointedStream, CheckpointedStreamExt};

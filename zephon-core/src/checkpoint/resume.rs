@@ -103,7 +103,7 @@ impl<S> ResumeFrom<S> {
 
     /// Elements still to drop, over all lanes (0 once the replay is over).
     pub fn replay_left(&self) -> u64 {
-        self.skip.values().sum()
+        self.skip.values().fold(0, |a, &n| a.saturating_add(n))
     }
 }
 
@@ -164,6 +164,23 @@ where
                 Poll::Ready(Some(Ok(unit))) => unit,
                 Poll::Ready(None) => {
                     this.probe.finish();
+                    // The lane ended before what the checkpoint counts as
+                    // delivered: it was made from other data, or counts
+                    // more than was ever delivered. Ending quietly would
+                    // hand the run a lane that ended early.
+                    if let Some((lane, left)) = this.skip.iter().find(|(_, n)| **n > 0) {
+                        let seen = this.seen.get(lane).copied().unwrap_or(0);
+                        let (lane, left) = (*lane, *left);
+                        this.skip.clear();
+                        return Poll::Ready(Some(Err(Error::Checkpoint {
+                            origin: "resume_from".into(),
+                            message: format!(
+                                "lane {lane}: the checkpoint counts {} delivered elements but the lane \
+                                 ended after {seen}: it was taken from other data or another pipeline",
+                                seen.saturating_add(left)
+                            ),
+                        })));
+                    }
                     return Poll::Ready(None);
                 }
                 Poll::Pending => {

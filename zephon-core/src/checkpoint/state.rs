@@ -89,6 +89,35 @@ pub struct Checkpoint {
     pub cuts: BTreeMap<LaneId, LaneCut>,
 }
 
+/// Lanes (sorted) written as runs, `0-3, 7, 9-11`: a message names a
+/// checkpoint's lanes in a line whatever their number (up to 65,536).
+///
+/// ```
+/// use zephon_core::checkpoint::lane_runs;
+/// assert_eq!(lane_runs([0, 1, 2, 3, 7, 9, 10, 11]), "0-3, 7, 9-11");
+/// assert_eq!(lane_runs([]), "none");
+/// ```
+pub fn lane_runs(lanes: impl IntoIterator<Item = LaneId>) -> String {
+    let mut runs: Vec<(LaneId, LaneId)> = Vec::new();
+    for l in lanes {
+        match runs.last_mut() {
+            Some((_, last)) if last.checked_add(1) == Some(l) => *last = l,
+            _ => runs.push((l, l)),
+        }
+    }
+    if runs.is_empty() {
+        return "none".into();
+    }
+    let text: Vec<String> = runs
+        .iter()
+        .map(|&(a, b)| match a == b {
+            true => a.to_string(),
+            false => format!("{a}-{b}"),
+        })
+        .collect();
+    text.join(", ")
+}
+
 pub(super) fn err(origin: &str, message: impl Into<String>) -> Error {
     Error::Checkpoint {
         origin: origin.to_owned(),
@@ -102,7 +131,8 @@ impl Checkpoint {
         (0..self.canonical_lanes).all(|l| self.lanes.contains_key(&l))
     }
 
-    /// The canonical lanes this checkpoint does not cover.
+    /// The canonical lanes this checkpoint does not cover (see
+    /// [`lane_runs`] to name them in a message).
     pub fn missing_lanes(&self) -> Vec<LaneId> {
         (0..self.canonical_lanes)
             .filter(|l| !self.lanes.contains_key(l))
@@ -269,8 +299,10 @@ impl Checkpoint {
 /// that takes one batch per owned lane per step, whichever lane has one
 /// (rounded up, as a checkpoint may fall inside a step).
 fn rounds(c: &Checkpoint) -> u64 {
-    let total: u64 = c.lanes.values().map(|p| p.batches).sum();
-    total.div_ceil(c.lanes.len().max(1) as u64)
+    // Summed wide: a file's counts are anyone's numbers, and their mean
+    // fits where their sum may not.
+    let total: u128 = c.lanes.values().map(|&p| u128::from(p.batches)).sum();
+    u64::try_from(total.div_ceil(c.lanes.len().max(1) as u128)).unwrap_or(u64::MAX)
 }
 
 /// Refuses parts taken at different steps. A training loop counts a step

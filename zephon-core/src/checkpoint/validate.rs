@@ -9,15 +9,21 @@ use crate::error::Result;
 use crate::pointer::LaneId;
 
 impl Checkpoint {
-    /// Refuses internal contradictions: a lane count of 0, lanes outside
+    /// Refuses internal contradictions: a lane count outside
+    /// [`CANONICAL_LANES`](crate::settings::CANONICAL_LANES), lanes outside
     /// it, counts that cannot be (elements without batches, fewer elements
     /// than batches), a step that is not the most batches of a lane, cuts
     /// of lanes the checkpoint does not cover or that contradict themselves,
     /// and a recipe fingerprint that is not its settings'.
     pub(super) fn check_consistent(&self, origin: &str) -> Result<()> {
         let fail = |message: String| Err(err(origin, message));
-        if self.canonical_lanes == 0 {
-            return fail("canonical_lanes is 0".into());
+        // Bounded before anything walks the lanes: a file saying 4 billion
+        // would have every lane id listed to name the ones it lacks.
+        if !crate::settings::CANONICAL_LANES.contains(self.canonical_lanes as u64) {
+            return fail(format!(
+                "canonical_lanes {}",
+                crate::settings::CANONICAL_LANES.message(self.canonical_lanes)
+            ));
         }
         if self.lanes.is_empty() {
             return fail("it covers no lane".into());
