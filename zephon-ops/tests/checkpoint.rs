@@ -626,3 +626,109 @@ fn bench_checkpoint_and_restore() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The panic message of `f`, run on a thread of its own; `hung` when it
+/// has not ended after two minutes (the thread is left behind).
+fn failure_of(f: impl FnOnce() + Send + 'static) -> String {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        let message = r.err().map(|p| {
+            p.downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default()
+        });
+        let _ = tx.send(message);
+    });
+    match rx.recv_timeout(std::time::Duration::from_secs(120)) {
+        Ok(Some(m)) => m,
+        Ok(None) => "ran to its end".into(),
+        Err(_) => "hung".into(),
+    }
+}
+
+/// `ckpt` with the state of the first `op` cut that `pick` accepts edited
+/// by `f`, checked as a file is when it is read.
+fn edited(
+    ckpt: &Checkpoint,
+    op: &str,
+    pick: &dyn Fn(&serde_json::Value) -> bool,
+    f: &dyn Fn(&mut serde_json::Value),
+) -> Checkpoint {
+    use zephon_core::checkpoint::OpState;
+    let mut c = ckpt.clone();
+    let state = c
+        .cuts
+        .values_mut()
+        .flat_map(|cut| cut.ops.iter_mut())
+        .find(|o| o.op == op && pick(o.state.value()))
+        .unwrap_or_else(|| panic!("no cut of {op} to edit"))
+        .state
+        .clone();
+    let mut v = state.value().clone();
+    f(&mut v);
+    for cut in c.cuts.values_mut() {
+        for o in cut.ops.iter_mut().filter(|o| o.op == op) {
+            if o.state == state {
+                o.state = OpState::from_value(state.version(), v.clone()).unwrap();
+            }
+        }
+    }
+    // Consistent in itself: it loads, and only the restore can tell.
+    Checkpoint::from_slice(&c.to_bytes(), "edited.ckpt").unwrap()
+}
+
+/// Cuts that load but that the run could not go on from (their fields are
+/// consistent, but not with the operator's settings) are restore errors
+/// naming the lane, not a hang or a row that never closes: a mixture queue
+/// under a dataset without a weight was never drained (the restore spun
+/// at the end of input), and `wrap`'s open row longer than `max_length`
+/// underflowed the room left in it.
+#[test]
+fn cuts_the_operators_settings_rule_out_are_restore_errors() {
+    let mixed = Run {
+        algorithm: PackAlgorithm::BestFit,
+        lanes: 2,
+        passes: 1,
+        mixture: true,
+        filter: false,
+        flat: false,
+        late_tokenize: false,
+        max_age: None,
+        group: false,
+    };
+    let (_, _, ckpt) = run(mixed, (0, 1), 3, 1, None, 4, None);
+    let queued = |v: &serde_json::Value| v["queues"].as_array().is_some_and(|q| !q.is_empty());
+    let bad = edited(&ckpt, "ensure_mixture", &queued, &|v| {
+        v["queues"][0][0] = 99.into()
+    });
+    let e = failure_of(move || {
+        run(mixed, (0, 1), 3, 1, Some(&bad), usize::MAX, None);
+    });
+    assert!(
+        e.contains("ensure_mixture, lane") && e.contains("queued under dataset 99"),
+        "{e}"
+    );
+
+    let wrap = Run {
+        algorithm: PackAlgorithm::Wrap,
+        mixture: false,
+        ..mixed
+    };
+    let (_, _, ckpt) = run(wrap, (0, 1), 3, 1, None, 4, None);
+    let open = |v: &serde_json::Value| v["open"].as_array().is_some_and(|o| !o.is_empty());
+    // The first open piece again and again: every piece is a range of a
+    // listed document, the row far past SEQ.
+    let bad = edited(&ckpt, "pack_sequences", &open, &|v| {
+        let first = v["open"][0].clone();
+        v["open"] = serde_json::Value::Array(vec![first; SEQ + 1]);
+    });
+    let e = failure_of(move || {
+        run(wrap, (0, 1), 3, 1, Some(&bad), usize::MAX, None);
+    });
+    assert!(
+        e.contains("pack_sequences") && e.contains(&format!("max_length {SEQ}")),
+        "{e}"
+    );
+}

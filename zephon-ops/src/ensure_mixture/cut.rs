@@ -212,6 +212,20 @@ impl State {
                     }
                 })
                 .ok_or_else(|| restore_error(lane, "a queued record past the queues"))?;
+            // Only the queue a record would have joined: one of another
+            // dataset, or of one without a weight, is never drained.
+            let own = r.source().map(|p| p.dataset);
+            if own != Some(d) || !c.weights.contains_key(&d) {
+                return Err(restore_error(
+                    lane,
+                    format!(
+                        "record {k} of the preamble is queued under dataset {d}, but it is of \
+                         dataset {} and the weighted datasets are {:?}",
+                        own.map_or("none".into(), |o| o.to_string()),
+                        c.weights.keys().collect::<Vec<_>>()
+                    ),
+                ));
+            }
             let w = weight(c, &r)?;
             let l = self.lanes.entry(lane).or_default();
             l.queues.entry(d).or_default().push_back((r, w));

@@ -94,6 +94,49 @@ impl PackState {
     }
 }
 
+/// Rows no longer than this run's `max_length`, ready or open: `wrap` fills
+/// its open row up to `max_length - len` more tokens, which an overfull
+/// row turned into an underflow (a row that never closed, taking in the
+/// whole lane), and the bin packers place pieces no longer than a row.
+fn check_lengths(s: &PackState, c: &super::PackConfig) -> std::result::Result<(), String> {
+    let tokens = |pieces: &[Piece]| -> u64 {
+        pieces
+            .iter()
+            .map(|p| u64::from(p.end().saturating_sub(p.start())))
+            .sum()
+    };
+    let max = c.max_length as u64;
+    if let Some((i, n)) = s
+        .ready
+        .iter()
+        .map(|r| tokens(r))
+        .enumerate()
+        .find(|&(_, n)| n > max)
+    {
+        return Err(format!(
+            "ready row {i} holds {n} tokens, more than max_length {max}"
+        ));
+    }
+    for (group, open, _) in s.by_group() {
+        let too_long = match c.algorithm {
+            PackAlgorithm::Wrap => Some(tokens(open)).filter(|&n| n > max),
+            PackAlgorithm::FirstFit | PackAlgorithm::BestFit => {
+                open.iter().map(|&p| tokens(&[p])).find(|&n| n > max)
+            }
+            // Its pool holds whole documents, which it cuts to fit.
+            PackAlgorithm::BestFitWrap => None,
+        };
+        if let Some(n) = too_long {
+            return Err(format!(
+                "the open state of group {group:?} holds {n} tokens where a row of \
+                 max_length {max} takes at most {max}: the checkpoint is of another \
+                 max_length, or corrupt"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Every piece of a packing cut is of one of its documents, and a range.
 pub(crate) fn check_state(lane: LaneId, cut: &OpLaneCut) -> std::result::Result<(), String> {
     let s: PackState = cut.check_decode(lane, NAME, STATE_VERSION)?;
@@ -234,6 +277,7 @@ impl Packer {
     ) -> Result<()> {
         let state: PackState = cut.decode_state(lane, NAME, STATE_VERSION)?;
         check(&state, &cut.preamble).map_err(|m| restore_error(lane, m))?;
+        check_lengths(&state, &self.config).map_err(|m| restore_error(lane, m))?;
         let ready = &state.ready;
         let ptrs = cut.preamble.listed.to_vec();
         let mut ids: Vec<(Vec<u32>, Lineage)> = Vec::with_capacity(docs.len());
