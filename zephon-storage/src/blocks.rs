@@ -130,7 +130,7 @@ impl BlockFile {
         );
         let this = self.clone();
         self.cache
-            .get_or_download(&key, &context, move || async move {
+            .get_or_download(&key, Some(to - from), &context, move || async move {
                 this.download_block(i, from, to).await
             })
             .await

@@ -185,7 +185,8 @@ impl CachedShard {
                     // header page (0: no disk tier, nothing to keep to).
                     let cap = Some(c.disk_capacity().saturating_sub(4096)).filter(|&n| n > 0);
                     let folder = c.live_dir().map(std::path::Path::to_owned);
-                    c.get_or_fetch(&key, &context, async move {
+                    let len = entry.decoded_bytes();
+                    c.get_or_fetch(&key, len, &context, async move {
                         let folder = folder.as_deref();
                         download_for_cache(&backend, &dataset, &entry, &m, cap, folder).await
                     })

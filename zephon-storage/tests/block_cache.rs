@@ -149,6 +149,57 @@ fn a_damaged_block_on_disk_is_fetched_again() {
     );
 }
 
+/// A block entry cut short under a header rewritten to match (its length
+/// and CRC32C those of what is left, as anything else writing to the shared
+/// folder could leave it) is damaged, not a block: it passed the checksum
+/// and the reads sliced past its end (a panic).
+#[test]
+fn a_block_of_the_wrong_length_under_a_valid_header_is_fetched_again() {
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    let written = write_dataset(&data, 1, 5_000);
+    index(&data);
+    let want = local_order(&data, &written);
+    let moto = Moto::start(t.path());
+    moto.upload("bkt", "ds", &data);
+    let opts = moto.opts(small_cache(t.path(), 16 << 20, 64 << 20));
+    let rd = RemoteDataset::open("d", "s3://bkt/ds", &opts).unwrap();
+    assert_eq!(
+        fields(&read_all(rd.dataset().clone(), false).unwrap()),
+        want
+    );
+    assert!(rd.cache_stats().misses > 2);
+    drop(rd);
+    let mut files: Vec<_> = std::fs::read_dir(t.path().join("cache"))
+        .unwrap()
+        .flat_map(|d| std::fs::read_dir(d.unwrap().path()).unwrap())
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "shard"))
+        .collect();
+    files.sort();
+    // The entry's layout: 16 bytes of magic, the body's length (u64) and
+    // its CRC32C (u32), then the body.
+    let raw = std::fs::read(&files[0]).unwrap();
+    let body = &raw[28..28 + (raw.len() - 28) / 2];
+    let mut short = raw[..16].to_vec();
+    short.extend((body.len() as u64).to_le_bytes());
+    short.extend(crc_fast::crc32_iscsi(body).to_le_bytes());
+    short.extend(body);
+    std::fs::write(&files[0], &short).unwrap();
+    let rd = RemoteDataset::open("d", "s3://bkt/ds", &opts).unwrap();
+    assert_eq!(
+        fields(&read_all(rd.dataset().clone(), false).unwrap()),
+        want
+    );
+    let s = rd.cache_stats();
+    assert_eq!(s.misses, 1, "only the cut block is downloaded: {s:?}");
+    assert_eq!(
+        std::fs::read(&files[0]).unwrap(),
+        raw,
+        "and published again"
+    );
+}
+
 #[test]
 fn a_token_file_larger_than_the_cache_reads_by_blocks() {
     let t = tempfile::tempdir().unwrap();

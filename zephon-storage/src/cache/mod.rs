@@ -194,10 +194,14 @@ impl ShardCache {
     /// The shard under `key`, running `download` on a miss. Concurrent
     /// callers for one key, in this process or in others sharing the
     /// folder, share one download; a failed download caches nothing and
-    /// fails every waiter of this process.
+    /// fails every waiter of this process. With `len`, a disk entry of
+    /// another length is damaged, as one failing its checksum is: the
+    /// folder is shared with whatever else writes there, and an entry cut
+    /// short under a header rewritten to match still passes the checksum.
     pub async fn get_or_download<F, Fut>(
         self: &Arc<Self>,
         key: &str,
+        len: Option<u64>,
         context: &str,
         download: F,
     ) -> Result<Bytes>
@@ -206,8 +210,13 @@ impl ShardCache {
         Fut: Future<Output = Result<Bytes>> + Send + 'static,
     {
         let fut = download();
-        self.get_or_fetch(key, context, async move { fut.await.map(Fetched::Bytes) })
-            .await
+        self.get_or_fetch(
+            key,
+            len,
+            context,
+            async move { fut.await.map(Fetched::Bytes) },
+        )
+        .await
     }
 
     /// As [`get_or_download`](Self::get_or_download), for a download
@@ -215,6 +224,7 @@ impl ShardCache {
     pub(crate) async fn get_or_fetch(
         self: &Arc<Self>,
         key: &str,
+        len: Option<u64>,
         context: &str,
         fut: impl Future<Output = Result<Fetched>> + Send + 'static,
     ) -> Result<Bytes> {
@@ -224,7 +234,7 @@ impl ShardCache {
         let entry = self
             .memory
             .get_or_fetch(key, move || async move {
-                this.fetch(&owned_key, fut, &flag).await
+                this.fetch(&owned_key, len, fut, &flag).await
             })
             .await;
         self.metrics
@@ -252,10 +262,11 @@ impl ShardCache {
     async fn fetch(
         &self,
         key: &str,
+        len: Option<u64>,
         download: impl Future<Output = Result<Fetched>>,
         downloaded: &AtomicBool,
     ) -> Result<Bytes> {
-        if let Some(b) = self.read_disk(key).await {
+        if let Some(b) = self.read_disk(key, len).await {
             return Ok(b);
         }
         let Some(disk) = self.live_disk() else {
@@ -283,7 +294,7 @@ impl ShardCache {
         };
         // The previous holder of the lock may have published it.
         if guard.is_some()
-            && let Some(b) = self.read_disk(key).await
+            && let Some(b) = self.read_disk(key, len).await
         {
             return Ok(b);
         }
@@ -352,14 +363,19 @@ impl ShardCache {
         }
     }
 
-    /// The verified disk entry of `key`, if there is one; a damaged entry is
-    /// removed (under its key lock) and reads as a miss.
-    async fn read_disk(&self, key: &str) -> Option<Bytes> {
+    /// The verified disk entry of `key` (of `len` bytes, when given), if
+    /// there is one; a damaged entry is removed (under its key lock) and
+    /// reads as a miss.
+    async fn read_disk(&self, key: &str, len: Option<u64>) -> Option<Bytes> {
         let disk = self.live_disk()?;
         let _permit = self.disk_reads.acquire().await.ok()?;
+        let read = move |d: &DiskTier, k: &str| match d.read(k) {
+            Ok(Lookup::Found(b)) if len.is_some_and(|n| n != b.len() as u64) => Ok(Lookup::Corrupt),
+            other => other,
+        };
         // Reading and hashing a shard is blocking work: off the I/O threads.
         let (d, k) = (disk.clone(), key.to_owned());
-        let found = tokio::task::spawn_blocking(move || d.read(&k))
+        let found = tokio::task::spawn_blocking(move || read(&d, &k))
             .await
             .unwrap_or_else(|e| Err(std::io::Error::other(e)));
         match found {
@@ -372,7 +388,7 @@ impl ShardCache {
                     self.dir.display()
                 );
                 if let Ok(Ok(_g)) = tokio::time::timeout(self.lock_wait, disk.lock_key(key)).await
-                    && let Ok(Lookup::Corrupt) = disk.read(key)
+                    && let Ok(Lookup::Corrupt) = read(disk, key)
                     && let Err(e) = disk.remove(key)
                 {
                     self.disk_error("removing a damaged entry", &e);
