@@ -16,6 +16,9 @@ use std::path::{Path, PathBuf};
 /// The Burn version this crate is built against (recorded in `benchmark_config.yaml`).
 pub const BURN_VERSION: &str = "0.22.1";
 
+/// Longest timing config read, as a recipe's.
+const CONFIG_LIMIT: u64 = 16 << 20;
+
 /// A timing configuration file.
 ///
 /// ```
@@ -209,9 +212,10 @@ impl TimingConfig {
         Ok(cfg)
     }
 
-    /// Reads and checks a YAML file.
+    /// Reads and checks a YAML file of at most 16 MiB (a config is a few
+    /// hundred bytes; a longer file is an error naming it, not read whole).
     pub fn from_file(path: &Path) -> Result<Self> {
-        let text = zephon_core::input::read_file(path, u64::MAX)
+        let text = zephon_core::input::read_file(path, CONFIG_LIMIT)
             .and_then(|b| {
                 String::from_utf8(b)
                     .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))

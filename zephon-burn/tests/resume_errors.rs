@@ -254,3 +254,51 @@ fn a_new_save_replaces_the_previous_parts() {
         ]
     );
 }
+
+/// A save removes only the part files a save writes: an old manifest that
+/// names the manifest itself, or a file of the user's, as a part had the
+/// save delete the manifest it had just written (and return `Ok`) or the
+/// user's file.
+#[test]
+fn a_save_removes_only_files_a_save_wrote() {
+    for named in [MANIFEST, "notes.txt"] {
+        let dir = tempfile::tempdir().unwrap();
+        run(1, None, 1, Some(dir.path()));
+        std::fs::write(dir.path().join("notes.txt"), "mine").unwrap();
+        edit_manifest(dir.path(), |v| v["data"]["file"] = named.into());
+        run(1, None, 2, Some(dir.path()));
+        let m = read_manifest(dir.path()).unwrap_or_else(|e| panic!("{named}: {e}"));
+        assert_eq!(m.step, 2);
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("notes.txt")).unwrap(),
+            "mine"
+        );
+    }
+}
+
+/// A part far longer than its manifest says (a terabyte of holes) is
+/// refused by its size, before any of it is read or reserved.
+#[test]
+fn a_part_far_longer_than_its_manifest_is_refused_unread() {
+    let (d, m) = (data(), model_config());
+    let dir = tempfile::tempdir().unwrap();
+    run(1, None, 1, Some(dir.path()));
+    let manifest = read_manifest(dir.path()).unwrap();
+    let path = dir.path().join(&manifest.model.file);
+    std::fs::File::options()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(1 << 40)
+        .unwrap();
+    let (file, message) = restore_error(dir.path(), &d, &m);
+    assert_eq!(file, manifest.model.file);
+    assert!(
+        message.contains(&format!(
+            "{} bytes, the manifest says {}",
+            1u64 << 40,
+            manifest.model.bytes
+        )),
+        "{message}"
+    );
+}

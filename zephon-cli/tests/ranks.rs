@@ -132,7 +132,9 @@ fn ranks_restart_with_another_count_and_keep_the_global_batches() {
     // Ranks placed by Slurm's variables, then torchrun's, then flags.
     let (a, c2) = phase(&dir, "two", (2, Launch::Slurm), 4, &[]);
     let (b, c4) = phase(&dir, "four", (4, Launch::Torchrun), 5, &c2);
-    let (c, _) = phase(&dir, "one", (1, Launch::Flags), 1_000, &c4);
+    // As many steps as the flag takes: added to the resumed step count,
+    // they overflowed (a panic; wrapped, a stop at the first batch).
+    let (c, _) = phase(&dir, "one", (1, Launch::Flags), u64::MAX, &c4);
 
     let mut joined = Global::new();
     for part in [a, b, c] {

@@ -89,13 +89,19 @@ pub fn read_file(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
     if len > limit {
         return Err(too_long(limit));
     }
-    let mut out = Vec::with_capacity(len as usize);
+    // Reserved as the size says up to a bound, grown past it as bytes
+    // come: a file that says a terabyte (holes, or a device) would have
+    // its whole size asked of the allocator, which aborts the process.
+    let mut out = Vec::with_capacity(len.min(RESERVE_AT_MOST) as usize);
     file.take(limit.saturating_add(1)).read_to_end(&mut out)?;
     if out.len() as u64 > limit {
         return Err(too_long(limit));
     }
     Ok(out)
 }
+
+/// Most of a file's size [`read_file`] reserves before reading.
+const RESERVE_AT_MOST: u64 = 64 << 20;
 
 fn too_long(limit: u64) -> io::Error {
     io::Error::new(

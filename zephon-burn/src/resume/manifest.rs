@@ -14,6 +14,10 @@ pub(super) const FORMAT: &str = "zephon-training-checkpoint";
 /// Version of the manifest layout this build writes and reads.
 pub const MANIFEST_VERSION: u32 = 1;
 
+/// Longest manifest read: one is a few hundred bytes, and a file of any
+/// size in its place is not read whole to find that out.
+const MANIFEST_LIMIT: u64 = 1 << 20;
+
 /// The manifest of a training checkpoint folder.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -86,7 +90,7 @@ pub(super) fn is_plain_name(name: &str) -> bool {
 /// Reads and checks the manifest of the training checkpoint in `dir`.
 pub fn read_manifest(dir: impl AsRef<Path>) -> Result<Manifest> {
     let path = dir.as_ref().join(MANIFEST);
-    let text = match zephon_core::input::read_file(&path, u64::MAX) {
+    let text = match zephon_core::input::read_file(&path, MANIFEST_LIMIT) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(bad(
@@ -144,24 +148,50 @@ pub fn read_manifest(dir: impl AsRef<Path>) -> Result<Manifest> {
     Ok(manifest)
 }
 
-/// Reads a part and checks it is the file the manifest names.
+/// Whether `name` is one of the part files [`super::save_training`]
+/// writes (`model-`, `optimizer-` or `data-`, the step in at least eight
+/// digits, and its extension): the only files a save removes.
+pub(super) fn is_part_name(name: &str) -> bool {
+    [
+        ("model-", ".bpk"),
+        ("optimizer-", ".bpk"),
+        ("data-", ".zpck"),
+    ]
+    .iter()
+    .any(|(head, tail)| {
+        name.strip_prefix(head)
+            .and_then(|n| n.strip_suffix(tail))
+            .is_some_and(|step| step.len() >= 8 && step.bytes().all(|b| b.is_ascii_digit()))
+    })
+}
+
+/// Reads a part and checks it is the file the manifest names. Its size is
+/// checked before it is read, and no more than that is read: a part of
+/// another size (a terabyte of holes included) costs no read.
 pub(super) fn read_part(dir: &Path, part: &Part) -> Result<Vec<u8>> {
     let path = dir.join(&part.file);
-    let data = zephon_core::input::read_file(&path, u64::MAX).map_err(|e| {
+    let cannot = |e: std::io::Error| {
         bad(
             &path,
             format!("cannot read a part the manifest names ({e})"),
         )
-    })?;
-    if data.len() as u64 != part.bytes {
-        return Err(bad(
+    };
+    let size = |n: u64| {
+        bad(
             &path,
             format!(
-                "{} bytes, the manifest says {}: truncated, or from another save",
-                data.len(),
+                "{n} bytes, the manifest says {}: truncated, or from another save",
                 part.bytes
             ),
-        ));
+        )
+    };
+    let len = std::fs::metadata(&path).map_err(cannot)?.len();
+    if len != part.bytes {
+        return Err(size(len));
+    }
+    let data = zephon_core::input::read_file(&path, part.bytes).map_err(cannot)?;
+    if data.len() as u64 != part.bytes {
+        return Err(size(data.len() as u64));
     }
     let hash = hex(zephon_core::hash::bytes(&data));
     if hash != part.hash {
@@ -179,6 +209,28 @@ pub(super) fn read_part(dir: &Path, part: &Part) -> Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::is_plain_name;
+
+    #[test]
+    fn only_the_names_a_save_writes_are_parts() {
+        use super::is_part_name;
+        for name in [
+            "model-00000003.bpk",
+            "optimizer-00000003.bpk",
+            "data-123456789.zpck",
+        ] {
+            assert!(is_part_name(name), "{name}");
+        }
+        for name in [
+            "manifest.json",
+            "notes.txt",
+            "model-3.bpk",
+            "model-0000000x.bpk",
+            "data-00000003.bpk",
+            "model-00000003.bpk.tmp",
+        ] {
+            assert!(!is_part_name(name), "{name}");
+        }
+    }
 
     #[test]
     fn part_names_stay_inside_the_folder() {

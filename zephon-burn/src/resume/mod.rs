@@ -70,7 +70,7 @@ use burn::module::Module;
 use burn::optim::{ModuleOptimizer, OptimizerRecord};
 use burn::store::ModuleRecord;
 use burn::tensor::Bytes;
-use manifest::{FORMAT, bad, is_plain_name, read_part, write_atomic, write_part};
+use manifest::{FORMAT, bad, is_part_name, is_plain_name, read_part, write_atomic, write_part};
 use std::path::Path;
 use zephon_core::checkpoint::{Checkpoint, Recipe};
 
@@ -162,7 +162,10 @@ pub fn save_training<M: Module>(
     if let Some(old) = previous {
         let kept = [&manifest.model, &manifest.optimizer, &manifest.data].map(|p| &p.file);
         for part in [old.model, old.optimizer, old.data] {
-            if !kept.contains(&&part.file) && is_plain_name(&part.file) {
+            // Only a file a save wrote: the old manifest is anyone's, and
+            // may name this manifest or a file of the user's.
+            if !kept.contains(&&part.file) && is_plain_name(&part.file) && is_part_name(&part.file)
+            {
                 // A leftover file costs disk space, not correctness.
                 let _ = std::fs::remove_file(dir.join(&part.file));
             }

@@ -112,7 +112,7 @@ pub fn run(args: Args) -> Result<()> {
     };
     // Lanes may run dry at different steps near the end, so the stop is a
     // step index, not a batch count.
-    let until = progress.steps() + args.steps;
+    let until = progress.steps().saturating_add(args.steps);
     let batches = ws
         .stream()
         .fetch(args.parallelism)
