@@ -2,7 +2,7 @@
 //! Used to open datasets without a manifest and to write one
 //! ([`build_index`]).
 
-use crate::backend::Backend;
+use crate::backend::{Backend, runtime};
 use crate::download::{download_hashed, download_to_temp, shard_error};
 use crate::format::compression::Compression;
 use crate::format::detect::{Detected, DetectedShard};
@@ -33,6 +33,19 @@ pub async fn list_files(backend: &Backend, dataset: &str) -> Result<Vec<(String,
         let (root, name) = (PathBuf::from(info.root()), dataset.to_owned());
         return offload("list", move || list_local(&name, &root)).await?;
     }
+    // On a task of its own: the client's code that turns a server's keys
+    // into paths panics on a key outside the prefix listed, and a panic
+    // there must be an error naming the listing, not the caller's end.
+    let (b, name) = (backend.clone(), dataset.to_owned());
+    runtime::spawn(
+        format!("listing {} (dataset `{dataset}`)", backend.uri),
+        async move { list_remote(&b, &name).await },
+    )
+    .await
+}
+
+/// [`list_files`] of a remote root.
+async fn list_remote(backend: &Backend, dataset: &str) -> Result<Vec<(String, u64)>> {
     let err =
         |e: opendal::Error| shard_error(dataset, &backend.uri, format!("cannot list shards: {e}"));
     let mut lister = backend

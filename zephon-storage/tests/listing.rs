@@ -101,3 +101,46 @@ fn a_listing_page_of_gigabytes_is_refused_past_its_limit() {
     );
     assert!(sent.load(Ordering::Relaxed) < 256 << 20, "{sent:?}: {err}");
 }
+
+/// A listing whose key lies outside the prefix asked for (`a` for the
+/// prefix `data/`) made the client's key-to-path code panic, which ended
+/// `zephon build-index` with status 101: it is an error naming the listing.
+#[test]
+fn a_listed_key_outside_the_prefix_is_an_error_not_a_panic() {
+    use zephon_storage::backend::{Backend, runtime};
+    let t = tempfile::tempdir().unwrap();
+    let addr = common::tiny::serve(move |request, _, conn| {
+        let (status, body) = if request.contains("list-type=2") {
+            (
+                "200 OK",
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\
+                 <ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">\
+                 <Name>b</Name><Prefix>data/</Prefix><KeyCount>1</KeyCount>\
+                 <MaxKeys>1000</MaxKeys><IsTruncated>false</IsTruncated>\
+                 <Contents><Key>a</Key><Size>8</Size>\
+                 <LastModified>2026-01-01T00:00:00.000Z</LastModified>\
+                 <ETag>\"e\"</ETag></Contents></ListBucketResult>",
+            )
+        } else {
+            (
+                "404 Not Found",
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>NoSuchKey\
+                 </Code><Message>no such key</Message></Error>",
+            )
+        };
+        let xml = "Content-Type: application/xml\r\n";
+        common::tiny::answer(conn, status, xml, body.as_bytes())
+    });
+    let opts = cache_opts(t.path())
+        .endpoint(&format!("http://{addr}"))
+        .region("us-east-1")
+        .anonymous(true);
+    let b = Backend::open("d", "s3://b/data", &opts).unwrap();
+    let listed = std::thread::spawn(move || {
+        runtime::block_on(zephon_storage::scan::build_index(&b, "d")).map_err(|e| e.to_string())
+    })
+    .join()
+    .expect("build_index returns, not panics");
+    let err = listed.expect_err("a listing of a key outside the prefix indexed");
+    assert!(err.contains("listing s3://b/data"), "{err}");
+}

@@ -31,14 +31,13 @@ pub async fn spawn<T: Send + 'static>(
 ) -> Result<T> {
     runtime().spawn(fut).await.map_err(|e| Error::Operator {
         op: "storage",
-        message: format!(
-            "{what}: task {}",
-            if e.is_panic() {
-                "panicked"
-            } else {
-                "was cancelled"
-            }
-        ),
+        message: match e.try_into_panic() {
+            Ok(p) => format!(
+                "{what}: task panicked: {}",
+                zephon_core::error::panic_message(&*p)
+            ),
+            Err(_) => format!("{what}: task was cancelled"),
+        },
     })?
 }
 
