@@ -98,3 +98,38 @@ fn rank_run_reads_shards_in_subfolders_and_behind_symlinks() {
     ids.sort_unstable();
     assert_eq!(ids, (0..20).collect::<Vec<_>>());
 }
+
+/// `build-index` writes inside the folder it is given: a linked folder's
+/// shards are indexed in the manifest, but their line-index sidecars are
+/// not written where the link leads (it wrote `folder/d.jsonl.idx`), and a
+/// sidecar or manifest name that is a symbolic link is an error, not a
+/// write through it (which truncated the file it led to).
+#[test]
+fn build_index_writes_only_inside_the_folder_it_is_given() {
+    let t = tempfile::tempdir().unwrap();
+    let data = linked(t.path());
+    let (ok, _, err) = zephon(&["build-index", &data.display().to_string()]);
+    assert!(ok, "{err}");
+    assert!(data.join("index.json").exists());
+    assert!(data.join("a.jsonl.idx").exists() && data.join("sub/b.jsonl.idx").exists());
+    assert!(!t.path().join("folder/d.jsonl.idx").exists());
+    let (ok, out, err) = zephon(&["inspect", &data.display().to_string(), "--json"]);
+    assert!(ok, "{err}");
+    let r: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(r["samples"]["total"], 20, "{out}");
+
+    for name in ["a.jsonl.idx", "index.json"] {
+        let victim = t.path().join("victim.txt");
+        std::fs::write(&victim, "keep me").unwrap();
+        std::fs::remove_file(data.join(name)).unwrap();
+        symlink(&victim, data.join(name)).unwrap();
+        let (ok, _, err) = zephon(&["build-index", &data.display().to_string()]);
+        assert!(!ok, "{name}: written through a link");
+        assert!(
+            err.contains(name) && err.contains("symbolic link"),
+            "{name}: {err}"
+        );
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me");
+        std::fs::remove_file(data.join(name)).unwrap();
+    }
+}

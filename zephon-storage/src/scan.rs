@@ -403,7 +403,10 @@ pub async fn build_index(backend: &Backend, dataset: &str) -> Result<Manifest> {
 
 /// Like [`build_index`], with format options (recorded in the manifest).
 /// An MDS dataset already has its index (Streaming's `index.json`) and is
-/// left alone: that is an error, not an overwrite.
+/// left alone: that is an error, not an overwrite. A local dataset is
+/// written inside its folder only (see [`list_local`] for the links a
+/// listing follows): a shard in a linked folder outside it gets no
+/// sidecar, and a symbolic link where a file would be written is an error.
 pub async fn build_index_with(
     backend: &Backend,
     dataset: &str,
@@ -432,10 +435,14 @@ pub async fn build_index_with(
     let mut shards = Vec::new();
     for s in &found.shards {
         if found.format.is_jsonl() {
-            let (entry, index) =
+            let (mut entry, index) =
                 scan_jsonl(backend, dataset, &s.path, s.bytes, &metrics, true).await?;
-            if let Some(idx) = &entry.index {
-                write(backend, dataset, idx, encode_index(&index)).await?;
+            if let Some(idx) = entry.index.clone() {
+                match writable(backend, dataset, &idx)? {
+                    true => write(backend, dataset, &idx, encode_index(&index)).await?,
+                    // Its line index is built when the shard is opened.
+                    false => entry.index = None,
+                }
             }
             shards.push(entry);
         } else {
@@ -444,8 +451,37 @@ pub async fn build_index_with(
     }
     let mut manifest = Manifest::new(shards);
     manifest.format = found.format;
+    writable(backend, dataset, MANIFEST)?;
     write(backend, dataset, MANIFEST, manifest.to_json().into_bytes()).await?;
     Ok(manifest)
+}
+
+/// Whether `path` of a local dataset may be written: not where a symbolic
+/// link stands (an error: writing would truncate whatever it leads to),
+/// and `false` in a folder that lies outside the dataset's folder (reached
+/// through a linked folder, which the listing follows): `build-index`
+/// writes inside the folder it is given, nowhere else. Any other backend's
+/// paths stay under its root by construction.
+fn writable(backend: &Backend, dataset: &str, path: &str) -> Result<bool> {
+    let info = backend.op.info();
+    if info.scheme() != "fs" {
+        return Ok(true);
+    }
+    let root = PathBuf::from(info.root());
+    let target = root.join(path);
+    if std::fs::symlink_metadata(&target).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(shard_error(
+            dataset,
+            &target.display().to_string(),
+            "is a symbolic link: build-index does not write through one (it would overwrite \
+             what the link leads to); remove it and run build-index again",
+        ));
+    }
+    let real = |p: &Path| std::fs::canonicalize(p).ok();
+    Ok(match (target.parent().and_then(real), real(&root)) {
+        (Some(folder), Some(root)) => folder.starts_with(root),
+        _ => false,
+    })
 }
 
 async fn write(backend: &Backend, dataset: &str, path: &str, data: Vec<u8>) -> Result<()> {
