@@ -79,6 +79,18 @@ fn a_listing_that_leads_back_is_an_error_not_an_endless_read() {
 
 #[test]
 fn a_listing_page_of_gigabytes_is_refused_past_its_limit() {
+    flooded_listing("s3://b/data", 4 << 30);
+}
+
+/// At a bucket's root the listing asks for no `prefix`: the page was not
+/// known for one, and read whole.
+#[test]
+fn a_listing_page_at_a_bucket_root_is_held_to_the_same_limit() {
+    flooded_listing("s3://b", 1 << 30);
+}
+
+/// Opens `uri` from a server answering its listing with a page of `bytes`.
+fn flooded_listing(uri: &str, bytes: u64) {
     let t = tempfile::tempdir().unwrap();
     let sent = Arc::new(AtomicU64::new(0));
     let counter = sent.clone();
@@ -88,13 +100,13 @@ fn a_listing_page_of_gigabytes_is_refused_past_its_limit() {
             return common::tiny::answer(conn, "404 Not Found", "", body);
         }
         let piece = "<Contents><Key>data/a.jsonl</Key><Size>8</Size></Contents>".repeat(4096);
-        common::tiny::flood(conn, "200 OK", 4 << 30, piece.as_bytes(), &counter)
+        common::tiny::flood(conn, "200 OK", bytes, piece.as_bytes(), &counter)
     });
     let opts = cache_opts(t.path())
         .endpoint(&format!("http://{addr}"))
         .region("us-east-1")
         .anonymous(true);
-    let err = common::open_error("s3://b/data", &opts, "a listing page of 4 GiB opened");
+    let err = common::open_error(uri, &opts, "a listing page of gigabytes opened");
     assert!(
         err.contains("page of the listing") && err.contains("index.json"),
         "{err}"

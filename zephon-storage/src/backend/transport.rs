@@ -150,10 +150,17 @@ fn error_body(body: HttpBody) -> HttpBody {
 /// MiB, so a longer one is a broken or hostile answer, not a listing.
 const LIST_PAGE: u64 = 64 << 20;
 
-/// Whether `req` asks for a page of a listing: a `GET` with a `prefix`
-/// query parameter, as S3's, Google Cloud Storage's and Azure Blob's
-/// listings all are (their object reads have none).
+/// Whether `req` asks for a page of a listing: the services mark the
+/// requests of a listing as such (a listing at a bucket's or container's
+/// root carries no `prefix`, and the Hugging Face tree API never does);
+/// failing the mark, a `GET` with a `prefix` query parameter, as S3's,
+/// Google Cloud Storage's and Azure Blob's listings all are (their object
+/// reads have none).
 fn is_listing(req: &Request<Buffer>) -> bool {
+    use opendal::raw::Operation;
+    if req.extensions().get::<Operation>() == Some(&Operation::List) {
+        return true;
+    }
     req.method() == http::Method::GET
         && req.uri().query().is_some_and(|q| {
             q.split('&')
