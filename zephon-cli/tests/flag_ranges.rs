@@ -47,6 +47,18 @@ fn out_of_range_flags_are_named() {
         &["bench", "formats", "--parallelism", "0"],
         &[
             "bench",
+            "tokens",
+            "--file",
+            "f",
+            "--seq-len",
+            "18446744073709551615",
+        ],
+        &["bench", "tokens", "--file", "f", "--batch", "0"],
+        &["bench", "tokens", "--file", "f", "--repeat", "0"],
+        &["bench", "tokens", "--file", "f", "--range-parts", "0"],
+        &["bench", "tokens", "--file", "f", "--range-gap", "17000000"],
+        &[
+            "bench",
             "tokenize-pack",
             "--corpus",
             ".",

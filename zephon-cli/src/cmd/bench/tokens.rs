@@ -17,15 +17,18 @@
 
 use super::mem::PeakRss;
 use super::stats::round3;
+use crate::cmd::flags::{AT_LEAST_ONE, ranged};
 use anyhow::{Context, Result, bail, ensure};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 use zephon_core::record::{TokenWidth, Tokens};
+use zephon_core::settings::{BATCH_SIZE, BUFFER_SIZE, SEQ_LEN, WORKERS};
 use zephon_core::{BlockShuffle, Dataset, PipelineExt, Runner, WorkSource};
 use zephon_storage::PrefetchExt;
 use zephon_storage::format::tokens::TOKENS_FIELD;
 use zephon_storage::format::{FormatShard, FormatSpec, TokenDtype};
+use zephon_storage::options::{RANGE_CONCURRENCY, RANGE_GAP, RANGE_PARTS};
 
 /// Options of `zephon bench tokens`.
 #[derive(Debug, clap::Args)]
@@ -34,10 +37,10 @@ pub struct Args {
     #[arg(long)]
     pub file: PathBuf,
     /// Tokens per input row; windows are one longer (the shifted label).
-    #[arg(long, default_value_t = 2048)]
+    #[arg(long, default_value_t = 2048, value_parser = ranged::<u64>(SEQ_LEN))]
     pub seq_len: u64,
     /// Windows per batch.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = ranged::<usize>(BATCH_SIZE))]
     pub batch: usize,
     /// Seed of the global shuffle.
     #[arg(long, default_value_t = 0)]
@@ -49,7 +52,7 @@ pub struct Args {
     #[arg(long, default_value = "u32")]
     pub collate: String,
     /// Parallel reads (0: one per core).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = ranged::<usize>(WORKERS))]
     pub parallelism: usize,
     /// Most windows one read request carries (fetch's group size). Smaller
     /// than fetch's default (256): 8 KB windows make a 256-window group
@@ -57,11 +60,11 @@ pub struct Args {
     /// 1 GB and 10 GB files, throughput was no lower, peak anonymous memory
     /// about 4 MB lower, and the first batch sooner when the file is not in
     /// the page cache.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = ranged::<usize>(BATCH_SIZE))]
     pub max_group: usize,
     /// Rounds; the fastest run of each system is reported, memory is the
     /// largest peak of any round.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = ranged::<usize>(AT_LEAST_ONE))]
     pub repeat: usize,
     /// Order of the pass: `global` (a global shuffle, the default) or
     /// `block` (the work source's block shuffle: blocks of `--block-size`
@@ -69,7 +72,7 @@ pub struct Args {
     #[arg(long, default_value = "global")]
     pub shuffle: String,
     /// Windows per block of `--shuffle block`.
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = 1024, value_parser = ranged::<u64>(BUFFER_SIZE))]
     pub block_size: u64,
     /// Also read the same token file from this remote dataset (`s3://`,
     /// `http(s)://`; a folder holding the file, with an `index.json` for
@@ -88,15 +91,15 @@ pub struct Args {
     pub endpoint: Option<String>,
     /// Byte-range requests one read keeps in flight (storage's
     /// `range_concurrency`).
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = ranged::<usize>(RANGE_CONCURRENCY))]
     pub range_concurrency: usize,
     /// Largest gap in bytes one byte-range request spans (storage's
     /// `range_gap`).
-    #[arg(long, default_value_t = 256 << 10)]
+    #[arg(long, default_value_t = 256 << 10, value_parser = ranged::<u64>(RANGE_GAP))]
     pub range_gap: u64,
     /// Most spans one HTTP byte-range request asks for (storage's
     /// `range_parts`; 1: a request per span).
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = ranged::<usize>(RANGE_PARTS))]
     pub range_parts: usize,
     /// A peer command run on the same data in the same invocation, as a
     /// shell command line (e.g. `python3 peers_w2.py plain FILE`); it must
@@ -106,7 +109,7 @@ pub struct Args {
     /// Pointers looked ahead to warm the block cache (storage's `prefetch`,
     /// 4 warm-ups at once) in the remote passes of `--shuffle block` (with
     /// `--uri` or `--serve`; the local file has nothing to warm); 0: none.
-    #[arg(long, default_value_t = 2048)]
+    #[arg(long, default_value_t = 2048, value_parser = ranged::<usize>(PREFETCH))]
     pub prefetch: usize,
     /// Internal: run one pass in this process and print its figures
     /// (`local`; with `--uri`, `ranges` or `cache`), so that each pass's
@@ -135,9 +138,6 @@ pub fn run(a: Args) -> Result<()> {
         "u16" => false,
         other => bail!("--collate: `{other}` is neither u32 nor u16"),
     };
-    ensure!(a.seq_len > 0, "--seq-len must be at least 1");
-    ensure!(a.batch > 0, "--batch must be at least 1");
-    ensure!(a.block_size > 0, "--block-size must be at least 1");
     if let Some(kind) = &a.child {
         return super::tokens_remote::child(&a, dtype, wide, kind);
     }
@@ -207,6 +207,10 @@ pub(super) enum Source {
 fn measure_self(a: &Args, dtype: TokenDtype, wide: bool) -> Result<Run> {
     measure_from(a, dtype, wide, &Source::Local, 0)
 }
+
+/// Allowed values of `--prefetch`: storage's `prefetch` buffer, or 0.
+const PREFETCH: zephon_core::settings::Range =
+    zephon_core::settings::Range::new(0, 1 << 24, "pointers held ahead; 0: no prefetch stage");
 
 /// Warm-ups one `prefetch` keeps in flight.
 const PREFETCH_PARALLELISM: usize = 4;
