@@ -28,10 +28,29 @@ pub(crate) struct Prepared {
 
 /// 1 for every token whose byte range overlaps a span: a token straddling
 /// a span's edge is supervised, an empty span supervises nothing.
+///
+/// A token `(s, e)` overlaps a span `(a, b)` when `a < e` and `b > s`: the
+/// spans starting before `e` are a prefix of them sorted by start, and the
+/// furthest end of that prefix says whether one reaches past `s`. So a
+/// conversation of hundreds of thousands of turns costs a sort and a
+/// binary search per token, not every span per token (10^11 comparisons
+/// for one 10 MB record).
 fn mask_from_spans(offsets: &[(usize, usize)], spans: &[(usize, usize)]) -> Vec<u32> {
+    let mut by_start = spans.to_vec();
+    by_start.sort_unstable();
+    let reach: Vec<usize> = by_start
+        .iter()
+        .scan(0, |furthest, &(_, b)| {
+            *furthest = (*furthest).max(b);
+            Some(*furthest)
+        })
+        .collect();
     offsets
         .iter()
-        .map(|&(s, e)| spans.iter().any(|&(a, b)| s < b && e > a) as u32)
+        .map(|&(s, e)| {
+            let k = by_start.partition_point(|&(a, _)| a < e);
+            (k > 0 && reach[k - 1] > s) as u32
+        })
         .collect()
 }
 
@@ -329,6 +348,23 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
+        /// The mask is the overlap rule itself, token by token against
+        /// every span, for spans in any order, overlapping or empty, and
+        /// tokens of any offsets (special tokens sit at 0..0).
+        #[test]
+        fn mask_is_the_overlap_of_each_token_with_any_span(
+            offsets in prop::collection::vec((0usize..60, 0usize..8), 0..40),
+            spans in prop::collection::vec((0usize..60, 0usize..12), 0..8),
+        ) {
+            let offsets: Vec<(usize, usize)> = offsets.iter().map(|&(s, n)| (s, s + n)).collect();
+            let spans: Vec<(usize, usize)> = spans.iter().map(|&(a, n)| (a, a + n)).collect();
+            let naive: Vec<u32> = offsets
+                .iter()
+                .map(|&(s, e)| spans.iter().any(|&(a, b)| s < b && e > a) as u32)
+                .collect();
+            prop_assert_eq!(mask_from_spans(&offsets, &spans), naive);
+        }
+
         /// The result keeps exactly the last run of ones, nothing else.
         #[test]
         fn last_run_only_keeps_the_last_run(mask in proptest::collection::vec(0u32..2, 0..40)) {

@@ -78,6 +78,29 @@ fn rewrite_generation(source: &str) -> (String, bool) {
 /// conversations up to about 100 MB render within it.
 pub const TEMPLATE_FUEL: u64 = 10_000_000;
 
+/// Widest field of Python's `str.format` a template may ask for: its
+/// padding is made outside the template's budget, so `'{:>100000000000}'`
+/// allocated 100 GB at once.
+const MAX_FORMAT_WIDTH: u64 = 4096;
+
+/// The width or precision past [`MAX_FORMAT_WIDTH`] that a replacement
+/// field of the `str.format` string `s` asks for, if any.
+fn widest_format_field(s: &str) -> Option<u64> {
+    s.split('{')
+        .skip(1)
+        .filter_map(|field| {
+            field
+                .split('}')
+                .next()?
+                .split_once(':')
+                .map(|(_, spec)| spec)
+        })
+        .flat_map(|spec| spec.split(|c: char| !c.is_ascii_digit()))
+        .filter(|digits| !digits.is_empty())
+        .map(|digits| digits.parse::<u64>().unwrap_or(u64::MAX))
+        .find(|&n| n > MAX_FORMAT_WIDTH)
+}
+
 pub(super) fn describe(e: &minijinja::Error) -> String {
     let detail = match e.kind() {
         ErrorKind::OutOfFuel => format!(
@@ -107,7 +130,19 @@ impl ChatTemplate {
             .map_err(|e| describe(&e))?;
         env.set_syntax(syntax);
         env.set_fuel(Some(TEMPLATE_FUEL));
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.set_unknown_method_callback(|state, value, method, args| {
+            if method == "format"
+                && let Some(width) = value.as_str().and_then(widest_format_field)
+            {
+                return Err(minijinja::Error::new(
+                    ErrorKind::InvalidOperation,
+                    format!(
+                        "str.format: a field {width} characters wide (at most {MAX_FORMAT_WIDTH})"
+                    ),
+                ));
+            }
+            minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
+        });
         env.add_function(
             "raise_exception",
             |message: String| -> Result<Value, minijinja::Error> {
@@ -221,6 +256,40 @@ mod tests {
             );
             assert!(t.elapsed() < std::time::Duration::from_secs(60), "{src}");
         }
+    }
+
+    /// Text that filters and methods make outside the engine's budget is
+    /// bounded where it is asked for: each of these allocated a terabyte or
+    /// a hundred gigabytes at once, an abort no error could report.
+    #[test]
+    fn widths_made_outside_the_budget_are_bounded() {
+        for (src, says) in [
+            (
+                "{{ '' | tojson(indent=1000000000000) }}",
+                "an indent of 1000000000000 characters",
+            ),
+            (
+                "{{ '{:>100000000000}'.format('') }}",
+                "100000000000 characters wide",
+            ),
+            (
+                "{{ '{:.99999999999999999999f}'.format(1.0) }}",
+                "characters wide",
+            ),
+        ] {
+            let e = render(src, serde_json::json!([])).unwrap_err();
+            assert!(e.contains(says), "{src}: {e}");
+        }
+        // Within the bounds, as Python renders them.
+        assert_eq!(
+            render(
+                "{{ [1] | tojson(indent=2) }}|{{ '{:>5}'.format('a') }}",
+                serde_json::json!([])
+            )
+            .unwrap()
+            .0,
+            "[\n  1\n]|    a"
+        );
     }
 
     #[test]

@@ -15,16 +15,30 @@ struct Style {
     ensure_ascii: bool,
 }
 
+/// Longest `indent` of `tojson`, in characters: this filter's text is not
+/// charged to the template's budget as it is made, so a template asking
+/// for an indent of 10^12 spaces had them allocated at once (an abort).
+pub(super) const MAX_INDENT: usize = 64;
+
 /// The filter: `value | tojson(indent=2, sort_keys=true, ...)`.
 pub(super) fn tojson(value: &Value, kwargs: Kwargs) -> Result<Value, Error> {
     let indent: Option<Value> = kwargs.get("indent")?;
     let indent = match indent {
         None => None,
         Some(v) if v.is_none() => None,
-        Some(v) => match v.as_str() {
-            Some(s) => Some(s.to_owned()),
-            None => Some(" ".repeat(usize::try_from(v)?)),
-        },
+        Some(v) => {
+            let width = match v.as_str() {
+                Some(s) => s.chars().count(),
+                None => usize::try_from(v.clone())?,
+            };
+            if width > MAX_INDENT {
+                return Err(Error::new(
+                    ErrorKind::InvalidOperation,
+                    format!("tojson: an indent of {width} characters (at most {MAX_INDENT})"),
+                ));
+            }
+            Some(v.as_str().map_or_else(|| " ".repeat(width), str::to_owned))
+        }
     };
     let separators: Option<Vec<String>> = kwargs.get("separators")?;
     let (item, key) = match separators.as_deref() {
