@@ -33,10 +33,19 @@ impl Mixture {
                 ));
             }
         }
-        let total: f64 = weights.iter().sum();
+        // Weights whose sum overflows (each finite, 1e308 twice) are taken
+        // relative to the largest: with an infinite total every share was
+        // 0, and the quotas came out equal whatever the weights said. Any
+        // other sum is used as it is, so the quotas stay bit for bit.
+        let top = weights.iter().copied().fold(0.0, f64::max);
+        let scale = match weights.iter().sum::<f64>() {
+            t if t.is_finite() => 1.0,
+            _ => top,
+        };
+        let total: f64 = weights.iter().map(|w| w / scale).sum();
         let exact: Vec<f64> = weights
             .iter()
-            .map(|w| w / total * chunk_size as f64)
+            .map(|w| w / scale / total * chunk_size as f64)
             .collect();
         let mut quotas: Vec<u64> = exact.iter().map(|e| e.floor() as u64).collect();
         let mut rest = chunk_size - quotas.iter().sum::<u64>();
@@ -164,5 +173,13 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("`code`") && e.contains("chunk_size"), "{e}");
+        // A sum that overflows: the weights still say `code` gets nothing
+        // in a chunk of 1024 (they gave three equal shares).
+        let e = Mixture::new(&[1e308, 1e308, 1.0], &["web", "books", "code"], 1024)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`code`") && e.contains("chunk_size"), "{e}");
+        let m = Mixture::new(&[1e308, 1e308, 5e307], &["web", "books", "code"], 10).unwrap();
+        assert_eq!(m.quotas, [4, 4, 2]);
     }
 }
