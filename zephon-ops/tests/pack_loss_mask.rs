@@ -260,3 +260,45 @@ fn a_resumed_run_takes_the_loss_on_the_same_tokens() {
         }
     }
 }
+
+/// A pre-packed row whose `segment_ids` or `position_ids` are of another
+/// length or kind is refused by `pack_flat`, naming the field: they were
+/// replaced (segments by one document, so attention crossed the row's
+/// documents; positions by zeros).
+#[test]
+fn pack_flat_refuses_segment_and_position_ids_that_do_not_fit_the_row() {
+    let row = |field: &str, v: Value| doc(vec![1, 2, 3, 4, 5, 6, 7, 8], None).with(field, v);
+    for (r, says) in [
+        (
+            row("segment_ids", Value::Tokens(vec![1, 1, 2])),
+            "3 values in `segment_ids` for 8 input ids",
+        ),
+        (
+            row("position_ids", Value::Tokens(vec![0; 9])),
+            "9 values in `position_ids` for 8 input ids",
+        ),
+        (row("segment_ids", Value::from("1,1,2")), "`segment_ids`"),
+    ] {
+        let out: Vec<_> = futures::stream::iter([Ok(r)])
+            .pack_flat(16, 0)
+            .into_blocking_iter(Runner::Inline)
+            .unwrap()
+            .collect();
+        let e = out[0].as_ref().unwrap_err().to_string();
+        assert!(e.contains("pack_flat") && e.contains(says), "{e}");
+    }
+    // Fitting ones are kept and padded.
+    let out: Vec<Record> = futures::stream::iter([Ok(row(
+        "segment_ids",
+        Value::Tokens(vec![1, 1, 1, 2, 2, 2, 2, 2]),
+    ))])
+    .pack_flat(10, 0)
+    .into_blocking_iter(Runner::Inline)
+    .unwrap()
+    .collect::<Result<_, _>>()
+    .unwrap();
+    assert_eq!(
+        out[0].tokens("segment_ids"),
+        Some(&[1, 1, 1, 2, 2, 2, 2, 2, 0, 0][..])
+    );
+}

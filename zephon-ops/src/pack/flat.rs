@@ -12,8 +12,9 @@ use zephon_core::{Record, Result, Value};
 /// Pads every row to `max_length`: `input_ids` with `pad_token_id`,
 /// `segment_ids`, `position_ids` and a `loss_mask` (if any) with 0, and adds an
 /// [`fields::ATTENTION_MASK`] (1 for real tokens, 0 for padding). A row
-/// without segment ids is one document. A row longer than `max_length` is an
-/// error naming its source.
+/// without segment ids is one document. A row longer than `max_length`, or
+/// whose `segment_ids` or `position_ids` are not token ids as many as its
+/// `input_ids`, is an error naming its source.
 ///
 /// One row in, one row out, nothing held: a lane cut passes through it.
 ///
@@ -88,6 +89,26 @@ pub fn pad_row(r: &mut Record, max_length: usize, pad_token_id: u32) -> crate::R
             len: ids,
             max_length,
         });
+    }
+    // A field that is there is the row's own: one of another length or
+    // kind is an error, not replaced (segment ids of one document would
+    // let attention cross the row's documents).
+    for name in [fields::SEGMENT_IDS, fields::POSITION_IDS] {
+        match r.token_ids(name).map(|t| t.len()) {
+            Some(len) if len != ids => {
+                return Err(crate::Error::Misaligned {
+                    op: "pack_flat",
+                    field: name.to_owned(),
+                    ptr: crate::error::PtrDisplay(r.source().copied()),
+                    len,
+                    ids,
+                });
+            }
+            None if r.get(name).is_some() => {
+                return Err(crate::Error::missing("pack_flat", name, "tokens", r));
+            }
+            _ => {}
+        }
     }
     let pad = |r: &mut Record, name: &str, fill: u32, default: u32| {
         let mut v = match r.take(name).map(Value::into_token_vec) {
