@@ -32,7 +32,8 @@ pub struct TrainingTensors {
 }
 
 impl TrainingTensors {
-    /// Moves `batch` to `device`.
+    /// Moves `batch` to `device`. A token id past the device's int type
+    /// (2^31 and up on an `i32` device) is an error, not wrapped.
     ///
     /// ```
     /// use burn::tensor::Device;
@@ -42,6 +43,9 @@ impl TrainingTensors {
     /// let t = TrainingTensors::from_batch(&b, &Device::flex()).unwrap();
     /// assert_eq!(t.input_ids.dims(), [1, 4]);
     /// assert_eq!(t.labels.into_data().convert::<i64>().to_vec::<i64>().unwrap(), vec![6, 7, -100, -100]);
+    /// // Ids past the device's int type (i32 on this one) are refused, not wrapped.
+    /// let big = TrainingBatch::from_rows(&[(&[5, 1 << 31][..], &[1, 1][..])], 2, IdType::U32, 0, 0).unwrap();
+    /// assert!(TrainingTensors::from_batch(&big, &Device::flex()).is_err());
     /// ```
     pub fn from_batch(batch: &TrainingBatch, device: &Device) -> Result<Self> {
         let shape = [batch.batch_size, batch.seq_len];
@@ -62,6 +66,24 @@ impl TrainingTensors {
         check("position_ids", batch.position_ids.len())?;
         check("attention_mask", batch.attention_mask.len())?;
         check("segment_ids", batch.segment_ids.len())?;
+        // Ids past the device's int type would wrap (on an i32 device
+        // 2^31 turns negative, its label clamped to token 0): refused,
+        // naming the first.
+        let most = match device.settings().int_dtype {
+            IntDType::I32 => i32::MAX as i64,
+            IntDType::U32 => u32::MAX as i64,
+            _ => i64::MAX,
+        };
+        let too_large = match &batch.input_ids {
+            TokenIds::U32(v) => v.iter().map(|&x| x as i64).find(|&x| x > most),
+            TokenIds::I64(v) => v.iter().copied().find(|&x| x > most),
+        };
+        if let Some(id) = too_large {
+            return Err(Error::Shape(format!(
+                "`input_ids` holds token id {id}, past the largest int ({most}) of the \
+                 device's int type: the tokens are not of a vocabulary this device can index"
+            )));
+        }
         let input_ids = match &batch.input_ids {
             TokenIds::U32(v) => int_tensor(v.iter().map(|&x| x as i64), shape, device),
             TokenIds::I64(v) => int_tensor(v.iter().copied(), shape, device),

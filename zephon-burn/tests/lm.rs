@@ -70,3 +70,34 @@ fn training_batches_slice_by_rows() {
     assert_eq!(cut.cu_seqlens.last(), Some(&1024));
     assert!(cut.cu_seqlens.windows(2).all(|w| w[0] < w[1]));
 }
+
+/// A token id past the CPU device's `i32` ints is refused when the batch
+/// moves to the device: it wrapped to a negative id, whose label was then
+/// clamped to token 0 and trained on.
+#[test]
+fn token_ids_past_the_device_int_type_are_refused() {
+    use burn::tensor::{Device, IntDType};
+    use zephon_burn::TrainingTensors;
+    use zephon_ops::{IdType, TrainingBatch};
+    let device = Device::flex();
+    assert_eq!(device.settings().int_dtype, IntDType::I32);
+    let batch = |id: u32| {
+        TrainingBatch::from_rows(&[(&[5, id, 7][..], &[1, 1, 1][..])], 4, IdType::U32, 0, 0)
+            .unwrap()
+    };
+    let e = TrainingTensors::from_batch(&batch(1 << 31), &device)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("token id 2147483648") && e.contains("2147483647"),
+        "{e}"
+    );
+    let t = TrainingTensors::from_batch(&batch((1 << 31) - 1), &device).unwrap();
+    let ids = t
+        .input_ids
+        .into_data()
+        .convert::<i64>()
+        .try_to_vec::<i64>()
+        .unwrap();
+    assert_eq!(ids, [5, (1 << 31) - 1, 7, 0]);
+}
