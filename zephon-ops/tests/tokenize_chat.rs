@@ -263,3 +263,27 @@ fn the_system_prompt_is_added_only_where_none_is() {
         ids(config().keep_messages(true), chat(1))
     );
 }
+
+/// A template without `{% generation %}` finds each assistant turn by
+/// rendering the prefixes around it, work that grows as turns times
+/// length: a record of 100,000 short messages took hours. Past the budget
+/// for that work it is an error naming the sample and the way out.
+#[test]
+fn a_conversation_too_long_to_locate_by_prefixes_is_an_error() {
+    let untagged = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}\
+        {% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+    let messages: Vec<serde_json::Value> = (0..100_000)
+        .map(|i| {
+            let role = if i % 2 == 0 { "user" } else { "assistant" };
+            json!({"role": role, "content": format!("turn {i}")})
+        })
+        .collect();
+    let long = Record::new().with("messages", Value::Json(json!(messages)));
+    let e = first_error(vec![long], config().chat_template(untagged));
+    assert!(
+        e.contains("sample 0")
+            && e.contains("50000 assistant turns")
+            && e.contains("{% generation %}"),
+        "{e}"
+    );
+}

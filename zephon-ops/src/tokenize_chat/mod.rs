@@ -31,7 +31,9 @@ pub use template::TEMPLATE_FUEL;
 /// assistant tokens the model learns), as Python Zephon's `tokenize_chat`
 /// does. A template with `{% generation %}` blocks marks the assistant
 /// output itself; without them, each assistant turn is what rendering it
-/// adds after the generation prompt. A conversation left with fewer than
+/// adds after the generation prompt (two renderings of a prefix per turn,
+/// at most 4 GiB of text in all for one conversation: past it, an error
+/// naming the sample). A conversation left with fewer than
 /// two ids or nothing supervised is dropped (counted in
 /// [`TextStats::chat_dropped`]); one that cannot be rendered is an error
 /// naming the sample and the template line. Up to `parallelism`
