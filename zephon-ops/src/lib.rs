@@ -60,7 +60,7 @@ pub use error::{Error, Result};
 pub use ext::TextPipelineExt;
 pub use pack::flat::PackFlat;
 pub use pack::stream::PackSequences;
-pub use pack::{OversizedPolicy, PackAlgorithm, PackConfig, Packer, Seq};
+pub use pack::{MAX_GROUPS, OversizedPolicy, PackAlgorithm, PackConfig, Packer, Seq};
 pub use stats::{TextStats, TextStatsSnapshot};
 pub use to_training::{PositionMode, ToTraining, TrainingConfig};
 pub use tokenize::{OnMissing, Overflow, SpecialTokens, Tokenize, TokenizeConfig};

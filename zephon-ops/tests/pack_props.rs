@@ -323,3 +323,31 @@ fn stats_count_padding_and_drops() {
     assert!((s.padding_fraction - 0.2).abs() < 1e-9);
     assert!((s.sequences_per_row - 1.5).abs() < 1e-9);
 }
+
+/// A group field of distinct values (an id per document) opened a group
+/// per document, each holding its rows until the end: the whole input in
+/// memory. One group past [`zephon_ops::MAX_GROUPS`] on a lane is an error
+/// naming the field, the sample and the value; closed groups' rows came out.
+#[test]
+fn a_lane_holds_at_most_max_groups_open() {
+    let max = zephon_ops::MAX_GROUPS;
+    let mut p = Packer::new(PackConfig::new(8, PackAlgorithm::Wrap).group_field("id"));
+    let mut pushed = docs(&vec![2; max + 1]).into_iter().enumerate();
+    for (i, r) in pushed.by_ref().take(max) {
+        p.push(r.with("id", Value::Int(i as i64))).unwrap();
+    }
+    let (i, r) = pushed.next().unwrap();
+    let e = p
+        .push(r.with("id", Value::Int(i as i64)))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("pack.group_field")
+            && e.contains(&format!("{max} groups open"))
+            && e.contains(&format!("`{max}`")),
+        "{e}"
+    );
+    // A document of a group already open is still taken.
+    let again = docs(&[2]).remove(0).with("id", Value::Int(0));
+    p.push(again).unwrap();
+}

@@ -61,9 +61,16 @@ pub struct PackConfig {
     /// Homogeneity groups: the record field whose value (text, integer or
     /// boolean) keys separate bins, so a row never mixes documents of two
     /// values; `None` (the default): one group per lane. Each group keeps
-    /// its own bins or pool, so a lane holds up to `num_bins` per group.
+    /// its own bins or pool, so a lane holds up to `num_bins` per group, and
+    /// at most [`MAX_GROUPS`] groups (a record starting one more is an
+    /// error naming it).
     pub group_field: Option<Arc<str>>,
 }
+
+/// Most homogeneity groups one lane of packing holds open at once: each
+/// holds its own rows until it fills or the input ends, so a field of
+/// distinct values (an id) would hold the whole input.
+pub const MAX_GROUPS: usize = 4096;
 
 /// Bins per window or candidates per pool: each holds up to a row of tokens.
 pub const NUM_BINS: Range = Range::new(1, 65_536, "each bin holds up to a row per lane");

@@ -16,7 +16,9 @@ mod row;
 pub mod stream;
 pub mod wrap;
 
-pub use config::{MAX_CANDIDATE_AGE, NUM_BINS, OversizedPolicy, PackAlgorithm, PackConfig};
+pub use config::{
+    MAX_CANDIDATE_AGE, MAX_GROUPS, NUM_BINS, OversizedPolicy, PackAlgorithm, PackConfig,
+};
 pub(crate) use row::{Row, RowPiece};
 
 use crate::error::{Error, PtrDisplay};
@@ -252,6 +254,25 @@ impl Packer {
             offset: 0,
         };
         let key = (lane, group);
+        if c.group_field.is_some() && !self.lanes.contains_key(&key) {
+            let open = self
+                .lanes
+                .range((lane, String::new())..)
+                .take_while(|((l, _), _)| *l == lane)
+                .count();
+            if open >= MAX_GROUPS {
+                return Err(Error::Config {
+                    key: "pack.group_field",
+                    message: format!(
+                        "lane {lane} already holds {open} groups open (at most {MAX_GROUPS}), and \
+                         sample {} starts another, `{}`: the field's values are not a few \
+                         groups, and every group holds its own rows until the end",
+                        PtrDisplay(seq.lineage.first().copied()),
+                        key.1
+                    ),
+                });
+            }
+        }
         let state = self
             .lanes
             .entry(key.clone())
