@@ -154,3 +154,37 @@ fn a_panic_while_the_caller_polls_ends_the_iterator_with_an_error() {
         "{err}"
     );
 }
+
+/// An ordinary error (a bad sample) is an item like any other: the
+/// pipeline goes on after it whoever polls it. On the task that runs ahead
+/// of a slow caller, a chunk ending in an error ended the pipeline, so the
+/// iterator stopped early (after two of twenty errors), as if the data had
+/// run out, where the inline runner gave all twenty.
+#[test]
+fn an_ordinary_error_does_not_end_the_pipeline_under_either_runner() {
+    let _alone = timed();
+    let items = |runner: Runner, pause: Duration| -> Vec<Result<u32, String>> {
+        futures::stream::iter(0..40u32)
+            .map(|i| match i % 2 {
+                0 => Ok(i),
+                _ => Err(Error::config("sample", format!("bad sample {i}"))),
+            })
+            .into_blocking_iter(runner)
+            .unwrap()
+            .map(|r| {
+                std::thread::sleep(pause);
+                r.map_err(|e| e.to_string())
+            })
+            .collect()
+    };
+    let inline = items(Runner::Inline, Duration::ZERO);
+    assert_eq!(inline.len(), 40);
+    assert_eq!(inline.iter().filter(|r| r.is_err()).count(), 20);
+    for pause in [Duration::ZERO, Duration::from_millis(2)] {
+        assert_eq!(
+            items(Runner::Threads { workers: 2 }, pause),
+            inline,
+            "{pause:?}"
+        );
+    }
+}

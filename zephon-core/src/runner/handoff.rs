@@ -151,7 +151,6 @@ impl<T: Send + 'static> Driven<T> {
                         }
                     }
                 }
-                let last = chunk.last().is_some_and(|r| r.is_err());
                 let sent = match tx.try_send(Handoff::Items(chunk)) {
                     Ok(()) => {
                         limit = (limit * 2).min(HANDOFF_CHUNK);
@@ -169,7 +168,11 @@ impl<T: Send + 'static> Driven<T> {
                     }
                     Err(TrySendError::Closed(_)) => false,
                 };
-                if !sent || last || stop {
+                // Only a panic ends the pipeline: after an ordinary error
+                // it goes on, as it does under the caller's own polls and
+                // the inline runner (ending here lost the rest of the run
+                // whenever a slow caller had the pipeline on this task).
+                if !sent || stop {
                     return;
                 }
             }
