@@ -36,3 +36,50 @@ fn map_par_outside_a_runtime_is_an_error_naming_it() {
         "{msg}"
     );
 }
+
+/// The opposite case: a blocking iterator used on a tokio runtime's
+/// thread. One whose items are all ready runs there, and dropping it no
+/// longer panics ("cannot drop a runtime in a context where blocking is not
+/// allowed"); one that has to wait says tokio will not block there, as an
+/// error item, not a panic out of the caller.
+#[test]
+fn into_blocking_iter_on_a_runtime_thread_ends_without_a_panic() {
+    use zephon_core::Runner;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let ready = std::panic::catch_unwind(|| {
+        rt.block_on(async {
+            records(8)
+                .into_blocking_iter(Runner::Inline)
+                .unwrap()
+                .count()
+        })
+    })
+    .expect("no panic");
+    assert_eq!(ready, 8);
+    let waiting = std::panic::catch_unwind(|| {
+        rt.block_on(async {
+            let s = futures::stream::iter(0..4u32).then(|i| async move {
+                tokio::task::yield_now().await;
+                Ok::<u32, Error>(i)
+            });
+            s.into_blocking_iter(Runner::Inline)
+                .unwrap()
+                .map(|r| r.map_err(|e| e.to_string()))
+                .collect::<Vec<_>>()
+        })
+    })
+    .expect("no panic");
+    let e = waiting.last().unwrap().as_ref().unwrap_err();
+    assert!(e.contains("within a runtime"), "{e}");
+    // From a blocking thread of that runtime it runs through.
+    let n = rt
+        .block_on(rt.spawn_blocking(|| {
+            let s = futures::stream::iter(0..4u32).then(|i| async move {
+                tokio::task::yield_now().await;
+                Ok::<u32, Error>(i)
+            });
+            s.into_blocking_iter(Runner::Inline).unwrap().count()
+        }))
+        .unwrap();
+    assert_eq!(n, 4);
+}

@@ -17,6 +17,11 @@ use std::time::Instant;
 /// `next()`. Owns its runtime (under the threads runner, one kept from an
 /// earlier pipeline of the same worker count when one is idle).
 ///
+/// Like any blocking API, it belongs on a thread that is not running a
+/// tokio runtime's tasks (or inside `spawn_blocking`): on a runtime's
+/// worker, tokio refuses to block, and the first wait is an error saying
+/// so (an iterator whose items were all ready runs, and drops, there too).
+///
 /// A panic anywhere in the pipeline, under either runner, is an
 /// [`Error::Panic`](crate::Error::Panic) (naming the operator where known), after which the
 /// iterator ends: a failed pipeline never looks like one that ran out of data.

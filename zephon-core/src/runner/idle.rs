@@ -98,6 +98,13 @@ impl Drop for Lease {
         let Some(runtime) = self.runtime.take() else {
             return;
         };
+        // Dropped on a thread of another runtime (an iterator used in an
+        // async fn), a runtime may not wait for its workers: dropping it
+        // there panicked. It is shut down without waiting instead.
+        if tokio::runtime::Handle::try_current().is_ok() {
+            runtime.shutdown_background();
+            return;
+        }
         let Some((workers, pool)) = self.returns.take() else {
             return;
         };
