@@ -22,6 +22,7 @@ use bytes::{Bytes, BytesMut};
 use futures::{StreamExt, TryStreamExt};
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 use zephon_core::Result;
 
@@ -317,12 +318,31 @@ impl BlockFile {
     }
 
     /// Downloads blocks `0 .. n` (those not cached) into the cache, on the
-    /// storage runtime.
+    /// storage runtime; see [`warm_blocks`](Self::warm_blocks).
     pub async fn warm(self: &Arc<Self>, n: u64) -> Result<()> {
-        let this = self.clone();
         let n = n.min(self.blocks());
+        self.warm_blocks((0..n).collect()).await
+    }
+
+    /// Downloads `blocks` (those not cached) into the cache, in that order
+    /// and a few at a time, on the storage runtime. Once this future is
+    /// dropped (a prefetch whose pipeline was dropped) no further block is
+    /// started; those under way finish, since other readers may wait on
+    /// them. The task it runs on is the runtime's, not the caller's, so
+    /// without that the warm-up went on downloading to its end.
+    async fn warm_blocks(self: &Arc<Self>, blocks: Vec<u64>) -> Result<()> {
+        struct StopOnDrop(Arc<AtomicBool>);
+        impl Drop for StopOnDrop {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let _stop = StopOnDrop(stop.clone());
+        let this = self.clone();
         runtime::spawn(self.uri.clone(), async move {
-            futures::stream::iter(0..n)
+            futures::stream::iter(blocks)
+                .take_while(move |_| futures::future::ready(!stop.load(Ordering::Relaxed)))
                 .map(|i| this.clone().block(i))
                 .buffered(BLOCK_PARALLELISM)
                 .try_for_each(|_| futures::future::ready(Ok(())))
@@ -345,15 +365,7 @@ impl BlockFile {
             .filter(|&i| seen.insert(i))
             .collect();
         wanted.truncate((self.room() / self.block).max(1) as usize);
-        let this = self.clone();
-        runtime::spawn(self.uri.clone(), async move {
-            futures::stream::iter(wanted)
-                .map(|i| this.clone().block(i))
-                .buffered(BLOCK_PARALLELISM)
-                .try_for_each(|_| futures::future::ready(Ok(())))
-                .await
-        })
-        .await
+        self.warm_blocks(wanted).await
     }
 
     /// A quarter of the cache's larger tier: what one warm-up may fill.

@@ -49,8 +49,6 @@ fn timing_snapshot(
     out
 }
 
-/// A warm-up running on the storage runtime; aborted when dropped, so a
-/// dropped pipeline stops its downloads.
 /// Most pointers `prefetch` pulls from upstream per element it passes on.
 const LOOKAHEAD_STEP: usize = 1024;
 
@@ -64,6 +62,9 @@ enum Job {
     Samples((u32, u32), Vec<u64>),
 }
 
+/// A warm-up running on the storage runtime; aborted when dropped, so a
+/// dropped pipeline starts no further download (a block warm-up finishes
+/// the blocks under way, which other readers may wait on).
 struct Warming {
     shard: (u32, u32),
     /// A whole-shard warm-up (counted in requests and successes), not a

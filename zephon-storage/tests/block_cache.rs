@@ -389,3 +389,65 @@ fn a_range_across_blocks_is_copied_alone() {
     let s = cache.metrics().snapshot();
     assert_eq!((s.misses, s.hits), (4, 4), "{s:?}");
 }
+
+/// A warm-up whose future is dropped (a prefetch whose pipeline was
+/// dropped: a loop that broke, a `take`) starts no further block: it runs on
+/// the storage runtime's task, not the caller's, and went on downloading
+/// every block it had been asked for. The blocks under way finish.
+#[test]
+fn a_dropped_warm_up_starts_no_further_block() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::Duration;
+    let t = tempfile::tempdir().unwrap();
+    let block = 64u64 << 10;
+    let bytes: Arc<Vec<u8>> = Arc::new((0..128 * block).map(|i| (i % 251) as u8).collect());
+    let served = Arc::new(AtomicU64::new(0));
+    let (count, data) = (served.clone(), bytes.clone());
+    // Every range answered after 300 ms, so a warm-up of 128 blocks, 16 at
+    // a time, takes about 2.4 s.
+    let addr = common::tiny::serve(move |_, headers, conn| {
+        let range = headers.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.trim()
+                .eq_ignore_ascii_case("range")
+                .then(|| v.trim().to_owned())
+        });
+        let Some((from, to)) = range
+            .as_deref()
+            .and_then(|r| r.strip_prefix("bytes="))
+            .and_then(|r| r.split_once('-'))
+            .and_then(|(a, b)| Some((a.parse::<usize>().ok()?, b.parse::<usize>().ok()?)))
+        else {
+            return common::tiny::answer(conn, "400 Bad Request", "", b"");
+        };
+        count.fetch_add(1, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(300));
+        let head = format!("Content-Range: bytes {from}-{to}/{}\r\n", data.len());
+        common::tiny::answer(conn, "206 Partial Content", &head, &data[from..=to])
+    });
+    let uri = format!("http://{addr}/ds");
+    let opts = small_cache(t.path(), 16 << 20, 64 << 20);
+    let backend = Backend::open("d", &uri, &opts).unwrap();
+    let cache = runtime::block_on(ShardCache::open(&opts.cache, &uri, 0)).unwrap();
+    let file = Arc::new(BlockFile::new(
+        "d",
+        backend,
+        ShardEntry::new("blob.bin", 1, bytes.len() as u64),
+        "blob",
+        cache,
+        Arc::new(CacheMetrics::default()),
+    ));
+    let warm = file.clone();
+    let ended = runtime::block_on(async move {
+        tokio::time::timeout(Duration::from_millis(100), warm.warm(128)).await
+    });
+    assert!(ended.is_err(), "the warm-up was still under way");
+    std::thread::sleep(Duration::from_millis(1500));
+    let after = served.load(Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(700));
+    assert_eq!(served.load(Ordering::SeqCst), after, "still downloading");
+    assert!(
+        (1..=32).contains(&after),
+        "{after} of 128 blocks downloaded"
+    );
+}
