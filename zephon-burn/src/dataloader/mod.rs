@@ -30,11 +30,15 @@ type Convert<H, O> = Arc<dyn Fn(H, &Device) -> Result<O> + Send + Sync>;
 ///   [`starting_at_epoch`](Self::starting_at_epoch) resumes the count.
 /// - **Slices.** Burn splits a loader over the devices of a multi-device
 ///   strategy with [`DataLoader::slice`]. A slice is served by a share of
-///   the loader's lanes, not by replaying and skipping: lane `k` of the `m`
-///   lanes the loader owns belongs to the slice holding item `k * N / m` of
-///   its `N` items (of the epoch at the split, as its [`ItemCount`] knows
-///   them), and the slice builds its own pipeline on those lanes
-///   ([`WorkSource::lane_part`]), as that many more ranks would. So every
+///   the loader's lanes, not by replaying and skipping: the slice holding
+///   item `k * N / m` of its `N` items (of the epoch at the split, as its
+///   [`ItemCount`] knows them) takes an equal share of the `m` lanes the
+///   loader owns, and builds its own pipeline on them
+///   ([`WorkSource::lane_part`]), as that many more ranks would: under the
+///   default contiguous ownership, lane `k` itself; under interleaved
+///   ownership, slice `p` of `n` takes every `n`-th lane from the `p`-th,
+///   as a rank of interleaved ownership does. Each slice counts the items of
+///   its own lanes. So every
 ///   item is produced once, batches keep their size, and all slices of one
 ///   epoch share it (each counts its own `iter()` calls, from the epoch of
 ///   the loader it was cut from). A slice whose lanes are not an equal,
