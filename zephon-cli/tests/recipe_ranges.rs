@@ -454,3 +454,21 @@ fn contradicting_exhaustion_settings_are_named_with_their_line() {
         "{err}"
     );
 }
+
+/// `tracking` is what `--observe` reports from, `stage` or `operator`:
+/// `off` was taken, and an observed run then reported "0 batches
+/// delivered" after a full run. It is refused with its line.
+#[test]
+fn tracking_off_is_refused_with_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, line) = write_recipe(dir.path(), "workers = 2", "tracking = \"off\"");
+    let out = run(&["--explain"], &path);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("line {line}"))
+            && err.contains("tracking")
+            && err.contains("expected `stage` or `operator`"),
+        "{err}"
+    );
+}

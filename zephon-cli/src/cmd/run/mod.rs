@@ -85,7 +85,7 @@ pub fn run(args: Args) -> Result<()> {
     let mut it = BlockingIter::new(built.stream, built.runner)?;
     let observer = args
         .observe
-        .map(|_| it.enable_observability(recipe.run.tracking));
+        .map(|_| it.enable_observability(recipe.run.tracking.into()));
 
     let done = Arc::new(AtomicBool::new(false));
     let reporter = match (&observer, args.observe) {

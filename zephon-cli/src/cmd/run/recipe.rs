@@ -34,8 +34,10 @@ pub struct RunSpec {
     pub workers: usize,
     /// Stop after this many batches (at least 1).
     pub max_batches: Option<u64>,
-    /// Tracking level when `--observe` is given: `stage` or `operator` (default).
-    pub tracking: Tracking,
+    /// Tracking level when `--observe` is given: `stage` or `operator`
+    /// (default). `off` is not one: observing with tracking off reported
+    /// a finished run as "0 batches delivered".
+    pub tracking: ObserveLevel,
     /// Bytes of decoded Parquet row groups the process keeps, all shards
     /// together (default 128 MiB; 1 MiB to 1 TiB): see
     /// `zephon_storage::format::parquet::set_decoded_budget`.
@@ -48,8 +50,27 @@ impl Default for RunSpec {
             runner: RunnerKind::Threads,
             workers: 0,
             max_batches: None,
-            tracking: Tracking::Operator,
+            tracking: ObserveLevel::Operator,
             parquet_decoded_bytes: None,
+        }
+    }
+}
+
+/// The tracking levels `--observe` can report from.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ObserveLevel {
+    /// Per stage.
+    Stage,
+    /// Per stage and per operator.
+    Operator,
+}
+
+impl From<ObserveLevel> for Tracking {
+    fn from(l: ObserveLevel) -> Tracking {
+        match l {
+            ObserveLevel::Stage => Tracking::Stage,
+            ObserveLevel::Operator => Tracking::Operator,
         }
     }
 }
