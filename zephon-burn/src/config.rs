@@ -325,7 +325,9 @@ pub struct TimingOptions {
     pub config: PathBuf,
     /// Epochs to run.
     pub epochs: usize,
-    /// Where the outputs go; `results/benchmark/<timestamp>` when `None`.
+    /// Where the outputs go (made and checked before the run);
+    /// `results/benchmark/<timestamp>` when `None`, with `_2`, `_3`, ...
+    /// when another run of that second has it.
     pub save_dir: Option<PathBuf>,
     /// Precision.
     pub precision: Precision,
@@ -384,10 +386,30 @@ pub fn run_timing(opts: &TimingOptions) -> Result<TimingReport> {
     }
     let (device, device_name) = opts.device.resolve()?;
     opts.precision.check(&device)?;
-    let save_dir = opts.save_dir.clone().unwrap_or_else(|| {
-        PathBuf::from("results/benchmark")
-            .join(chrono::Local::now().format("%Y%m%d_%H%M%S").to_string())
-    });
+    // Where the outputs go is settled before the run, not after it: a
+    // folder that cannot be written used to fail once every epoch had run.
+    let save_dir = match &opts.save_dir {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).map_err(|e| Error::output(dir, e))?;
+            harness::check_writable(dir)?;
+            dir.clone()
+        }
+        None => harness::fresh_folder(
+            &PathBuf::from("results/benchmark")
+                .join(chrono::Local::now().format("%Y%m%d_%H%M%S").to_string()),
+        )?,
+    };
+    if let Some(trace) = &opts.trace {
+        let folder = match trace.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        if trace.is_dir() {
+            return Err(Error::output(trace, "is a folder, not a trace file"));
+        }
+        harness::check_writable(folder)
+            .map_err(|_| Error::output(trace, "its folder is not there or cannot be written"))?;
+    }
     let hcfg = HarnessConfig {
         epochs: opts.epochs,
         warmup_batches: cfg.timing.warmup_batches,

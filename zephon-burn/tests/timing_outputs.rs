@@ -2,7 +2,7 @@
 //! writes the seven files, and they hold what they should.
 
 use burn::optim::AdamConfig;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use zephon_burn::harness::{
     self, BatchSource, HarnessConfig, PLOT_SIZE, SummaryFile, write_chrome_trace,
@@ -316,4 +316,46 @@ fn a_run_of_warm_up_batches_only_is_refused_and_writes_nothing() {
         "{err}"
     );
     assert!(!save.join("timing_summary.yaml").exists());
+}
+
+/// Where the outputs go is checked before the run: a save folder that is a
+/// file, or a trace in a folder that is not there, failed only once every
+/// epoch had run (here the run itself would be refused too, later: the
+/// error is the folder's).
+#[test]
+fn an_output_place_that_cannot_be_written_is_refused_before_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        CONFIG.replace("warmup_batches: 2", "warmup_batches: 10"),
+    )
+    .unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "mine").unwrap();
+    let opts = |save_dir: PathBuf, trace: Option<PathBuf>| TimingOptions {
+        config: config.clone(),
+        epochs: 2,
+        save_dir: Some(save_dir),
+        precision: Precision::F32,
+        device: DeviceChoice::Cpu,
+        trace,
+        progress: false,
+    };
+    let err = run_timing(&opts(file.clone(), None))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&file.display().to_string()) && !err.contains("warmup"),
+        "{err}"
+    );
+    let trace = dir.path().join("not-there/trace.json");
+    let err = run_timing(&opts(dir.path().join("out"), Some(trace.clone())))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&trace.display().to_string()) && err.contains("cannot be written"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "mine");
 }

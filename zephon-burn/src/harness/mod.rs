@@ -39,6 +39,7 @@ mod timer;
 mod trace;
 
 pub use outputs::{OutputFiles, SummaryFile, print_table, write_outputs};
+pub(crate) use outputs::{check_writable, fresh_folder};
 pub use pipeline::{FetchWaits, OperatorShare, PipelineBreakdown};
 pub use plots::{PLOT_SIZE, write_plots};
 pub use scaler::{LossScaler, ScalerConfig};

@@ -217,3 +217,52 @@ pub fn print_table(file: &SummaryFile) -> String {
     }
     out
 }
+
+/// A folder named `base`, or `base_2`, `base_3`, ... when that one exists:
+/// made here, so two runs started in the same second (a sweep over
+/// precisions) each get their own, where the second overwrote the first's
+/// files and both said they had written them.
+pub(crate) fn fresh_folder(base: &Path) -> Result<PathBuf> {
+    if let Some(parent) = base.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| Error::output(parent, e))?;
+    }
+    for n in 1..=1000u32 {
+        let dir = match n {
+            1 => base.to_path_buf(),
+            _ => PathBuf::from(format!("{}_{n}", base.display())),
+        };
+        match std::fs::create_dir(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(Error::output(&dir, e)),
+        }
+    }
+    Err(Error::output(
+        base,
+        "a thousand result folders of this second exist already",
+    ))
+}
+
+/// Whether a file can be made in `dir`: a file there is written and removed.
+pub(crate) fn check_writable(dir: &Path) -> Result<()> {
+    let probe = dir.join(format!(".zephon-write-check-{}", std::process::id()));
+    std::fs::write(&probe, b"").map_err(|e| Error::output(dir, e))?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_result_folder_is_never_shared_by_two_runs() {
+        let t = tempfile::tempdir().unwrap();
+        let base = t.path().join("results/benchmark/20261204_120000");
+        let first = fresh_folder(&base).unwrap();
+        let second = fresh_folder(&base).unwrap();
+        assert_eq!(first, base);
+        assert_eq!(second, t.path().join("results/benchmark/20261204_120000_2"));
+        assert!(first.is_dir() && second.is_dir());
+    }
+}
