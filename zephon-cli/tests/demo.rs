@@ -47,4 +47,18 @@ fn demo_shows_equal_runs_a_report_and_an_exact_restart() {
     );
     // --dir keeps the corpus.
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 3);
+    // A second demo into it is refused: it would read the 3 shards there
+    // beside its own, and print figures for a corpus it did not run.
+    let again = Command::new(env!("CARGO_BIN_EXE_zephon"))
+        .args(["demo", "--shards", "2", "--dir"])
+        .arg(dir.path())
+        .output()
+        .expect("zephon runs");
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(!again.status.success(), "{err}");
+    assert!(
+        err.contains(&dir.path().display().to_string()) && err.contains("not empty"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 3);
 }

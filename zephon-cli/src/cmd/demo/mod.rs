@@ -53,7 +53,8 @@ pub struct Args {
     /// hang on one short pass (0 to 600,000; 0 is one pass).
     #[arg(long, default_value_t = 2000, value_parser = ranged::<u64>(TIMED_MS))]
     pub min_time_ms: u64,
-    /// Write the corpus here and keep it (default: a temporary folder, removed after).
+    /// Write the corpus here and keep it: a new or empty folder (default: a
+    /// temporary folder, removed after).
     #[arg(long)]
     pub dir: Option<PathBuf>,
 }
@@ -268,7 +269,19 @@ fn timed(dir: &Path, args: &Args, configs: &[(usize, Runner)]) -> Result<Vec<Tim
 pub fn run(args: Args) -> Result<()> {
     let tmp;
     let dir = match &args.dir {
-        Some(d) => d.clone(),
+        Some(d) => {
+            // The demo reads every file of its folder as its corpus: files of
+            // another run (more shards) or of the user's were read with it,
+            // and figures printed for a corpus that was not the one run.
+            let used = std::fs::read_dir(d).map(|mut e| e.next().is_some());
+            anyhow::ensure!(
+                !matches!(used, Ok(true)),
+                "--dir {}: the folder is not empty; the demo reads every file in it as \
+                 its corpus, so it writes into a new or empty folder only",
+                d.display()
+            );
+            d.clone()
+        }
         None => {
             tmp = tempfile::tempdir()?;
             tmp.path().to_owned()
