@@ -115,7 +115,10 @@ pub fn analyze(
             advice: vec!["enable observability with per-operator tracking".into()],
         };
     };
-    if top.name == "fetch" || top.name == "prefetch" {
+    // Fetch's own report only when it is saturated: one busy 8% of its
+    // capacity does not limit anything, and "raise fetch parallelism"
+    // contradicted its own figure.
+    if (top.name == "fetch" || top.name == "prefetch") && top.busy_ratio >= SATURATED {
         return fetch_report(top, fetch, prefetch, evidence);
     }
     let mut advice = Vec::new();
@@ -301,6 +304,31 @@ mod tests {
         assert_eq!(r.limiter, Limiter::Fetch);
         assert!(
             r.advice.iter().any(|a| a.contains("prefetch")),
+            "{:?}",
+            r.advice
+        );
+    }
+
+    #[test]
+    fn a_fetch_far_from_saturated_is_not_told_to_go_wider() {
+        let fetch = FetchTimingSnapshot {
+            totals: ShardFetchStatsBuilder::open_read(0.1, 1.0),
+            ..Default::default()
+        };
+        let r = analyze(
+            &snap(8.0, 2.0, vec![op("fetch", 0, 64, 0.08)]),
+            Some(&fetch),
+            None,
+            8,
+        );
+        assert_ne!(r.limiter, Limiter::Fetch);
+        assert!(
+            r.advice
+                .iter()
+                .all(|a| !a.contains("raise fetch parallelism from"))
+                && r.advice
+                    .iter()
+                    .any(|a| a.contains("no operator is saturated")),
             "{:?}",
             r.advice
         );
