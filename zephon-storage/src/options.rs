@@ -51,10 +51,12 @@ pub struct StorageOptions {
     /// Send unsigned requests, loading no credentials: public S3 and GCS
     /// buckets, public Azure containers, emulators that check nothing.
     pub anonymous: bool,
-    /// Limit for control requests (stat, list).
+    /// Limit for control requests (stat, list), in [`TIMEOUT_MS`] (1 ms to
+    /// a day; default 30 s).
     pub timeout: Duration,
-    /// Limit for each read of a body: a server that stops sending for this
-    /// long fails the attempt (which is then retried).
+    /// Limit for each read of a body, in [`TIMEOUT_MS`] (1 ms to a day;
+    /// default 10 s): a server that stops sending for this long fails the
+    /// attempt (which is then retried).
     pub io_timeout: Duration,
     /// Slowest response body accepted, in bytes a second, in [`MIN_RATE`]
     /// (0, off, to 1 GiB/s; default 1 KiB/s): each `io_timeout` spent
@@ -66,13 +68,17 @@ pub struct StorageOptions {
     /// Only time spent waiting on the server counts, and not the wait for
     /// the first chunk.
     pub min_rate: u64,
-    /// Retries of a failed request before giving up.
+    /// Retries of a failed request before giving up, in [`RETRIES`] (0 to
+    /// 100; default 3).
     pub retries: usize,
-    /// First retry delay; later delays double, up to `retry_max_delay`, with jitter.
+    /// First retry delay, in [`RETRY_DELAY_MS`] (0 to an hour; default
+    /// 100 ms); later delays double, up to `retry_max_delay`, with jitter.
     pub retry_min_delay: Duration,
-    /// Largest retry delay.
+    /// Largest retry delay, in [`RETRY_DELAY_MS`] and at least
+    /// `retry_min_delay` (default 5 s).
     pub retry_max_delay: Duration,
-    /// Most requests in flight to the backend at once.
+    /// Most requests in flight to the backend at once, in
+    /// [`CONCURRENCY`] (1 to 4,096).
     pub concurrency: usize,
     /// Read uncompressed, indexed shards by byte range instead of downloading
     /// whole shards.
@@ -271,8 +277,10 @@ impl StorageOptions {
 
     /// Checks the settings opening a backend reads: the byte-range ones
     /// ([`validate_ranges`](Self::validate_ranges)), `manifest_limit` in
-    /// [`MANIFEST_BYTES`] and `min_rate` in [`MIN_RATE`]; the error names
-    /// the key at fault. The cache's are checked when it opens
+    /// [`MANIFEST_BYTES`], `min_rate` in [`MIN_RATE`], the timeouts in
+    /// [`TIMEOUT_MS`], `retries` in [`RETRIES`], the retry delays in
+    /// [`RETRY_DELAY_MS`] (the largest not below the first) and
+    /// `concurrency` in [`CONCURRENCY`]; the error names the key at fault. The cache's are checked when it opens
     /// ([`CacheOptions::validate`]).
     ///
     /// ```
@@ -284,11 +292,30 @@ impl StorageOptions {
     /// assert!(e.to_string().contains("range_parts"), "{e}");
     /// let e = StorageOptions::default().min_rate(1 << 40).validate().unwrap_err();
     /// assert!(e.to_string().contains("min_rate"), "{e}");
+    /// let e = StorageOptions::default().io_timeout(std::time::Duration::MAX).validate().unwrap_err();
+    /// assert!(e.to_string().contains("io_timeout"), "{e}");
+    /// let e = StorageOptions::default().retries(usize::MAX).validate().unwrap_err();
+    /// assert!(e.to_string().contains("retries"), "{e}");
     /// ```
     pub fn validate(&self) -> zephon_core::Result<()> {
         self.validate_ranges()?;
         MANIFEST_BYTES.check("manifest_limit", self.manifest_limit)?;
         MIN_RATE.check("min_rate", self.min_rate)?;
+        TIMEOUT_MS.check("timeout", self.timeout.as_millis())?;
+        TIMEOUT_MS.check("io_timeout", self.io_timeout.as_millis())?;
+        RETRIES.check_usize("retries", self.retries)?;
+        RETRY_DELAY_MS.check("retry_min_delay", self.retry_min_delay.as_millis())?;
+        RETRY_DELAY_MS.check("retry_max_delay", self.retry_max_delay.as_millis())?;
+        if self.retry_max_delay < self.retry_min_delay {
+            return Err(zephon_core::Error::config(
+                "retry_max_delay",
+                format!(
+                    "{:?} is below retry_min_delay ({:?})",
+                    self.retry_max_delay, self.retry_min_delay
+                ),
+            ));
+        }
+        CONCURRENCY.check_usize("concurrency", self.concurrency)?;
         Ok(())
     }
 
@@ -300,6 +327,35 @@ impl StorageOptions {
         }
     }
 }
+
+/// Allowed values of [`StorageOptions::timeout`] and
+/// [`StorageOptions::io_timeout`], in milliseconds: 1 ms to a day.
+/// `Duration::MAX` ("no limit") overflowed the clock of the HTTP client
+/// (a panic), and waited out the slow-server defence.
+pub const TIMEOUT_MS: zephon_core::settings::Range = zephon_core::settings::Range::new(
+    1,
+    86_400_000,
+    "a request that has not answered in a day is not coming",
+);
+
+/// Allowed values of [`StorageOptions::retries`]: 0 to 100.
+pub const RETRIES: zephon_core::settings::Range = zephon_core::settings::Range::new(
+    0,
+    100,
+    "a dead endpoint is retried this many times before the error",
+);
+
+/// Allowed values of [`StorageOptions::retry_min_delay`] and
+/// [`StorageOptions::retry_max_delay`], in milliseconds: 0 to an hour.
+pub const RETRY_DELAY_MS: zephon_core::settings::Range =
+    zephon_core::settings::Range::new(0, 3_600_000, "a retry waits at most this long");
+
+/// Allowed values of [`StorageOptions::concurrency`]: 1 to 4,096.
+pub const CONCURRENCY: zephon_core::settings::Range = zephon_core::settings::Range::new(
+    1,
+    4096,
+    "each request in flight holds a connection and its bytes",
+);
 
 /// Allowed values of [`CacheOptions::block_bytes`]: 64 KiB to 256 MiB.
 pub const BLOCK_BYTES: zephon_core::settings::Range = zephon_core::settings::Range::new(
@@ -352,7 +408,7 @@ pub struct CacheOptions {
     /// Longest wait for another process that is downloading the same shard
     /// into the shared folder; past it this process downloads the shard
     /// itself, without publishing it, so a stalled process cannot hang the
-    /// others.
+    /// others. At most a day ([`TIMEOUT_MS`]; 0 waits not at all).
     pub lock_wait: Duration,
 }
 
@@ -412,8 +468,9 @@ impl CacheOptions {
         self
     }
 
-    /// Checks the settings: `block_bytes` in [`BLOCK_BYTES`], and a block
-    /// fits either tier (see [`block_bytes`](CacheOptions::block_bytes)). The error names the key at fault.
+    /// Checks the settings: `block_bytes` in [`BLOCK_BYTES`], a block fits
+    /// either tier (see [`block_bytes`](CacheOptions::block_bytes)), and
+    /// `lock_wait` is at most a day. The error names the key at fault.
     ///
     /// ```
     /// use zephon_storage::CacheOptions;
@@ -444,6 +501,12 @@ impl CacheOptions {
                     ),
                 ));
             }
+        }
+        if self.lock_wait.as_millis() > TIMEOUT_MS.max as u128 {
+            return Err(zephon_core::Error::config(
+                "cache.lock_wait",
+                TIMEOUT_MS.message(format!("{} ms", self.lock_wait.as_millis())),
+            ));
         }
         Ok(())
     }

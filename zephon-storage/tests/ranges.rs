@@ -210,6 +210,27 @@ fn range_settings_out_of_range_are_refused_by_name() {
         let err = RemoteDataset::open("d", &uri, &ranged(t.path(), opts)).unwrap_err();
         assert!(err.to_string().contains(key), "{err}");
     }
+    // Opening a dataset checks every request setting, not only the
+    // byte-range ones: Duration::MAX overflowed the HTTP client's clock (a
+    // panic), usize::MAX retries retried a dead endpoint forever, and a
+    // concurrency past the semaphore's limit panicked at open.
+    use std::time::Duration;
+    let o = || cache_opts(t.path());
+    for (opts, key) in [
+        (o().io_timeout(Duration::MAX), "io_timeout"),
+        (o().timeout(Duration::ZERO), "timeout"),
+        (o().retries(usize::MAX), "retries"),
+        (o().concurrency(usize::MAX), "concurrency"),
+        (o().concurrency(0), "concurrency"),
+        (
+            o().retry_min_delay(Duration::from_secs(9))
+                .retry_max_delay(Duration::from_secs(1)),
+            "retry_max_delay",
+        ),
+    ] {
+        let err = RemoteDataset::open("d", &uri, &opts).unwrap_err();
+        assert!(err.to_string().contains(key), "{err}");
+    }
 }
 
 /// A token file that shrank after its manifest was written, over HTTP
