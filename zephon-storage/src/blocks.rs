@@ -318,7 +318,8 @@ impl BlockFile {
     }
 
     /// Downloads blocks `0 .. n` (those not cached) into the cache, on the
-    /// storage runtime; see [`warm_blocks`](Self::warm_blocks).
+    /// storage runtime; once this future is dropped, no further block is
+    /// started.
     pub async fn warm(self: &Arc<Self>, n: u64) -> Result<()> {
         let n = n.min(self.blocks());
         self.warm_blocks((0..n).collect()).await
