@@ -105,6 +105,12 @@ const CASES: &[(&str, &str, &str)] = &[
     ("world_size = 1", "world_size = 0", "work_source.world_size"),
     ("rank = 0", "rank = 1", "work_source.rank"),
     ("passes = 1", "passes = 0", "work_source.passes"),
+    ("passes = 1", "passes = 1099511627777", "work_source.passes"),
+    (
+        "passes = 1",
+        "stop_after_passes = 1125899906842624",
+        "work_source.stop_after_passes",
+    ),
     (
         "passes = 1",
         "stop_after_passes = 0",

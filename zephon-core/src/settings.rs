@@ -123,6 +123,11 @@ pub const SEQ_LEN: Range = Range::new(1, 1 << 24, "a row of tokens is allocated 
 /// The mixture's chunk size: one chunk's schedule is materialised.
 pub const CHUNK_SIZE: Range = Range::new(1, 1 << 24, "one chunk's schedule is held in memory");
 
+/// A work source's `passes` (and `stop_after_passes`): at least one, and no
+/// more than a dataset may repeat ([`MAX_REPEATS`]): past it a typo is an
+/// endless run by another name.
+pub const PASSES: Range = Range::new(1, 1 << 40, "passes over the datasets");
+
 /// A dataset's `max_repeats` (passes after its first): far beyond any
 /// training run, low enough that a typo is an error, not an endless run by
 /// another name.
@@ -191,6 +196,10 @@ mod tests {
         refused(
             recs().shuffle(usize::MAX, ShuffleMode::Block, 1),
             "shuffle.buffer_size",
+        );
+        refused(
+            recs().batch(2).prefetch_batches(10_000_000),
+            "prefetch_batches.depth",
         );
         refused(recs().lane_mux(vec![]), "lane_mux.lanes");
         refused(recs().lane_mux(vec![0, u32::MAX]), "lane_mux.lanes");

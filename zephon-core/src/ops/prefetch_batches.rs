@@ -26,9 +26,12 @@ enum State<S: Stream> {
 /// stall the training loop. The data and its order are unchanged. With `n = 0`
 /// it passes elements straight through; polled outside a tokio runtime it
 /// cannot drive its upstream on a task, and its first item is an
-/// [`Error::Operator`] saying so (then it ends). A depth
-/// beyond [`MAX_DEPTH`] is taken as `MAX_DEPTH` (the queue grows only as
-/// elements arrive, so that is no bound in practice).
+/// [`Error::Operator`] saying so (then it ends). The depth lies in
+/// [`PREFETCH_DEPTH`](crate::settings::PREFETCH_DEPTH) (0 to 65,536): one
+/// outside it makes the first item an [`Error::Config`] naming
+/// `prefetch_batches.depth` (then it ends), as the other operators'
+/// settings do (a depth of ten million let the task read a dataset ahead
+/// into memory).
 ///
 /// A panic upstream, on the task it drives, is an
 /// [`Error::Panic`] naming `prefetch_batches`, and the
@@ -158,6 +161,13 @@ where
         let this = &mut *self;
         this.probe
             .attach("prefetch_batches", 1, Some(this.depth as u64));
+        if !matches!(this.state, State::Taken)
+            && let Err(e) =
+                crate::settings::PREFETCH_DEPTH.check_usize("prefetch_batches.depth", this.depth)
+        {
+            this.state = State::Taken;
+            return Poll::Ready(Some(Err(e)));
+        }
         if matches!(this.state, State::Idle(_)) {
             let State::Idle(mut s) = std::mem::replace(&mut this.state, State::Taken) else {
                 unreachable!("checked above")

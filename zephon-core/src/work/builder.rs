@@ -75,7 +75,8 @@ impl WorkSourceBuilder {
         self.config.shuffle_block_size = b;
         self
     }
-    /// Stop after `n` passes (at least 1, checked by [`build`](Self::build)).
+    /// Stop after `n` passes, in [`settings::PASSES`] (1 to 2^40; checked by
+    /// [`build`](Self::build)).
     pub fn passes(mut self, n: u64) -> Self {
         self.config.exhaustion = Exhaustion::Stop { passes: n };
         self
@@ -276,8 +277,8 @@ impl WorkSourceBuilder {
         settings::WORLD_SIZE.check("world_size", c.lanes.world_size)?;
         c.lanes.validate()?;
         settings::CHUNK_SIZE.check("chunk_size", c.chunk_size)?;
-        if let Exhaustion::Stop { passes: 0 } | Exhaustion::AllPasses { passes: 0 } = c.exhaustion {
-            return Err(Error::config("passes", "must be at least 1"));
+        if let Exhaustion::Stop { passes } | Exhaustion::AllPasses { passes } = c.exhaustion {
+            settings::PASSES.check("passes", passes)?;
         }
         if c.shuffle_block_size == BlockShuffle::Size(0) {
             return Err(Error::config(
@@ -412,6 +413,9 @@ mod tests {
         refused(builder().canonical_lanes(4).world_size(0), "world_size");
         refused(builder().stop_after_passes(0), "passes");
         refused(builder().stop_after_passes(u64::MAX), "passes");
+        // Below the product's overflow, past any run: an endless run.
+        refused(builder().passes((1 << 40) + 1), "passes");
+        refused(builder().stop_after_passes(1 << 50), "passes");
         let e = refused(
             builder().dataset_policy("nope", ExhaustedPolicy::Redistribute),
             "exhausted_policy",

@@ -6,7 +6,7 @@ use anyhow::{Result, anyhow};
 use toml::de::{DeTable, DeValue};
 use zephon_core::settings::{
     BATCH_SIZE, BUFFER_SIZE, CANONICAL_LANES, CHUNK_SIZE, MAX_REPEATS, MAX_TOKENS_PER_SAMPLE,
-    PARALLELISM, PREFETCH_DEPTH, Range, SEQ_LEN, TOKEN_SAMPLES, WORKERS, WORLD_SIZE,
+    PARALLELISM, PASSES, PREFETCH_DEPTH, Range, SEQ_LEN, TOKEN_SAMPLES, WORKERS, WORLD_SIZE,
 };
 use zephon_core::work::ExhaustedPolicy;
 use zephon_ops::pack::MAX_CANDIDATE_AGE;
@@ -114,6 +114,9 @@ pub fn check(recipe: &Recipe, lines: &KeyLines<'_>) -> Result<()> {
             &ws("passes"),
             "0 passes; use at least 1, or `repeat = true`",
         ));
+    }
+    if !w.repeat {
+        in_range(lines, &ws("passes"), w.passes, PASSES)?;
     }
     exhaustion(recipe, lines)?;
     if let BlockSpec::Size(0) = w.shuffle_block_size {
@@ -371,6 +374,7 @@ fn exhaustion(recipe: &Recipe, lines: &KeyLines<'_>) -> Result<()> {
                 "0 passes; use at least 1",
             ));
         }
+        in_range(lines, &ws("stop_after_passes"), n, PASSES)?;
         if w.repeat || passes_written || per_dataset {
             return Err(at(
                 lines,
