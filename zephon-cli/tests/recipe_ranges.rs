@@ -478,3 +478,30 @@ fn tracking_off_is_refused_with_its_line() {
         "{err}"
     );
 }
+
+/// What `tokenize` needs its tokenizer to check (room for the special
+/// tokens in max_length) is refused when the recipe is built, before any
+/// dataset is read, and an `overflow` typo is named even where max_length
+/// is not set: both passed the build (the first failed at the first
+/// sample, the second was ignored).
+#[test]
+fn tokenize_options_needing_the_tokenizer_are_refused_at_build() {
+    let dir = tempfile::tempdir().unwrap();
+    for (old, new, says) in [
+        ("max_length = 64", "max_length = 1", "`tokenize.max_length`"),
+        (
+            "max_length = 64",
+            "overflow = \"spilt\"",
+            "overflow `spilt`",
+        ),
+    ] {
+        let (path, _) = write_recipe(dir.path(), old, new);
+        let out = run(&["--explain"], &path);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "`{new}` was accepted: {err}");
+        assert!(
+            err.contains("ops[2]") && err.contains(says),
+            "`{new}`: {err}"
+        );
+    }
+}

@@ -206,18 +206,24 @@ pub fn build(recipe: &Recipe, base: &Path) -> Result<Built> {
                         "skip" => OnMissing::Skip,
                         o => bail!("{}: on_missing `{o}` is not one of error, skip", at()),
                     });
+                // Read whether or not max_length is set: a typo is named,
+                // not passed over.
+                let overflow = match t.overflow.as_str() {
+                    "truncate" => Overflow::Truncate,
+                    "split" => Overflow::Split,
+                    o => bail!("{}: overflow `{o}` is not one of truncate, split", at()),
+                };
                 if let Some(n) = t.max_length {
-                    let overflow = match t.overflow.as_str() {
-                        "truncate" => Overflow::Truncate,
-                        "split" => Overflow::Split,
-                        o => bail!("{}: overflow `{o}` is not one of truncate, split", at()),
-                    };
                     cfg = cfg.max_length(n, overflow);
                 }
                 cfg = cfg.padding(t.padding);
                 if let Some(id) = t.pad_token_id {
                     cfg = cfg.pad_id(id);
                 }
+                // What needs the tokenizer (its EOS and pad tokens, room for
+                // the special tokens in max_length) is checked here, before
+                // any dataset is read, as tokenize_chat's is.
+                cfg.check().with_context(at)?;
                 Stage::Records(boxed(s.tokenize(cfg, t.parallelism)))
             }
             (OpSpec::TokenizeChat(t), Stage::Records(s)) => {
