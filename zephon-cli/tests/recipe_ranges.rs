@@ -479,6 +479,27 @@ fn tracking_off_is_refused_with_its_line() {
     );
 }
 
+/// A batch size and a seq_len each in range whose product is past what a
+/// training batch counts (2^31 - 1 positions) is refused with the line:
+/// the collation reserved about 100 GiB before it failed.
+#[test]
+fn a_batch_of_more_positions_than_a_training_batch_counts_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = write_recipe(dir.path(), "size = 2", "size = 65536");
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("seq_len = 66", "seq_len = 65536");
+    std::fs::write(&path, &text).unwrap();
+    let line = text.lines().position(|l| l == "seq_len = 65536").unwrap() + 1;
+    let out = run(&["--explain"], &path);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("line {line}")) && err.contains("past 2^31 - 1 tokens"),
+        "{err}"
+    );
+}
+
 /// What `tokenize` needs its tokenizer to check (room for the special
 /// tokens in max_length) is refused when the recipe is built, before any
 /// dataset is read, and an `overflow` typo is named even where max_length

@@ -18,7 +18,22 @@ pub(crate) fn collate(
     lane: LaneId,
     index: u64,
 ) -> Result<TrainingBatch> {
-    let n = rows.len() * seq_len;
+    // Checked before anything is reserved: the batch's five arrays hold
+    // rows x seq_len positions each, and cu_seqlens (i32) counts them, so
+    // 65,536 rows of 65,536 tokens reserved about 100 GiB before the count
+    // overflowed at the end of a row.
+    let n = rows
+        .len()
+        .checked_mul(seq_len)
+        .filter(|&n| n <= i32::MAX as usize)
+        .ok_or_else(|| Error::Config {
+            key: "to_training.seq_len",
+            message: format!(
+                "{} rows of {seq_len} tokens are past 2^31 - 1 tokens, the most a batch's \
+                 cu_seqlens (i32) counts: lower the batch size or seq_len",
+                rows.len()
+            ),
+        })?;
     let mut ids = Vec::with_capacity(n);
     let mut labels = Vec::with_capacity(n);
     let mut position_ids = Vec::with_capacity(n);

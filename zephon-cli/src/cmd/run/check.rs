@@ -166,6 +166,8 @@ pub fn check(recipe: &Recipe, lines: &KeyLines<'_>) -> Result<()> {
         }
     }
 
+    // The batch size the next to_training collates, for the product check.
+    let mut batch_size: Option<usize> = None;
     for (i, op) in recipe.ops.iter().enumerate() {
         let key = |k: &'static str| [Step::Key("ops"), Step::Index(i), Step::Key(k)];
         let one_of = |k: &'static str, value: &str, allowed: &[&str]| {
@@ -272,9 +274,27 @@ pub fn check(recipe: &Recipe, lines: &KeyLines<'_>) -> Result<()> {
                     in_range(lines, &key("max_candidate_age"), age, MAX_CANDIDATE_AGE)?;
                 }
             }
-            OpSpec::Batch(b) => check("size", b.size, BATCH_SIZE)?,
+            OpSpec::Batch(b) => {
+                check("size", b.size, BATCH_SIZE)?;
+                batch_size = Some(b.size);
+            }
             OpSpec::ToTraining(t) => {
                 check("seq_len", t.seq_len, SEQ_LEN)?;
+                // Each within its range, the two together may not be: a
+                // batch's positions are counted in i32.
+                if let Some(b) = batch_size
+                    && b.saturating_mul(t.seq_len) > i32::MAX as usize
+                {
+                    return Err(at(
+                        lines,
+                        &key("seq_len"),
+                        &format!(
+                            "batches of {b} rows of {} tokens are past 2^31 - 1 tokens, \
+                             the most a training batch counts: lower the batch size or seq_len",
+                            t.seq_len
+                        ),
+                    ));
+                }
                 one_of("position_mode", &t.position_mode, &["document", "sequence"])?;
             }
             OpSpec::PrefetchBatches(p) => check("depth", p.depth, PREFETCH_DEPTH)?,
