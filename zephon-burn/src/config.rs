@@ -8,6 +8,7 @@ use crate::harness::{self, HarnessConfig, ScalerConfig, SummaryFile, TimingRun};
 use crate::models::autoencoder::{Autoencoder, AutoencoderConfig, DummyData};
 use crate::models::lm::{LmConfig, TextData, TransformerLm};
 use burn::optim::{AdamConfig, AdamWConfig, ModuleOptimizer, SgdConfig};
+pub(crate) use check::in_range;
 use check::key_inside_section;
 pub use check::{LAYERS, MODEL_DIM, SAMPLES, VOCAB_SIZE};
 use serde::{Deserialize, Serialize};

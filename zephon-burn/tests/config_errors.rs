@@ -154,3 +154,35 @@ fn scaler_and_timing_values_are_checked() {
         assert!(e.contains(key), "{section}: {e}");
     }
 }
+
+/// The synthetic data built in code (for a Burn `Learner`, not from a
+/// timing config) is held to the same ranges: 2^32 samples were generated
+/// in memory, past what any test of a loop needs.
+#[test]
+fn data_built_in_code_is_held_to_the_config_ranges() {
+    use zephon_burn::models::autoencoder::DummyData;
+    use zephon_burn::models::lm::TextData;
+    let dummy = DummyData {
+        num_samples: 1 << 32,
+        batch_size: 4,
+        input_dim: 8,
+        seed: 0,
+        workers: 1,
+    };
+    let e = dummy.validate().unwrap_err().to_string();
+    assert!(e.contains("data.num_samples"), "{e}");
+    let ok = DummyData {
+        num_samples: 16,
+        ..dummy.clone()
+    };
+    assert!(ok.validate().is_ok());
+    let text = TextData {
+        num_docs: 8,
+        seq_len: 1 << 30,
+        batch_size: 2,
+        seed: 0,
+        workers: 1,
+    };
+    let e = text.validate().unwrap_err().to_string();
+    assert!(e.contains("data.seq_len"), "{e}");
+}

@@ -5,7 +5,7 @@ use super::{DataConfig, ModelConfig, TimingConfig};
 use crate::error::{Error, Result};
 use crate::models::autoencoder::{AutoencoderConfig, DummyData};
 use crate::models::lm::{LmConfig, TextData};
-use zephon_core::settings::{BATCH_SIZE, PARALLELISM, Range, SEQ_LEN};
+use zephon_core::settings::{Range, SEQ_LEN};
 
 /// Model widths (input, hidden, latent, `d_model`, `d_ff`, heads): a weight
 /// matrix is width by width, so 65,536 is already 16 GiB of f32.
@@ -17,6 +17,15 @@ pub const VOCAB_SIZE: Range = Range::new(1, 1 << 24, "the embedding has a row pe
 /// Transformer layers.
 pub const LAYERS: Range = Range::new(1, 1024, "every layer holds its weights");
 
+/// `Ok` if `v` lies in `r`, else a config error naming `key` and the range.
+pub(crate) fn in_range(key: &str, v: usize, r: Range) -> Result<()> {
+    if r.contains(v as u64) {
+        Ok(())
+    } else {
+        Err(Error::config(key, r.message(v)))
+    }
+}
+
 /// Samples or documents of the synthetic data, generated in memory.
 pub const SAMPLES: Range = Range::new(1, 1 << 24, "the data is generated in memory");
 
@@ -24,13 +33,6 @@ impl TimingConfig {
     /// Sizes, dimensions, dropout and the loss scaler against their
     /// documented ranges, so Burn never sees a value it panics on.
     pub(super) fn check_ranges(&self) -> Result<()> {
-        let in_range = |key: &str, v: usize, r: Range| -> Result<()> {
-            if r.contains(v as u64) {
-                Ok(())
-            } else {
-                Err(Error::config(key, r.message(v)))
-            }
-        };
         match &self.model {
             ModelConfig::Autoencoder(m) => {
                 in_range("model.input_dim", m.input_dim, MODEL_DIM)?;
@@ -53,18 +55,8 @@ impl TimingConfig {
             }
         }
         match &self.data {
-            DataConfig::Dummy(d) => {
-                in_range("data.num_samples", d.num_samples, SAMPLES)?;
-                in_range("data.batch_size", d.batch_size, BATCH_SIZE)?;
-                in_range("data.input_dim", d.input_dim, MODEL_DIM)?;
-                in_range("data.workers", d.workers, PARALLELISM)?;
-            }
-            DataConfig::SyntheticText(d) => {
-                in_range("data.num_docs", d.num_docs, SAMPLES)?;
-                in_range("data.seq_len", d.seq_len, SEQ_LEN)?;
-                in_range("data.batch_size", d.batch_size, BATCH_SIZE)?;
-                in_range("data.workers", d.workers, PARALLELISM)?;
-            }
+            DataConfig::Dummy(d) => d.validate()?,
+            DataConfig::SyntheticText(d) => d.validate()?,
         }
         let t = &self.timing;
         if t.max_batches_per_epoch == Some(0) {

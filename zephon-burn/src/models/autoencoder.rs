@@ -134,18 +134,19 @@ fn default_workers() -> usize {
 }
 
 impl DummyData {
-    /// Checks the sizes.
+    /// Checks the sizes against their documented ranges:
+    /// `num_samples` in [`SAMPLES`](crate::config::SAMPLES), `batch_size`
+    /// in [`BATCH_SIZE`](zephon_core::settings::BATCH_SIZE), `input_dim` in
+    /// [`MODEL_DIM`](crate::config::MODEL_DIM) and `workers` in
+    /// [`PARALLELISM`](zephon_core::settings::PARALLELISM), whether the
+    /// data comes from a timing config or is built in code (2^32 samples
+    /// were generated in memory).
     pub fn validate(&self) -> Result<()> {
-        if self.batch_size == 0 {
-            return Err(Error::config("data.batch_size", "must be at least 1"));
-        }
-        if self.num_samples == 0 {
-            return Err(Error::config("data.num_samples", "must be at least 1"));
-        }
-        if self.workers == 0 {
-            return Err(Error::config("data.workers", "must be at least 1"));
-        }
-        Ok(())
+        use zephon_core::settings::{BATCH_SIZE, PARALLELISM};
+        crate::config::in_range("data.num_samples", self.num_samples, crate::config::SAMPLES)?;
+        crate::config::in_range("data.batch_size", self.batch_size, BATCH_SIZE)?;
+        crate::config::in_range("data.input_dim", self.input_dim, crate::config::MODEL_DIM)?;
+        crate::config::in_range("data.workers", self.workers, PARALLELISM)
     }
 
     /// Batches per epoch.

@@ -4,7 +4,7 @@
 //! `to_training` collation -> prefetch.
 
 use crate::convert::TrainingTensors;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::harness::{PipelineSource, TimedModel};
 use burn::module::Module;
 use burn::nn::attention::generate_autoregressive_mask;
@@ -192,19 +192,18 @@ fn document(seed: u64, id: u64) -> String {
 }
 
 impl TextData {
-    /// Checks the sizes.
+    /// Checks the sizes against their documented ranges: `num_docs` in
+    /// [`SAMPLES`](crate::config::SAMPLES), `seq_len` in
+    /// [`SEQ_LEN`](zephon_core::settings::SEQ_LEN), `batch_size` in
+    /// [`BATCH_SIZE`](zephon_core::settings::BATCH_SIZE) and `workers` in
+    /// [`PARALLELISM`](zephon_core::settings::PARALLELISM), whether the data
+    /// comes from a timing config or is built in code.
     pub fn validate(&self) -> Result<()> {
-        for (key, v) in [
-            ("data.num_docs", self.num_docs),
-            ("data.seq_len", self.seq_len),
-            ("data.batch_size", self.batch_size),
-            ("data.workers", self.workers),
-        ] {
-            if v == 0 {
-                return Err(Error::config(key, "must be at least 1"));
-            }
-        }
-        Ok(())
+        use zephon_core::settings::{BATCH_SIZE, PARALLELISM, SEQ_LEN};
+        crate::config::in_range("data.num_docs", self.num_docs, crate::config::SAMPLES)?;
+        crate::config::in_range("data.seq_len", self.seq_len, SEQ_LEN)?;
+        crate::config::in_range("data.batch_size", self.batch_size, BATCH_SIZE)?;
+        crate::config::in_range("data.workers", self.workers, PARALLELISM)
     }
 
     fn documents(&self) -> zephon_core::Result<Dataset> {
