@@ -59,6 +59,15 @@ fn bad_token_bytes_are_errors_naming_the_sample() {
     assert!(err.contains("sample 1") && err.contains("3 bytes"), "{err}");
     let err = FlatTokens::from_size(7, TokenDtype::U16, 2).unwrap_err();
     assert!(err.contains("whole number"), "{err}");
+    // A seq_len of 0, or past SEQ_LEN (from options or a manifest): a
+    // sample of 2^40 tokens was a sample of terabytes.
+    for n in [0, 1 << 40] {
+        let err = FlatTokens::from_size(1 << 42, TokenDtype::U16, n).unwrap_err();
+        assert!(
+            err.contains(&format!("seq_len {n} is out of range")),
+            "{err}"
+        );
+    }
     // A truncated buffer: the sample lies past its end.
     let err = flat.decode(&Bytes::from_static(&[0; 6]), &[1]).unwrap_err();
     assert!(

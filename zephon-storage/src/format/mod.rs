@@ -116,7 +116,9 @@ impl FormatSpec {
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FormatOptions {
-    /// Tokens per sample of flat token files (default 1024, nanoGPT's block size).
+    /// Tokens per sample of flat token files, in
+    /// [`SEQ_LEN`](zephon_core::settings::SEQ_LEN) (1 to 16 Mi; default
+    /// 1024, nanoGPT's block size), checked when a dataset opens.
     pub seq_len: u64,
     /// Token width of flat token files (default `u16`, as nanoGPT writes them).
     pub dtype: TokenDtype,

@@ -208,9 +208,14 @@ impl FlatTokens {
     }
 
     /// The samples of a flat file of `bytes` bytes (no need to read it).
+    /// `seq_len` lies in [`SEQ_LEN`](zephon_core::settings::SEQ_LEN) (1 to
+    /// 16 Mi tokens), whether it comes from the options or a manifest: a
+    /// sample is collated whole, and one of 2^40 tokens was a sample of
+    /// terabytes.
     pub fn from_size(bytes: u64, dtype: TokenDtype, seq_len: u64) -> FormatResult<Self> {
-        if seq_len == 0 {
-            return Err("seq_len must be at least 1".into());
+        let range = zephon_core::settings::SEQ_LEN;
+        if !range.contains(seq_len) {
+            return Err(format!("seq_len {}", range.message(seq_len)));
         }
         let size = dtype.size() as u64;
         if !bytes.is_multiple_of(size) {

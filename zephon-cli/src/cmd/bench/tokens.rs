@@ -37,7 +37,7 @@ pub struct Args {
     #[arg(long)]
     pub file: PathBuf,
     /// Tokens per input row; windows are one longer (the shifted label).
-    #[arg(long, default_value_t = 2048, value_parser = ranged::<u64>(SEQ_LEN))]
+    #[arg(long, default_value_t = 2048, value_parser = ranged::<u64>(INPUT_LEN))]
     pub seq_len: u64,
     /// Windows per batch.
     #[arg(long, default_value_t = 8, value_parser = ranged::<usize>(BATCH_SIZE))]
@@ -207,6 +207,11 @@ pub(super) enum Source {
 fn measure_self(a: &Args, dtype: TokenDtype, wide: bool) -> Result<Run> {
     measure_from(a, dtype, wide, &Source::Local, 0)
 }
+
+/// Allowed values of `--seq-len`: its windows, one token longer, lie in
+/// [`SEQ_LEN`].
+const INPUT_LEN: zephon_core::settings::Range =
+    zephon_core::settings::Range::new(1, SEQ_LEN.max - 1, "a window is one token longer");
 
 /// Allowed values of `--prefetch`: storage's `prefetch` buffer, or 0.
 const PREFETCH: zephon_core::settings::Range =
