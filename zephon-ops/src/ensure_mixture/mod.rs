@@ -51,13 +51,29 @@ impl MixtureConfig {
     /// [`validate`](Self::validate)).
     pub fn new(weights: impl IntoIterator<Item = (u32, f64)>) -> Self {
         let weights: BTreeMap<u32, f64> = weights.into_iter().collect();
-        let sum: f64 = weights.values().sum();
+        // Taken relative to the largest where the sum overflows (1e308
+        // twice), as the work source's mixture does: divided by an
+        // infinite sum every weight was 0, and refused as not positive.
+        let top = weights.values().copied().fold(0.0, f64::max);
+        let scale = match weights.values().sum::<f64>() {
+            t if t.is_finite() => 1.0,
+            _ => top,
+        };
+        let sum: f64 = weights.values().map(|w| w / scale).sum();
         MixtureConfig {
-            weights: weights.into_iter().map(|(d, w)| (d, w / sum)).collect(),
+            weights: weights
+                .into_iter()
+                .map(|(d, w)| (d, w / scale / sum))
+                .collect(),
             weight_by: WeightBy::Tokens,
             max_buffer_size: 1024,
             drop_surplus: false,
         }
+    }
+
+    /// The target weights by dataset, normalised to sum to one.
+    pub fn weights(&self) -> &BTreeMap<u32, f64> {
+        &self.weights
     }
 
     /// Tokens (default) or samples.
@@ -83,6 +99,10 @@ impl MixtureConfig {
     /// assert!(MixtureConfig::new([(0, 0.7), (1, 0.3)]).validate().is_ok());
     /// let e = MixtureConfig::new([(0, f64::NAN)]).validate().unwrap_err();
     /// assert!(e.to_string().contains("ensure_mixture.weights"), "{e}");
+    /// // Weights whose sum overflows keep their proportions.
+    /// let big = MixtureConfig::new([(0, 1e308), (1, 1e308), (2, 5e307)]);
+    /// assert!(big.validate().is_ok());
+    /// assert_eq!(big.weights()[&2], 0.2);
     /// ```
     pub fn validate(&self) -> std::result::Result<(), crate::Error> {
         let bad = |message: String| crate::Error::Config {
