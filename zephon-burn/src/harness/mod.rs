@@ -312,7 +312,7 @@ fn progress_bar(config: &HarnessConfig, per_epoch: Option<usize>) -> ProgressBar
     }
     match per_epoch {
         Some(n) => {
-            let bar = ProgressBar::new((n * config.epochs) as u64);
+            let bar = ProgressBar::new(n.saturating_mul(config.epochs) as u64);
             bar.set_style(
                 ProgressStyle::with_template(
                     "{bar:40} {pos}/{len} batches [{elapsed_precise}<{eta_precise}] {msg}",
