@@ -102,16 +102,24 @@ fn concurrent_readers_download_each_block_once() {
     assert_eq!(rd.cache_stats().misses, blocks);
 }
 
-#[test]
-fn a_damaged_block_on_disk_is_fetched_again() {
-    let t = tempfile::tempdir().unwrap();
-    let data = t.path().join("data");
+/// A dataset read once from S3 through a block cache of its own (16 MiB of
+/// memory, 64 MiB of disk): the server (kept running), the options, the
+/// records in the local order, and the block files on disk, sorted.
+struct Cached {
+    _moto: Moto,
+    opts: zephon_storage::StorageOptions,
+    want: Vec<String>,
+    files: Vec<std::path::PathBuf>,
+}
+
+fn cached_once(t: &Path) -> Cached {
+    let data = t.join("data");
     let written = write_dataset(&data, 1, 5_000);
     index(&data);
     let want = local_order(&data, &written);
-    let moto = Moto::start(t.path());
+    let moto = Moto::start(t);
     moto.upload("bkt", "ds", &data);
-    let opts = moto.opts(small_cache(t.path(), 16 << 20, 64 << 20));
+    let opts = moto.opts(small_cache(t, 16 << 20, 64 << 20));
     let rd = RemoteDataset::open("d", "s3://bkt/ds", &opts).unwrap();
     assert_eq!(
         fields(&read_all(rd.dataset().clone(), false).unwrap()),
@@ -120,8 +128,7 @@ fn a_damaged_block_on_disk_is_fetched_again() {
     let blocks = rd.cache_stats().misses;
     assert!(blocks > 2);
     drop(rd);
-    // One byte of one block's body flipped on disk.
-    let mut files: Vec<_> = std::fs::read_dir(t.path().join("cache"))
+    let mut files: Vec<_> = std::fs::read_dir(t.join("cache"))
         .unwrap()
         .flat_map(|d| std::fs::read_dir(d.unwrap().path()).unwrap())
         .map(|e| e.unwrap().path())
@@ -129,21 +136,38 @@ fn a_damaged_block_on_disk_is_fetched_again() {
         .collect();
     files.sort();
     assert_eq!(files.len() as u64, blocks);
-    let mut raw = std::fs::read(&files[0]).unwrap();
-    let at = raw.len() - 100;
-    raw[at] ^= 0x20;
-    std::fs::write(&files[0], &raw).unwrap();
-    // A fresh memory tier: every block comes from disk, the damaged one
-    // from the server.
-    let rd = RemoteDataset::open("d", "s3://bkt/ds", &opts).unwrap();
+    Cached {
+        _moto: moto,
+        opts,
+        want,
+        files,
+    }
+}
+
+/// Reads `c`'s dataset again with a fresh memory tier (every block from
+/// disk, or from the server where the disk's is refused) and returns the
+/// blocks downloaded.
+fn read_again(c: &Cached) -> u64 {
+    let rd = RemoteDataset::open("d", "s3://bkt/ds", &c.opts).unwrap();
     assert_eq!(
         fields(&read_all(rd.dataset().clone(), false).unwrap()),
-        want
+        c.want
     );
-    let s = rd.cache_stats();
-    assert_eq!(s.misses, 1, "only the damaged block is downloaded: {s:?}");
+    rd.cache_stats().misses
+}
+
+#[test]
+fn a_damaged_block_on_disk_is_fetched_again() {
+    let t = tempfile::tempdir().unwrap();
+    let c = cached_once(t.path());
+    // One byte of one block's body flipped on disk.
+    let mut raw = std::fs::read(&c.files[0]).unwrap();
+    let at = raw.len() - 100;
+    raw[at] ^= 0x20;
+    std::fs::write(&c.files[0], &raw).unwrap();
+    assert_eq!(read_again(&c), 1, "only the damaged block is downloaded");
     assert_ne!(
-        std::fs::read(&files[0]).unwrap(),
+        std::fs::read(&c.files[0]).unwrap(),
         raw,
         "and published again"
     );
@@ -156,45 +180,19 @@ fn a_damaged_block_on_disk_is_fetched_again() {
 #[test]
 fn a_block_of_the_wrong_length_under_a_valid_header_is_fetched_again() {
     let t = tempfile::tempdir().unwrap();
-    let data = t.path().join("data");
-    let written = write_dataset(&data, 1, 5_000);
-    index(&data);
-    let want = local_order(&data, &written);
-    let moto = Moto::start(t.path());
-    moto.upload("bkt", "ds", &data);
-    let opts = moto.opts(small_cache(t.path(), 16 << 20, 64 << 20));
-    let rd = RemoteDataset::open("d", "s3://bkt/ds", &opts).unwrap();
-    assert_eq!(
-        fields(&read_all(rd.dataset().clone(), false).unwrap()),
-        want
-    );
-    assert!(rd.cache_stats().misses > 2);
-    drop(rd);
-    let mut files: Vec<_> = std::fs::read_dir(t.path().join("cache"))
-        .unwrap()
-        .flat_map(|d| std::fs::read_dir(d.unwrap().path()).unwrap())
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "shard"))
-        .collect();
-    files.sort();
+    let c = cached_once(t.path());
     // The entry's layout: 16 bytes of magic, the body's length (u64) and
     // its CRC32C (u32), then the body.
-    let raw = std::fs::read(&files[0]).unwrap();
+    let raw = std::fs::read(&c.files[0]).unwrap();
     let body = &raw[28..28 + (raw.len() - 28) / 2];
     let mut short = raw[..16].to_vec();
     short.extend((body.len() as u64).to_le_bytes());
     short.extend(crc_fast::crc32_iscsi(body).to_le_bytes());
     short.extend(body);
-    std::fs::write(&files[0], &short).unwrap();
-    let rd = RemoteDataset::open("d", "s3://bkt/ds", &opts).unwrap();
+    std::fs::write(&c.files[0], &short).unwrap();
+    assert_eq!(read_again(&c), 1, "only the cut block is downloaded");
     assert_eq!(
-        fields(&read_all(rd.dataset().clone(), false).unwrap()),
-        want
-    );
-    let s = rd.cache_stats();
-    assert_eq!(s.misses, 1, "only the cut block is downloaded: {s:?}");
-    assert_eq!(
-        std::fs::read(&files[0]).unwrap(),
+        std::fs::read(&c.files[0]).unwrap(),
         raw,
         "and published again"
     );

@@ -16,26 +16,32 @@ use std::sync::{Arc, mpsc};
 use std::time::Duration;
 use zephon_storage::RemoteDataset;
 
-/// Answers `index.json` with S3's 404 and every listing with one object
-/// and a continuation token that asks for the same page again; returns its
-/// endpoint and a count of the listing pages it served.
-fn looping_s3() -> (String, Arc<AtomicU64>) {
+/// An S3 endpoint on 127.0.0.1 answering `index.json` with S3's 404 and
+/// every listing with one object, `key`, and, with `again`, a continuation
+/// token that asks for the same page again; returns its endpoint and a
+/// count of the listing pages it served.
+fn one_key_s3(key: &'static str, again: bool) -> (String, Arc<AtomicU64>) {
     let pages = Arc::new(AtomicU64::new(0));
     let counter = pages.clone();
+    let more = match again {
+        true => {
+            "<IsTruncated>true</IsTruncated><NextContinuationToken>again</NextContinuationToken>"
+        }
+        false => "<IsTruncated>false</IsTruncated>",
+    };
+    let page = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\
+         <ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">\
+         <Name>b</Name><Prefix>data/</Prefix><KeyCount>1</KeyCount>\
+         <MaxKeys>1000</MaxKeys>{more}\
+         <Contents><Key>{key}</Key><Size>8</Size>\
+         <LastModified>2026-01-01T00:00:00.000Z</LastModified>\
+         <ETag>\"e\"</ETag></Contents></ListBucketResult>"
+    );
     let addr = common::tiny::serve(move |request, _, conn| {
         let (status, body) = if request.contains("list-type=2") {
             counter.fetch_add(1, Ordering::Relaxed);
-            (
-                "200 OK",
-                "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\
-                 <ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">\
-                 <Name>b</Name><Prefix>data/</Prefix><KeyCount>1</KeyCount>\
-                 <MaxKeys>1000</MaxKeys><IsTruncated>true</IsTruncated>\
-                 <NextContinuationToken>again</NextContinuationToken>\
-                 <Contents><Key>data/a.jsonl</Key><Size>8</Size>\
-                 <LastModified>2026-01-01T00:00:00.000Z</LastModified>\
-                 <ETag>\"e\"</ETag></Contents></ListBucketResult>",
-            )
+            ("200 OK", page.as_str())
         } else {
             (
                 "404 Not Found",
@@ -52,7 +58,7 @@ fn looping_s3() -> (String, Arc<AtomicU64>) {
 #[test]
 fn a_listing_that_leads_back_is_an_error_not_an_endless_read() {
     let t = tempfile::tempdir().unwrap();
-    let (endpoint, pages) = looping_s3();
+    let (endpoint, pages) = one_key_s3("data/a.jsonl", true);
     let opts = cache_opts(t.path())
         .endpoint(&endpoint)
         .region("us-east-1")
@@ -121,30 +127,9 @@ fn flooded_listing(uri: &str, bytes: u64) {
 fn a_listed_key_outside_the_prefix_is_an_error_not_a_panic() {
     use zephon_storage::backend::{Backend, runtime};
     let t = tempfile::tempdir().unwrap();
-    let addr = common::tiny::serve(move |request, _, conn| {
-        let (status, body) = if request.contains("list-type=2") {
-            (
-                "200 OK",
-                "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\
-                 <ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">\
-                 <Name>b</Name><Prefix>data/</Prefix><KeyCount>1</KeyCount>\
-                 <MaxKeys>1000</MaxKeys><IsTruncated>false</IsTruncated>\
-                 <Contents><Key>a</Key><Size>8</Size>\
-                 <LastModified>2026-01-01T00:00:00.000Z</LastModified>\
-                 <ETag>\"e\"</ETag></Contents></ListBucketResult>",
-            )
-        } else {
-            (
-                "404 Not Found",
-                "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>NoSuchKey\
-                 </Code><Message>no such key</Message></Error>",
-            )
-        };
-        let xml = "Content-Type: application/xml\r\n";
-        common::tiny::answer(conn, status, xml, body.as_bytes())
-    });
+    let (endpoint, _) = one_key_s3("a", false);
     let opts = cache_opts(t.path())
-        .endpoint(&format!("http://{addr}"))
+        .endpoint(&endpoint)
         .region("us-east-1")
         .anonymous(true);
     let b = Backend::open("d", "s3://b/data", &opts).unwrap();
