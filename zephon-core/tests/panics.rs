@@ -210,15 +210,27 @@ fn a_panic_after_batching_ends_the_iterator_without_the_partial_batch() {
     }
 }
 
+/// The deepest documented prefetch runs (the queue grows only as elements
+/// arrive); a depth past it is an error naming the setting, not a panic
+/// of the channel and not a task reading the whole input ahead.
 #[test]
-fn a_huge_prefetch_depth_runs() {
+fn the_deepest_prefetch_runs_and_a_deeper_one_is_refused() {
+    let deepest = zephon_core::settings::PREFETCH_DEPTH.max as usize;
     for runner in runners() {
         let v: Vec<u64> = numbers()
-            .prefetch_batches(usize::MAX)
+            .prefetch_batches(deepest)
             .into_blocking_iter(runner)
             .unwrap()
             .collect::<Result<_, _>>()
             .unwrap();
         assert_eq!(v, (0..N).collect::<Vec<_>>(), "{runner}");
+        let items: Vec<_> = numbers()
+            .prefetch_batches(usize::MAX)
+            .into_blocking_iter(runner)
+            .unwrap()
+            .collect();
+        assert_eq!(items.len(), 1, "{runner}: the error, then the end");
+        let msg = items[0].as_ref().unwrap_err().to_string();
+        assert!(msg.contains("prefetch_batches.depth"), "{runner}: {msg}");
     }
 }
