@@ -184,6 +184,9 @@ fn show(v: &Value, width: usize) -> serde_json::Value {
         Value::Null => J::Null,
         Value::Bool(b) => J::Bool(*b),
         Value::Int(i) => J::from(*i),
+        // JSON has no NaN or infinity: serde_json writes them as null,
+        // which says the field is missing. Their text says what they are.
+        Value::Float(f) if !f.is_finite() => J::String(f.to_string()),
         Value::Float(f) => J::from(*f),
         Value::Text(_) | Value::TextView(_) => {
             J::String(truncate(v.as_text().expect("a text value"), width))
@@ -372,4 +375,21 @@ pub fn run(args: Args) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn floats_that_json_cannot_hold_are_shown_as_their_text() {
+        for (f, text) in [
+            (f64::NAN, "NaN"),
+            (f64::INFINITY, "inf"),
+            (f64::NEG_INFINITY, "-inf"),
+        ] {
+            assert_eq!(show(&Value::Float(f), 80), serde_json::json!(text));
+        }
+        assert_eq!(show(&Value::Float(1.5), 80), serde_json::json!(1.5));
+    }
 }
