@@ -338,6 +338,14 @@ pub const TIMEOUT_MS: zephon_core::settings::Range = zephon_core::settings::Rang
     "a request that has not answered in a day is not coming",
 );
 
+/// Allowed values of [`CacheOptions::lock_wait`], in milliseconds: 0 (no
+/// wait) to a day.
+pub const LOCK_WAIT_MS: zephon_core::settings::Range = zephon_core::settings::Range::new(
+    0,
+    86_400_000,
+    "past it a stalled process holds the others up for good",
+);
+
 /// Allowed values of [`StorageOptions::retries`]: 0 to 100.
 pub const RETRIES: zephon_core::settings::Range = zephon_core::settings::Range::new(
     0,
@@ -408,7 +416,7 @@ pub struct CacheOptions {
     /// Longest wait for another process that is downloading the same shard
     /// into the shared folder; past it this process downloads the shard
     /// itself, without publishing it, so a stalled process cannot hang the
-    /// others. At most a day ([`TIMEOUT_MS`]; 0 waits not at all).
+    /// others. In [`LOCK_WAIT_MS`] (0, no wait, to a day).
     pub lock_wait: Duration,
 }
 
@@ -502,12 +510,7 @@ impl CacheOptions {
                 ));
             }
         }
-        if self.lock_wait.as_millis() > TIMEOUT_MS.max as u128 {
-            return Err(zephon_core::Error::config(
-                "cache.lock_wait",
-                TIMEOUT_MS.message(format!("{} ms", self.lock_wait.as_millis())),
-            ));
-        }
+        LOCK_WAIT_MS.check("cache.lock_wait", self.lock_wait.as_millis())?;
         Ok(())
     }
 }

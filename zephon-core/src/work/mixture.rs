@@ -19,6 +19,24 @@ pub struct Mixture {
     pub slots_of: Vec<Vec<u32>>,
 }
 
+/// What to divide finite weights by before summing them: 1 while their sum
+/// is finite (the weights are used as they are, bit for bit), else the
+/// largest (1e308 twice overflows the sum; taken relative to the largest,
+/// their proportions stay). The work source's mixture and `ensure_mixture`
+/// both normalise this way.
+///
+/// ```
+/// use zephon_core::work::weight_scale;
+/// assert_eq!(weight_scale([0.7, 0.3].into_iter()), 1.0);
+/// assert_eq!(weight_scale([1e308, 1e308, 1.0].into_iter()), 1e308);
+/// ```
+pub fn weight_scale(weights: impl Iterator<Item = f64> + Clone) -> f64 {
+    match weights.clone().sum::<f64>() {
+        t if t.is_finite() => 1.0,
+        _ => weights.fold(0.0, f64::max),
+    }
+}
+
 impl Mixture {
     /// Builds the schedule; `names` are used in errors.
     pub fn new(weights: &[f64], names: &[&str], chunk_size: u64) -> Result<Self> {
@@ -33,15 +51,9 @@ impl Mixture {
                 ));
             }
         }
-        // Weights whose sum overflows (each finite, 1e308 twice) are taken
-        // relative to the largest: with an infinite total every share was
-        // 0, and the quotas came out equal whatever the weights said. Any
-        // other sum is used as it is, so the quotas stay bit for bit.
-        let top = weights.iter().copied().fold(0.0, f64::max);
-        let scale = match weights.iter().sum::<f64>() {
-            t if t.is_finite() => 1.0,
-            _ => top,
-        };
+        // With an infinite total every share was 0, and the quotas came
+        // out equal whatever the weights said.
+        let scale = weight_scale(weights.iter().copied());
         let total: f64 = weights.iter().map(|w| w / scale).sum();
         let exact: Vec<f64> = weights
             .iter()

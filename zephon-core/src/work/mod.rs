@@ -29,7 +29,7 @@ pub use builder::WorkSourceBuilder;
 pub use config::{Exhaustion, WorkConfig};
 pub use lanes::{LaneConfig, Ownership};
 pub use launcher::{Launcher, LauncherKind};
-pub use mixture::Mixture;
+pub use mixture::{Mixture, weight_scale};
 pub use policy::{ExhaustedPolicy, Segment};
 pub use shuffle::BlockShuffle;
 pub use state::{WORK_STATE_VERSION, WorkState};

@@ -51,14 +51,9 @@ impl MixtureConfig {
     /// [`validate`](Self::validate)).
     pub fn new(weights: impl IntoIterator<Item = (u32, f64)>) -> Self {
         let weights: BTreeMap<u32, f64> = weights.into_iter().collect();
-        // Taken relative to the largest where the sum overflows (1e308
-        // twice), as the work source's mixture does: divided by an
-        // infinite sum every weight was 0, and refused as not positive.
-        let top = weights.values().copied().fold(0.0, f64::max);
-        let scale = match weights.values().sum::<f64>() {
-            t if t.is_finite() => 1.0,
-            _ => top,
-        };
+        // Divided by an infinite sum every weight was 0, and refused as
+        // not positive.
+        let scale = zephon_core::work::weight_scale(weights.values().copied());
         let sum: f64 = weights.values().map(|w| w / scale).sum();
         MixtureConfig {
             weights: weights
