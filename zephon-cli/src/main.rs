@@ -7,7 +7,12 @@ mod cmd;
 
 // The pipeline allocates on worker threads and frees on the consumer's (and
 // the tokenizer allocates per word): glibc's allocator spends a large share
-// of the run on that; mimalloc does not.
+// of the run on that; mimalloc does not. Built without transparent huge
+// pages (`no_thp`): with them each fresh 2 MiB of the allocator's memory is
+// zeroed whole at its first touch, so a cold pass over the block cache,
+// which fills a fresh buffer per downloaded block, spent most of its CPU in
+// the kernel zeroing pages (1.4 s of 1.6 s), and RssAnon counted whole huge
+// pages the loader touched a few KiB of.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -28,6 +28,7 @@ use zephon_core::{BlockShuffle, Dataset, PipelineExt, Runner, WorkSource};
 use zephon_storage::PrefetchExt;
 use zephon_storage::format::tokens::TOKENS_FIELD;
 use zephon_storage::format::{FormatShard, FormatSpec, TokenDtype};
+use zephon_storage::options::BLOCK_BYTES;
 use zephon_storage::options::{RANGE_CONCURRENCY, RANGE_GAP, RANGE_PARTS};
 
 /// Options of `zephon bench tokens`.
@@ -111,6 +112,12 @@ pub struct Args {
     /// `--uri` or `--serve`; the local file has nothing to warm); 0: none.
     #[arg(long, default_value_t = 2048, value_parser = ranged::<usize>(PREFETCH))]
     pub prefetch: usize,
+    /// Bytes per block of the block cache in the remote passes of
+    /// `--shuffle block` (storage's `cache.block_bytes`: 64 KiB to 256 MiB).
+    /// A server that copies the whole object for each ranged GET (moto)
+    /// costs a full copy per block: larger blocks, fewer copies.
+    #[arg(long, default_value_t = 4 << 20, value_parser = ranged::<u64>(BLOCK_BYTES))]
+    pub cache_block_bytes: u64,
     /// Internal: run one pass in this process and print its figures
     /// (`local`; with `--uri`, `ranges` or `cache`), so that each pass's
     /// peak memory is its own.

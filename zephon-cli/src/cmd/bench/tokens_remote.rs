@@ -58,7 +58,8 @@ fn pass_options(a: &Args, kind: &str) -> Result<StorageOptions> {
                         .as_ref()
                         .context("--child cache needs --cache-dir")?,
                 )
-                .limit_bytes(8 << 30),
+                .limit_bytes(8 << 30)
+                .block_bytes(a.cache_block_bytes),
         ),
         other => bail!("--child: unknown pass `{other}`"),
     })
@@ -201,6 +202,7 @@ fn spawn_pass(
         ("--shuffle", a.shuffle.clone()),
         ("--block-size", a.block_size.to_string()),
         ("--prefetch", a.prefetch.to_string()),
+        ("--cache-block-bytes", a.cache_block_bytes.to_string()),
         ("--range-concurrency", a.range_concurrency.to_string()),
         ("--range-gap", a.range_gap.to_string()),
         ("--range-parts", a.range_parts.to_string()),
