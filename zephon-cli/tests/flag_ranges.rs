@@ -57,7 +57,14 @@ fn out_of_range_flags_are_named() {
         &["bench", "tokens", "--file", "f", "--repeat", "0"],
         &["bench", "tokens", "--file", "f", "--range-parts", "0"],
         &["bench", "tokens", "--file", "f", "--range-gap", "17000000"],
-        &["bench", "tokens", "--file", "f", "--cache-block-bytes", "65535"],
+        &[
+            "bench",
+            "tokens",
+            "--file",
+            "f",
+            "--cache-block-bytes",
+            "65535",
+        ],
         &[
             "bench",
             "tokenize-pack",
