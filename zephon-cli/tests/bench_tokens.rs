@@ -174,8 +174,14 @@ fn bench_tokens_reads_the_file_over_http_beside_the_local_run() {
             "8",
             "--range-gap",
             "0",
+            "--range-part-gap",
+            "0",
         ]);
         assert_eq!(names, systems, "{out}");
+        for l in lines.iter().filter(|l| l["system"] == "zephon-ranges") {
+            assert_eq!(l["range_gap"], 0, "{l}");
+            assert_eq!(l["range_part_gap"], 0, "{l}");
+        }
         for l in lines.iter().filter(|l| l["system"] != "download") {
             assert_eq!(l["samples"], 60, "{l}");
             assert_eq!(l["shuffle"], shuffle, "{l}");

@@ -427,7 +427,8 @@ impl Shard for RangeShard {
     }
 
     /// Samples close together in the file are fetched by one request
-    /// (gaps up to the backend's `range_gap` bytes are read and dropped), so a shuffled
+    /// (gaps up to the backend's `range_gap` bytes are read and dropped,
+    /// `range_part_gap` within a multi-range HTTP request), so a shuffled
     /// group costs a few requests, not one per sample.
     fn read_indices<'a>(&'a self, indices: &'a [u64]) -> BoxFuture<'a, Result<Vec<Record>>> {
         async move {

@@ -41,6 +41,7 @@ fn opts(dir: &Path, parts: usize) -> StorageOptions {
     let mut o = cache_opts(dir)
         .byte_range(true)
         .range_gap(0)
+        .range_part_gap(0)
         .range_parts(parts);
     o.format = format();
     o
@@ -94,6 +95,48 @@ fn multi_range_requests_return_the_local_records_in_far_fewer_requests() {
         requests[1]
     );
     assert_eq!(nginx.gets("a.bin HTTP"), 0, "no whole-file download");
+}
+
+/// Within a multi-range request a span covers gaps of `range_part_gap` at
+/// most, not `range_gap`: a further span costs a part header there, not a
+/// request, so samples far apart travel as parts of their own and the
+/// bytes between them stay on the server. With one range per request
+/// (`range_parts` 1) `range_gap` still merges them into one span.
+#[test]
+fn multi_range_requests_leave_the_gaps_between_far_samples_on_the_server() {
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    // 640,000 bytes; every 256th sample: 79 samples of 32 bytes, 8 KB apart.
+    token_dataset(&data, 20_000);
+    let local = Dataset::from_path_with("d", &data, &format()).unwrap();
+    let sparse: Vec<u64> = (0..20_000).step_by(256).collect();
+    let want = tokens(&runtime::block_on(local.shards()[0].read_indices(&sparse)).unwrap());
+    let nginx = Nginx::start(t.path(), &data);
+    let mut sent = Vec::new();
+    for parts in [256, 1] {
+        let mut o = cache_opts(t.path())
+            .byte_range(true)
+            .range_gap(1 << 20)
+            .range_parts(parts);
+        o.format = format();
+        assert_eq!(o.range_part_gap, 4 << 10, "the default");
+        let rd = RemoteDataset::open("d", &nginx.uri(), &o).unwrap();
+        let before = nginx.range_bytes("a.bin HTTP");
+        let got = runtime::block_on(rd.dataset().shards()[0].read_indices(&sparse)).unwrap();
+        assert_eq!(tokens(&got), want, "parts {parts}");
+        sent.push(nginx.range_bytes("a.bin HTTP") - before);
+    }
+    let wanted = sparse.len() as u64 * 2 * SEQ;
+    assert!(
+        sent[0] < wanted * 8,
+        "{} bytes sent for {wanted} wanted in multi-range requests",
+        sent[0]
+    );
+    assert_eq!(
+        sent[1],
+        (sparse[sparse.len() - 1] + 1 - sparse[0]) * 2 * SEQ,
+        "one span from the first sample to the last"
+    );
 }
 
 /// How the small server answers a request for more than one range.

@@ -69,7 +69,7 @@ pub struct Backend {
 }
 
 /// How byte-range reads of one backend are planned: neighbours within
-/// `gap` bytes share a request (up to [`RANGE_SPAN`](crate::options::RANGE_SPAN)
+/// `gap` bytes (`part_gap` in a multi-range request) share a span (up to [`RANGE_SPAN`](crate::options::RANGE_SPAN)
 /// bytes), and one read keeps `concurrency` requests in flight.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RangePlan {
@@ -77,6 +77,9 @@ pub struct RangePlan {
     pub concurrency: usize,
     /// Largest gap, in bytes, between two wanted ranges that one request spans.
     pub gap: u64,
+    /// The same within one span of a multi-range HTTP request, where a
+    /// further span costs a part header rather than a request.
+    pub part_gap: u64,
     /// Most spans one HTTP request asks for (multi-range requests).
     pub parts: usize,
 }
@@ -282,6 +285,7 @@ impl Backend {
             ranges: RangePlan {
                 concurrency: opts.range_concurrency,
                 gap: opts.range_gap,
+                part_gap: opts.range_part_gap,
                 parts: opts.range_parts,
             },
             http: crate::ranges::http_client(trimmed, opts),

@@ -48,7 +48,8 @@ pub fn plan_spans(
 }
 
 /// Fetches the byte ranges `(from, to)` (sorted by `from`) of `path` as
-/// [`plan_spans`] plans them with the backend's [`RangePlan`], keeping
+/// [`plan_spans`] plans them with the backend's [`RangePlan`] (its
+/// `part_gap` where the spans go out in multi-range requests), keeping
 /// `concurrency` requests in flight (over HTTP each asks for up to
 /// `parts` spans); the bytes count as downloads. Returns each span's start
 /// offset and bytes, in offset order; a range's bytes lie in the last
@@ -67,10 +68,12 @@ pub(crate) async fn fetch_spans(
     let RangePlan {
         concurrency,
         gap,
+        part_gap,
         parts,
     } = backend.ranges;
-    let spans = plan_spans(ranges, gap, RANGE_SPAN);
     let multi = backend.http.clone().filter(|h| parts > 1 && h.enabled());
+    let gap = if multi.is_some() { part_gap } else { gap };
+    let spans = plan_spans(ranges, gap, RANGE_SPAN);
     let groups = match multi {
         Some(_) => pack(&spans, parts),
         None => spans.iter().map(|&s| vec![s]).collect(),

@@ -430,6 +430,22 @@ impl Nginx {
             .count()
     }
 
+    /// Body bytes of the range GETs (status 206) the server logged for
+    /// paths containing `needle`, multipart boundaries and part headers
+    /// included.
+    pub fn range_bytes(&self, needle: &str) -> u64 {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("\"GET ") && l.contains(needle))
+            .filter_map(|l| l.split_once("\" 206 "))
+            .map(|(_, rest)| {
+                let sent = rest.split_whitespace().next().unwrap_or_default();
+                sent.parse::<u64>().expect("body_bytes_sent in the log")
+            })
+            .sum()
+    }
+
     /// Stops master and worker (SIGQUIT would wait for open connections).
     pub fn stop(&mut self) {
         signal(self.child.id(), "TERM");

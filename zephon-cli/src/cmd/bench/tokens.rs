@@ -94,10 +94,14 @@ pub struct Args {
     /// `range_concurrency`).
     #[arg(long, default_value_t = 32, value_parser = ranged::<usize>(RANGE_CONCURRENCY))]
     pub range_concurrency: usize,
-    /// Largest gap in bytes one byte-range request spans (storage's
-    /// `range_gap`).
+    /// Largest gap in bytes one byte-range request spans where a request
+    /// carries one range (storage's `range_gap`: S3, `--range-parts 1`).
     #[arg(long, default_value_t = 256 << 10, value_parser = ranged::<u64>(RANGE_GAP))]
     pub range_gap: u64,
+    /// Largest gap in bytes one span of a multi-range HTTP request covers
+    /// (storage's `range_part_gap`).
+    #[arg(long, default_value_t = 4 << 10, value_parser = ranged::<u64>(RANGE_GAP))]
+    pub range_part_gap: u64,
     /// Most spans one HTTP byte-range request asks for (storage's
     /// `range_parts`; 1: a request per span).
     #[arg(long, default_value_t = 256, value_parser = ranged::<usize>(RANGE_PARTS))]

@@ -43,6 +43,7 @@ fn pass_options(a: &Args, kind: &str) -> Result<StorageOptions> {
     let mut o = StorageOptions::default()
         .range_concurrency(a.range_concurrency)
         .range_gap(a.range_gap)
+        .range_part_gap(a.range_part_gap)
         .range_parts(a.range_parts);
     if let Some(e) = &a.endpoint {
         o = o.endpoint(e);
@@ -205,6 +206,7 @@ fn spawn_pass(
         ("--cache-block-bytes", a.cache_block_bytes.to_string()),
         ("--range-concurrency", a.range_concurrency.to_string()),
         ("--range-gap", a.range_gap.to_string()),
+        ("--range-part-gap", a.range_part_gap.to_string()),
         ("--range-parts", a.range_parts.to_string()),
         ("--uri", remote.uri.clone()),
         ("--child", kind.to_owned()),
@@ -398,6 +400,7 @@ pub fn run(a: &Args, dtype: TokenDtype) -> Result<()> {
         if a.shuffle == "global" && *kind == "ranges" {
             line["range_concurrency"] = a.range_concurrency.into();
             line["range_gap"] = a.range_gap.into();
+            line["range_part_gap"] = a.range_part_gap.into();
             line["range_parts"] = a.range_parts.into();
         }
         line["cpu_s"] = pass.cpu.into();
