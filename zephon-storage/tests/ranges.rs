@@ -71,6 +71,7 @@ fn ranged(dir: &Path, base: StorageOptions) -> StorageOptions {
     o.format = format();
     o.range_concurrency = base.range_concurrency;
     o.range_gap = base.range_gap;
+    o.range_part_gap = base.range_part_gap;
     o.range_parts = base.range_parts;
     o
 }
@@ -79,13 +80,14 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
 
     /// Over HTTP, by byte ranges, any seed, request window (per shard or
-    /// across shards), gap, concurrency and spans per request: the same
+    /// across shards), gaps, concurrency and spans per request: the same
     /// samples in the same order as the local read.
     #[test]
     fn ranged_global_shuffle_over_http_matches_the_local_order(
         seed in 0u64..1_000,
         window in 1usize..400,
         gap in prop::sample::select(vec![0u64, 32, 4096, 1 << 20]),
+        part_gap in prop::sample::select(vec![0u64, 32, 4096, 1 << 20]),
         concurrency in 1usize..80,
         across in any::<bool>(),
         parts in prop::sample::select(vec![1usize, 2, 7, 256]),
@@ -101,12 +103,13 @@ proptest! {
             t.path(),
             StorageOptions::default()
                 .range_gap(gap)
+                .range_part_gap(part_gap)
                 .range_concurrency(concurrency)
                 .range_parts(parts),
         );
         let rd = RemoteDataset::open("d", &nginx.uri(), &opts).unwrap();
         let got = pass_with(rd.dataset().clone(), Some(seed), window, across).unwrap();
-        prop_assert!(got == want, "seed {seed}, window {window}, gap {gap}, across {across}, parts {parts}: another order");
+        prop_assert!(got == want, "seed {seed}, window {window}, gap {gap}, part gap {part_gap}, across {across}, parts {parts}: another order");
         prop_assert_eq!(nginx.gets(".bin HTTP"), 0, "no whole-file download");
     }
 }
@@ -204,6 +207,10 @@ fn range_settings_out_of_range_are_refused_by_name() {
             "range_concurrency",
         ),
         (StorageOptions::default().range_gap(1 << 40), "range_gap"),
+        (
+            StorageOptions::default().range_part_gap(1 << 40),
+            "range_part_gap",
+        ),
         (StorageOptions::default().range_parts(0), "range_parts"),
         (StorageOptions::default().range_parts(5000), "range_parts"),
     ] {
@@ -247,8 +254,8 @@ fn a_truncated_object_is_an_error_naming_the_uri_and_the_range() {
 
     let moto = Moto::start(t.path());
     moto.upload("ranges", "data", &data);
-    // Gap 0: the two samples read below are two requests, one of them cut.
-    let base = || StorageOptions::default().range_gap(0);
+    // Gap 0: the two samples read below are two spans, one of them cut.
+    let base = || StorageOptions::default().range_gap(0).range_part_gap(0);
     let s3 = moto.opts(ranged(t.path(), base()));
     let b = Backend::open("up", "s3://ranges/data", &s3).unwrap();
     runtime::block_on(b.op.write("a.bin", cut.to_vec())).unwrap();
