@@ -69,8 +69,9 @@ pub struct Backend {
 }
 
 /// How byte-range reads of one backend are planned: neighbours within
-/// `gap` bytes (`part_gap` in a multi-range request) share a span (up to [`RANGE_SPAN`](crate::options::RANGE_SPAN)
-/// bytes), and one read keeps `concurrency` requests in flight.
+/// `gap` bytes (`part_gap` in a multi-range request) share a span (up to
+/// [`RANGE_SPAN`](crate::options::RANGE_SPAN) bytes), and one read keeps
+/// `concurrency` requests in flight.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RangePlan {
     /// Requests one read keeps in flight.
