@@ -224,6 +224,49 @@ fn bench_tokens_reads_the_file_over_http_beside_the_local_run() {
     assert!(!ok && err.contains("--serve"), "{err}");
 }
 
+/// `--nginx-http` configures the nginx of `--serve http`: the byte-range
+/// pass reads every window with nginx gathering parts into 64 KB writes,
+/// and the line says which directives served it; a directive nginx refuses
+/// is an error with nginx's own words, not a wait for a port.
+#[test]
+fn bench_tokens_takes_the_directives_of_its_nginx() {
+    let t = tempfile::tempdir().unwrap();
+    let file = token_file(t.path(), 1000);
+    let directives = "sendfile off; output_buffers 32 8k; postpone_output 65536;";
+    let (lines, names, out) = bench_lines(&[
+        "--file",
+        &file,
+        "--seq-len",
+        "15",
+        "--batch",
+        "4",
+        "--serve",
+        "http",
+        "--range-part-gap",
+        "0",
+        "--nginx-http",
+        directives,
+    ]);
+    assert_eq!(names, ["zephon", "download", "zephon-ranges"], "{out}");
+    assert_eq!(lines[2]["samples"], 60, "{out}");
+    for l in &lines[1..] {
+        assert_eq!(l["nginx_http"], directives, "{l}");
+    }
+    let (ok, _, err) = bench(&[
+        "--file",
+        &file,
+        "--serve",
+        "http",
+        "--nginx-http",
+        "sendfile on; no_such_directive 1;",
+    ]);
+    assert!(!ok, "{err}");
+    assert!(
+        err.contains("no_such_directive") && err.contains("nginx exited"),
+        "{err}"
+    );
+}
+
 /// `--serve s3 --shuffle block` (moto_server on 127.0.0.1): each pass runs
 /// in a process of its own, so each line's peak memory is its pass's own.
 /// The cold pass keeps the file's blocks in the cache's memory tier; the

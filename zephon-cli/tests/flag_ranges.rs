@@ -75,6 +75,22 @@ fn out_of_range_flags_are_named() {
         ],
         &[
             "bench",
+            "tokens",
+            "--file",
+            "f",
+            "--nginx-http",
+            "server { listen 80; }",
+        ],
+        &[
+            "bench",
+            "tokens",
+            "--file",
+            "f",
+            "--nginx-http",
+            "sendfile on",
+        ],
+        &[
+            "bench",
             "tokenize-pack",
             "--corpus",
             ".",

@@ -7,7 +7,7 @@
 //! else from the page cache; the row says which.
 
 use super::servers::{
-    Server, cpu_time, put_files, s3_opts, start_moto, start_nginx, start_s3s, upload,
+    NGINX_HTTP, Server, cpu_time, put_files, s3_opts, start_moto, start_nginx, start_s3s, upload,
 };
 use super::{mem, stats};
 use crate::cmd::flags::{AT_LEAST_ONE, GENERATED_RECORDS, GENERATED_SHARDS, ranged};
@@ -242,7 +242,7 @@ pub fn run(args: Args) -> Result<()> {
     let cache = |name: &str| cache_in(s3_opts(&endpoint), name);
     let s3_pid = s3.as_ref().map(Server::pid);
     let mut prefetch_stats = None;
-    let nginx = start_nginx(&tmp.path().join("nginx"), &data)?;
+    let nginx = start_nginx(&tmp.path().join("nginx"), &data, NGINX_HTTP)?;
     let mut rows: Vec<(String, Run)> = Vec::new();
     // Keeps, per configuration, the round with the best total: all its
     // figures (first batch, server CPU, memory) come from that same pass.

@@ -49,10 +49,38 @@ fn wait_listening(port: u16, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// The `http`-block directives of the nginx the benchmarks start, where
+/// none are given: files sent with `sendfile`, which nginx does for each
+/// part of a multi-range answer on its own (a write per part).
+pub(super) const NGINX_HTTP: &str = "sendfile on;";
+
+/// Checks `--nginx-http`: directives of nginx's `http` block, each ending
+/// with `;`, without blocks of their own (no braces), on one line.
+pub(super) fn nginx_directives(v: &str) -> std::result::Result<String, String> {
+    let v = v.trim();
+    if v.is_empty() || !v.ends_with(';') {
+        return Err(format!("`{v}`: nginx directives end with `;`"));
+    }
+    if let Some(c) = v
+        .chars()
+        .find(|c| matches!(c, '{' | '}' | '\n' | '\r' | '#'))
+    {
+        return Err(format!(
+            "`{v}`: {c:?} is not allowed (directives of the `http` block only, on one line)"
+        ));
+    }
+    Ok(v.to_owned())
+}
+
 /// nginx serving `root` (the dataset with its `index.json`) on a free port,
-/// its configuration, pid and temporary files under `run`; `None` where
-/// nginx is not installed.
-pub(super) fn start_nginx(run: &Path, root: &Path) -> Result<Option<(Server, String)>> {
+/// with `directives` in its `http` block (see [`NGINX_HTTP`]), its
+/// configuration, pid and temporary files under `run`; `None` where nginx
+/// is not installed.
+pub(super) fn start_nginx(
+    run: &Path,
+    root: &Path,
+    directives: &str,
+) -> Result<Option<(Server, String)>> {
     let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     std::fs::create_dir_all(run.join("tmp"))?;
     let t = run.join("tmp").display().to_string();
@@ -62,13 +90,16 @@ pub(super) fn start_nginx(run: &Path, root: &Path) -> Result<Option<(Server, Str
         format!(
             "worker_processes 1;\nerror_log {run}/error.log;\npid {run}/nginx.pid;\n\
              events {{ worker_connections 256; }}\n\
-             http {{\n  access_log off;\n  sendfile on;\n  client_body_temp_path {t};\n  proxy_temp_path {t};\n\
+             http {{\n  access_log off;\n  {directives}\n  client_body_temp_path {t};\n  proxy_temp_path {t};\n\
                fastcgi_temp_path {t};\n  uwsgi_temp_path {t};\n  scgi_temp_path {t};\n\
                server {{\n    listen 127.0.0.1:{port};\n    root {root};\n  }}\n}}\n",
             run = run.display(),
             root = root.display(),
         ),
     )?;
+    // nginx reports a configuration it refuses on stderr, before it opens
+    // the error log the configuration names.
+    let stderr = run.join("stderr.log");
     let nginx = ["nginx", "/usr/sbin/nginx"].into_iter().find_map(|bin| {
         Command::new(bin)
             .arg("-c")
@@ -78,13 +109,23 @@ pub(super) fn start_nginx(run: &Path, root: &Path) -> Result<Option<(Server, Str
             // One process, so its CPU time is the server's.
             .args(["-g", "daemon off; master_process off;"])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(&stderr).ok()?)
             .spawn()
             .ok()
     });
-    let Some(child) = nginx else {
+    let Some(mut child) = nginx else {
         return Ok(None);
     };
+    // A directive nginx refuses ends it at once: say so with its own words,
+    // rather than wait for a port that never opens.
+    std::thread::sleep(Duration::from_millis(100));
+    if let Some(status) = child.try_wait()? {
+        let log = std::fs::read_to_string(&stderr).unwrap_or_default();
+        bail!(
+            "nginx exited ({status}) with the http directives `{directives}`: {}",
+            log.trim()
+        );
+    }
     let server = Server(child);
     wait_listening(port, "nginx")?;
     Ok(Some((server, format!("http://127.0.0.1:{port}/"))))

@@ -87,6 +87,14 @@ pub struct Args {
     /// `s3s` (s3s-fs, an S3 server that reads ranges from its files).
     #[arg(long)]
     pub serve: Option<String>,
+    /// Directives of the `http` block of the nginx that `--serve http`
+    /// starts. nginx writes each part of a multi-range answer with a
+    /// system call of its own; `sendfile off; output_buffers 32 8k;
+    /// postpone_output 65536;` has it write them 64 KB at a time, and
+    /// Debian's `sendfile on; tcp_nopush on;` is much slower here (see the
+    /// README's byte-range figures).
+    #[arg(long, default_value = super::servers::NGINX_HTTP, value_parser = super::servers::nginx_directives)]
+    pub nginx_http: String,
     /// S3 endpoint of `--uri s3://...` (default: the environment's).
     #[arg(long)]
     pub endpoint: Option<String>,

@@ -315,7 +315,7 @@ pub fn run(a: &Args, dtype: TokenDtype) -> Result<()> {
         (Some("http"), _) => {
             let data = tmp.path().join("data");
             dataset_folder(a, dtype, &data)?;
-            let (server, uri) = start_nginx(&tmp.path().join("nginx"), &data)?
+            let (server, uri) = start_nginx(&tmp.path().join("nginx"), &data, &a.nginx_http)?
                 .context("--serve http needs nginx (apt-get install nginx-light)")?;
             servers.push(server);
             Remote {
@@ -397,6 +397,9 @@ pub fn run(a: &Args, dtype: TokenDtype) -> Result<()> {
         }
         line["system"] = (*label).into();
         line["uri"] = remote.uri.clone().into();
+        if a.serve.as_deref() == Some("http") {
+            line["nginx_http"] = a.nginx_http.clone().into();
+        }
         if a.shuffle == "global" && *kind == "ranges" {
             line["range_concurrency"] = a.range_concurrency.into();
             line["range_gap"] = a.range_gap.into();
