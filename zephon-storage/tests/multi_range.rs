@@ -156,24 +156,31 @@ enum Multi {
 
 /// An HTTP/1.1 server on 127.0.0.1 serving the files of `root`: single
 /// ranges right, multi-range requests as `multi` says. Counts the
-/// multi-range requests it was sent.
-fn serve(root: PathBuf, multi: Multi) -> (String, Arc<AtomicUsize>) {
+/// multi-range requests it was sent, and the single-range ones.
+fn serve(root: PathBuf, multi: Multi) -> (String, Arc<AtomicUsize>, Arc<AtomicUsize>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let uri = format!("http://{}/", listener.local_addr().unwrap());
     let count = Arc::new(AtomicUsize::new(0));
-    let seen = count.clone();
+    let singles = Arc::new(AtomicUsize::new(0));
+    let (seen, single) = (count.clone(), singles.clone());
     std::thread::spawn(move || {
         for conn in listener.incoming().flatten() {
-            let (root, seen) = (root.clone(), seen.clone());
+            let (root, seen, single) = (root.clone(), seen.clone(), single.clone());
             std::thread::spawn(move || {
-                let _ = answer(conn, &root, multi, &seen);
+                let _ = answer(conn, &root, multi, &seen, &single);
             });
         }
     });
-    (uri, count)
+    (uri, count, singles)
 }
 
-fn answer(conn: TcpStream, root: &Path, multi: Multi, seen: &AtomicUsize) -> std::io::Result<()> {
+fn answer(
+    conn: TcpStream,
+    root: &Path,
+    multi: Multi,
+    seen: &AtomicUsize,
+    single: &AtomicUsize,
+) -> std::io::Result<()> {
     let mut reader = BufReader::new(conn.try_clone()?);
     let mut out = conn;
     loop {
@@ -213,6 +220,7 @@ fn answer(conn: TcpStream, root: &Path, multi: Multi, seen: &AtomicUsize) -> std
         let (status, head, body): (&str, String, Vec<u8>) = match (ranges.len(), multi) {
             (0, _) => ("200 OK", String::new(), file.clone()),
             (1, _) => {
+                single.fetch_add(1, Ordering::SeqCst);
                 let (a, b) = ranges[0];
                 let head = format!("Content-Range: bytes {a}-{}/{total}\r\n", b - 1);
                 (
@@ -291,7 +299,7 @@ fn a_server_that_ignores_or_merges_the_ranges_is_still_read_right() {
     let local = Dataset::from_path_with("d", &data, &format()).unwrap();
     let want = tokens(&runtime::block_on(local.shards()[0].read_indices(&WANTED)).unwrap());
     for (multi, asked) in [(Multi::Whole, 1), (Multi::Merged, 2)] {
-        let (uri, seen) = serve(data.clone(), multi);
+        let (uri, seen, _) = serve(data.clone(), multi);
         let rd = RemoteDataset::open("d", &uri, &opts(t.path(), 256)).unwrap();
         let shard = rd.dataset().shards()[0].clone();
         for _ in 0..2 {
@@ -302,6 +310,34 @@ fn a_server_that_ignores_or_merges_the_ranges_is_still_read_right() {
             seen.load(Ordering::SeqCst),
             asked,
             "{multi:?}: multi-range requests"
+        );
+    }
+}
+
+/// Spans of a multi-range request are planned with `range_part_gap`; when
+/// the server answers it with the whole object, they are read again with
+/// one range a request, and then merge within `range_gap` as any such
+/// request's spans do: one request for three samples 1.5 KB apart under a
+/// 4 KiB `range_gap`, not one per sample.
+#[test]
+fn ranges_read_again_one_by_one_merge_within_range_gap() {
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    token_dataset(&data, 100);
+    let local = Dataset::from_path_with("d", &data, &format()).unwrap();
+    let want = tokens(&runtime::block_on(local.shards()[0].read_indices(&WANTED)).unwrap());
+    for (gap, requests) in [(4 << 10, 1), (0, WANTED.len())] {
+        let (uri, seen, singles) = serve(data.clone(), Multi::Whole);
+        let rd = RemoteDataset::open("d", &uri, &opts(t.path(), 256).range_gap(gap)).unwrap();
+        let shard = rd.dataset().shards()[0].clone();
+        let before = singles.load(Ordering::SeqCst);
+        let got = runtime::block_on(shard.read_indices(&WANTED)).unwrap();
+        assert_eq!(tokens(&got), want, "range_gap {gap}");
+        assert_eq!(seen.load(Ordering::SeqCst), 1, "one multi-range request");
+        assert_eq!(
+            singles.load(Ordering::SeqCst) - before,
+            requests,
+            "range_gap {gap}: single-range requests"
         );
     }
 }
@@ -318,7 +354,7 @@ fn a_broken_multipart_answer_is_an_error_naming_the_uri_and_the_range() {
         (Multi::ShortPart, "bytes 3168..3200"),
         (Multi::Foreign, "bytes 3169..3200"),
     ] {
-        let (uri, seen) = serve(data.clone(), multi);
+        let (uri, seen, _) = serve(data.clone(), multi);
         let rd = RemoteDataset::open("d", &uri, &opts(t.path(), 256)).unwrap();
         let shard = rd.dataset().shards()[0].clone();
         let err = runtime::block_on(shard.read_indices(&WANTED))

@@ -72,6 +72,7 @@ pub(crate) async fn fetch_spans(
         parts,
     } = backend.ranges;
     let multi = backend.http.clone().filter(|h| parts > 1 && h.enabled());
+    let single_gap = gap;
     let gap = if multi.is_some() { part_gap } else { gap };
     let spans = plan_spans(ranges, gap, RANGE_SPAN);
     let groups = match multi {
@@ -89,6 +90,7 @@ pub(crate) async fn fetch_spans(
                     path: path.clone(),
                     dataset: dataset.clone(),
                     uri: uri.clone(),
+                    gap: single_gap,
                 };
                 let multi = multi.clone();
                 async move { read.group(multi.as_deref(), group).await }
@@ -139,12 +141,16 @@ struct Read {
     path: String,
     dataset: String,
     uri: String,
+    /// The backend's `range_gap`: spans read one request each merge
+    /// across it.
+    gap: u64,
 }
 
 impl Read {
     /// The chunks covering `group`: by one multi-range request where the
     /// backend has them, else (or when that answer is unusable) one range
-    /// at a time through the operator.
+    /// at a time through the operator, the spans of an unusable
+    /// multi-range request merged within `range_gap` first.
     async fn group(
         &self,
         multi: Option<&HttpRanges>,
@@ -179,8 +185,15 @@ impl Read {
                 }
             }
         }
-        let mut out = Vec::with_capacity(group.len());
-        for (from, to) in group {
+        // Planned again for requests of one range each: spans of a
+        // multi-range request keep gaps wider than `range_part_gap` on the
+        // server, and each would now cost a request of its own.
+        let spans = match multi {
+            Some(_) => plan_spans(group, self.gap, RANGE_SPAN),
+            None => group,
+        };
+        let mut out = Vec::with_capacity(spans.len());
+        for (from, to) in spans {
             out.push(self.single(from, to).await?);
         }
         Ok(out)
