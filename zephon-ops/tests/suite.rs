@@ -18,4 +18,5 @@ mod python_parity_pack;
 mod to_training;
 mod tokenize_chat;
 mod tokenize_options;
+mod tokenizer_panics;
 mod tokenizer_parity;

@@ -35,16 +35,48 @@ use prepared::Prepared;
 /// let e = guarded_encode::<u32>(|| panic!("retry-limit-in-match over")).unwrap_err();
 /// assert_eq!(e, "the tokenizer failed on this text (retry-limit-in-match over)");
 /// ```
+///
+/// The panic is not printed: the error reports it, with the sample, where
+/// the pipeline reports errors. The process's panic hook is wrapped once to
+/// skip the panics raised inside this call, and passes every other panic
+/// on to the hook it replaced.
 pub fn guarded_encode<T>(
     encode: impl FnOnce() -> tokenizers::Result<T>,
 ) -> std::result::Result<T, String> {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(encode)) {
+    quiet_hook();
+    let caught = {
+        let was = ENCODING.replace(true);
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(encode));
+        ENCODING.set(was);
+        caught
+    };
+    match caught {
         Ok(r) => r.map_err(|e| e.to_string()),
         Err(p) => Err(format!(
             "the tokenizer failed on this text ({})",
             zephon_core::error::panic_message(&*p)
         )),
     }
+}
+
+thread_local! {
+    /// Whether this thread is inside [`guarded_encode`], whose panics are
+    /// errors of the sample and not printed.
+    static ENCODING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Wraps the process's panic hook, once, to skip panics raised inside
+/// [`guarded_encode`]; every other panic goes to the hook it replaced.
+fn quiet_hook() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !ENCODING.get() {
+                previous(info);
+            }
+        }));
+    });
 }
 
 /// A counting semaphore for worker threads: at most `k` micro-batches
