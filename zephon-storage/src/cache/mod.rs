@@ -13,8 +13,9 @@
 //!   the others wait for the lock and read the published file.
 //! - Only whole, verified shards enter: the fetch returns a value only after
 //!   size, checksum and decompression checks passed, and a disk entry
-//!   appears by atomic rename of a synced file with its own checksum, so a
-//!   failed, interrupted or killed download leaves nothing a reader serves.
+//!   appears by atomic rename of a whole file with its own checksum, checked
+//!   on every read, so a failed, interrupted or killed download, or a crash
+//!   of the machine, leaves nothing a reader serves.
 //! - The capacity holds for the folder as a whole, all processes' entries
 //!   together, by least-recently-used eviction; a disk tier that cannot hold
 //!   the largest shard is refused at open.
