@@ -25,14 +25,16 @@ use sha2::{Digest, Sha256};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::SystemTime;
 
 // v1 entries (whole shards, SHA-256) read as damaged: dropped and fetched again.
 const MAGIC: &[u8; 16] = b"ZEPHON-SHARD-v2\n";
 /// Bytes of an entry's header.
 pub(crate) const HEADER: usize = MAGIC.len() + 8 + 4;
-const SHARD: &str = "shard";
-const TEMP: &str = "tmp";
+pub(super) const SHARD: &str = "shard";
+pub(super) const TEMP: &str = "tmp";
 /// The filesystem's allocation unit as entries are counted: a file takes
 /// whole pages, which for blocks of 64 KiB is several percent over its length.
 const PAGE: u64 = 4096;
@@ -83,8 +85,15 @@ pub(crate) enum Written<E> {
 /// The shared folder of published shard files.
 #[derive(Clone, Debug)]
 pub(crate) struct DiskTier {
-    dir: PathBuf,
-    capacity: u64,
+    pub(super) dir: PathBuf,
+    pub(super) capacity: u64,
+    /// Room this process gave by the ledger since it last scanned the
+    /// folder (see [`room`](super::room)).
+    pub(super) room_given: Arc<AtomicU64>,
+    /// Held while this process holds the folder lock: its publishes queue
+    /// here and are handed the lock in turn, rather than each polling the
+    /// file lock.
+    folder: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl DiskTier {
@@ -93,7 +102,16 @@ impl DiskTier {
         DiskTier {
             dir: dir.to_owned(),
             capacity,
+            room_given: Arc::default(),
+            folder: Arc::default(),
         }
+    }
+
+    /// The folder lock, held by one publish of the node at a time while it
+    /// makes room.
+    async fn lock_folder(&self) -> io::Result<(tokio::sync::MutexGuard<'_, ()>, FileLock)> {
+        let here = self.folder.lock().await;
+        Ok((here, lock::lock(&self.dir.join(FOLDER_LOCK)).await?))
     }
 
     /// The most bytes the folder's entries take.
@@ -175,7 +193,7 @@ impl DiskTier {
         let need = self.fits(bytes.len() as u64)?;
         let (temp, path) = (self.path(key, TEMP), self.path(key, SHARD));
         let (evicted, file) = {
-            let _folder = lock::lock(&self.dir.join(FOLDER_LOCK)).await?;
+            let _folder = self.lock_folder().await?;
             let (this, at, len) = (self.clone(), temp.clone(), HEADER + bytes.len());
             blocking(move || this.reserve(&at, len as u64, need)).await?
         };
@@ -238,16 +256,15 @@ impl DiskTier {
         write: impl FnOnce(&File) -> Result<u64, Written<E>> + Send + 'static,
     ) -> Result<Published, Written<E>> {
         let disk = Written::Disk;
-        let mut evicted = 0;
+        let (mut evicted, mut reserved) = (0, 0);
         if let Some(n) = hint {
             let need = self.fits(n).map_err(disk)?;
-            let _folder = lock::lock(&self.dir.join(FOLDER_LOCK))
-                .await
-                .map_err(disk)?;
+            let _folder = self.lock_folder().await.map_err(disk)?;
             let this = self.clone();
             evicted += blocking(move || this.make_room(need, None))
                 .await
                 .map_err(disk)?;
+            reserved = need;
         }
         let temp = self.path(key, TEMP);
         let (this, at) = (self.clone(), temp.clone());
@@ -263,8 +280,17 @@ impl DiskTier {
         };
         let finished = async {
             let need = self.fits(len)?;
-            let _folder = lock::lock(&self.dir.join(FOLDER_LOCK)).await?;
             let (this, key) = (self.clone(), key.to_owned());
+            // Room made for the hint is not asked for twice: the ledger
+            // would count it twice.
+            if need <= reserved {
+                return blocking(move || {
+                    fs::rename(this.path(&key, TEMP), this.path(&key, SHARD))?;
+                    Ok(0)
+                })
+                .await;
+            }
+            let _folder = self.lock_folder().await?;
             blocking(move || {
                 let evicted = this.make_room(need, Some(&this.path(&key, TEMP)))?;
                 fs::rename(this.path(&key, TEMP), this.path(&key, SHARD))?;
@@ -326,66 +352,6 @@ impl DiskTier {
         std::os::unix::fs::FileExt::write_all_at(&f, &header, 0).map_err(disk)?;
         // The map is of the file, which is only renamed from here on.
         Ok((data.slice(HEADER..), len))
-    }
-
-    /// Deletes stale temp files and least recently used entries until
-    /// `need` more bytes fit the capacity; `own`, the temp file of the
-    /// entry `need` is for when it is already written, is not counted.
-    fn make_room(&self, need: u64, own: Option<&Path>) -> io::Result<u64> {
-        let mut entries = Vec::new();
-        let mut used = 0;
-        for e in fs::read_dir(&self.dir)? {
-            let e = e?;
-            let path = e.path();
-            let Ok(meta) = e.metadata() else { continue };
-            match path.extension().and_then(|x| x.to_str()) {
-                Some(SHARD) => {
-                    used += on_disk(meta.len());
-                    entries.push((
-                        meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
-                        on_disk(meta.len()),
-                        path,
-                    ));
-                }
-                Some(TEMP) if Some(path.as_path()) == own => {}
-                Some(TEMP) => {
-                    // A temp file whose key lock is free belongs to a
-                    // process that died mid-write.
-                    if lock::try_lock(&path.with_extension("lock"))?.is_some() {
-                        let _ = fs::remove_file(&path);
-                    } else {
-                        used += on_disk(meta.len());
-                    }
-                }
-                _ => {}
-            }
-        }
-        entries.sort();
-        let mut evicted = 0;
-        for (_, len, path) in entries {
-            if used + need <= self.capacity {
-                break;
-            }
-            match fs::remove_file(&path) {
-                Ok(()) => {
-                    used -= len;
-                    evicted += 1;
-                    // Its lock file goes too when no process holds it, so
-                    // the folder does not fill with the lock files of every
-                    // block ever read. Should another process have opened
-                    // it meanwhile, two may download the block at once: a
-                    // clash of their writes fails the entry's checksum and
-                    // is fetched again, never served.
-                    let lock = path.with_extension("lock");
-                    if let Ok(Some(_held)) = lock::try_lock(&lock) {
-                        let _ = fs::remove_file(&lock);
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::NotFound => used -= len,
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(evicted)
     }
 }
 
@@ -477,9 +443,11 @@ mod tests {
         fs::write(&path, &raw[..10]).unwrap();
         assert!(matches!(d.read("k").unwrap(), Lookup::Corrupt));
         // A temp file left by a killed writer is not an entry, and the next
-        // publish removes it.
+        // publish that counts the folder (one with no ledger to go by)
+        // removes it.
         fs::write(d.path("j", TEMP), b"partial").unwrap();
         assert!(matches!(d.read("j").unwrap(), Lookup::Missing));
+        fs::remove_file(t.path().join(super::super::room::LEDGER)).unwrap();
         d.publish("k", &body).await.unwrap();
         assert!(!d.path("j", TEMP).exists());
         assert!(matches!(d.read("k").unwrap(), Lookup::Found(b) if b == body));
@@ -572,7 +540,9 @@ mod tests {
     async fn the_least_recently_used_entries_go_first() {
         let t = tempfile::tempdir().unwrap();
         let one = Bytes::from(vec![7u8; 1000]);
-        let d = tier(t.path(), 3 * on_disk(HEADER as u64 + 1000));
+        // Room for three entries, and less than one to spare: an eviction
+        // frees one entry's room and 1/32 of the capacity.
+        let d = tier(t.path(), 3 * on_disk(HEADER as u64 + 1000) + 800);
         for k in ["a", "b", "c"] {
             assert_eq!(d.publish(k, &one).await.unwrap().evicted, 0);
             std::thread::sleep(std::time::Duration::from_millis(20));
@@ -597,7 +567,7 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let one = Bytes::from(vec![7u8; 1000]);
         let unit = on_disk(HEADER as u64 + 1000);
-        let d = tier(t.path(), 3 * unit);
+        let d = tier(t.path(), 3 * unit + 800);
         assert_eq!(d.publish("old", &one).await.unwrap().evicted, 0);
         // `a`, mid-publish: its key lock held, its room made, not written.
         let _key = d.lock_key("a").await.unwrap();

@@ -28,6 +28,7 @@
 mod disk;
 mod lock;
 mod open;
+mod room;
 
 use crate::compressed::Compressed;
 use crate::download::decoded;
