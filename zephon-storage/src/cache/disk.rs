@@ -119,7 +119,7 @@ impl DiskTier {
         self.capacity
     }
 
-    fn path(&self, key: &str, ext: &str) -> PathBuf {
+    pub(super) fn path(&self, key: &str, ext: &str) -> PathBuf {
         let h = Sha256::digest(key.as_bytes());
         let name: String = h[..16].iter().map(|b| format!("{b:02x}")).collect();
         self.dir.join(format!("{name}.{ext}"))
@@ -232,12 +232,7 @@ impl DiskTier {
                 format!("{need} bytes needed, {free} bytes free on the filesystem"),
             ));
         }
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .read(true)
-            .write(true)
-            .open(temp)?;
+        let file = create_anew(temp)?;
         if let Err(e) = file.set_len(len) {
             let _ = fs::remove_file(temp);
             return Err(e);
@@ -332,13 +327,7 @@ impl DiskTier {
         write: impl FnOnce(&File) -> Result<u64, Written<E>>,
     ) -> Result<(Bytes, u64), Written<E>> {
         let disk = Written::Disk;
-        let mut f = OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .read(true)
-            .write(true)
-            .open(temp)
-            .map_err(disk)?;
+        let mut f = create_anew(temp).map_err(disk)?;
         f.write_all(&[0; HEADER]).map_err(disk)?;
         let len = write(&f)?;
         let data = map(&f).map_err(disk)?;
@@ -387,6 +376,22 @@ fn header(body: &[u8]) -> [u8; HEADER] {
     h[16..24].copy_from_slice(&(body.len() as u64).to_le_bytes());
     h[24..].copy_from_slice(&crc_fast::crc32_iscsi(body).to_le_bytes());
     h
+}
+
+/// Creates `path` empty, for reading and writing, where whatever had its
+/// name (a temp file left by a process that died, a link planted to a file
+/// outside the folder) is removed first: a file of the cache is always made
+/// anew, never written through a name it did not make.
+pub(super) fn create_anew(path: &Path) -> io::Result<File> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    OpenOptions::new()
+        .create_new(true)
+        .read(true)
+        .write(true)
+        .open(path)
 }
 
 /// Writes header and body into `file`, an entry's temp file made as long

@@ -19,10 +19,10 @@
 //! corrupt, a write that failed, a temp file left by a process that died
 //! are counted until the next scan recounts them.
 
-use super::disk::{DiskTier, SHARD, TEMP, on_disk};
+use super::disk::{DiskTier, SHARD, TEMP, create_anew, on_disk};
 use super::lock;
 use std::fs;
-use std::io;
+use std::io::{self, Write};
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::SystemTime;
@@ -42,7 +42,9 @@ const RESCAN: u64 = 8;
 /// The bytes the ledger in `dir` records; `None` when it is missing or is
 /// anything but one decimal number and a newline.
 fn read(dir: &Path) -> Option<u64> {
-    let text = fs::read(dir.join(LEDGER)).ok()?;
+    // Read as an input: a FIFO or a device planted under the ledger's name
+    // is refused, not waited on or read without end.
+    let text = zephon_core::input::read_file(&dir.join(LEDGER), 32).ok()?;
     let text = std::str::from_utf8(&text).ok()?.strip_suffix('\n')?;
     if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
         return None;
@@ -52,9 +54,14 @@ fn read(dir: &Path) -> Option<u64> {
 
 /// Records `used` bytes in the ledger of `dir`. A ledger that could not be
 /// written is removed, so the next publish scans rather than trusting it.
+///
+/// The ledger is made anew each time (removed, then created only where no
+/// file is): whatever had its name, a link to a file outside the folder or
+/// a FIFO, is replaced, never written through.
 fn write(dir: &Path, used: u64) {
     let path = dir.join(LEDGER);
-    if fs::write(&path, format!("{used}\n")).is_err() {
+    let written = create_anew(&path).and_then(|mut f| f.write_all(format!("{used}\n").as_bytes()));
+    if written.is_err() {
         let _ = fs::remove_file(&path);
     }
 }
@@ -151,7 +158,7 @@ impl DiskTier {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::disk::HEADER;
+    use crate::cache::disk::{HEADER, Lookup};
     use bytes::Bytes;
 
     /// A temp file no process holds the key lock of, which only a scan
@@ -211,6 +218,41 @@ mod tests {
             let used = crate::cache::disk::used_bytes(t.path()).unwrap();
             assert_eq!(read(t.path()), Some(used), "{bad:?}");
         }
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn a_ledger_that_is_a_fifo_or_a_link_is_replaced_not_followed() {
+        let t = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let one = Bytes::from(vec![7u8; 1000]);
+        let d = DiskTier::new(t.path(), 1 << 20);
+        // A FIFO under the ledger's name: read as it was, the publish
+        // waited for a writer for good.
+        let ledger = t.path().join(LEDGER);
+        let made = std::process::Command::new("mkfifo")
+            .arg(&ledger)
+            .status()
+            .expect("mkfifo runs");
+        assert!(made.success());
+        let published =
+            tokio::time::timeout(std::time::Duration::from_secs(20), d.publish("a", &one)).await;
+        published.expect("a FIFO ledger hangs the publish").unwrap();
+        assert!(fs::symlink_metadata(&ledger).unwrap().is_file());
+        let used = crate::cache::disk::used_bytes(t.path()).unwrap();
+        assert_eq!(read(t.path()), Some(used));
+        // A link to a file outside the folder, under the ledger's name and
+        // under the next entry's temp name: neither target is written.
+        let target = outside.path().join("victim");
+        fs::write(&target, b"keep\n").unwrap();
+        fs::remove_file(&ledger).unwrap();
+        std::os::unix::fs::symlink(&target, &ledger).unwrap();
+        let temp = d.path("b", TEMP);
+        std::os::unix::fs::symlink(&target, &temp).unwrap();
+        d.publish("b", &one).await.unwrap();
+        assert_eq!(fs::read(&target).unwrap(), b"keep\n");
+        assert!(fs::symlink_metadata(&ledger).unwrap().is_file());
+        assert!(matches!(d.read("b").unwrap(), Lookup::Found(b) if b == one));
     }
 
     #[tokio::test]
