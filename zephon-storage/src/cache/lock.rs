@@ -86,11 +86,7 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let outside = tempfile::tempdir().unwrap();
         let fifo = t.path().join("f.lock");
-        let made = std::process::Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .expect("mkfifo runs");
-        assert!(made.success());
+        crate::cache::mkfifo(&fifo);
         // Opened for writing as it was, a FIFO waited for a reader for good
         // (in a blocking call, which no timeout of the runtime ends): tried
         // on a thread of its own.

@@ -30,6 +30,17 @@ mod lock;
 mod open;
 mod room;
 
+/// Makes a FIFO at `path`, as something else sharing the cache folder
+/// might: the tests of the folder's files plant them.
+#[cfg(all(test, unix))]
+fn mkfifo(path: &Path) {
+    let made = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success());
+}
+
 use crate::compressed::Compressed;
 use crate::download::decoded;
 use crate::metrics::{CacheMetrics, THRASH_DOWNLOADS};
