@@ -30,21 +30,62 @@ use std::path::Path;
 /// # }
 /// ```
 pub fn open_file(path: &Path) -> io::Result<File> {
-    let mut options = std::fs::OpenOptions::new();
-    options.read(true);
-    // Without O_NONBLOCK, opening a FIFO blocks until a writer opens it;
-    // on a regular file the flag changes nothing.
+    open_regular(path, std::fs::OpenOptions::new().read(true), false)
+}
+
+/// Opens `path` with `options` (which may create it, or open it for
+/// writing) if it is, or becomes, a regular file; anything else is the
+/// [`io::ErrorKind::InvalidInput`] error of [`open_file`], returned at
+/// once: a FIFO is opened without waiting for a reader or a writer. With
+/// `no_follow`, a symbolic link is refused too ("a link"), not followed:
+/// for files a program makes in a folder others can write to, where
+/// following a planted link would create or lock a file outside it.
+///
+/// ```
+/// use zephon_core::input::open_regular;
+/// let dir = std::env::temp_dir().join(format!("zephon-regular-doc-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir).unwrap();
+/// let mut create = std::fs::OpenOptions::new();
+/// create.create(true).write(true);
+/// assert!(open_regular(&dir.join("made"), &mut create, true).is_ok());
+/// let err = open_regular(&dir, &mut create, true).unwrap_err();
+/// assert!(err.to_string().starts_with("not a regular file"), "{err}");
+/// # std::fs::remove_dir_all(&dir).unwrap();
+/// ```
+pub fn open_regular(
+    path: &Path,
+    options: &mut std::fs::OpenOptions,
+    no_follow: bool,
+) -> io::Result<File> {
+    // Without O_NONBLOCK, opening a FIFO blocks until the other end opens
+    // it; on a regular file the flag changes nothing.
     #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NONBLOCK);
-    let file = options.open(path)?;
+    std::os::unix::fs::OpenOptionsExt::custom_flags(
+        options,
+        libc::O_NONBLOCK | if no_follow { libc::O_NOFOLLOW } else { 0 },
+    );
+    let file = options.open(path).map_err(|e| {
+        // A FIFO opened for writing with no reader, a link not followed or
+        // a folder opened for writing fail to open: said as what they are.
+        match std::fs::symlink_metadata(path) {
+            Ok(m) if !m.is_file() && (no_follow || !m.file_type().is_symlink()) => {
+                not_regular(m.file_type())
+            }
+            _ => e,
+        }
+    })?;
     let kind = file.metadata()?.file_type();
     if kind.is_file() {
         return Ok(file);
     }
-    Err(io::Error::new(
+    Err(not_regular(kind))
+}
+
+fn not_regular(kind: std::fs::FileType) -> io::Error {
+    io::Error::new(
         io::ErrorKind::InvalidInput,
         format!("not a regular file but {}", kind_name(kind)),
-    ))
+    )
 }
 
 /// What a file that is not a regular one is, for errors.
@@ -64,6 +105,8 @@ fn kind_name(kind: std::fs::FileType) -> &'static str {
     }
     if kind.is_dir() {
         "a folder"
+    } else if kind.is_symlink() {
+        "a link"
     } else {
         "not a file"
     }

@@ -23,35 +23,17 @@ pub(crate) struct FileLock {
 /// regular file of the folder: the folder is shared with whatever else can
 /// write there, and a FIFO planted under a lock's name hung every open of
 /// it (waiting for a reader), a link made the open create or lock a file
-/// outside the folder. Either is now an error naming the path.
+/// outside the folder. Either is an error naming the path.
 fn open(path: &Path) -> io::Result<File> {
     let mut options = OpenOptions::new();
     options.create(true).truncate(false).write(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::custom_flags(
-        &mut options,
-        libc::O_NOFOLLOW | libc::O_NONBLOCK,
-    );
-    let not_a_file = || {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!(
-                "the lock file `{}` is not a regular file (a link, a FIFO or a device \
-                 was made under its name)",
-                path.display()
-            ),
-        )
-    };
-    let file = options
-        .open(path)
-        .map_err(|e| match std::fs::symlink_metadata(path) {
-            Ok(m) if !m.is_file() => not_a_file(),
-            _ => e,
-        })?;
-    if !file.metadata()?.is_file() {
-        return Err(not_a_file());
-    }
-    Ok(file)
+    zephon_core::input::open_regular(path, &mut options, true).map_err(|e| {
+        if e.kind() == io::ErrorKind::InvalidInput {
+            io::Error::new(e.kind(), format!("the lock file `{}`: {e}", path.display()))
+        } else {
+            e
+        }
+    })
 }
 
 /// Waits for the exclusive lock on `path`, creating the file if needed.
