@@ -143,6 +143,21 @@ pub trait Shard: Send + Sync + fmt::Debug {
     fn io_stats(&self) -> Option<zephon_metrics::IoStats> {
         None
     }
+
+    /// This shard as [`Any`](std::any::Any), so that code which knows the
+    /// crate that made a dataset can reach what only that crate's shard
+    /// type knows (a format's own metadata) through the dataset's
+    /// `dyn Shard`s. The default is `None`: a shard type opts in by
+    /// returning `Some(self)`.
+    /// ```
+    /// use zephon_core::{Dataset, InMemoryShard, Record, Shard};
+    /// let ds = Dataset::in_memory("toy", vec![vec![Record::new()]]).unwrap();
+    /// let shard = ds.shards()[0].as_any().and_then(|a| a.downcast_ref::<InMemoryShard>());
+    /// assert_eq!(shard.map(|s| s.len()), Some(1));
+    /// ```
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
 }
 
 /// Checks a run request against a shard's length, with an error naming both.
@@ -255,6 +270,10 @@ impl InMemoryShard {
 impl Shard for InMemoryShard {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 
     fn len(&self) -> u64 {

@@ -125,10 +125,10 @@ pub struct RowGroups {
     pub shards_over_budget: usize,
 }
 
-/// The row groups of the Parquet shards at `paths`, reading `columns`
-/// (all when `None`), from their footers.
-fn row_groups(paths: &[std::path::PathBuf], columns: Option<&[String]>) -> Result<RowGroups> {
-    use zephon_storage::format::parquet::{decoded_budget, parquet};
+/// The row groups of a Parquet dataset's shards, from the footers its
+/// open has already parsed (each shard's index keeps them).
+fn row_groups(ds: &Dataset) -> RowGroups {
+    use zephon_storage::format::{FormatShard, parquet::decoded_budget};
     let mut r = RowGroups {
         groups: 0,
         max_rows: 0,
@@ -136,39 +136,19 @@ fn row_groups(paths: &[std::path::PathBuf], columns: Option<&[String]>) -> Resul
         budget: decoded_budget(),
         shards_over_budget: 0,
     };
-    // Whether a column chunk is one of the columns read.
-    let read = |c: &parquet::file::metadata::ColumnChunkMetaData| {
-        columns.is_none_or(|cols| {
-            c.column_path()
-                .parts()
-                .first()
-                .is_some_and(|root| cols.contains(root))
-        })
-    };
-    for path in paths {
-        let file =
-            std::fs::File::open(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-        let meta = parquet::file::metadata::ParquetMetaDataReader::new()
-            .parse_and_finish(&file)
-            .map_err(|e| anyhow::anyhow!("{}: not a readable Parquet file: {e}", path.display()))?;
-        let mut decoded = 0u64;
-        for g in meta.row_groups() {
-            r.groups += 1;
-            r.max_rows = r.max_rows.max(u64::try_from(g.num_rows()).unwrap_or(0));
-            let bytes: i64 = g
-                .columns()
-                .iter()
-                .filter(|c| read(c))
-                .map(|c| c.uncompressed_size().max(0))
-                .fold(0i64, i64::saturating_add);
-            decoded = decoded.saturating_add(bytes as u64);
-        }
-        r.max_shard_decoded_bytes = r.max_shard_decoded_bytes.max(decoded);
-        if decoded > r.budget {
+    let sizes = ds
+        .shards()
+        .iter()
+        .filter_map(|s| s.as_any()?.downcast_ref::<FormatShard>()?.group_sizes());
+    for g in sizes {
+        r.groups = r.groups.saturating_add(g.groups);
+        r.max_rows = r.max_rows.max(g.max_rows);
+        r.max_shard_decoded_bytes = r.max_shard_decoded_bytes.max(g.decoded_bytes);
+        if g.decoded_bytes > r.budget {
             r.shards_over_budget += 1;
         }
     }
-    Ok(r)
+    r
 }
 
 fn truncate(s: &str, width: usize) -> String {
@@ -221,13 +201,8 @@ fn open(args: &Args) -> Result<(Dataset, String, u64, Option<RowGroups>)> {
                     .saturating_add(s.sidecar.as_ref().map_or(0, |(_, b)| *b))
             })
             .fold(0u64, u64::saturating_add);
-        let groups = match format {
-            zephon_storage::format::FormatSpec::Parquet { ref columns } => {
-                let paths: Vec<_> = shards.iter().map(|s| dir.join(&s.path)).collect();
-                Some(row_groups(&paths, columns.as_deref())?)
-            }
-            _ => None,
-        };
+        let groups = matches!(format, zephon_storage::format::FormatSpec::Parquet { .. })
+            .then(|| row_groups(&ds));
         return Ok((ds, format.name().to_owned(), bytes, groups));
     }
     // The first samples by byte range where the format allows (token

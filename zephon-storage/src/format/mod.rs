@@ -283,6 +283,27 @@ pub trait ShardIndex: Send + Sync + fmt::Debug {
     fn take_warning(&self) -> Option<String> {
         None
     }
+
+    /// For formats whose samples are decoded in groups: the sizes of
+    /// those groups, as the shard's own metadata gives them (a Parquet
+    /// footer), for tools that say what a shuffle within the shard will
+    /// cost. `None` for formats without groups (the default).
+    fn group_sizes(&self) -> Option<GroupSizes> {
+        None
+    }
+}
+
+/// The groups a shard's samples are decoded in ([`ShardIndex::group_sizes`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GroupSizes {
+    /// Number of groups.
+    pub groups: u64,
+    /// Samples in the largest group.
+    pub max_rows: u64,
+    /// The uncompressed size of the columns read, all groups together, as
+    /// the shard's metadata gives it: about what the shard takes decoded.
+    /// Saturates rather than wraps: the metadata is input.
+    pub decoded_bytes: u64,
 }
 
 /// The index of a shard read by byte range, built without its bytes: from

@@ -129,6 +129,14 @@ impl FormatShard {
         })
     }
 
+    /// The groups its samples are decoded in (a Parquet shard's row
+    /// groups, from the footer read at open), without reading the shard
+    /// again; `None` for formats without groups, or for a remote shard
+    /// whose index is not built yet.
+    pub fn group_sizes(&self) -> Option<super::GroupSizes> {
+        self.index.get().and_then(|i| i.group_sizes())
+    }
+
     /// A shard whose bytes are already in memory (a decompressed local file).
     pub fn from_bytes(
         dataset: &str,
@@ -439,6 +447,10 @@ impl FormatShard {
 impl Shard for FormatShard {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 
     fn len(&self) -> u64 {

@@ -325,6 +325,31 @@ impl ShardIndex for ParquetIndex {
         (i < self.len()).then(|| self.starts.partition_point(|&s| s <= i) - 1)
     }
 
+    /// Row groups, from the footer parsed at open: only the columns read
+    /// count towards the decoded size.
+    fn group_sizes(&self) -> Option<super::GroupSizes> {
+        let mut sizes = super::GroupSizes {
+            groups: self.row_groups() as u64,
+            ..Default::default()
+        };
+        for (w, g) in self
+            .starts
+            .windows(2)
+            .zip(self.meta.metadata().row_groups())
+        {
+            sizes.max_rows = sizes.max_rows.max(w[1] - w[0]);
+            let bytes = g
+                .columns()
+                .iter()
+                .enumerate()
+                .filter(|(c, _)| self.mask.as_ref().is_none_or(|m| m.leaf_included(*c)))
+                .map(|(_, chunk)| u64::try_from(chunk.uncompressed_size()).unwrap_or(0))
+                .fold(0u64, u64::saturating_add);
+            sizes.decoded_bytes = sizes.decoded_bytes.saturating_add(bytes);
+        }
+        Some(sizes)
+    }
+
     /// The projected column chunks of row group `g`, checked against the
     /// file's size (the footer is input like any other).
     fn group_ranges(&self, g: usize) -> FormatResult<Vec<(u64, u64)>> {
@@ -569,6 +594,31 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The group sizes come from the footer parsed at open: every group,
+    /// the largest one's rows, and only the projected columns' bytes.
+    #[test]
+    fn group_sizes_count_the_columns_read() {
+        let data = shard();
+        let all = ParquetIndex::open(&data, None)
+            .unwrap()
+            .group_sizes()
+            .unwrap();
+        let cols = ["id".to_owned()];
+        let ids = ParquetIndex::open(&data, Some(&cols))
+            .unwrap()
+            .group_sizes()
+            .unwrap();
+        assert_eq!((all.groups, all.max_rows), (GROUPS as u64, GROUP as u64));
+        assert_eq!((ids.groups, ids.max_rows), (all.groups, all.max_rows));
+        // Eight bytes an id at least, and the texts (a dozen bytes and
+        // more a row) on top of them when every column is read.
+        assert!(ids.decoded_bytes >= 8 * ROWS as u64, "{ids:?}");
+        assert!(
+            all.decoded_bytes > ids.decoded_bytes + 12 * ROWS as u64,
+            "{all:?} {ids:?}"
+        );
     }
 
     #[test]
