@@ -148,6 +148,16 @@ fn tokenize_pack_raw_counts_the_same_tokens_as_the_pipeline_and_reports_memory()
         let r = v[key].as_f64().unwrap_or_else(|| panic!("{key} in {v}"));
         assert!(r > 0.0 && r.is_finite(), "{key}: {v}");
     }
+    // Two rounds: their median is the middle of their range.
+    let range: Vec<f64> = v["ratio_to_raw_range"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|x| x.as_f64()).collect())
+        .unwrap_or_default();
+    let median = v["ratio_to_raw"].as_f64().unwrap();
+    assert!(
+        range.len() == 2 && (median - (range[0] + range[1]) / 2.0).abs() < 0.002,
+        "{v}"
+    );
     for key in [
         "peak_rss_anon_mib",
         "raw_peak_rss_anon_mib",
@@ -310,10 +320,15 @@ fn bench_engine_json_carries_ratios_and_peaks() {
         );
     }
     for row in &rows[1..] {
+        let median = row["ratio_to_baseline_median"].as_f64().unwrap_or(0.0);
+        assert!(median > 0.0, "{row}");
+        // The rounds' range holds their median.
+        let range: Vec<f64> = row["ratio_to_baseline_range"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|x| x.as_f64()).collect())
+            .unwrap_or_default();
         assert!(
-            row["ratio_to_baseline_median"]
-                .as_f64()
-                .is_some_and(|r| r > 0.0),
+            range.len() == 2 && range[0] <= median && median <= range[1],
             "{row}"
         );
     }

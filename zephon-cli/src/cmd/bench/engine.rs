@@ -286,7 +286,7 @@ pub fn run(args: Args) -> Result<()> {
     let smallest_peak =
         |f: fn(&Measured) -> Option<u64>, ms: &[&Measured]| ms.iter().filter_map(|m| f(m)).min();
     let mut lines = vec![format!(
-        "{:<32} {:>14} {:>10}  (rates: best run; ratios: median over rounds of ratios paired within a round)",
+        "{:<32} {:>14} {:>10}  (rates: best run; ratios: median over rounds of ratios paired within a round, and their range)",
         "configuration", "records/s", "peak MiB",
     )];
     let (plain_rate, plain_peak) = (
@@ -312,7 +312,7 @@ pub fn run(args: Args) -> Result<()> {
             .iter()
             .map(|m| m.pipeline)
             .fold(f64::INFINITY, f64::min);
-        let of_baseline = stats::median(runs[i].iter().map(|m| m.plain / m.pipeline).collect());
+        let of_baseline = stats::Ratios::of(runs[i].iter().map(|m| m.plain / m.pipeline).collect());
         let mine: Vec<&Measured> = runs[i].iter().collect();
         let peak = smallest_peak(|m| m.pipeline_peak, &mine);
         let mut row = serde_json::json!({
@@ -320,7 +320,8 @@ pub fn run(args: Args) -> Result<()> {
             "parallelism": c.parallelism,
             "tracking": format!("{:?}", c.tracking).to_lowercase(),
             "records_per_s": rate(best).round(),
-            "ratio_to_baseline_median": stats::round3(of_baseline),
+            "ratio_to_baseline_median": stats::round3(of_baseline.median),
+            "ratio_to_baseline_range": of_baseline.range_json(),
             "peak_rss_anon_mib": mem::mib_json(peak),
         });
         let extra = if c.tracking == Tracking::Off || runs[i - 1].is_empty() {
@@ -341,11 +342,13 @@ pub fn run(args: Args) -> Result<()> {
         };
         rows.push(row);
         lines.push(format!(
-            "{:<32} {:>14.0} {:>10}  {:.2}x of baseline{extra}",
+            "{:<32} {:>14.0} {:>10}  {:.2}x of baseline (rounds {:.2}-{:.2}){extra}",
             c.label,
             rate(best),
             mem::mib(peak),
-            of_baseline,
+            of_baseline.median,
+            of_baseline.low,
+            of_baseline.high,
         ));
     }
     let json = || {

@@ -95,9 +95,9 @@ impl Runs {
     }
 }
 
-/// Median over rounds of `num`'s throughput over `den`'s in the same round.
-fn median_ratio(num: &Runs, den: &Runs) -> f64 {
-    stats::median(
+/// `num`'s throughput over `den`'s in the same round, over rounds.
+fn paired_ratios(num: &Runs, den: &Runs) -> stats::Ratios {
+    stats::Ratios::of(
         num.0
             .iter()
             .zip(&den.0)
@@ -164,7 +164,8 @@ pub fn run(a: Args) -> Result<()> {
         line["observed_tokens_per_s"] = obs.tps().round().into();
         // Throughput with per-operator tracking over throughput without.
         line["observed_ratio"] = stats::round3(obs.tps() / best.tps()).into();
-        line["observed_ratio_median"] = stats::round3(median_ratio(&observed, &plain)).into();
+        line["observed_ratio_median"] =
+            stats::round3(paired_ratios(&observed, &plain).median).into();
         line["observed_peak_rss_anon_mib"] = mem::mib_json(observed.peak());
     }
     if let Some(r) = raw_runs.best() {
@@ -174,7 +175,9 @@ pub fn run(a: Args) -> Result<()> {
         line["raw_peak_rss_anon_mib"] = mem::mib_json(raw_runs.peak());
         // Median over rounds of the pipeline's throughput over the raw
         // tokenizer's in the same round.
-        line["ratio_to_raw"] = stats::round3(median_ratio(&plain, &raw_runs)).into();
+        let to_raw = paired_ratios(&plain, &raw_runs);
+        line["ratio_to_raw"] = stats::round3(to_raw.median).into();
+        line["ratio_to_raw_range"] = to_raw.range_json();
         line["ratio_to_raw_best"] = stats::round3(best.tps() / r.tps()).into();
     }
     println!("{line}");
