@@ -212,7 +212,19 @@ fn bench_tokens_reads_the_file_over_http_beside_the_local_run() {
                 l["server_bound_ratio_to_local"].is_number(),
                 "{l}"
             );
+            // A worker per core, as the local line counts them.
+            assert_eq!(l["server_cores"], lines[0]["cores"], "{l}");
         }
+        // The server went with the benchmark, its workers too: nothing
+        // answers on its port any more.
+        let port: u16 = lines[1]["uri"].as_str().unwrap()["http://127.0.0.1:".len()..]
+            .trim_end_matches('/')
+            .parse()
+            .unwrap();
+        assert!(
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+            "nginx still serves port {port} after the benchmark"
+        );
         for l in &lines[2..] {
             assert!(
                 l["tokens_per_s_ratio_to_download"].as_f64().unwrap() > 0.0,

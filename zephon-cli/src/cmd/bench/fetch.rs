@@ -7,7 +7,8 @@
 //! else from the page cache; the row says which.
 
 use super::servers::{
-    NGINX_HTTP, Server, cpu_time, put_files, s3_opts, start_moto, start_nginx, start_s3s, upload,
+    NGINX_HTTP, Server, put_files, s3_opts, start_moto, start_nginx, start_s3s, tree_cpu_time,
+    upload,
 };
 use super::{mem, stats};
 use crate::cmd::flags::{AT_LEAST_ONE, GENERATED_RECORDS, GENERATED_SHARDS, ranged};
@@ -119,7 +120,7 @@ fn time_pass<T>(
     server: Option<u32>,
 ) -> Result<(Run, T)> {
     eprintln!("running: {label}");
-    let cpu_before = server.and_then(cpu_time);
+    let cpu_before = server.and_then(tree_cpu_time);
     let sampler = mem::PeakRss::start();
     let started = Instant::now();
     let opened = open()?;
@@ -156,7 +157,7 @@ fn time_pass<T>(
         total,
         records,
         server_cpu: cpu_before
-            .zip(server.and_then(cpu_time))
+            .zip(server.and_then(tree_cpu_time))
             .map(|(a, b)| b.saturating_sub(a)),
         peak: sampler.stop(),
     };

@@ -22,20 +22,70 @@ pub(super) fn cpu_time(pid: u32) -> Option<Duration> {
     Some(Duration::from_millis(ticks * 10))
 }
 
-/// A server process of the benchmark, killed on drop.
-pub(super) struct Server(Child);
+/// User plus system CPU time of process `pid` and of its child processes
+/// now alive (an nginx master's workers), as [`cpu_time`] gives each.
+pub(super) fn tree_cpu_time(pid: u32) -> Option<Duration> {
+    let own = cpu_time(pid)?;
+    let children = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&p| parent_of(p) == Some(pid))
+        .filter_map(cpu_time);
+    Some(children.fold(own, |a, b| a + b))
+}
+
+/// The parent of process `pid`, from `/proc/PID/stat` (its 4th field).
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 2..]
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// A server process of the benchmark, killed on drop with the processes
+/// it started (an nginx master's workers: they share its process group).
+pub(super) struct Server {
+    child: Child,
+    cores: usize,
+}
 
 impl Server {
     pub(super) fn pid(&self) -> u32 {
-        self.0.id()
+        self.child.id()
+    }
+
+    /// The most cores the server works on at once: its CPU time spread
+    /// over more would understate the wall time it takes. nginx runs a
+    /// worker process per core; moto_server runs Python, one thread at a
+    /// time; s3s-fs runs on a thread per core.
+    pub(super) fn cores(&self) -> usize {
+        self.cores
     }
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        #[cfg(unix)]
+        {
+            // Every process of the server's group: killed alone, an nginx
+            // master leaves its workers serving the port.
+            // SAFETY: kill(2) with a negative pid signals that process
+            // group; the server leads its own group (`process_group(0)`).
+            unsafe { libc::kill(-(self.child.id() as i32), libc::SIGKILL) };
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
+}
+
+/// `cmd` in a process group of its own, which [`Server`]'s drop kills whole.
+fn own_group(cmd: &mut Command) -> &mut Command {
+    #[cfg(unix)]
+    std::os::unix::process::CommandExt::process_group(cmd, 0);
+    cmd
 }
 
 fn wait_listening(port: u16, what: &str) -> Result<()> {
@@ -82,13 +132,28 @@ pub(super) fn start_nginx(
     directives: &str,
 ) -> Result<Option<(Server, String)>> {
     let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    // A worker per core, as nginx's own `auto` gives: one worker serves
+    // its connections on one core, and a reader with many ranges in flight
+    // waited on it while the other cores idled.
+    let workers = zephon_core::runner::num_cpus();
+    // A master started by root runs its workers as `nobody`, who may not
+    // read the dataset's temporary folder: they run as the caller.
+    #[cfg(unix)]
+    // SAFETY: geteuid(2) reads the caller's id and cannot fail.
+    let user = if unsafe { libc::geteuid() } == 0 {
+        "user root;\n"
+    } else {
+        ""
+    };
+    #[cfg(not(unix))]
+    let user = "";
     std::fs::create_dir_all(run.join("tmp"))?;
     let t = run.join("tmp").display().to_string();
     let conf = run.join("nginx.conf");
     std::fs::write(
         &conf,
         format!(
-            "worker_processes 1;\nerror_log {run}/error.log;\npid {run}/nginx.pid;\n\
+            "{user}worker_processes {workers};\nerror_log {run}/error.log;\npid {run}/nginx.pid;\n\
              events {{ worker_connections 256; }}\n\
              http {{\n  access_log off;\n  {directives}\n  client_body_temp_path {t};\n  proxy_temp_path {t};\n\
                fastcgi_temp_path {t};\n  uwsgi_temp_path {t};\n  scgi_temp_path {t};\n\
@@ -101,13 +166,14 @@ pub(super) fn start_nginx(
     // the error log the configuration names.
     let stderr = run.join("stderr.log");
     let nginx = ["nginx", "/usr/sbin/nginx"].into_iter().find_map(|bin| {
-        Command::new(bin)
+        own_group(&mut Command::new(bin))
             .arg("-c")
             .arg(&conf)
             .arg("-p")
             .arg(run)
-            // One process, so its CPU time is the server's.
-            .args(["-g", "daemon off; master_process off;"])
+            // In the foreground, so the process started is the master,
+            // whose workers' CPU time counts as the server's.
+            .args(["-g", "daemon off;"])
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&stderr).ok()?)
             .spawn()
@@ -126,20 +192,23 @@ pub(super) fn start_nginx(
             log.trim()
         );
     }
-    let server = Server(child);
+    let server = Server {
+        child,
+        cores: workers,
+    };
     wait_listening(port, "nginx")?;
     Ok(Some((server, format!("http://127.0.0.1:{port}/"))))
 }
 
 pub(super) fn start_moto() -> Result<(Server, String)> {
     let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let child = Command::new("moto_server")
+    let child = own_group(&mut Command::new("moto_server"))
         .args(["-H", "127.0.0.1", "-p", &port.to_string()])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .context("cannot start moto_server (pip install 'moto[server]'), or pass --endpoint")?;
-    let moto = Server(child);
+    let moto = Server { child, cores: 1 };
     wait_listening(port, "moto_server")?;
     Ok((moto, format!("http://127.0.0.1:{port}")))
 }
@@ -157,7 +226,7 @@ pub(super) fn start_s3s(root: &Path) -> Result<(Server, String, String)> {
     let bucket = bucket_name();
     std::fs::create_dir_all(root.join(&bucket))?;
     let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let child = Command::new("s3s-fs")
+    let child = own_group(&mut Command::new("s3s-fs"))
         .args(["--host", "127.0.0.1", "--port", &port.to_string()])
         .args(["--access-key", "test", "--secret-key", "test"])
         .arg(root)
@@ -167,7 +236,10 @@ pub(super) fn start_s3s(root: &Path) -> Result<(Server, String, String)> {
         .context(
             "cannot start s3s-fs (cargo install s3s-fs --features binary), or pass --endpoint",
         )?;
-    let server = Server(child);
+    let server = Server {
+        child,
+        cores: zephon_core::runner::num_cpus(),
+    };
     wait_listening(port, "s3s-fs")?;
     Ok((server, format!("http://127.0.0.1:{port}"), bucket))
 }

@@ -13,7 +13,9 @@
 //! remote line carries the ceilings the CPU spent puts on its ratio
 //! (`server_bound_ratio_to_local`, `cpu_bound_ratio_to_local`).
 
-use super::servers::{Server, cpu_time, put_files, start_moto, start_nginx, start_s3s, upload};
+use super::servers::{
+    Server, cpu_time, put_files, start_moto, start_nginx, start_s3s, tree_cpu_time, upload,
+};
 use super::stats::round3;
 use super::tokens::{Args, Run, Source, keep, mb, measure_from};
 use anyhow::{Context, Result, bail};
@@ -225,12 +227,12 @@ fn spawn_pass(
             .env("AWS_SECRET_ACCESS_KEY", "test")
             .env_remove("AWS_SESSION_TOKEN");
     }
-    let cpu_before = server.and_then(cpu_time);
+    let cpu_before = server.and_then(tree_cpu_time);
     let out = cmd
         .stderr(std::process::Stdio::inherit())
         .output()
         .context("starting a benchmark process")?;
-    let server_cpu = match (cpu_before, server.and_then(cpu_time)) {
+    let server_cpu = match (cpu_before, server.and_then(tree_cpu_time)) {
         (Some(b), Some(e)) => Some(round3((e - b).as_secs_f64())),
         _ => None,
     };
@@ -256,22 +258,29 @@ fn spawn_pass(
 
 /// The ceilings a remote pass's ratio to the local one meets on this
 /// machine's `cores`: `server_bound` (the server's CPU alone, spread over
-/// every core, takes at least `server_cpu / cores` of wall time: no reader
-/// gets past that) and `cpu_bound` (the reader's and the server's CPU
-/// together, spread likewise: a pass near it is bound by CPU, not by
+/// the `server_cores` it works on at once, no more than the machine's,
+/// takes at least `server_cpu / server_cores` of wall time: no reader gets
+/// past that) and `cpu_bound` (the reader's and the server's CPU together,
+/// spread over every core: a pass near it is bound by CPU, not by
 /// waiting).
 fn bounds(
     local_seconds: f64,
     cores: usize,
+    server_cores: usize,
     cpu: Option<f64>,
     server_cpu: Option<f64>,
 ) -> [(&'static str, Option<f64>); 2] {
-    let bound = |spent: f64| (spent > 0.0).then(|| round3(local_seconds * cores as f64 / spent));
+    let bound = |spent: f64, on: usize| {
+        (spent > 0.0).then(|| round3(local_seconds * on.clamp(1, cores.max(1)) as f64 / spent))
+    };
     [
-        ("server_bound_ratio_to_local", server_cpu.and_then(bound)),
+        (
+            "server_bound_ratio_to_local",
+            server_cpu.and_then(|s| bound(s, server_cores)),
+        ),
         (
             "cpu_bound_ratio_to_local",
-            server_cpu.zip(cpu).and_then(|(s, c)| bound(s + c)),
+            server_cpu.zip(cpu).and_then(|(s, c)| bound(s + c, cores)),
         ),
     ]
 }
@@ -347,6 +356,7 @@ pub fn run(a: &Args, dtype: TokenDtype) -> Result<()> {
         (None, None) => unreachable!("called for remote runs only"),
     };
     let server = servers.first().map(Server::pid);
+    let server_cores = servers.first().map_or(1, Server::cores);
     // (label, pass kind): the remote configurations of this order, after
     // the plain download that bounds them.
     let configs: &[(&str, &str)] = match a.shuffle.as_str() {
@@ -424,7 +434,15 @@ pub fn run(a: &Args, dtype: TokenDtype) -> Result<()> {
                     _ => serde_json::Value::Null,
                 };
         }
-        for (key, bound) in bounds(local.run.seconds, cores, pass.cpu, pass.server_cpu) {
+        line["server_cores"] = server.map(|_| server_cores).into();
+        let ceilings = bounds(
+            local.run.seconds,
+            cores,
+            server_cores,
+            pass.cpu,
+            pass.server_cpu,
+        );
+        for (key, bound) in ceilings {
             line[key] = bound.into();
         }
         println!("{line}");
@@ -439,20 +457,26 @@ mod tests {
 
     #[test]
     fn bounds_spread_the_cpu_spent_over_the_cores() {
-        // A local pass of 0.1 s on 2 cores; the server spent 0.5 s: no
-        // remote pass takes under 0.25 s, so none reaches 0.4x. With the
-        // reader's 0.5 s, both sides need at least 0.5 s: 0.2x.
-        let [(s, server), (c, cpu)] = bounds(0.1, 2, Some(0.5), Some(0.5));
+        // A local pass of 0.1 s on 2 cores; the server, on both, spent
+        // 0.5 s: no remote pass takes under 0.25 s, so none reaches 0.4x.
+        // With the reader's 0.5 s, both sides need at least 0.5 s: 0.2x.
+        let [(s, server), (c, cpu)] = bounds(0.1, 2, 2, Some(0.5), Some(0.5));
         assert_eq!(
             (s, c),
             ("server_bound_ratio_to_local", "cpu_bound_ratio_to_local")
         );
         assert_eq!((server, cpu), (Some(0.4), Some(0.2)));
+        // A server working on one core at a time takes all of its 0.5 s;
+        // one claiming more cores than the machine has gets the machine's.
+        let [(_, server), (_, cpu)] = bounds(0.1, 2, 1, Some(0.5), Some(0.5));
+        assert_eq!((server, cpu), (Some(0.2), Some(0.2)));
+        let [(_, server), _] = bounds(0.1, 2, 16, Some(0.5), Some(0.5));
+        assert_eq!(server, Some(0.4));
         // A server that spent no measurable CPU gives no bound, never an
         // infinite one; nor does a server not started here.
-        let [(_, server), (_, cpu)] = bounds(0.1, 2, Some(0.5), Some(0.0));
+        let [(_, server), (_, cpu)] = bounds(0.1, 2, 2, Some(0.5), Some(0.0));
         assert_eq!((server, cpu), (None, Some(0.4)));
-        let [(_, server), (_, cpu)] = bounds(0.1, 2, Some(0.5), None);
+        let [(_, server), (_, cpu)] = bounds(0.1, 2, 2, Some(0.5), None);
         assert_eq!((server, cpu), (None, None));
     }
 
