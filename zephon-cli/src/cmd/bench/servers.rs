@@ -26,13 +26,18 @@ pub(super) fn cpu_time(pid: u32) -> Option<Duration> {
 /// now alive (an nginx master's workers), as [`cpu_time`] gives each.
 pub(super) fn tree_cpu_time(pid: u32) -> Option<Duration> {
     let own = cpu_time(pid)?;
-    let children = std::fs::read_dir("/proc")
+    let children = children_of(pid).into_iter().filter_map(cpu_time);
+    Some(children.fold(own, |a, b| a + b))
+}
+
+/// The processes whose parent is `pid` now, from `/proc`.
+fn children_of(pid: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
         .into_iter()
         .flatten()
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
         .filter(|&p| parent_of(p) == Some(pid))
-        .filter_map(cpu_time);
-    Some(children.fold(own, |a, b| a + b))
+        .collect()
 }
 
 /// The parent of process `pid`, from `/proc/PID/stat` (its 4th field).
@@ -46,7 +51,8 @@ fn parent_of(pid: u32) -> Option<u32> {
 }
 
 /// A server process of the benchmark, killed on drop with the processes
-/// it started (an nginx master's workers: they share its process group).
+/// it started (an nginx master's workers). It stays in the benchmark's
+/// process group, so an interrupt from the terminal ends it too.
 pub(super) struct Server {
     child: Child,
     cores: usize,
@@ -68,24 +74,20 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        #[cfg(unix)]
-        {
-            // Every process of the server's group: killed alone, an nginx
-            // master leaves its workers serving the port.
-            // SAFETY: kill(2) with a negative pid signals that process
-            // group; the server leads its own group (`process_group(0)`).
-            unsafe { libc::kill(-(self.child.id() as i32), libc::SIGKILL) };
-        }
+        // Its children are found while it lives: killed alone, an nginx
+        // master leaves its workers serving the port, and once it is gone
+        // they are no longer its children. Killed first, it cannot start a
+        // worker in place of one killed.
+        let children = children_of(self.child.id());
         let _ = self.child.kill();
         let _ = self.child.wait();
+        #[cfg(unix)]
+        for pid in children {
+            // SAFETY: kill(2) on a pid read from /proc a moment ago; at
+            // worst the process has exited and the call fails.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+        }
     }
-}
-
-/// `cmd` in a process group of its own, which [`Server`]'s drop kills whole.
-fn own_group(cmd: &mut Command) -> &mut Command {
-    #[cfg(unix)]
-    std::os::unix::process::CommandExt::process_group(cmd, 0);
-    cmd
 }
 
 fn wait_listening(port: u16, what: &str) -> Result<()> {
@@ -166,7 +168,7 @@ pub(super) fn start_nginx(
     // the error log the configuration names.
     let stderr = run.join("stderr.log");
     let nginx = ["nginx", "/usr/sbin/nginx"].into_iter().find_map(|bin| {
-        own_group(&mut Command::new(bin))
+        Command::new(bin)
             .arg("-c")
             .arg(&conf)
             .arg("-p")
@@ -202,7 +204,7 @@ pub(super) fn start_nginx(
 
 pub(super) fn start_moto() -> Result<(Server, String)> {
     let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let child = own_group(&mut Command::new("moto_server"))
+    let child = Command::new("moto_server")
         .args(["-H", "127.0.0.1", "-p", &port.to_string()])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -226,7 +228,7 @@ pub(super) fn start_s3s(root: &Path) -> Result<(Server, String, String)> {
     let bucket = bucket_name();
     std::fs::create_dir_all(root.join(&bucket))?;
     let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let child = own_group(&mut Command::new("s3s-fs"))
+    let child = Command::new("s3s-fs")
         .args(["--host", "127.0.0.1", "--port", &port.to_string()])
         .args(["--access-key", "test", "--secret-key", "test"])
         .arg(root)
