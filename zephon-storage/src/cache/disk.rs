@@ -20,6 +20,7 @@
 //! folder, all processes' entries together, fits the capacity.
 
 use super::lock::{self, FileLock};
+use super::room::Made;
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
 use std::fs::{self, File, OpenOptions};
@@ -27,7 +28,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 // v1 entries (whole shards, SHA-256) read as damaged: dropped and fetched again.
 const MAGIC: &[u8; 16] = b"ZEPHON-SHARD-v2\n";
@@ -43,6 +44,15 @@ const PAGE: u64 = 4096;
 pub(crate) fn on_disk(len: u64) -> u64 {
     len.div_ceil(PAGE) * PAGE
 }
+
+/// How long a publish waits for room while the folder is full of entries
+/// being written (more at once than a small tier holds), asking again
+/// every [`ROOM_POLL`]: once renamed into place they can be evicted. Past
+/// it the entry is not published.
+const ROOM_WAIT: Duration = Duration::from_secs(2);
+
+/// See [`ROOM_WAIT`].
+const ROOM_POLL: Duration = Duration::from_millis(2);
 
 /// Entries of at least this many bytes are read by mapping their file:
 /// below it a copy costs less than setting up and tearing down a map.
@@ -192,10 +202,27 @@ impl DiskTier {
     pub(crate) async fn publish(&self, key: &str, bytes: &Bytes) -> io::Result<Published> {
         let need = self.fits(bytes.len() as u64)?;
         let (temp, path) = (self.path(key, TEMP), self.path(key, SHARD));
-        let (evicted, file) = {
-            let _folder = self.lock_folder().await?;
-            let (this, at, len) = (self.clone(), temp.clone(), HEADER + bytes.len());
-            blocking(move || this.reserve(&at, len as u64, need)).await?
+        let (started, mut evicted) = (Instant::now(), 0);
+        let file = loop {
+            let (n, file) = {
+                let _folder = self.lock_folder().await?;
+                let (this, at, len) = (self.clone(), temp.clone(), HEADER + bytes.len());
+                blocking(move || this.reserve(&at, len as u64, need)).await?
+            };
+            evicted += n;
+            match file {
+                Some(f) => break f,
+                // No room while other entries are written: they can be
+                // evicted once renamed into place, a moment from now.
+                None if started.elapsed() < ROOM_WAIT => tokio::time::sleep(ROOM_POLL).await,
+                // Still none: not published, the caller keeps its copy.
+                None => {
+                    return Ok(Published {
+                        evicted,
+                        mapped: None,
+                    });
+                }
+            }
         };
         let body = bytes.clone();
         let written = blocking(move || write_entry(&file, &body).map(|()| file)).await;
@@ -231,9 +258,13 @@ impl DiskTier {
 
     /// Makes room for `need` bytes and creates the temp file `temp`, `len`
     /// bytes long, for them (call with the folder lock held): the number
-    /// of entries evicted, and the file, open for reading and writing.
-    fn reserve(&self, temp: &Path, len: u64, need: u64) -> io::Result<(u64, File)> {
-        let evicted = self.make_room(need, None)?;
+    /// of entries evicted, and the file, open for reading and writing;
+    /// no file when there is no room ([`Made::given`]).
+    fn reserve(&self, temp: &Path, len: u64, need: u64) -> io::Result<(u64, Option<File>)> {
+        let Made { evicted, given } = self.make_room(need, None)?;
+        if !given {
+            return Ok((evicted, None));
+        }
         let free = fs4::available_space(&self.dir)?;
         if free < need {
             return Err(io::Error::new(
@@ -246,7 +277,7 @@ impl DiskTier {
             let _ = fs::remove_file(temp);
             return Err(e);
         }
-        Ok((evicted, file))
+        Ok((evicted, Some(file)))
     }
 
     /// As [`publish`](Self::publish), for a body that `write` writes
@@ -274,8 +305,12 @@ impl DiskTier {
                 .await
                 .map_err(disk)?;
             evicted += n_evicted;
-            reserved = need;
-            made = Some(file);
+            // Without room now, the body is written as one of unknown
+            // size is, and room asked for once it is.
+            if file.is_some() {
+                reserved = need;
+            }
+            made = file;
         }
         let (this, at) = (self.clone(), temp.clone());
         let written = tokio::task::spawn_blocking(move || this.write_temp(&at, made, write))
@@ -297,13 +332,32 @@ impl DiskTier {
                 let (temp, path) = (this.path(&key, TEMP), this.path(&key, SHARD));
                 return self.rename_locked(&temp, &path).await.map(|()| 0);
             }
-            let _folder = self.lock_folder().await?;
-            blocking(move || {
-                let evicted = this.make_room(need, Some(&this.path(&key, TEMP)))?;
-                fs::rename(this.path(&key, TEMP), this.path(&key, SHARD))?;
-                Ok(evicted)
-            })
-            .await
+            let (started, mut evicted) = (Instant::now(), 0);
+            loop {
+                let folder = self.lock_folder().await?;
+                let (this, key) = (this.clone(), key.clone());
+                let waits = started.elapsed() < ROOM_WAIT;
+                let made = blocking(move || {
+                    let (temp, path) = (this.path(&key, TEMP), this.path(&key, SHARD));
+                    let made = this.make_room(need, Some(&temp))?;
+                    if made.given {
+                        fs::rename(&temp, &path)?;
+                    } else if !waits {
+                        // No room while other entries are written, however
+                        // long it waited: the body is served from its map,
+                        // which outlives the file.
+                        fs::remove_file(&temp)?;
+                    }
+                    Ok(made)
+                })
+                .await?;
+                evicted += made.evicted;
+                if made.given || !waits {
+                    return Ok(evicted);
+                }
+                drop(folder);
+                tokio::time::sleep(ROOM_POLL).await;
+            }
         };
         match finished.await {
             Ok(n) => Ok(Published {
@@ -552,6 +606,74 @@ mod tests {
         }
     }
 
+    /// Entries being written at once can fill a small tier by themselves
+    /// (a read fetches up to 16 blocks together, prefetch more): a publish
+    /// that finds no room once every entry is evicted waits for one of
+    /// them to be renamed into place, and evicts it; if none is within
+    /// [`ROOM_WAIT`], it is not published, rather than the folder passing
+    /// its capacity. A body written into its file is still served, from
+    /// its map.
+    #[tokio::test]
+    async fn a_tier_full_of_entries_being_written_waits_then_publishes_no_more() {
+        let t = tempfile::tempdir().unwrap();
+        let one = Bytes::from(vec![7u8; 1000]);
+        let unit = on_disk(HEADER as u64 + 1000);
+        let d = tier(t.path(), 2 * unit + 100);
+        // `a` and `b`, mid-publish: their key locks held, room made, not
+        // written.
+        let _locks = [
+            d.lock_key("a").await.unwrap(),
+            d.lock_key("b").await.unwrap(),
+        ];
+        let mut files = Vec::new();
+        for k in ["a", "b"] {
+            let (_, file) = d
+                .reserve(&d.path(k, TEMP), HEADER as u64 + 1000, unit)
+                .unwrap();
+            files.push(file.expect(k));
+        }
+        // `b` is written and renamed a moment later: `c` waits for it, then
+        // takes its room.
+        let (d2, one2, b) = (d.clone(), one.clone(), files.pop().unwrap());
+        let finish = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            write_entry(&b, &one2).unwrap();
+            d2.rename_locked(&d2.path("b", TEMP), &d2.path("b", SHARD))
+                .await
+                .unwrap();
+        });
+        assert_eq!(d.publish("c", &one).await.unwrap().evicted, 1);
+        finish.await.unwrap();
+        assert!(matches!(d.read("c").unwrap(), Lookup::Found(b) if b == one));
+        assert!(matches!(d.read("b").unwrap(), Lookup::Missing));
+        // `x` mid-publish too: with `a`, the tier holds temp files alone.
+        let _x = d.lock_key("x").await.unwrap();
+        let (_, x) = d
+            .reserve(&d.path("x", TEMP), HEADER as u64 + 1000, unit)
+            .unwrap();
+        assert!(x.is_some());
+        let started = Instant::now();
+        let p = d.publish("e", &one).await.unwrap();
+        assert!(p.mapped.is_none() && started.elapsed() >= ROOM_WAIT);
+        assert!(matches!(d.read("e").unwrap(), Lookup::Missing));
+        assert!(!d.path("e", TEMP).exists());
+        let p = d
+            .publish_written(
+                "f",
+                Some(1000),
+                |f: &File| -> Result<u64, Written<String>> {
+                    (&mut &*f).write_all(&[9u8; 1000]).map_err(Written::Disk)?;
+                    Ok(1000)
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(p.mapped.as_deref(), Some(&[9u8; 1000][..]));
+        assert!(matches!(d.read("f").unwrap(), Lookup::Missing));
+        assert!(!d.path("f", TEMP).exists());
+        assert_eq!(used_bytes(t.path()).unwrap(), 2 * unit);
+    }
+
     #[tokio::test]
     async fn the_header_carries_the_crc32c_of_the_body() {
         // CRC-32C's check value: entries written by any version of this
@@ -630,10 +752,11 @@ mod tests {
         assert_eq!(d.publish("old", &one).await.unwrap().evicted, 0);
         // `a`, mid-publish: its key lock held, its room made, not written.
         let _key = d.lock_key("a").await.unwrap();
-        let (evicted, _file) = d
+        let (evicted, file) = d
             .reserve(&d.path("a", TEMP), HEADER as u64 + 1000, unit)
             .unwrap();
         assert_eq!(evicted, 0);
+        assert!(file.is_some());
         assert_eq!(used_bytes(t.path()).unwrap(), 2 * unit);
         assert_eq!(d.publish("b", &one).await.unwrap().evicted, 0);
         // The folder is full, `a` counted: `c` takes the oldest's room.
@@ -685,13 +808,15 @@ mod tests {
     /// files into entries: one that moved during the listing could be seen
     /// under neither name, and the ledger the scan wrote fell short of it,
     /// by which the folder then overfilled (9 entries in a tier of 8 under
-    /// a loaded test run). The folder never holds more than its capacity.
+    /// a loaded test run). And eight writers at once in a tier of six
+    /// entries fill it with temp files alone. The folder never holds more
+    /// than its capacity.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn scans_beside_renames_never_let_the_folder_overfill() {
         let t = tempfile::tempdir().unwrap();
         let body = Bytes::from(vec![3u8; 4000]);
         let unit = on_disk(HEADER as u64 + 4000);
-        let capacity = 8 * unit;
+        let capacity = 6 * unit;
         let d = tier(t.path(), capacity);
         let writers = (0..8).map(|w| {
             let (d, body) = (d.clone(), body.clone());

@@ -66,13 +66,26 @@ fn write(dir: &Path, used: u64) {
     }
 }
 
+/// What [`DiskTier::make_room`] did: the entries it evicted, and whether
+/// the room asked for was given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Made {
+    pub(super) evicted: u64,
+    /// `false` when, every entry evicted, the temp files of entries being
+    /// written still leave too little room: so many are written at once
+    /// (a read fetches up to 16 blocks together, prefetch more) that a
+    /// small tier cannot hold them all. The entry is then not published,
+    /// rather than the folder filled past its capacity.
+    pub(super) given: bool,
+}
+
 impl DiskTier {
     /// Makes room for `need` more bytes (call with the folder lock held):
     /// taken from the ledger when it has it, or by a scan that deletes
     /// stale temp files and the least recently used entries; `own`, the
     /// temp file of the entry `need` is for when it is already written, is
-    /// not counted by a scan. Returns how many entries were evicted.
-    pub(super) fn make_room(&self, need: u64, own: Option<&Path>) -> io::Result<u64> {
+    /// not counted by a scan.
+    pub(super) fn make_room(&self, need: u64, own: Option<&Path>) -> io::Result<Made> {
         let given = &self.room_given;
         if given.load(Ordering::Relaxed) < self.capacity / RESCAN
             && let Some(used) = read(&self.dir)
@@ -80,12 +93,19 @@ impl DiskTier {
         {
             write(&self.dir, after);
             given.fetch_add(need, Ordering::Relaxed);
-            return Ok(0);
+            return Ok(Made {
+                evicted: 0,
+                given: true,
+            });
         }
         let (evicted, used) = self.scan(need, own)?;
-        write(&self.dir, used + need);
+        let fits = used + need <= self.capacity;
+        write(&self.dir, if fits { used + need } else { used });
         given.store(0, Ordering::Relaxed);
-        Ok(evicted)
+        Ok(Made {
+            evicted,
+            given: fits,
+        })
     }
 
     /// Counts the folder, deleting stale temp files, and evicts least
@@ -94,7 +114,7 @@ impl DiskTier {
     /// evicted and the bytes the folder then holds.
     fn scan(&self, need: u64, own: Option<&Path>) -> io::Result<(u64, u64)> {
         let mut entries = Vec::new();
-        let mut used = 0;
+        let (mut used, mut writing) = (0, 0);
         for e in fs::read_dir(&self.dir)? {
             let e = e?;
             let path = e.path();
@@ -119,10 +139,15 @@ impl DiskTier {
                     let _ = fs::remove_file(&path);
                 } else {
                     used += on_disk(meta.len());
+                    writing += on_disk(meta.len());
                 }
             }
         }
-        if used + need <= self.capacity {
+        // Entries being written leave too little room even with every
+        // entry gone: evicting them would only lose them (blocks warmed
+        // ahead of their reads among them), and the room is asked for
+        // again once some of those being written are in place.
+        if used + need <= self.capacity || writing + need > self.capacity {
             return Ok((0, used));
         }
         let target = self.capacity - (self.capacity / SLACK).min(self.capacity - need);
