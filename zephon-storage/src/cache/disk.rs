@@ -202,27 +202,17 @@ impl DiskTier {
     pub(crate) async fn publish(&self, key: &str, bytes: &Bytes) -> io::Result<Published> {
         let need = self.fits(bytes.len() as u64)?;
         let (temp, path) = (self.path(key, TEMP), self.path(key, SHARD));
-        let (started, mut evicted) = (Instant::now(), 0);
-        let file = loop {
-            let (n, file) = {
-                let _folder = self.lock_folder().await?;
-                let (this, at, len) = (self.clone(), temp.clone(), HEADER + bytes.len());
-                blocking(move || this.reserve(&at, len as u64, need)).await?
-            };
-            evicted += n;
-            match file {
-                Some(f) => break f,
-                // No room while other entries are written: they can be
-                // evicted once renamed into place, a moment from now.
-                None if started.elapsed() < ROOM_WAIT => tokio::time::sleep(ROOM_POLL).await,
-                // Still none: not published, the caller keeps its copy.
-                None => {
-                    return Ok(Published {
-                        evicted,
-                        mapped: None,
-                    });
-                }
-            }
+        let (at, len) = (temp.clone(), (HEADER + bytes.len()) as u64);
+        let (evicted, file) = self
+            .until_room(move |this, _| this.reserve(&at, len, need))
+            .await?;
+        // No room while other entries were written, however long it
+        // waited: not published, the caller keeps its copy.
+        let Some(file) = file else {
+            return Ok(Published {
+                evicted,
+                mapped: None,
+            });
         };
         let body = bytes.clone();
         let written = blocking(move || write_entry(&file, &body).map(|()| file)).await;
@@ -246,6 +236,31 @@ impl DiskTier {
         Ok(Published { evicted, mapped })
     }
 
+    /// Runs `attempt` under the folder lock, on a blocking thread, and
+    /// again every [`ROOM_POLL`] while it is given no room ([`Made::given`])
+    /// and [`ROOM_WAIT`] has not passed: entries being written fill the
+    /// folder, and once renamed into place they can be evicted. `attempt`
+    /// is told whether this try is its last. Returns the entries evicted
+    /// over all tries and what the last one returned.
+    async fn until_room<T: Send + 'static>(
+        &self,
+        attempt: impl Fn(&DiskTier, bool) -> io::Result<(Made, T)> + Clone + Send + 'static,
+    ) -> io::Result<(u64, T)> {
+        let (started, mut evicted) = (Instant::now(), 0);
+        loop {
+            let last = started.elapsed() >= ROOM_WAIT;
+            let folder = self.lock_folder().await?;
+            let (this, attempt) = (self.clone(), attempt.clone());
+            let (made, out) = blocking(move || attempt(&this, last)).await?;
+            evicted += made.evicted;
+            if made.given || last {
+                return Ok((evicted, out));
+            }
+            drop(folder);
+            tokio::time::sleep(ROOM_POLL).await;
+        }
+    }
+
     /// Renames the temp file `temp` to the entry `path` under the folder
     /// lock. A scan lists the folder under that lock, and a file renamed
     /// while the listing runs can be missed under both names: the scan then
@@ -260,10 +275,10 @@ impl DiskTier {
     /// bytes long, for them (call with the folder lock held): the number
     /// of entries evicted, and the file, open for reading and writing;
     /// no file when there is no room ([`Made::given`]).
-    fn reserve(&self, temp: &Path, len: u64, need: u64) -> io::Result<(u64, Option<File>)> {
-        let Made { evicted, given } = self.make_room(need, None)?;
-        if !given {
-            return Ok((evicted, None));
+    fn reserve(&self, temp: &Path, len: u64, need: u64) -> io::Result<(Made, Option<File>)> {
+        let made = self.make_room(need, None)?;
+        if !made.given {
+            return Ok((made, None));
         }
         let free = fs4::available_space(&self.dir)?;
         if free < need {
@@ -277,7 +292,7 @@ impl DiskTier {
             let _ = fs::remove_file(temp);
             return Err(e);
         }
-        Ok((evicted, Some(file)))
+        Ok((made, Some(file)))
     }
 
     /// As [`publish`](Self::publish), for a body that `write` writes
@@ -301,10 +316,10 @@ impl DiskTier {
             // here on counts it whole, however far its write has come, where
             // one made later was counted at what it held so far.
             let (this, at) = (self.clone(), temp.clone());
-            let (n_evicted, file) = blocking(move || this.reserve(&at, HEADER as u64 + n, need))
+            let (made_room, file) = blocking(move || this.reserve(&at, HEADER as u64 + n, need))
                 .await
                 .map_err(disk)?;
-            evicted += n_evicted;
+            evicted += made_room.evicted;
             // Without room now, the body is written as one of unknown
             // size is, and room asked for once it is.
             if file.is_some() {
@@ -332,32 +347,22 @@ impl DiskTier {
                 let (temp, path) = (this.path(&key, TEMP), this.path(&key, SHARD));
                 return self.rename_locked(&temp, &path).await.map(|()| 0);
             }
-            let (started, mut evicted) = (Instant::now(), 0);
-            loop {
-                let folder = self.lock_folder().await?;
-                let (this, key) = (this.clone(), key.clone());
-                let waits = started.elapsed() < ROOM_WAIT;
-                let made = blocking(move || {
+            let (evicted, ()) = self
+                .until_room(move |this, last| {
                     let (temp, path) = (this.path(&key, TEMP), this.path(&key, SHARD));
                     let made = this.make_room(need, Some(&temp))?;
                     if made.given {
                         fs::rename(&temp, &path)?;
-                    } else if !waits {
+                    } else if last {
                         // No room while other entries are written, however
                         // long it waited: the body is served from its map,
                         // which outlives the file.
                         fs::remove_file(&temp)?;
                     }
-                    Ok(made)
+                    Ok((made, ()))
                 })
                 .await?;
-                evicted += made.evicted;
-                if made.given || !waits {
-                    return Ok(evicted);
-                }
-                drop(folder);
-                tokio::time::sleep(ROOM_POLL).await;
-            }
+            Ok(evicted)
         };
         match finished.await {
             Ok(n) => Ok(Published {
@@ -497,6 +502,13 @@ fn decode(data: &[u8]) -> Option<usize> {
         .then_some(HEADER)
 }
 
+/// A body of 1,000 bytes, and what its entry takes on disk: the unit of
+/// the tier's tests.
+#[cfg(test)]
+pub(super) fn one_kb() -> (Bytes, u64) {
+    (Bytes::from(vec![7u8; 1000]), on_disk(HEADER as u64 + 1000))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -616,8 +628,7 @@ mod tests {
     #[tokio::test]
     async fn a_tier_full_of_entries_being_written_waits_then_publishes_no_more() {
         let t = tempfile::tempdir().unwrap();
-        let one = Bytes::from(vec![7u8; 1000]);
-        let unit = on_disk(HEADER as u64 + 1000);
+        let (one, unit) = one_kb();
         let d = tier(t.path(), 2 * unit + 100);
         // `a` and `b`, mid-publish: their key locks held, room made, not
         // written.
@@ -746,16 +757,15 @@ mod tests {
     #[tokio::test]
     async fn an_entry_being_written_is_counted_whole_by_the_publishes_beside_it() {
         let t = tempfile::tempdir().unwrap();
-        let one = Bytes::from(vec![7u8; 1000]);
-        let unit = on_disk(HEADER as u64 + 1000);
+        let (one, unit) = one_kb();
         let d = tier(t.path(), 3 * unit + 800);
         assert_eq!(d.publish("old", &one).await.unwrap().evicted, 0);
         // `a`, mid-publish: its key lock held, its room made, not written.
         let _key = d.lock_key("a").await.unwrap();
-        let (evicted, file) = d
+        let (made, file) = d
             .reserve(&d.path("a", TEMP), HEADER as u64 + 1000, unit)
             .unwrap();
-        assert_eq!(evicted, 0);
+        assert_eq!(made.evicted, 0);
         assert!(file.is_some());
         assert_eq!(used_bytes(t.path()).unwrap(), 2 * unit);
         assert_eq!(d.publish("b", &one).await.unwrap().evicted, 0);

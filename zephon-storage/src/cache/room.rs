@@ -197,8 +197,7 @@ mod tests {
     #[tokio::test]
     async fn publishes_take_room_from_the_ledger_and_scan_every_eighth_of_the_capacity() {
         let t = tempfile::tempdir().unwrap();
-        let one = Bytes::from(vec![7u8; 1000]);
-        let unit = on_disk(HEADER as u64 + 1000);
+        let (one, unit) = crate::cache::disk::one_kb();
         let d = DiskTier::new(t.path(), 64 * unit);
         // No ledger yet: the first publish scans, and writes one.
         let stale = stale_temp(t.path());
@@ -221,8 +220,7 @@ mod tests {
     #[tokio::test]
     async fn a_ledger_that_is_not_a_number_is_not_trusted() {
         let t = tempfile::tempdir().unwrap();
-        let one = Bytes::from(vec![7u8; 1000]);
-        let unit = on_disk(HEADER as u64 + 1000);
+        let (one, unit) = crate::cache::disk::one_kb();
         let d = DiskTier::new(t.path(), 64 * unit);
         d.publish("a", &one).await.unwrap();
         let bad = [
@@ -279,8 +277,7 @@ mod tests {
     #[tokio::test]
     async fn a_ledger_that_counts_too_little_overfills_by_an_eighth_at_most() {
         let t = tempfile::tempdir().unwrap();
-        let one = Bytes::from(vec![7u8; 1000]);
-        let unit = on_disk(HEADER as u64 + 1000);
+        let (one, unit) = crate::cache::disk::one_kb();
         let capacity = 16 * unit;
         let d = DiskTier::new(t.path(), capacity);
         for i in 0..16 {
@@ -300,8 +297,7 @@ mod tests {
     #[tokio::test]
     async fn a_full_folder_evicts_a_slack_past_the_room_asked_for() {
         let t = tempfile::tempdir().unwrap();
-        let one = Bytes::from(vec![7u8; 1000]);
-        let unit = on_disk(HEADER as u64 + 1000);
+        let (one, unit) = crate::cache::disk::one_kb();
         let capacity = 64 * unit;
         let d = DiskTier::new(t.path(), capacity);
         for i in 0..64 {
