@@ -72,6 +72,47 @@ impl Shard for OwnCuts {
     }
 }
 
+/// A shard whose reads are done at once or wait first, by the pattern
+/// `waits` (in turn, per read): fetch takes a read done at once without
+/// queueing it, and must still hand out every read in the order sent.
+#[derive(Debug)]
+struct SometimesWaits {
+    inner: InMemoryShard,
+    waits: Vec<u32>,
+    reads: std::sync::atomic::AtomicUsize,
+}
+
+impl Shard for SometimesWaits {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read_run(&self, start: u64, count: u64) -> BoxFuture<'_, zephon_core::Result<Vec<Record>>> {
+        self.inner.read_run(start, count)
+    }
+    fn read_pointer_chunks<'a>(
+        &'a self,
+        ptrs: &'a [SamplePtr],
+        first: usize,
+        len: usize,
+    ) -> BoxFuture<'a, zephon_core::Result<Vec<Vec<Record>>>> {
+        let k = self
+            .reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let waits = self.waits[k % self.waits.len()];
+        Box::pin(async move {
+            // Pending `waits` times (each wake-up asked for at once), on
+            // whatever thread polls.
+            for _ in 0..waits {
+                tokio::task::yield_now().await;
+            }
+            self.inner.read_pointer_chunks(ptrs, first, len).await
+        })
+    }
+}
+
 fn records(shards: &[usize]) -> Vec<Vec<Record>> {
     shards
         .iter()
@@ -279,6 +320,57 @@ fn a_shard_read_through_the_defaults_gets_lane_and_lineage_from_its_pointers() {
             };
             let id = r.get("id").and_then(Value::as_int).unwrap() as u64;
             assert_eq!((p.shard as u64 * 1000 + p.sample, p.lane), (id, r.lane));
+        }
+    }
+}
+
+proptest! {
+    // A failing case hangs until its deadline: few shrinking steps.
+    #![proptest_config(ProptestConfig { cases: 48, max_shrink_iters: 4, ..ProptestConfig::default() })]
+
+    /// Reads done at once (a mapped or in-memory shard) and reads that wait
+    /// (a remote one), mixed: the batches are those of one record at a
+    /// time, whatever the parallelism and runner.
+    #[test]
+    fn reads_done_at_once_and_reads_that_wait_keep_their_order(
+        shards in prop::collection::vec(1usize..80, 1..4),
+        lanes in prop_oneof![Just(1u32), Just(2)],
+        shuffled in any::<bool>(),
+        seed in any::<u64>(),
+        size in 1usize..12,
+        max_group in 1usize..20,
+        waits in prop::collection::vec(0u32..3, 1..6),
+    ) {
+        let expected = {
+            let ws = source(&shards, lanes, shuffled, seed);
+            batched(one_at_a_time(&ws), size)
+        };
+        for (p, runner) in [
+            (1, Runner::Inline),
+            (3, Runner::Inline),
+            (8, Runner::Threads { workers: 2 }),
+        ] {
+            let stored: Vec<Arc<dyn Shard>> = records(&shards)
+                .into_iter()
+                .enumerate()
+                .map(|(i, records)| {
+                    Arc::new(SometimesWaits {
+                        inner: InMemoryShard::new(format!("waits/{i}"), records),
+                        waits: waits.clone(),
+                        reads: Default::default(),
+                    }) as Arc<dyn Shard>
+                })
+                .collect();
+            let ws = source_of(Dataset::new("fb", "waits", stored).unwrap(), lanes, shuffled, seed);
+            // A read whose wake-up is lost is never polled again: a hang,
+            // reported here as a failure.
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let _ = tx.send(fetched_batches(&ws, p, max_group, size, runner));
+            });
+            let got = rx.recv_timeout(std::time::Duration::from_secs(10));
+            prop_assert!(got.is_ok(), "p={} {:?} waits {:?}: no end within 10 s", p, runner, &waits);
+            prop_assert_eq!(&got.unwrap(), &expected, "p={} {:?} waits {:?}", p, runner, &waits);
         }
     }
 }

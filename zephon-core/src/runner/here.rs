@@ -165,12 +165,26 @@ fn poll<T>(
         };
         match (ready, ctx) {
             (Poll::Ready(x), _) => x,
-            (Poll::Pending, None) => runtime.block_on(stream.next()),
-            (Poll::Pending, Some(c)) => runtime.block_on(c.scope(stream.next())),
+            (Poll::Pending, None) => runtime.block_on(flushing_deferred(stream.next())),
+            (Poll::Pending, Some(c)) => runtime.block_on(flushing_deferred(c.scope(stream.next()))),
         }
     });
     super::pool::lent(pool, || std::panic::catch_unwind(poll))
         .unwrap_or_else(|payload| Some(Err(Error::panic(None, payload))))
+}
+
+/// `item`, awaited inside the current-thread runtime's `block_on`, then one
+/// yield before `block_on` returns it. A future of the pipeline that yields
+/// there (`yield_now`, or an exhausted tokio budget) leaves its wake-up in
+/// a list the runtime's `block_on` wakes only when it next has nothing to
+/// run, and drops unwoken when it returns: with several reads in flight,
+/// one that yielded while another's item ended the `block_on` was never
+/// polled again, and the pipeline hung once it needed that read's records.
+/// The yield makes `block_on` go through that list first.
+async fn flushing_deferred<F: std::future::Future>(item: F) -> F::Output {
+    let out = item.await;
+    tokio::task::yield_now().await;
+    out
 }
 
 /// Up to `more` items of `stream` that are ready now, pushed onto `ahead`;
