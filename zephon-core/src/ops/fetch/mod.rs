@@ -67,6 +67,10 @@ pub struct Fetch<S> {
     pending: Vec<SamplePtr>,
     pending_at: usize,
     in_flight: FuturesOrdered<BoxFuture<'static, Result<Chunks>>>,
+    /// A read that was done when it was sent, with none before it in
+    /// flight (a mapped or in-memory shard): taken as it is, where going
+    /// through `in_flight` cost a task allocation and a wake-up per group.
+    read_now: Option<Result<Chunks>>,
     /// The chunk of the last read group being handed out, in place: no
     /// copy into a queue.
     ready: std::vec::IntoIter<Record>,
@@ -102,6 +106,7 @@ impl<S> Fetch<S> {
             pending: Vec::new(),
             pending_at: 0,
             in_flight: FuturesOrdered::new(),
+            read_now: None,
             ready: Vec::new().into_iter(),
             chunks: Vec::new().into_iter(),
             chunking: None,
@@ -163,7 +168,11 @@ impl<S> Fetch<S> {
 
     /// Records read and not yet handed out.
     fn ready_len(&self) -> usize {
-        self.ready.len() + self.chunks.as_slice().iter().map(Vec::len).sum::<usize>()
+        let now = match &self.read_now {
+            Some(Ok(chunks)) => chunks.iter().map(Vec::len).sum(),
+            _ => 0,
+        };
+        self.ready.len() + self.chunks.as_slice().iter().map(Vec::len).sum::<usize>() + now
     }
 }
 
@@ -189,15 +198,24 @@ impl Chunking {
 }
 
 /// Sends the open group, if any, to be read: counted in, cut as
-/// `chunking` asks. Whether there was one.
-fn flush<S>(this: &mut FetchProj<'_, S>) -> bool {
+/// `chunking` asks. Whether there was one. A read that is done at once
+/// while none is in flight goes to `read_now`: nothing before it is
+/// waited for, so the order holds.
+fn flush<S>(this: &mut FetchProj<'_, S>, cx: &mut Context<'_>) -> bool {
     if this.group.is_empty() {
         return false;
     }
     let group = std::mem::take(this.group);
     this.probe.input_n(group.len());
     let cut = this.chunking.as_mut().map(|c| c.cut(group.len()));
-    let read = read_window(this.catalog, group, cut, this.inst.clone());
+    let mut read = read_window(this.catalog, group, cut, this.inst.clone());
+    if this.in_flight.is_empty()
+        && this.read_now.is_none()
+        && let Poll::Ready(r) = read.poll_unpin(cx)
+    {
+        *this.read_now = Some(r);
+        return true;
+    }
     this.in_flight.push_back(read);
     true
 }
@@ -276,6 +294,7 @@ where
             && self.group.is_empty()
             && self.pending() == 0
             && self.in_flight.is_empty()
+            && self.read_now.is_none()
             && self.ready_len() == 0
     }
 }
@@ -316,12 +335,12 @@ where
                 continue;
             }
             // Fill the in-flight window with groups of same-shard pointers.
-            while this.in_flight.len() < *this.parallelism {
+            while this.in_flight.len() < *this.parallelism && this.read_now.is_none() {
                 if let Some(p) = this.carry.take() {
                     this.group.push(p);
                 }
                 if *this.done {
-                    flush(&mut this);
+                    flush(&mut this, cx);
                     break;
                 }
                 let polled = if let Some(&p) = this.pending.get(*this.pending_at) {
@@ -377,19 +396,19 @@ where
                                 *this.pending_at += n;
                             }
                         } else {
-                            flush(&mut this);
+                            flush(&mut this, cx);
                             *this.carry = Some(p);
                         }
                     }
                     Poll::Ready(Some(Err(e))) => {
-                        flush(&mut this);
+                        flush(&mut this, cx);
                         this.in_flight
                             .push_back(futures::future::ready(Err(e)).boxed());
                     }
                     Poll::Ready(None) => *this.done = true,
                     Poll::Pending => {
                         // Do not hold a partial group back waiting for more.
-                        if !flush(&mut this) && this.in_flight.is_empty() {
+                        if !flush(&mut this, cx) && this.in_flight.is_empty() {
                             this.probe.input_pending();
                         }
                         break;
@@ -399,7 +418,11 @@ where
             if let Some(s) = this.probe.stats() {
                 s.max_queue.observe(this.in_flight.len() as u64);
             }
-            match this.in_flight.poll_next_unpin(cx) {
+            let read = match this.read_now.take() {
+                Some(r) => Poll::Ready(Some(r)),
+                None => this.in_flight.poll_next_unpin(cx),
+            };
+            match read {
                 Poll::Ready(Some(Ok(chunks))) => {
                     this.probe.output_n(chunks.iter().map(Vec::len).sum());
                     *this.chunks = chunks.into_iter();

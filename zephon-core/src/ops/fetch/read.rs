@@ -45,7 +45,8 @@ fn read_group(
     else {
         return futures::future::ready(Err(Error::UnknownPointer { ptr: first })).boxed();
     };
-    let dataset = catalog[first.dataset as usize].name().to_owned();
+    // Named only in the error below: a counted clone, not a copy per group.
+    let catalog = catalog.clone();
     async move {
         let timed = inst.op.is_some() || inst.fetch.is_some();
         let t0 = timed.then(Instant::now);
@@ -95,7 +96,8 @@ fn read_group(
             return Err(Error::Operator {
                 op: "fetch",
                 message: format!(
-                    "dataset `{dataset}`, shard `{}` returned {} records for {} samples",
+                    "dataset `{}`, shard `{}` returned {} records for {} samples",
+                    catalog[first.dataset as usize].name(),
                     shard.name(),
                     count,
                     group.len()
