@@ -26,6 +26,7 @@ pub mod mds;
 #[cfg(feature = "parquet")]
 pub mod parquet;
 pub mod shard;
+pub mod text;
 pub mod tokens;
 pub mod webdataset;
 

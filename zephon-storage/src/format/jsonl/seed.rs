@@ -3,6 +3,7 @@
 //! [`Value::from_json`] makes them, strings without escapes as views of the
 //! shard's bytes where the line is a slice of them.
 
+use crate::format::text::text_view;
 use bytes::Bytes;
 use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use zephon_core::Value;
@@ -195,6 +196,6 @@ fn view(base: &Bytes, s: &str) -> Option<ByteString> {
     let from = at.checked_sub(start)?;
     let to = from.checked_add(s.len()).filter(|&to| to <= base.len())?;
     // Checked again as UTF-8 (the parser checked it already; the bytes are
-    // in the cache), which keeps this free of `unsafe`.
-    ByteString::try_from(base.slice(from..to)).ok()
+    // in the cache), which keeps this free of an `unsafe` of its own.
+    text_view(base.slice(from..to)).ok()
 }

@@ -2,9 +2,9 @@
 //! encoding, chosen once per shard.
 
 use super::FormatResult;
+use crate::format::text::text_view;
 use bytes::Bytes;
 use zephon_core::Value;
-use zephon_core::record::ByteString;
 
 /// How a column's bytes become a [`Value`] (the encodings of the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,9 +101,7 @@ pub(super) fn decode_value(
             .ok_or_else(|| format!("{} needs {n} bytes, found {}", kind.name(), b.len()))
     };
     Ok(match kind {
-        Kind::Text => {
-            Value::TextView(ByteString::try_from(shared()).map_err(|e| format!("not UTF-8: {e}"))?)
-        }
+        Kind::Text => Value::TextView(text_view(shared()).map_err(|e| format!("not UTF-8: {e}"))?),
         Kind::Bytes => Value::Bytes(shared()),
         Kind::I64 => Value::Int(i64::from_le_bytes(fixed(8)?.try_into().expect("8"))),
         Kind::I32 => Value::Int(i32::from_le_bytes(fixed(4)?.try_into().expect("4")) as i64),

@@ -23,13 +23,14 @@ pub use members::MAX_EXTENDED_HEADER;
 
 use super::lines::each_prefetched;
 use super::{FormatResult, ShardIndex};
+use crate::format::text::text_view;
 
 use bytes::Bytes;
 use std::io::{Cursor, Read};
 /// The `tar` crate, re-exported so callers write shards with the version
 /// Zephon reads them with.
 pub use tar;
-use zephon_core::record::{ByteString, FieldName, Fields, Schema};
+use zephon_core::record::{FieldName, Fields, Schema};
 use zephon_core::{Record, Value};
 
 /// The field holding a sample's key.
@@ -196,7 +197,7 @@ fn value_of(field: &str, bytes: Bytes) -> FormatResult<Value> {
     let not_utf8 = |e: std::str::Utf8Error| format!("field {field:?} is not UTF-8: {e}");
     let text = |b: &Bytes| std::str::from_utf8(b).map(str::to_owned).map_err(not_utf8);
     Ok(match field {
-        "txt" | "text" => Value::TextView(ByteString::try_from(bytes).map_err(not_utf8)?),
+        "txt" | "text" => Value::TextView(text_view(bytes).map_err(not_utf8)?),
         "json" => Value::from_json(
             serde_json::from_slice(&bytes)
                 .map_err(|e| format!("field {field:?} is not valid JSON: {e}"))?,
