@@ -208,7 +208,8 @@ fn flush<S>(this: &mut FetchProj<'_, S>, cx: &mut Context<'_>) -> bool {
     let group = std::mem::take(this.group);
     this.probe.input_n(group.len());
     let cut = this.chunking.as_mut().map(|c| c.cut(group.len()));
-    let mut read = read_window(this.catalog, group, cut, this.inst.clone());
+    let one_shard = !*this.across_shards;
+    let mut read = read_window(this.catalog, group, one_shard, cut, this.inst.clone());
     if this.in_flight.is_empty()
         && this.read_now.is_none()
         && let Poll::Ready(r) = read.poll_unpin(cx)
@@ -343,8 +344,10 @@ where
                     flush(&mut this, cx);
                     break;
                 }
+                let mut from_pending = false;
                 let polled = if let Some(&p) = this.pending.get(*this.pending_at) {
                     *this.pending_at += 1;
+                    from_pending = true;
                     Poll::Ready(Some(Ok(p)))
                 } else if let Some(runs) = *this.runs {
                     this.pending.clear();
@@ -353,6 +356,7 @@ where
                         Some(0) => Poll::Ready(None),
                         Some(_) => {
                             *this.pending_at = 1;
+                            from_pending = true;
                             Poll::Ready(Some(Ok(this.pending[0])))
                         }
                         None => {
@@ -397,7 +401,16 @@ where
                             }
                         } else {
                             flush(&mut this, cx);
-                            *this.carry = Some(p);
+                            if from_pending {
+                                // Left in the run it came from: the next
+                                // group starts with it, and a whole run then
+                                // becomes that group by the swap above. Held
+                                // aside, it made every later group a copy
+                                // of its run.
+                                *this.pending_at -= 1;
+                            } else {
+                                *this.carry = Some(p);
+                            }
                         }
                     }
                     Poll::Ready(Some(Err(e))) => {

@@ -112,18 +112,20 @@ fn read_group(
 /// Reads a group whose pointers may name several shards: one
 /// [`read_group`] per shard, all at once, the records put back in pointer
 /// order. A group of one shard is cut into chunks as `cut` asks; one of
-/// several comes back in one chunk.
+/// several comes back in one chunk. `one_shard`: the caller built the group
+/// from one shard's pointers only (`fetch` without `across_shards`), so
+/// they are not looked over again.
 pub(super) fn read_window(
     catalog: &Catalog,
     group: Vec<SamplePtr>,
+    one_shard: bool,
     cut: Cut,
     inst: Instruments,
 ) -> BoxFuture<'static, Result<Chunks>> {
     let first = group[0];
-    if group
-        .iter()
-        .all(|p| p.dataset == first.dataset && p.shard == first.shard)
-    {
+    let same = |p: &SamplePtr| p.dataset == first.dataset && p.shard == first.shard;
+    debug_assert!(!one_shard || group.iter().all(same));
+    if one_shard || group.iter().all(same) {
         return read_group(catalog, group, cut, inst);
     }
     // Each shard's positions and pointers, in order of first appearance.
