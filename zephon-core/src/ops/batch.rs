@@ -379,7 +379,14 @@ where
                         .iter()
                         .take_while(|x| x.lane() == lane)
                         .count();
-                    items.extend(ready.by_ref().take(run));
+                    if run == ready.len() {
+                        // The rest of a chunk the input began handing out
+                        // one by one: moved in one copy, where a run taken
+                        // from the iterator is moved element by element.
+                        items.extend(std::mem::take(ready));
+                    } else {
+                        items.extend(ready.by_ref().take(run));
+                    }
                     if items.len() == *this.size {
                         let b = close(this.probe, None, *this.size, lane, index, items);
                         return Poll::Ready(Some(Ok(b)));
