@@ -49,7 +49,7 @@ fn shard(kind: Fields) -> (Bytes, Vec<(usize, usize)>) {
     (Bytes::from(buf), spans)
 }
 
-fn run(b: divan::Bencher, kind: Fields, check: impl Fn(Bytes) -> bool + Sync) {
+fn run(b: divan::Bencher, kind: Fields, check: impl Fn(Bytes) -> bool) {
     let (data, spans) = shard(kind);
     b.counter(divan::counter::ItemsCount::new(N))
         .bench_local(|| {
