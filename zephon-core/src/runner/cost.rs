@@ -11,7 +11,12 @@
 //! against 6.1-6.6 M on one). And the items a pool thread makes are read
 //! and freed on another core, a few cache misses each: a shuffled read of
 //! MDS samples (about 150 ns a sample) still ran slower handed over than
-//! in place, however many were read at once. Work measured to cost less
+//! in place, however many were read at once. Part of that was a count
+//! every record updated on the cache line all threads shared (the shard's
+//! handle, a schema's lock: see `Schema`); without it JSON lines of about
+//! 260 ns each read on two threads at 4.9-5.2 M lines/s handed over,
+//! against 3.4-3.7 M in place and 3.7-3.8 M on one thread, so the line
+//! between the two is now lower. Work measured to cost less
 //! than [`IN_PLACE_BELOW`] in all, or less than [`IN_PLACE_PER_ITEM`] an
 //! item (up to [`IN_PLACE_MOST`] in all), runs where it is polled instead;
 //! work that costs more (JSON lines by the hundred, tar members) still goes
@@ -35,8 +40,9 @@ pub const IN_PLACE_BELOW: Duration = Duration::from_micros(50);
 /// Work measured to take less than this an item runs in place too, up to
 /// [`IN_PLACE_MOST`] a micro-batch: the items a pool thread makes are
 /// then read and freed on another core, a few cache misses each, which
-/// costs about as much again as such an item's work.
-pub const IN_PLACE_PER_ITEM: Duration = Duration::from_nanos(300);
+/// costs about as much again as such an item's work (an MDS sample's 100
+/// ns); a JSON line's 260 ns gains from a second core.
+pub const IN_PLACE_PER_ITEM: Duration = Duration::from_nanos(150);
 
 /// The most a micro-batch of cheap items ([`IN_PLACE_PER_ITEM`]) runs in
 /// place for: longer would hold up the other tasks of an async worker.

@@ -96,7 +96,7 @@ impl Shard for LocalJsonlShard {
         let (file, index, names) = (self.file.clone(), self.index.clone(), self.names.clone());
         let (dataset, name) = (self.dataset.clone(), self.name.clone());
         offload_measured("fetch", &self.parse_cost, count as usize, move || {
-            let data = file.bytes()?;
+            let data = crate::format::shard::read_handle(file.bytes()?);
             let mut out = Vec::new();
             parse_indexed(
                 &data,
@@ -132,7 +132,7 @@ impl Shard for LocalJsonlShard {
         let (file, index, names) = (self.file.clone(), self.index.clone(), self.names.clone());
         let (dataset, name) = (self.dataset.clone(), self.name.clone());
         offload_measured("fetch", &self.parse_cost, indices.len(), move || {
-            let data = file.bytes()?;
+            let data = crate::format::shard::read_handle(file.bytes()?);
             let runs = runs(&indices);
             let spans = index.run_spans(&runs);
             let mut out = Vec::with_capacity(indices.len());
