@@ -13,8 +13,8 @@
 //! MDS samples (about 150 ns a sample) still ran slower handed over than
 //! in place, however many were read at once. Part of that was a count
 //! every record updated on the cache line all threads shared (the shard's
-//! handle, a schema's lock: see `Schema`); without it JSON lines of about
-//! 260 ns each read on two threads at 4.9-5.2 M lines/s handed over,
+//! handle, a schema's lock: see `Schema`); without it JSON lines of
+//! 200-330 ns each read on two threads at 4.9-5.2 M lines/s handed over,
 //! against 3.4-3.7 M in place and 3.7-3.8 M on one thread, so the line
 //! between the two is now lower. Work measured to cost less
 //! than [`IN_PLACE_BELOW`] in all, or less than [`IN_PLACE_PER_ITEM`] an
@@ -40,8 +40,9 @@ pub const IN_PLACE_BELOW: Duration = Duration::from_micros(50);
 /// Work measured to take less than this an item runs in place too, up to
 /// [`IN_PLACE_MOST`] a micro-batch: the items a pool thread makes are
 /// then read and freed on another core, a few cache misses each, which
-/// costs about as much again as such an item's work (an MDS sample's 100
-/// ns); a JSON line's 260 ns gains from a second core.
+/// costs about as much again as such an item's work (an MDS or Parquet
+/// sample's 65-100 ns, as measured by `bench formats`); a JSON line's
+/// 200-330 ns gains from a second core.
 pub const IN_PLACE_PER_ITEM: Duration = Duration::from_nanos(150);
 
 /// The most a micro-batch of cheap items ([`IN_PLACE_PER_ITEM`]) runs in
