@@ -366,8 +366,7 @@ impl Schema {
         }
         let n = FieldName::from(s);
         if names.len() < MAX_NAMES {
-            let mut more = Vec::with_capacity(names.len() + 1);
-            more.extend(names.iter().cloned());
+            let mut more = Vec::clone(&names);
             more.push(n.clone());
             self.names.store(std::sync::Arc::new(more));
         }

@@ -5,6 +5,7 @@ use crate::format::detect::DetectedShard;
 use crate::format::jsonl::{LineIndex, parse_indexed};
 use crate::format::lines::{each_prefetched, runs};
 use crate::format::shard::map_file;
+use crate::format::shard::read_handle;
 use crate::format::{FormatOptions, FormatShard, FormatSpec, OPEN_THREADS};
 use crate::options::MANIFEST_LIMIT;
 use bytes::Bytes;
@@ -96,7 +97,7 @@ impl Shard for LocalJsonlShard {
         let (file, index, names) = (self.file.clone(), self.index.clone(), self.names.clone());
         let (dataset, name) = (self.dataset.clone(), self.name.clone());
         offload_measured("fetch", &self.parse_cost, count as usize, move || {
-            let data = crate::format::shard::read_handle(file.bytes()?);
+            let data = read_handle(file.bytes()?);
             let mut out = Vec::new();
             parse_indexed(
                 &data,
@@ -132,7 +133,7 @@ impl Shard for LocalJsonlShard {
         let (file, index, names) = (self.file.clone(), self.index.clone(), self.names.clone());
         let (dataset, name) = (self.dataset.clone(), self.name.clone());
         offload_measured("fetch", &self.parse_cost, indices.len(), move || {
-            let data = crate::format::shard::read_handle(file.bytes()?);
+            let data = read_handle(file.bytes()?);
             let runs = runs(&indices);
             let spans = index.run_spans(&runs);
             let mut out = Vec::with_capacity(indices.len());
