@@ -23,6 +23,16 @@ pub trait Shard: Send + Sync + fmt::Debug {
         self.len() == 0
     }
 
+    /// A fingerprint of the shard's content, where the shard knows one: a
+    /// manifest's checksum, or a hash of the file's size and of sampled
+    /// bytes. A [`Recipe`](crate::checkpoint::Recipe) records it with the
+    /// shard's name, so a checkpoint is refused when resumed over data that
+    /// changed under it (see [`checkpoint`](crate::checkpoint)). `None`
+    /// (the default) records nothing for the shard beyond its sample count.
+    fn fingerprint(&self) -> Option<u64> {
+        None
+    }
+
     /// Reads `count` consecutive samples starting at `start`.
     fn read_run(&self, start: u64, count: u64) -> BoxFuture<'_, Result<Vec<Record>>>;
 

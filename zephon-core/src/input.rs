@@ -81,7 +81,7 @@ pub fn open_regular(
     Err(not_regular(kind))
 }
 
-fn not_regular(kind: std::fs::FileType) -> io::Error {
+pub(crate) fn not_regular(kind: std::fs::FileType) -> io::Error {
     io::Error::new(
         io::ErrorKind::InvalidInput,
         format!("not a regular file but {}", kind_name(kind)),

@@ -50,6 +50,7 @@ pub mod hash;
 pub mod input;
 pub mod obs;
 pub mod ops;
+pub mod output;
 pub mod pointer;
 pub mod record;
 pub mod runner;

@@ -49,6 +49,7 @@ pub mod stats;
 pub mod to_training;
 pub mod tokenize;
 pub mod tokenize_chat;
+pub mod tokenizer_file;
 pub mod training;
 
 /// The Hugging Face `tokenizers` crate, re-exported for

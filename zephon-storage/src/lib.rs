@@ -34,6 +34,7 @@ pub mod blocks;
 pub mod cache;
 mod compressed;
 pub mod download;
+pub mod fingerprint;
 pub mod format;
 pub mod local;
 pub mod manifest;

@@ -125,6 +125,17 @@ pub struct ShardEntry {
 }
 
 impl ShardEntry {
+    /// What the entry says of its object's content, as a
+    /// [`Shard::fingerprint`](zephon_core::Shard::fingerprint): its size,
+    /// and its SHA-256 where the manifest has one.
+    pub fn fingerprint(&self) -> u64 {
+        let sha = self
+            .sha256
+            .as_deref()
+            .map_or(0, |s| zephon_core::hash::bytes(s.as_bytes()));
+        zephon_core::hash::key(&[self.bytes, sha])
+    }
+
     /// An entry with no checksum and no index.
     pub fn new(path: impl Into<String>, samples: u64, bytes: u64) -> Self {
         ShardEntry {

@@ -234,6 +234,10 @@ impl Shard for CachedShard {
         &self.uri
     }
 
+    fn fingerprint(&self) -> Option<u64> {
+        Some(self.entry.fingerprint())
+    }
+
     fn len(&self) -> u64 {
         self.entry.samples
     }
@@ -415,6 +419,10 @@ async fn read_line_index(
 impl Shard for RangeShard {
     fn name(&self) -> &str {
         &self.uri
+    }
+
+    fn fingerprint(&self) -> Option<u64> {
+        Some(self.entry.fingerprint())
     }
 
     fn len(&self) -> u64 {

@@ -8,8 +8,9 @@
 use crate::cmd::flags::{AT_LEAST_ONE, ranged};
 use anyhow::{Context, Result};
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use zephon_core::checkpoint::{Checkpoint, Recipe, ResumeExt};
+use zephon_core::output::{PendingFile, check_destination};
 use zephon_core::settings::{BATCH_SIZE, BUFFER_SIZE, CANONICAL_LANES, PARALLELISM, WORLD_SIZE};
 use zephon_core::work::Launcher;
 use zephon_core::{Dataset, PipelineExt, Runner, ShuffleMode, Value, WorkSource};
@@ -66,20 +67,10 @@ pub struct Args {
 
 /// Runs the rank.
 pub fn run(args: Args) -> Result<()> {
-    // The checkpoint is written after the steps: a folder that is not there
-    // is said before they run, not after.
-    if let Some(path) = &args.checkpoint_out {
-        let folder = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => std::path::Path::new("."),
-        };
-        anyhow::ensure!(
-            folder.is_dir(),
-            "--checkpoint-out {}: the folder {} does not exist",
-            path.display(),
-            folder.display()
-        );
-    }
+    // Every output is checked before anything runs or is opened for
+    // writing: an output that is an input, or the other output, would
+    // destroy it.
+    check_outputs(&args)?;
     let ds = Dataset::from_path("data", &args.data)?;
     let mut builder = WorkSource::builder()
         .dataset(ds, 1.0)
@@ -124,12 +115,18 @@ pub fn run(args: Args) -> Result<()> {
         .into_blocking_iter(Runner::Threads {
             workers: args.parallelism,
         })?;
-    let file = std::fs::File::create(&args.out)
-        .with_context(|| format!("creating {}", args.out.display()))?;
-    let mut out = std::io::BufWriter::new(file);
+    // Written beside its destination and renamed there at the end: a
+    // failed run leaves no half-written log in its place.
+    let mut pending =
+        PendingFile::beside(&args.out).with_context(|| format!("--out {}", args.out.display()))?;
+    let mut out = std::io::BufWriter::new(pending.file());
+    // The data ran out before the steps did: said in the checkpoint, so
+    // that it merges with the files of ranks whose lanes had more.
+    let mut ended = true;
     for b in batches {
         let b = b?;
         if b.index >= until {
+            ended = false;
             break;
         }
         // A sample without an integer `id` is an error naming it: a
@@ -154,8 +151,78 @@ pub fn run(args: Args) -> Result<()> {
     }
     out.flush()
         .with_context(|| format!("writing {}", args.out.display()))?;
+    drop(out);
+    pending
+        .commit()
+        .with_context(|| format!("writing {}", args.out.display()))?;
+    if ended {
+        progress.mark_ended();
+    }
     if let Some(path) = &args.checkpoint_out {
         progress.checkpoint().save(path)?;
+    }
+    Ok(())
+}
+
+/// `path` made absolute with its folder's links resolved (the file itself
+/// need not exist yet), to compare outputs with inputs.
+fn resolved(path: &Path) -> Result<PathBuf> {
+    let folder = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let folder = folder.canonicalize().with_context(|| {
+        format!(
+            "{}: the folder {} does not exist",
+            path.display(),
+            folder.display()
+        )
+    })?;
+    Ok(match path.file_name() {
+        Some(name) => folder.join(name),
+        None => folder,
+    })
+}
+
+/// Refuses outputs that are special files or folders, that lie in the
+/// dataset's folder, a batch log that is one of the checkpoints resumed
+/// from, or two outputs that are the same file: all before the run.
+fn check_outputs(args: &Args) -> Result<()> {
+    let data = args
+        .data
+        .canonicalize()
+        .with_context(|| format!("--data {}", args.data.display()))?;
+    let mut outputs = vec![("--out", &args.out)];
+    if let Some(c) = &args.checkpoint_out {
+        outputs.push(("--checkpoint-out", c));
+    }
+    let mut seen: Vec<(&str, PathBuf)> = Vec::new();
+    for (flag, path) in outputs {
+        check_destination(path).with_context(|| format!("{flag} {}", path.display()))?;
+        let at = resolved(path).with_context(|| flag.to_string())?;
+        // A link to an existing file is judged by the file it points at.
+        let at = at.canonicalize().unwrap_or(at);
+        anyhow::ensure!(
+            !at.starts_with(&data),
+            "{flag} {}: inside the dataset folder {} (--data): an output may not be written among the shards",
+            path.display(),
+            data.display()
+        );
+        // The new checkpoint may replace the one resumed from (it was read
+        // first, and is replaced whole); the batch log may not.
+        for r in args.resume.iter().filter(|_| flag == "--out") {
+            if let Ok(r) = resolved(r).map(|p| p.canonicalize().unwrap_or(p)) {
+                anyhow::ensure!(
+                    r != at,
+                    "{flag} {}: it is the checkpoint resumed from (--resume); write the new one elsewhere",
+                    path.display()
+                );
+            }
+        }
+        if let Some((other, _)) = seen.iter().find(|(_, p)| *p == at) {
+            anyhow::bail!("{flag} {}: the same file as {other}", path.display());
+        }
+        seen.push((flag, at));
     }
     Ok(())
 }

@@ -171,14 +171,12 @@ impl Checkpoint {
         } else {
             self.to_bytes()
         };
-        let mut tmp = path.as_os_str().to_owned();
-        tmp.push(".tmp");
-        let io = |source| Error::Io {
+        // Written whole under a unique temporary name, then renamed: a
+        // failed write or a kill leaves the old checkpoint (see `output`).
+        crate::output::write_atomic(path, &data).map_err(|source| Error::Io {
             path: path.display().to_string(),
             source,
-        };
-        std::fs::write(&tmp, data).map_err(io)?;
-        std::fs::rename(&tmp, path).map_err(io)
+        })
     }
 
     /// Reads a checkpoint file in either form (recognised by its first

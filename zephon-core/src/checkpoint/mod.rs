@@ -112,7 +112,7 @@ mod validate;
 pub use cut::{CutContext, CutSource, LaneCut, OpLaneCut, OpState, Preamble};
 pub use listed::{PtrJournal, PtrList};
 pub use progress::{Checkpointed, CheckpointedExt, Delivered, Progress};
-pub use recipe::Recipe;
+pub use recipe::{Recipe, SHARD_PREFIX};
 pub use resume::{ResumeExt, ResumeFrom};
 pub use state::{CHECKPOINT_VERSION, Checkpoint, LaneProgress, lane_runs};
 pub use stream::{CheckpointedStream, CheckpointedStreamExt};

@@ -37,19 +37,81 @@ pub struct Recipe {
     canonical_lanes: u32,
     positions: Option<u64>,
     settings: BTreeMap<String, u64>,
+    /// Per shard setting (see [`SHARD_PREFIX`]), the shard's name in words.
+    shard_names: BTreeMap<String, String>,
+}
+
+/// Names of the settings that record the identity of a shard: `shard
+/// DATASET/INDEX name` (its path below the dataset's common folder) and
+/// `shard DATASET/INDEX content` (its sample count and
+/// [`Shard::fingerprint`](crate::Shard::fingerprint)), for every shard that
+/// has a fingerprint.
+pub const SHARD_PREFIX: &str = "shard ";
+
+/// The shard names of `names` below their longest common folder, so a
+/// dataset moved or copied whole keeps them, while a shard renamed or moved
+/// into a subfolder does not.
+fn relative_names(names: &[&str]) -> Vec<String> {
+    let folder = |n: &str| n.rfind('/').map_or(0, |i| i + 1);
+    let mut common = names.first().map_or(0, |n| folder(n));
+    for n in names {
+        let a = &names[0].as_bytes()[..common];
+        let same = a
+            .iter()
+            .zip(n.as_bytes())
+            .take_while(|(x, y)| x == y)
+            .count();
+        common = folder(&names[0][..same.min(common)]);
+    }
+    names.iter().map(|n| n[common..].to_owned()).collect()
 }
 
 impl Recipe {
     /// The recipe of `work`, with no operator settings yet.
+    ///
+    /// The shards of its datasets that know a
+    /// [`fingerprint`](crate::Shard::fingerprint) enter it as settings
+    /// (see [`SHARD_PREFIX`]): a restore over data that changed is refused,
+    /// naming the shard.
     pub fn new(work: &WorkSource) -> Self {
         let state = work.state();
+        let mut settings = BTreeMap::new();
+        let mut shard_names = BTreeMap::new();
+        for ds in work.catalog().iter() {
+            let names: Vec<&str> = ds.shards().iter().map(|s| s.name()).collect();
+            let relative = relative_names(&names);
+            for (i, (shard, rel)) in ds.shards().iter().zip(relative).enumerate() {
+                let Some(fp) = shard.fingerprint() else {
+                    continue;
+                };
+                let key = format!("{SHARD_PREFIX}{}/{i}", ds.name());
+                let words = format!("dataset `{}` shard {i} (`{}`)", ds.name(), shard.name());
+                settings.insert(format!("{key} name"), hash::bytes(rel.as_bytes()));
+                settings.insert(format!("{key} content"), hash::key(&[shard.len(), fp]));
+                shard_names.insert(format!("{key} name"), words.clone());
+                shard_names.insert(format!("{key} content"), words);
+            }
+        }
         Recipe {
             work_fingerprint: state.fingerprint,
             seed: state.seed,
             canonical_lanes: state.canonical_lanes,
             positions: work.global_len(),
-            settings: BTreeMap::new(),
+            settings,
+            shard_names,
         }
+    }
+
+    /// The fingerprint a checkpoint written before shards were recorded
+    /// holds: that of the settings other than the shards'.
+    pub(crate) fn fingerprint_without_shards(&self) -> u64 {
+        let settings: BTreeMap<String, u64> = self
+            .settings
+            .iter()
+            .filter(|(k, _)| !k.starts_with(SHARD_PREFIX))
+            .map(|(k, v)| (k.clone(), *v))
+            .collect();
+        fingerprint_of(self.work_fingerprint, &settings)
     }
 
     /// Adds (or replaces) a data-shaping setting, identified by `name` and
@@ -94,13 +156,29 @@ impl Recipe {
 
     /// The settings that differ between this recipe and `other`, in words
     /// (`"pack (differs)"`, `"mixture (only in the checkpoint)"`, ...).
+    /// A shard's settings are said in words: `dataset `web` shard 2
+    /// (`/data/b.jsonl`): content differs from the checkpointed run's`.
     pub fn differences(&self, other: &BTreeMap<String, u64>) -> Vec<String> {
         let mut out = Vec::new();
+        let shard = |name: &str, what: &str| {
+            let words = self.shard_names.get(name)?;
+            let part = name.rsplit(' ').next().unwrap_or("identity");
+            Some(format!("{words}: its {part} {what}"))
+        };
         for (name, h) in &self.settings {
             match other.get(name) {
                 Some(o) if o == h => {}
-                Some(_) => out.push(format!("{name} (differs)")),
-                None => out.push(format!("{name} (only in this run)")),
+                Some(_) => out.push(
+                    shard(
+                        name,
+                        "differs from the checkpointed run's (size, sample count or bytes changed)",
+                    )
+                    .unwrap_or_else(|| format!("{name} (differs)")),
+                ),
+                None => out.push(
+                    shard(name, "is not in the checkpointed run")
+                        .unwrap_or_else(|| format!("{name} (only in this run)")),
+                ),
             }
         }
         for name in other.keys() {
@@ -127,7 +205,15 @@ impl fmt::Debug for Recipe {
             )
             .field("seed", &self.seed)
             .field("canonical_lanes", &self.canonical_lanes)
-            .field("settings", &self.settings.keys().collect::<Vec<_>>())
+            .field(
+                "settings",
+                &self
+                    .settings
+                    .keys()
+                    .filter(|k| !k.starts_with(SHARD_PREFIX))
+                    .collect::<Vec<_>>(),
+            )
+            .field("shards", &(self.shard_names.len() / 2))
             .finish()
     }
 }

@@ -281,8 +281,22 @@ impl Checkpoint {
                 ),
             ));
         }
-        if self.recipe_fingerprint != recipe.fingerprint() {
-            let diff = recipe.differences(&self.settings);
+        // A checkpoint written before shards were recorded holds none: it is
+        // checked against the other settings.
+        let recorded = self
+            .settings
+            .keys()
+            .any(|k| k.starts_with(super::recipe::SHARD_PREFIX));
+        let expected = match recorded {
+            true => recipe.fingerprint(),
+            false => recipe.fingerprint_without_shards(),
+        };
+        if self.recipe_fingerprint != expected {
+            let mut diff = recipe.differences(&self.settings);
+            if !recorded {
+                let ours = recipe.differences(&BTreeMap::new());
+                diff.retain(|d| !ours.contains(d) || !d.starts_with("dataset `"));
+            }
             return Err(err(
                 origin,
                 format!(
@@ -305,48 +319,51 @@ fn rounds(c: &Checkpoint) -> u64 {
     u64::try_from(total.div_ceil(c.lanes.len().max(1) as u128)).unwrap_or(u64::MAX)
 }
 
-/// Refuses parts taken at different steps. A training loop counts a step
-/// either as the next batch of every lane (the step is the most batches of
-/// a lane) or as one batch per owned lane in round robin (the rounds); lanes
-/// that run dry near the end of a finite run make one count differ across
-/// ranks at the same step, and some pipelines end a lane before its
-/// positions do. So a part is refused only on clear evidence: behind the
-/// furthest part by both counts, its pipeline not ended, every one of its
-/// lanes at the same count (none ran dry before the others), and a lane
-/// with positions left (a cut that consumed fewer of the lane's positions
-/// than the run has, or a run that repeats forever).
+/// Refuses parts taken at different steps: a set of rank files agrees on
+/// the step, always. A training loop counts a step either as the next
+/// batch of every owned lane (the step is the most batches a lane
+/// delivered: lanes with data left all hold that many at a step boundary)
+/// or as one batch per owned lane in round robin, whichever lane has one
+/// (the rounds). The parts whose pipeline had not ended must all agree by
+/// one of the two counts. A part whose pipeline ended (every lane ran dry,
+/// see [`Progress::mark_ended`](super::Progress::mark_ended)) holds the
+/// same state at every later step, so it joins parts of its own step or of
+/// a later one, never of an earlier one: its last batch came after theirs.
 fn check_same_step(parts: &[(Checkpoint, String)]) -> Result<()> {
-    let count = |c: &Checkpoint| (c.step, rounds(c));
-    let Some((ahead, ahead_name)) = parts.iter().max_by_key(|(c, _)| count(c)) else {
+    let ended = |c: &Checkpoint| !c.lanes.is_empty() && c.lanes.values().all(|p| p.ended);
+    let live: Vec<&(Checkpoint, String)> = parts.iter().filter(|(c, _)| !ended(c)).collect();
+    let Some((first, first_name)) = live.first().map(|p| (&p.0, &p.1)) else {
         return Ok(());
     };
-    let (step, per_lane) = count(ahead);
-    for (part, name) in parts {
-        let (s, r) = count(part);
-        let behind = s < step && r < per_lane;
-        let uniform = part.lanes.values().all(|p| p.batches == s && !p.ended);
-        let live = part.lanes.keys().find(|&&lane| has_data_left(part, lane));
-        if behind
-            && uniform
-            && let Some(lane) = live
-        {
+    let (step, per_lane) = (first.step, rounds(first));
+    let same_step = live.iter().all(|(c, _)| c.step == step);
+    let same_rounds = live.iter().all(|(c, _)| rounds(c) == per_lane);
+    if !same_step && !same_rounds {
+        let (part, name) = live
+            .iter()
+            .map(|p| (&p.0, &p.1))
+            .find(|(c, _)| c.step != step)
+            .unwrap_or((first, first_name));
+        return Err(err(
+            &format!("{name} (merged with {first_name})"),
+            format!(
+                "taken at step {}, {first_name} at step {step}: checkpoints of different steps",
+                part.step
+            ),
+        ));
+    }
+    for (part, name) in parts.iter().filter(|(c, _)| ended(c)) {
+        // Later by every count the live parts agree on.
+        let later = (!same_step || part.step > step) && (!same_rounds || rounds(part) > per_lane);
+        if later {
             return Err(err(
-                &format!("{name} (merged with {ahead_name})"),
+                &format!("{name} (merged with {first_name})"),
                 format!(
-                    "taken at step {s} (lane {lane} with data left), {ahead_name} at step {step}: checkpoints of different steps"
+                    "its pipeline ended at step {}, after {first_name}'s step {step}: checkpoints of different steps",
+                    part.step
                 ),
             ));
         }
     }
     Ok(())
-}
-
-/// Whether `lane` provably had pointers left when `c` was taken.
-fn has_data_left(c: &Checkpoint, lane: LaneId) -> bool {
-    let Some(total) = c.positions else {
-        return true;
-    };
-    let lanes = c.canonical_lanes.max(1) as u64;
-    let len = total.saturating_sub(lane as u64).div_ceil(lanes);
-    c.cuts.get(&lane).is_some_and(|cut| cut.consumed() < len)
 }

@@ -96,37 +96,27 @@ impl fmt::Debug for TokenizeConfig {
 }
 
 impl TokenizeConfig {
-    /// Loads a `tokenizer.json` file.
+    /// Loads a `tokenizer.json` file: a regular file of at most
+    /// [`TOKENIZER_FILE_BYTES`](crate::tokenizer_file::TOKENIZER_FILE_BYTES),
+    /// its normalizers checked, its own padding and truncation off (see
+    /// [`tokenizer_file`](crate::tokenizer_file)).
     pub fn from_file(path: impl AsRef<Path>) -> crate::Result<Self> {
-        let path = path.as_ref();
-        let error = |message: String| Error::Tokenizer {
-            source_name: path.display().to_string(),
-            message,
-        };
-        // Only a regular file: a FIFO or a device named as the tokenizer
-        // would hang the read or read without end.
-        let bytes =
-            zephon_core::input::read_file(path, u64::MAX).map_err(|e| error(e.to_string()))?;
-        tokenizers::Tokenizer::from_bytes(bytes)
-            .map(Self::from_tokenizer)
-            .map_err(|e| error(e.to_string()))
+        crate::tokenizer_file::read(path.as_ref()).map(Self::from_tokenizer)
     }
 
-    /// Parses the bytes of a `tokenizer.json`.
+    /// Parses the bytes of a `tokenizer.json`, with the checks of
+    /// [`from_file`](Self::from_file).
     pub fn from_bytes(bytes: impl AsRef<[u8]>) -> crate::Result<Self> {
-        tokenizers::Tokenizer::from_bytes(bytes)
-            .map(Self::from_tokenizer)
-            .map_err(|e| Error::Tokenizer {
-                source_name: "<bytes>".into(),
-                message: e.to_string(),
-            })
+        crate::tokenizer_file::parse(bytes.as_ref(), "<bytes>").map(Self::from_tokenizer)
     }
 
     /// Wraps a tokenizer built in code. Defaults: field `text`, no length
     /// limit, no special tokens, no attention mask, missing field is an error.
+    /// The tokenizer's own padding and truncation are switched off: the
+    /// operator's settings alone decide those.
     pub fn from_tokenizer(tokenizer: tokenizers::Tokenizer) -> Self {
         TokenizeConfig {
-            tokenizer: Arc::new(tokenizer),
+            tokenizer: Arc::new(crate::tokenizer_file::own_settings_off(tokenizer)),
             field: fields::TEXT.into(),
             max_length: None,
             overflow: Overflow::Truncate,

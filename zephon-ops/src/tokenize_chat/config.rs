@@ -74,7 +74,7 @@ impl ChatTokenizeConfig {
     /// field `loss_mask`, no length cap, loss on every assistant turn.
     pub fn from_tokenizer(tokenizer: tokenizers::Tokenizer) -> Self {
         ChatTokenizeConfig {
-            tokenizer: Arc::new(tokenizer),
+            tokenizer: Arc::new(crate::tokenizer_file::own_settings_off(tokenizer)),
             template: None,
             bos_token: None,
             eos_token: None,
@@ -91,13 +91,11 @@ impl ChatTokenizeConfig {
     }
 
     /// Parses the bytes of a `tokenizer.json`.
+    /// The checks of [`TokenizeConfig::from_file`](crate::TokenizeConfig::from_file)
+    /// apply: a size limit, the normalizers checked, the file's own padding
+    /// and truncation off.
     pub fn from_bytes(bytes: impl AsRef<[u8]>) -> crate::Result<Self> {
-        tokenizers::Tokenizer::from_bytes(bytes)
-            .map(Self::from_tokenizer)
-            .map_err(|e| Error::Tokenizer {
-                source_name: "<bytes>".into(),
-                message: e.to_string(),
-            })
+        crate::tokenizer_file::parse(bytes.as_ref(), "<bytes>").map(Self::from_tokenizer)
     }
 
     /// Loads a Hugging Face tokenizer folder: `tokenizer.json`, and the chat
@@ -106,10 +104,11 @@ impl ChatTokenizeConfig {
         let dir = dir.as_ref();
         let read = |name: &str| {
             let path = dir.join(name);
-            zephon_core::input::read_file(&path, u64::MAX).map_err(|e| Error::Tokenizer {
-                source_name: path.display().to_string(),
-                message: e.to_string(),
-            })
+            zephon_core::input::read_file(&path, crate::tokenizer_file::TOKENIZER_FILE_BYTES)
+                .map_err(|e| Error::Tokenizer {
+                    source_name: path.display().to_string(),
+                    message: e.to_string(),
+                })
         };
         let tokenizer = Self::from_bytes(read("tokenizer.json")?).map_err(|e| match e {
             Error::Tokenizer { message, .. } => Error::Tokenizer {

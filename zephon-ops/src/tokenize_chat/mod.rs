@@ -17,11 +17,13 @@ use zephon_core::settings::PARALLELISM;
 use zephon_core::{Record, Result};
 
 mod config;
+mod limits;
 mod prepared;
 mod template;
 mod tojson;
 
 pub use config::{ChatTokenizeConfig, LOSS_MASK, MESSAGES};
+pub use limits::{MAX_FILTER_CHAIN, MAX_TEMPLATE_BYTES, MAX_VALUE_DEPTH, MAX_VALUE_ELEMENTS};
 use prepared::Prepared;
 pub use template::TEMPLATE_FUEL;
 

@@ -3,6 +3,7 @@
 //! methods, `raise_exception`, and `{% generation %}` blocks recorded as
 //! byte spans of the output.
 
+use super::limits::check_value;
 use minijinja::syntax::SyntaxConfig;
 use minijinja::{Environment, ErrorKind, Value};
 use std::collections::BTreeMap;
@@ -121,6 +122,7 @@ pub(super) fn describe(e: &minijinja::Error) -> String {
 impl ChatTemplate {
     /// Compiles `source`; a syntax error names its line.
     pub(super) fn new(source: &str) -> Result<Self, String> {
+        super::limits::check_source(source)?;
         let (rewritten, tagged) = rewrite_generation(source);
         let mut env = Environment::new();
         let syntax = SyntaxConfig::builder()
@@ -153,7 +155,33 @@ impl ChatTemplate {
             },
         );
         env.add_filter(FILTER, |body: String| format!("{OPEN}{body}{CLOSE}"));
-        env.add_filter("tojson", super::tojson::tojson);
+        env.add_filter(
+            "tojson",
+            |value: &Value, kwargs: minijinja::value::Kwargs| {
+                check_value(value, "tojson")?;
+                super::tojson::tojson(value, kwargs)
+            },
+        );
+        // Everything a template prints, and the filters that turn a whole
+        // structure into text, measure it first (see `limits`).
+        env.set_formatter(|out, state, value| {
+            check_value(value, "{{ }}")?;
+            minijinja::escape_formatter(out, state, value)
+        });
+        env.add_filter(
+            "pprint",
+            |value: &Value| -> Result<String, minijinja::Error> {
+                check_value(value, "pprint")?;
+                Ok(format!("{value:#?}"))
+            },
+        );
+        env.add_filter(
+            "string",
+            |state: &minijinja::State, value: &Value| -> Result<Value, minijinja::Error> {
+                check_value(value, "string")?;
+                minijinja::filters::string(state, value)
+            },
+        );
         env.add_template_owned(NAME, rewritten)
             .map_err(|e| describe(&e))?;
         Ok(ChatTemplate { env, tagged })
@@ -348,5 +376,49 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.contains("U+F8F1"), "{e}");
+    }
+
+    /// Structures a template builds at run time, too deep or too large to
+    /// print, are refused when printed: they overflowed the stack or filled
+    /// memory before.
+    #[test]
+    fn structures_built_at_run_time_are_bounded_where_they_are_printed() {
+        let deep = "{% set ns = namespace(v=[]) %}{% for i in range(1000) %}\
+                    {% set ns.v = [ns.v] %}{% endfor %}";
+        let shared = "{% set ns = namespace(v=[1]) %}{% for i in range(40) %}\
+                      {% set ns.v = [ns.v, ns.v] %}{% endfor %}";
+        for (build, says) in [(deep, "nested more than"), (shared, "elements")] {
+            for print in [
+                "{{ ns.v }}",
+                "{{ ns.v|tojson }}",
+                "{{ ns.v|pprint }}",
+                "{{ ns.v|string }}",
+            ] {
+                let src = format!("{build}{print}");
+                let e = render(&src, serde_json::json!([])).unwrap_err();
+                assert!(e.contains(says), "{print}: {e}");
+            }
+        }
+        // Within the bounds, printed as before.
+        let (text, _) = render(
+            "{% set ns = namespace(v=[]) %}{% for i in range(3) %}{% set ns.v = [ns.v] %}{% endfor %}{{ ns.v|tojson }}",
+            serde_json::json!([]),
+        )
+        .unwrap();
+        assert_eq!(text, "[[[[]]]]");
+    }
+
+    #[test]
+    fn long_filter_chains_and_huge_sources_are_refused_at_compile_time() {
+        let src = format!("{{{{ 'x'{} }}}}", "|trim".repeat(100_000));
+        let e = ChatTemplate::new(&src).unwrap_err();
+        assert!(
+            e.contains("template line 1") && e.contains("filters in one expression"),
+            "{e}"
+        );
+        let src = format!("{{{{ 'x'{} }}}}", "|trim".repeat(10));
+        assert_eq!(render(&src, serde_json::json!([])).unwrap().0, "x");
+        let e = ChatTemplate::new(&"x".repeat(super::super::MAX_TEMPLATE_BYTES + 1)).unwrap_err();
+        assert!(e.contains("bytes, more than"), "{e}");
     }
 }

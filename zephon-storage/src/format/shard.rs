@@ -67,6 +67,9 @@ pub struct FormatShard {
     /// What decoding a sample of this shard costs, as measured: a read
     /// that costs less than handing it to the CPU pool decodes in place.
     decode_cost: Arc<WorkCost>,
+    /// The content's fingerprint (see [`crate::fingerprint`]), for a
+    /// shard whose bytes were read at open.
+    fingerprint: Option<u64>,
 }
 
 /// A handle of its own on a shard's bytes, for one read: the views its
@@ -140,6 +143,7 @@ impl FormatShard {
             source: Source::Mapped(file),
             index: tokio::sync::OnceCell::new_with(Some(index)),
             decode_cost: Arc::default(),
+            fingerprint: Some(crate::fingerprint::of(&data)),
         })
     }
 
@@ -166,6 +170,7 @@ impl FormatShard {
             name: name.to_owned(),
             spec,
             len: index.len(),
+            fingerprint: Some(crate::fingerprint::of(&data)),
             source: Source::Local(data),
             index: tokio::sync::OnceCell::new_with(Some(index)),
             decode_cost: Arc::default(),
@@ -184,6 +189,7 @@ impl FormatShard {
     ) -> Self {
         let sidecar = entry.index.clone();
         let len = entry.samples;
+        let fingerprint = Some(entry.fingerprint());
         let shard = Box::new(CachedShard::new(
             dataset,
             backend.clone(),
@@ -203,6 +209,7 @@ impl FormatShard {
             },
             index: tokio::sync::OnceCell::new(),
             decode_cost: Arc::default(),
+            fingerprint,
         }
     }
 
@@ -223,6 +230,7 @@ impl FormatShard {
             name: backend.uri_of(&entry.path),
             spec,
             len: entry.samples,
+            fingerprint: Some(entry.fingerprint()),
             source: Source::Range {
                 backend,
                 entry,
@@ -276,6 +284,7 @@ impl FormatShard {
             name: backend.uri_of(&entry.path),
             spec,
             len: entry.samples,
+            fingerprint: Some(entry.fingerprint()),
             source: Source::Blocks {
                 file,
                 backend,
@@ -461,6 +470,10 @@ impl FormatShard {
 impl Shard for FormatShard {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn fingerprint(&self) -> Option<u64> {
+        self.fingerprint
     }
 
     fn as_any(&self) -> Option<&dyn std::any::Any> {

@@ -50,6 +50,8 @@ pub struct LocalJsonlShard {
     /// less than handing it to the CPU pool (a few short lines) parses in
     /// place.
     parse_cost: Arc<WorkCost>,
+    /// The content's fingerprint at open (see [`crate::fingerprint`]).
+    fingerprint: u64,
 }
 
 impl LocalJsonlShard {
@@ -64,6 +66,7 @@ impl LocalJsonlShard {
         })?;
         let index = LineIndex::build(&data)
             .map_err(|e| e.in_shard(dataset, &path.display().to_string()))?;
+        let fingerprint = crate::fingerprint::of(&data);
         drop(data);
         Ok(LocalJsonlShard {
             dataset: dataset.to_owned(),
@@ -72,6 +75,7 @@ impl LocalJsonlShard {
             index: Arc::new(index),
             names: Arc::default(),
             parse_cost: Arc::default(),
+            fingerprint,
         })
     }
 
@@ -84,6 +88,10 @@ impl LocalJsonlShard {
 impl Shard for LocalJsonlShard {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn fingerprint(&self) -> Option<u64> {
+        Some(self.fingerprint)
     }
 
     fn len(&self) -> u64 {
