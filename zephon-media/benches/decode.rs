@@ -117,3 +117,18 @@ fn full_image_decode_fir_resize(b: divan::Bencher) {
         resize_fir(px, w, h)
     });
 }
+
+/// The crate's own path: `DecodeConfig::decode` then `RandomResizedCrop`.
+#[divan::bench]
+fn full_zephon_media(b: divan::Bencher) {
+    use zephon_media::{DecodeConfig, ImageOp, ImageSample, RandomResizedCrop};
+    let decode = DecodeConfig::new("jpg");
+    let crop = RandomResizedCrop::new(224, 224).seed(1);
+    let mut id = 0u64;
+    b.bench_local(|| {
+        id += 1;
+        let image = decode.decode(black_box(&JPEG)).unwrap();
+        let record = zephon_core::Record::new().with("i", id as i64);
+        crop.apply(ImageSample { image, record }).unwrap()
+    });
+}
