@@ -301,3 +301,28 @@ fn a_closed_pipe_ends_inspect_quietly() {
     );
     assert!(!err.contains("panicked"), "{err}");
 }
+
+/// A `.zst` shard of skippable frames only holds no samples: `inspect`
+/// refuses it as `rank-run` (and `run`) do, rather than reporting 0
+/// samples with exit 0.
+#[test]
+fn inspect_and_run_agree_on_a_dataset_without_samples() {
+    let t = tempfile::tempdir().unwrap();
+    let mut frame = 0x184D_2A50u32.to_le_bytes().to_vec();
+    frame.extend(4u32.to_le_bytes());
+    frame.extend(b"skip");
+    let data = t.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::write(data.join("a.jsonl.zst"), &frame).unwrap();
+    let dir = data.display().to_string();
+    let (ok, out, err) = inspect(&[&dir]);
+    assert!(!ok, "inspect accepted it: {out}");
+    assert!(err.contains("no samples"), "{err}");
+    let run = Command::new(env!("CARGO_BIN_EXE_zephon"))
+        .args(["rank-run", "--data", &dir, "--steps", "1", "--out"])
+        .arg(t.path().join("out.jsonl"))
+        .output()
+        .unwrap();
+    assert!(!run.status.success());
+    assert!(String::from_utf8_lossy(&run.stderr).contains("no samples"));
+}

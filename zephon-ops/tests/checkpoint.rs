@@ -196,11 +196,21 @@ fn run(
     let obs = batches.enable_observability(zephon_core::Tracking::Operator);
     let mut out = Vec::new();
     let mut rows = Vec::new();
-    for b in batches.by_ref().take(take) {
+    // The pipeline ran to its end (every lane dry) unless a batch of
+    // index `until_step` or the `take` limit stopped the loop first.
+    let mut ended = true;
+    let mut taken = 0;
+    for b in batches.by_ref() {
+        if taken == take {
+            ended = false;
+            break;
+        }
+        taken += 1;
         let b = b.unwrap();
         // Lanes pack into different row counts, so some run dry early: a
         // checkpoint at step k is taken before the first batch of index k.
         if until_step.is_some_and(|k| b.index >= k) {
+            ended = false;
             break;
         }
         // The consumer counts what it trains on; that is the checkpoint.
@@ -218,6 +228,9 @@ fn run(
         rows.push((b.lane, digests.collect()));
     }
     drop(batches);
+    if ended {
+        progress.mark_ended();
+    }
     // What resume_from dropped: lane-batches replayed rather than restored
     // from a cut.
     let replayed = obs

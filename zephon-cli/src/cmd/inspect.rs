@@ -1,7 +1,7 @@
 //! `zephon inspect <uri>`: what a dataset holds, before training on it.
 
 use crate::cmd::flags::{PRINTED_SAMPLES, PRINTED_WIDTH, ranged};
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::Parser;
 use serde::Serialize;
 use zephon_core::settings::SEQ_LEN;
@@ -239,6 +239,13 @@ pub fn inspect(args: &Args) -> Result<Report> {
             rss_anon_before_open: before,
             rss_anon_after_open: after,
         });
+    // What `run` refuses (a dataset without samples: every shard empty, a
+    // `.zst` of skippable frames only), `inspect` refuses alike, by the
+    // same check.
+    zephon_core::WorkSource::builder()
+        .dataset(ds.clone(), 1.0)
+        .build()
+        .with_context(|| format!("{}", args.uri))?;
     let mut counts: Vec<u64> = ds.shards().iter().map(|s| s.len()).collect();
     counts.sort_unstable();
     let samples = Counts {

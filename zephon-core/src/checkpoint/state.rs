@@ -347,7 +347,9 @@ fn check_same_step(parts: &[(Checkpoint, String)]) -> Result<()> {
         return Err(err(
             &format!("{name} (merged with {first_name})"),
             format!(
-                "taken at step {}, {first_name} at step {step}: checkpoints of different steps",
+                "taken at step {}, {first_name} at step {step}: checkpoints of different steps \
+                 (a rank whose pipeline ran to its end records it with Progress::mark_ended, \
+                 as Checkpointed does)",
                 part.step
             ),
         ));

@@ -92,8 +92,12 @@ where
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<T>>> {
         let this = self.project();
         let item = futures::ready!(this.inner.poll_next(cx));
-        if let Some(Ok(unit)) = &item {
-            this.progress.record_delivered(unit);
+        match &item {
+            Some(Ok(unit)) => this.progress.record_delivered(unit),
+            // The pipeline ran to its end: a merge with ranks that had more
+            // data is then of the same step (see `Checkpoint::merge`).
+            None => this.progress.mark_ended(),
+            Some(Err(_)) => {}
         }
         Poll::Ready(item)
     }

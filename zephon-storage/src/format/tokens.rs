@@ -344,7 +344,20 @@ impl MegatronIndex {
                     "the .idx places sequence {s} at bytes {p}..{stop} but the .bin has {bin_bytes} bytes"
                 ));
             }
-            end = end.max(stop);
+            // Megatron writes the sequences one after the other: a gap
+            // would hide bytes no sample reads, an overlap would deliver
+            // tokens twice.
+            if p > end {
+                return Err(format!(
+                    "field `pointers`: sequence {s} starts at byte {p}, leaving bytes {end}..{p} of the .bin in no sequence (a gap)"
+                ));
+            }
+            if p < end {
+                return Err(format!(
+                    "field `pointers`: sequence {s} starts at byte {p}, inside the sequence before it (which ends at byte {end}): overlapping sequences"
+                ));
+            }
+            end = stop;
         }
         if end != bin_bytes {
             return Err(format!(
@@ -510,6 +523,32 @@ mod tests {
         let err = MegatronIndex::open(idx.clone(), bin.len() as u64 + 4).unwrap_err();
         assert!(err.contains("do not belong together"), "{err}");
         assert!(MegatronIndex::open(idx.slice(..idx.len() - 1), bin.len() as u64).is_err());
+    }
+
+    /// Sequences that leave a gap in the `.bin` or overlap are refused,
+    /// naming the field and the sequence: both read to the end before.
+    #[test]
+    fn megatron_gaps_and_overlaps_are_refused() {
+        let (bin, idx) =
+            encode_megatron(&[vec![1, 2], vec![3], vec![4, 5, 6]], TokenDtype::U16).unwrap();
+        // Sequence 1's pointer, at the header, 3 lengths of 4 bytes, one
+        // pointer of 8.
+        let at = HEADER + 4 * 3 + 8;
+        let with_pointer = |p: i64| {
+            let mut i = idx.clone();
+            i[at..at + 8].copy_from_slice(&p.to_le_bytes());
+            MegatronIndex::open(i, bin.len() as u64).unwrap_err()
+        };
+        let gap = with_pointer(6);
+        assert!(
+            gap.contains("sequence 1") && gap.contains("gap") && gap.contains("pointers"),
+            "{gap}"
+        );
+        let overlap = with_pointer(2);
+        assert!(
+            overlap.contains("sequence 1") && overlap.contains("overlapping"),
+            "{overlap}"
+        );
     }
 
     /// Lengths and offsets read where the `.idx` lies: a negative one is

@@ -67,9 +67,12 @@ fn rank_steps(
         checkpoint: progress.checkpoint(),
         first_batch: Duration::ZERO,
     };
+    // A rank whose data ran out before `until` says so in its checkpoint.
+    let mut ended = true;
     for b in it {
         let b = b?;
         if b.index >= until {
+            ended = false;
             break;
         }
         if run.batches.is_empty() {
@@ -77,6 +80,9 @@ fn rank_steps(
         }
         run.batches.push((b.index, b.lane, b.digest()));
         progress.record_delivered(&b);
+    }
+    if ended {
+        progress.mark_ended();
     }
     run.checkpoint = progress.checkpoint();
     Ok(run)

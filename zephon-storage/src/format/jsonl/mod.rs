@@ -67,6 +67,12 @@ pub fn parse_line_shared(
     parse_line_in(bytes, Some(shard_bytes), names, dataset, shard, line)
 }
 
+/// The longest JSON line a record may be, in bytes (64 MiB): a line is
+/// parsed whole, and a parsed JSON array takes many times its text's size,
+/// so a 400 MB line of numbers asked gigabytes of memory. A longer line is
+/// an error naming its shard and line.
+pub const MAX_RECORD_BYTES: usize = 64 << 20;
+
 fn parse_line_in(
     bytes: &[u8],
     base: Option<&Bytes>,
@@ -83,6 +89,12 @@ fn parse_line_in(
         line,
         message,
     };
+    if bytes.len() > MAX_RECORD_BYTES {
+        return Err(malformed(format!(
+            "a line of {} bytes, more than the {MAX_RECORD_BYTES} a record may hold",
+            bytes.len()
+        )));
+    }
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(malformed("empty line".into()));
     }
@@ -236,6 +248,22 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("s.jsonl") && err.contains("line 12"), "{err}");
+    }
+
+    #[test]
+    fn a_line_longer_than_a_record_may_be_is_refused_before_it_is_parsed() {
+        let mut line = b"{\"a\": [".to_vec();
+        line.extend(b"1,".repeat(MAX_RECORD_BYTES / 2));
+        line.extend(b"1]}\n");
+        let err = parse_run(&line, 0, "d", "big.jsonl")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("big.jsonl")
+                && err.contains("line 1")
+                && err.contains("a record may hold"),
+            "{err}"
+        );
     }
 }
 
