@@ -379,8 +379,8 @@ mod tests {
     }
 
     /// Structures a template builds at run time, too deep or too large to
-    /// print, are refused when printed: they overflowed the stack or filled
-    /// memory before.
+    /// print, are refused when printed: a list holding itself twice, forty
+    /// times over, took all memory when printed before.
     #[test]
     fn structures_built_at_run_time_are_bounded_where_they_are_printed() {
         let deep = "{% set ns = namespace(v=[]) %}{% for i in range(1000) %}\

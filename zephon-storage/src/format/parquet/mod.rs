@@ -35,6 +35,7 @@
 //! slice of the row group (1,024 rows of that column) in memory.
 
 mod decoded;
+pub mod guard;
 mod value;
 
 use super::{FormatResult, ShardIndex};
@@ -101,6 +102,15 @@ impl ParquetIndex {
     /// Parses the footer of a shard (held in memory, or the spans of it
     /// fetched so far); `columns` (when given) must all exist.
     pub fn open<R: ChunkReader>(data: &R, columns: Option<&[String]>) -> FormatResult<Self> {
+        // The footer's claims are checked before the Parquet reader sizes
+        // anything by them (see `guard`).
+        let len = data.len();
+        if len >= 8 {
+            let tail = data.get_bytes(len - 8, 8).map_err(|e| e.to_string())?;
+            guard::check_footer(len, &tail, |start, n| {
+                data.get_bytes(start, n).map_err(|e| e.to_string())
+            })?;
+        }
         let meta = guarded("its footer", || {
             ArrowReaderMetadata::load(data, ArrowReaderOptions::default())
                 .map_err(|e| format!("not a readable Parquet file: {e}"))
@@ -204,6 +214,16 @@ impl ParquetIndex {
         // Decoded by another read while this one waited.
         if let Some(b) = self.cached(g) {
             return Ok(b);
+        }
+        // Every page header of the group's chunks is checked before the
+        // Parquet reader allocates by it (see `guard`).
+        let mut left = decoded::decoded_budget();
+        for (start, end) in self.group_ranges(g)? {
+            let chunk = data
+                .get_bytes(start, (end - start) as usize)
+                .map_err(|e| format!("row group {g}: {e}"))?;
+            let what = format!("row group {g}, the column chunk at byte {start}");
+            left -= guard::check_chunk(&chunk, left, &what)?;
         }
         let mut builder =
             ParquetRecordBatchReaderBuilder::new_with_metadata(data.clone(), self.meta.clone())
