@@ -199,13 +199,11 @@ fn run(
     // The pipeline ran to its end (every lane dry) unless a batch of
     // index `until_step` or the `take` limit stopped the loop first.
     let mut ended = true;
-    let mut taken = 0;
-    for b in batches.by_ref() {
+    for (taken, b) in batches.by_ref().enumerate() {
         if taken == take {
             ended = false;
             break;
         }
-        taken += 1;
         let b = b.unwrap();
         // Lanes pack into different row counts, so some run dry early: a
         // checkpoint at step k is taken before the first batch of index k.

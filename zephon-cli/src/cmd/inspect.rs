@@ -245,7 +245,7 @@ pub fn inspect(args: &Args) -> Result<Report> {
     zephon_core::WorkSource::builder()
         .dataset(ds.clone(), 1.0)
         .build()
-        .with_context(|| format!("{}", args.uri))?;
+        .with_context(|| args.uri.clone())?;
     let mut counts: Vec<u64> = ds.shards().iter().map(|s| s.len()).collect();
     counts.sort_unstable();
     let samples = Counts {

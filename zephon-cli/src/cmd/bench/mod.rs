@@ -14,6 +14,9 @@ pub enum Bench {
     /// Samples/s of each shard format through fetch -> batch, beside a plain
     /// loop with the format's own crate.
     Formats(formats::Args),
+    /// Workload W3: decode, random resized crop, flip and batch the JPEGs
+    /// of WebDataset shards; one JSON line with the keys of the peers.
+    Images(images::Args),
     /// Workload W1: tokenize, wrap-pack and batch a JSONL corpus; one JSON
     /// line with the keys of the side-by-side peers.
     TokenizePack(tokenize_pack::Args),
@@ -26,6 +29,7 @@ pub enum Bench {
 pub mod engine;
 pub mod fetch;
 pub mod formats;
+pub mod images;
 pub mod mem;
 pub mod servers;
 pub mod stats;
@@ -39,6 +43,7 @@ pub fn run(b: Bench) -> anyhow::Result<()> {
         Bench::Engine(a) => engine::run(a),
         Bench::Fetch(a) => fetch::run(a),
         Bench::Formats(a) => formats::run(a),
+        Bench::Images(a) => images::run(a),
         Bench::TokenizePack(a) => tokenize_pack::run(a),
         Bench::Tokens(a) => tokens::run(*a),
     }

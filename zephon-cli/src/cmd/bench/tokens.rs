@@ -378,7 +378,7 @@ fn window(r: &zephon_core::Record, width: u64) -> Result<Tokens<'_>> {
 }
 
 /// Runs one peer command through `sh -c`, sampling its anonymous memory.
-fn measure_peer(cmd: &str) -> Result<Run> {
+pub(super) fn measure_peer(cmd: &str) -> Result<Run> {
     let child = std::process::Command::new("sh")
         .args(["-c", &format!("exec {cmd}")])
         .stdout(std::process::Stdio::piped())
