@@ -61,7 +61,7 @@ pub use context::{PipelineContext, in_context};
 pub use dataset::{Catalog, Dataset, InMemoryShard, Shard};
 pub use error::{BoxError, Error, Result};
 pub use ext::{PipelineExt, RecordBatch};
-pub use obs::{Observer, Tracking};
+pub use obs::{Explain, Observer, Tracking};
 pub use ops::batch::{Batch, Batcher};
 pub use ops::fetch::Fetch;
 pub use ops::filter::{Filter, FilterMap};

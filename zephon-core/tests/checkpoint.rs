@@ -902,3 +902,29 @@ fn a_map_between_shuffle_and_batch_keeps_its_elements_in_flight() {
     // so a cut at a batch of 4 always finds elements in flight.
     assert!(listed > 0, "the shuffle listed elements in flight");
 }
+
+/// `explain()` of a fresh run says so, rather than "replays 4 lanes, 0
+/// delivered elements to drop".
+#[test]
+fn explain_of_a_fresh_run_says_nothing_of_replay() {
+    let ds = Dataset::in_memory("toy", vec![vec![Record::new(); 16]]).unwrap();
+    let ws = WorkSource::builder()
+        .dataset(ds, 1.0)
+        .canonical_lanes(4)
+        .build()
+        .unwrap();
+    let p = Recipe::new(&ws).start(&ws);
+    let plan = ws
+        .stream()
+        .fetch(2)
+        .batch(2)
+        .resume_from(&p)
+        .lane_mux_from(&p)
+        .explain(Runner::Inline);
+    let stage = plan
+        .stages
+        .iter()
+        .find(|s| s.name == "resume_from")
+        .unwrap();
+    assert_eq!(stage.detail, "a fresh run: nothing to restore");
+}

@@ -302,3 +302,32 @@ fn a_fast_consumer_is_accounted_in_full() {
         assert!(s.time_to_first_batch_s.unwrap() < elapsed, "{runner:?}");
     }
 }
+
+/// No operator reports a queue deeper than its capacity (a full shuffle
+/// buffer counted the element coming in: 65 of 64).
+#[test]
+fn no_queue_reports_more_than_its_capacity() {
+    let mut it = source(2, 200)
+        .stream()
+        .fetch(2)
+        .shuffle(64, ShuffleMode::Reservoir, 1)
+        .batch(10)
+        .prefetch_batches(4)
+        .into_blocking_iter(Runner::Threads { workers: 2 })
+        .unwrap();
+    let obs = it.enable_observability(Tracking::Operator);
+    assert_eq!(drain(&mut it), 40);
+    let m = obs.metrics_snapshot();
+    for o in &m.operators {
+        if let Some(c) = o.queue_capacity {
+            assert!(
+                o.max_queue_depth <= c,
+                "{}: {} of {c}",
+                o.name,
+                o.max_queue_depth
+            );
+        }
+    }
+    let shuffle = m.operators.iter().find(|o| o.name == "shuffle").unwrap();
+    assert_eq!(shuffle.max_queue_depth, 64);
+}

@@ -235,11 +235,18 @@ impl<S: Explain> Explain for ResumeFrom<S> {
             "resume_from",
             1,
             None,
-            format!(
-                "replays {} lanes, {} delivered elements to drop",
-                self.skip.len(),
-                self.replay_left()
-            ),
+            // A fresh run has nothing to restore: said as such, not as a
+            // replay of nothing.
+            if self.cut_lanes.is_empty() && self.replay_left() == 0 {
+                "a fresh run: nothing to restore".to_owned()
+            } else {
+                format!(
+                    "{} lanes, {} of them from their cuts; {} delivered elements to drop where replayed",
+                    self.skip.len(),
+                    self.cut_lanes.len(),
+                    self.replay_left()
+                )
+            },
         ));
     }
 }

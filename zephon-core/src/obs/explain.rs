@@ -77,6 +77,27 @@ impl fmt::Display for PlanDescription {
 /// operator implements it, and so do the common adapters of `futures` and
 /// boxed streams, as opaque stages; a pipeline whose stages all do has
 /// `explain()`.
+///
+/// A pipeline returned from a function as `impl Stream` keeps
+/// `explain()` when the return type names this trait too (it is exported
+/// at the crate root):
+///
+/// ```
+/// use zephon_core::{Dataset, Explain, PipelineExt, Record, Runner, WorkSource};
+/// fn pipeline(ws: &WorkSource) -> impl futures::Stream<Item = zephon_core::Result<Record>> + Explain {
+///     ws.stream().fetch(2).map_par(Ok, 2)
+/// }
+/// let ds = Dataset::in_memory("toy", vec![vec![Record::new(); 4]])?;
+/// let ws = WorkSource::builder().dataset(ds, 1.0).build()?;
+/// let plan = pipeline(&ws).explain(Runner::Inline);
+/// assert_eq!(plan.stages.len(), 3);
+/// # Ok::<(), zephon_core::Error>(())
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot describe itself for `explain()`",
+    note = "a pipeline returned as `impl Stream` needs `+ zephon_core::Explain` in its return type; \
+            a stream of another crate can be boxed with `boxed_pipeline()` or described by implementing `zephon_core::Explain`"
+)]
 pub trait Explain {
     /// Appends the stages, source first.
     fn describe(&self, out: &mut Vec<StageDescription>);

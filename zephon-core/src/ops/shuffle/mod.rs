@@ -344,7 +344,10 @@ where
                     lb.consumed += 1;
                     lb.last = cutting.then_some(id);
                     if let Some(s) = this.probe.stats() {
-                        s.max_queue.observe(lb.buf.len() as u64 + 1);
+                        // The element coming in joins the buffer, or takes
+                        // the place of the one it sends out: never more
+                        // than the buffer's size.
+                        s.max_queue.observe((lb.buf.len() as u64 + 1).min(n as u64));
                     }
                     match mode {
                         ShuffleMode::Reservoir => {
