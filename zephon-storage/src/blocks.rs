@@ -11,10 +11,17 @@
 //! are range reads whose length is checked; the whole-shard SHA-256 cannot
 //! be checked block by block. Every block, once downloaded, carries a CRC32C
 //! in the disk tier that is checked when it is read back.
+//!
+//! The shard is read at one version: the first read records it (by a stat:
+//! its ETag, else its modification time and size), every block request is
+//! conditional on it, and blocks are cached under keys that name it, so a
+//! shard replaced during a run is an error naming it and both versions,
+//! never a mix, and a later run reads the new version's blocks afresh.
 
+use crate::backend::version::{self, Version};
 use crate::backend::{Backend, runtime};
 use crate::cache::ShardCache;
-use crate::download::{download, read_to_bytes, shard_error};
+use crate::download::{download_at, read_failed, read_version, shard_error};
 use crate::format::jsonl::LineIndex;
 use crate::manifest::ShardEntry;
 use crate::metrics::CacheMetrics;
@@ -51,6 +58,8 @@ pub struct BlockFile {
     cache: Arc<ShardCache>,
     metrics: Arc<CacheMetrics>,
     block: u64,
+    /// The version the shard is read at, recorded by the first read.
+    version: tokio::sync::OnceCell<Version>,
 }
 
 impl BlockFile {
@@ -73,7 +82,19 @@ impl BlockFile {
             backend,
             cache,
             metrics,
+            version: tokio::sync::OnceCell::new(),
         }
+    }
+
+    /// The version the shard is read at: recorded by a stat on the first
+    /// call, the same for every later one.
+    pub(crate) async fn version(&self) -> Result<&Version> {
+        self.version
+            .get_or_try_init(|| async {
+                let v = self.backend.version(&self.dataset, &self.entry.path).await;
+                v.inspect_err(|_| self.metrics.failures.inc())
+            })
+            .await
     }
 
     /// The shard's size in bytes.
@@ -97,15 +118,25 @@ impl BlockFile {
         (from, (from + self.block).min(self.entry.bytes))
     }
 
-    /// The cache key of block `i`; it names the block size, so processes
-    /// with different sizes sharing a folder never mix their blocks.
-    fn block_key(&self, i: u64) -> String {
-        format!("{}#block{}#{i}", self.key, self.block)
+    /// The cache key of block `i` of the shard at `version`; it names the
+    /// block size, so processes with different sizes sharing a folder never
+    /// mix their blocks, and the version, so blocks of a replaced shard are
+    /// never served for its new bytes.
+    fn block_key(&self, i: u64, version: &Version) -> String {
+        format!("{}#{}#block{}#{i}", self.key, version.tag(), self.block)
     }
 
-    /// Whether block `i` is in the memory or the disk tier.
+    /// The key of block `i` once the shard's version is recorded (`None`
+    /// before its first read).
+    fn known_key(&self, i: u64) -> Option<String> {
+        self.version.get().map(|v| self.block_key(i, v))
+    }
+
+    /// Whether block `i` is in the memory or the disk tier (false before
+    /// the shard's first read records its version: until then no block is
+    /// known to be of the version read).
     pub fn is_cached(&self, i: u64) -> bool {
-        self.cache.contains(&self.block_key(i))
+        self.known_key(i).is_some_and(|k| self.cache.contains(&k))
     }
 
     /// Whether every block holding `ranges` is cached.
@@ -120,7 +151,8 @@ impl BlockFile {
 
     /// Block `i`, from the cache or downloaded into it.
     pub async fn block(self: Arc<Self>, i: u64) -> Result<Bytes> {
-        let key = self.block_key(i);
+        let version = self.version().await?.clone();
+        let key = self.block_key(i, &version);
         if let Some(b) = self.cache.get_in_memory(&key) {
             return Ok(b);
         }
@@ -130,16 +162,47 @@ impl BlockFile {
             self.dataset, self.uri
         );
         let this = self.clone();
+        let v = version.clone();
         self.cache
             .get_or_download(&key, Some(to - from), &context, move || async move {
-                this.download_block(i, from, to).await
+                let what = format!("block {i} (bytes {from}..{to})");
+                let names = (&*this.dataset, this.uri.as_str(), what.as_str());
+                let got = this.download_block(i, from, to, &v);
+                let expired = || this.metrics.failures.inc();
+                this.backend.within(names, 1, got, expired).await
             })
             .await
     }
 
-    async fn download_block(&self, i: u64, from: u64, to: u64) -> Result<Bytes> {
+    /// Drops every cached block of the shard at `version` but block
+    /// `except` (the one whose download found the change, cached by no
+    /// one, its key lock held by this download): the shard was replaced
+    /// during the run, and nothing of the old version is worth keeping.
+    async fn evict_version(&self, version: &Version, except: u64) {
+        for i in (0..self.blocks()).filter(|&i| i != except) {
+            self.cache.evict(&self.block_key(i, version)).await;
+        }
+    }
+
+    /// Drops the cached blocks holding bytes `from..to` (those of the
+    /// version read): their bytes were found wrong (a format could not
+    /// parse them), and without a checksum to tell a damaged block from a
+    /// damaged shard, the next read downloads them again rather than fail
+    /// on the same bytes from the cache.
+    pub async fn evict_range(&self, from: u64, to: u64) {
+        let Some(v) = self.version.get() else {
+            return;
+        };
+        let to = to.min(self.entry.bytes);
+        for i in from / self.block..to.div_ceil(self.block) {
+            self.cache.evict(&self.block_key(i, v)).await;
+        }
+    }
+
+    async fn download_block(&self, i: u64, from: u64, to: u64, v: &Version) -> Result<Bytes> {
         if self.blocks() == 1 {
-            return download(&self.backend, &self.dataset, &self.entry, &self.metrics).await;
+            let (backend, dataset) = (&self.backend, &self.dataset);
+            return download_at(backend, dataset, &self.entry, &self.metrics, Some(v)).await;
         }
         let started = Instant::now();
         let fail = |m: String| {
@@ -150,9 +213,29 @@ impl BlockFile {
                 format!("block {i} (bytes {from}..{to}): {m}"),
             )
         };
-        let b = read_to_bytes(&self.backend.op, &self.entry.path, from..to, to - from)
-            .await
-            .map_err(|e| fail(format!("range read failed: {e}")))?;
+        let path = &self.entry.path;
+        let mut attempt = 0;
+        let b = loop {
+            let b = match read_version(&self.backend.op, path, from..to, to - from, Some(v)).await {
+                Ok(b) => b,
+                Err(e) if version::is_changed(&e) => {
+                    self.metrics.failures.inc();
+                    let what = format!("block {i} (bytes {from}..{to})");
+                    let (backend, dataset, uri) = (&self.backend, &self.dataset, &self.uri);
+                    let e = read_failed(backend, dataset, uri, path, Some(v), &what, &e).await;
+                    self.evict_version(v, i).await;
+                    return Err(e);
+                }
+                Err(e) => return Err(fail(format!("range read failed: {e}"))),
+            };
+            // A short answer (a body cut off between a proxy and the store)
+            // is tried again, as the retry layer tries a failed request.
+            if (b.len() as u64) < to - from && self.backend.retry_short(attempt).await {
+                attempt += 1;
+                continue;
+            }
+            break b;
+        };
         if b.len() as u64 > to - from {
             return Err(fail(format!(
                 "range read returned more than the {} bytes asked: the server ignored the range",
@@ -300,7 +383,10 @@ impl BlockFile {
         let plan = self.plan(ranges)?;
         let mut found = HashMap::with_capacity(plan.wanted.len());
         for &i in &plan.wanted {
-            match self.cache.get_in_memory(&self.block_key(i)) {
+            let Some(key) = self.known_key(i) else {
+                break;
+            };
+            match self.cache.get_in_memory(&key) {
                 Some(b) => {
                     found.insert(i, b);
                 }

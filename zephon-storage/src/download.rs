@@ -3,6 +3,7 @@
 //! returned (and so nothing cached) unless all checks passed.
 
 use crate::backend::Backend;
+use crate::backend::version::{self, Version};
 use crate::cache::Fetched;
 use crate::compressed::Compressed;
 use crate::format::compression::Compression;
@@ -77,8 +78,58 @@ pub async fn download_capped(
     metrics: &CacheMetrics,
     cap: Option<u64>,
 ) -> Result<Bytes> {
-    let (fetched, _) = fetch(backend, dataset, entry, metrics, false, cap, Folder::Temp).await?;
+    let (fetched, _) = fetch(
+        backend,
+        dataset,
+        entry,
+        metrics,
+        false,
+        cap,
+        Folder::Temp,
+        None,
+    )
+    .await?;
     decoded(fetched, metrics).await
+}
+
+/// As [`download`], every request conditional on `version` (the one the
+/// shard was opened at): a shard replaced meanwhile is an error naming it
+/// and both versions, never bytes of the new version taken for the old.
+pub(crate) async fn download_at(
+    backend: &Backend,
+    dataset: &str,
+    entry: &ShardEntry,
+    metrics: &CacheMetrics,
+    version: Option<&Version>,
+) -> Result<Bytes> {
+    let folder = Folder::Temp;
+    let (fetched, _) = fetch(
+        backend, dataset, entry, metrics, false, None, folder, version,
+    )
+    .await?;
+    decoded(fetched, metrics).await
+}
+
+/// The error of a failed read of `path` (`uri`) of `backend`: `what`
+/// failed, or, where the read was conditional on `version` and the object
+/// is no longer that version, what changed (both versions named).
+pub(crate) async fn read_failed(
+    backend: &Backend,
+    dataset: &str,
+    uri: &str,
+    path: &str,
+    version: Option<&Version>,
+    what: &str,
+    e: &std::io::Error,
+) -> Error {
+    match version.filter(|_| version::is_changed(e)) {
+        Some(v) => shard_error(
+            dataset,
+            uri,
+            format!("{what}: {}", version::changed(&backend.op, path, v).await),
+        ),
+        None => shard_error(dataset, uri, format!("{what} failed: {e}")),
+    }
 }
 
 /// As [`download_capped`], for the shard cache: a compressed shard comes
@@ -95,11 +146,14 @@ pub(crate) async fn download_for_cache(
     metrics: &CacheMetrics,
     cap: Option<u64>,
     folder: Option<&std::path::Path>,
+    version: Option<&Version>,
 ) -> Result<Fetched> {
     let folder = folder.map_or(Folder::Temp, Folder::Cache);
-    fetch(backend, dataset, entry, metrics, false, cap, folder)
-        .await
-        .map(|(fetched, _)| fetched)
+    fetch(
+        backend, dataset, entry, metrics, false, cap, folder, version,
+    )
+    .await
+    .map(|(fetched, _)| fetched)
 }
 
 /// The bytes of `fetched`: a compressed shard decoded into a temporary
@@ -132,8 +186,9 @@ pub async fn download_hashed(
     metrics: &CacheMetrics,
 ) -> Result<(Bytes, String)> {
     if Compression::from_path(&entry.path) != Compression::None {
+        let folder = Folder::Temp;
         let (fetched, sha256) =
-            fetch(backend, dataset, entry, metrics, true, None, Folder::Temp).await?;
+            fetch(backend, dataset, entry, metrics, true, None, folder, None).await?;
         return Ok((decoded(fetched, metrics).await?, sha256.unwrap_or_default()));
     }
     let uri = backend.uri_of(&entry.path);
@@ -150,7 +205,11 @@ pub async fn download_hashed(
 /// [`download`], hashing the stored bytes when `hash` is set or the entry
 /// has a checksum to check (the hash is returned in either case); a
 /// compressed shard is downloaded and checked, its decode (of at most
-/// `cap` bytes where the entry gives no decoded size) left to the caller.
+/// `cap` bytes where the entry gives no decoded size) left to the caller;
+/// every request conditional on `version`, where given.
+/// The download has a [`block_deadline`](crate::StorageOptions::block_deadline)
+/// for every [`DEADLINE_SPAN`](crate::options::DEADLINE_SPAN) bytes.
+#[allow(clippy::too_many_arguments)]
 async fn fetch(
     backend: &Backend,
     dataset: &str,
@@ -159,11 +218,34 @@ async fn fetch(
     hash: bool,
     cap: Option<u64>,
     folder: Folder<'_>,
+    version: Option<&Version>,
+) -> Result<(Fetched, Option<String>)> {
+    let spans = entry.bytes.div_ceil(crate::options::DEADLINE_SPAN);
+    let uri = backend.uri_of(&entry.path);
+    let got = fetch_whole(backend, dataset, entry, metrics, hash, cap, folder, version);
+    let what = (dataset, uri.as_str(), "the download");
+    backend
+        .within(what, spans, got, || metrics.failures.inc())
+        .await
+}
+
+/// [`fetch`] without its deadline.
+#[allow(clippy::too_many_arguments)]
+async fn fetch_whole(
+    backend: &Backend,
+    dataset: &str,
+    entry: &ShardEntry,
+    metrics: &CacheMetrics,
+    hash: bool,
+    cap: Option<u64>,
+    folder: Folder<'_>,
+    version: Option<&Version>,
 ) -> Result<(Fetched, Option<String>)> {
     let hash = hash || entry.sha256.is_some();
     let compression = Compression::from_path(&entry.path);
     if compression != Compression::None {
-        let out = download_compressed(backend, dataset, entry, metrics, hash, cap, folder).await;
+        let out =
+            download_compressed(backend, dataset, entry, metrics, hash, cap, folder, version).await;
         if out.is_err() {
             metrics.failures.inc();
         }
@@ -171,11 +253,12 @@ async fn fetch(
     }
     let uri = backend.uri_of(&entry.path);
     let started = Instant::now();
-    let raw = match read_to_bytes(&backend.op, &entry.path, .., entry.bytes).await {
+    let raw = match read_version(&backend.op, &entry.path, .., entry.bytes, version).await {
         Ok(b) => b,
         Err(e) => {
             metrics.failures.inc();
-            return Err(shard_error(dataset, &uri, format!("download failed: {e}")));
+            let path = &entry.path;
+            return Err(read_failed(backend, dataset, &uri, path, version, "download", &e).await);
         }
     };
     metrics.download_time.record(started.elapsed());
@@ -212,7 +295,19 @@ pub(crate) async fn read_to_bytes(
     range: impl std::ops::RangeBounds<u64>,
     expect: u64,
 ) -> std::io::Result<Bytes> {
-    read_into(op, path, range, expect, expect.min(RESERVE_AHEAD)).await
+    read_into(op, path, range, expect, expect.min(RESERVE_AHEAD), None).await
+}
+
+/// As [`read_to_bytes`], its request conditional on `version` where given
+/// (see [`version::reader`]).
+pub(crate) async fn read_version(
+    op: &opendal::Operator,
+    path: &str,
+    range: impl std::ops::RangeBounds<u64>,
+    expect: u64,
+    version: Option<&Version>,
+) -> std::io::Result<Bytes> {
+    read_into(op, path, range, expect, expect.min(RESERVE_AHEAD), version).await
 }
 
 /// The whole object `path` if it has at most `limit` bytes; reading stops
@@ -224,7 +319,7 @@ pub(crate) async fn read_at_most(
     path: &str,
     limit: u64,
 ) -> std::io::Result<Bytes> {
-    read_into(op, path, .., limit, 0).await
+    read_into(op, path, .., limit, 0, None).await
 }
 
 async fn read_into(
@@ -233,9 +328,11 @@ async fn read_into(
     range: impl std::ops::RangeBounds<u64>,
     stop_past: u64,
     reserve: u64,
+    version: Option<&Version>,
 ) -> std::io::Result<Bytes> {
     use futures::TryStreamExt;
-    let mut body = op.reader(path).await?.into_bytes_stream(range).await?;
+    let reader = version::reader(op, path, version).await?;
+    let mut body = reader.into_bytes_stream(range).await?;
     let mut out = bytes::BytesMut::with_capacity(reserve as usize);
     while let Some(chunk) = body.try_next().await? {
         out.extend_from_slice(&chunk);
@@ -310,7 +407,7 @@ pub(crate) async fn download_to_temp(
     limit: Option<u64>,
     hash: bool,
 ) -> Result<Spilled> {
-    download_into(backend, dataset, path, limit, hash, Folder::Temp)
+    download_into(backend, dataset, path, limit, hash, Folder::Temp, None)
         .await
         .map_err(Failed::into_error)
 }
@@ -332,7 +429,8 @@ impl Failed {
 /// [`download_to_temp`], into an unnamed file in `folder`. A local
 /// backend's file is mapped where it lies instead, whatever `folder` (the
 /// scans of `build_index` and of a listing read local folders through a
-/// backend, compressed shards included).
+/// backend, compressed shards included). The request is conditional on
+/// `version`, where given.
 async fn download_into(
     backend: &Backend,
     dataset: &str,
@@ -340,6 +438,7 @@ async fn download_into(
     limit: Option<u64>,
     hash: bool,
     folder: Folder<'_>,
+    version: Option<&Version>,
 ) -> std::result::Result<Spilled, Failed> {
     use futures::TryStreamExt;
     use sha2::Digest;
@@ -364,11 +463,13 @@ async fn download_into(
     let uri = backend.uri_of(path);
     let disk = |e| Failed::Disk(folder.error("downloading", &uri, e));
     let file = folder.file().map_err(disk)?;
-    let store = |e: &dyn std::fmt::Display| {
-        Failed::Store(shard_error(dataset, &uri, format!("download failed: {e}")))
+    let mut body = match open_body(&backend.op, path, version).await {
+        Ok(b) => b,
+        Err(e) => {
+            let e = read_failed(backend, dataset, &uri, path, version, "download", &e).await;
+            return Err(Failed::Store(e));
+        }
     };
-    let reader = backend.op.reader(path).await.map_err(|e| store(&e))?;
-    let mut body = reader.into_bytes_stream(..).await.map_err(|e| store(&e))?;
     let mut hasher = hash.then(sha2::Sha256::new);
     let mut len = 0u64;
     // Writes go to the page cache, a chunk at a time as it comes.
@@ -376,7 +477,15 @@ async fn download_into(
     // An object no manifest gives the size of (a Megatron `.idx`) is
     // bounded by the folder's room alone.
     let mut room = folder.room();
-    while let Some(chunk) = body.try_next().await.map_err(|e| store(&e))? {
+    loop {
+        let chunk = match body.try_next().await {
+            Ok(Some(c)) => c,
+            Ok(None) => break,
+            Err(e) => {
+                let e = read_failed(backend, dataset, &uri, path, version, "download", &e).await;
+                return Err(Failed::Store(e));
+            }
+        };
         let before = len;
         len += chunk.len() as u64;
         if limit.is_some_and(|l| len > l) {
@@ -398,6 +507,17 @@ async fn download_into(
     })
 }
 
+/// The body of the whole object `path`, its request conditional on
+/// `version` where given.
+async fn open_body(
+    op: &opendal::Operator,
+    path: &str,
+    version: Option<&Version>,
+) -> std::io::Result<opendal::FuturesBytesStream> {
+    let reader = version::reader(op, path, version).await?;
+    Ok(reader.into_bytes_stream(..).await?)
+}
+
 /// What [`download_to_temp`] got.
 pub(crate) struct Spilled {
     /// The bytes, mapped from the temporary file.
@@ -410,6 +530,7 @@ pub(crate) struct Spilled {
 
 /// A compressed shard downloaded into an unnamed file in `folder` and
 /// checked, its decode still to run ([`Compressed`]).
+#[allow(clippy::too_many_arguments)]
 async fn download_compressed(
     backend: &Backend,
     dataset: &str,
@@ -418,17 +539,21 @@ async fn download_compressed(
     hash: bool,
     cap: Option<u64>,
     folder: Folder<'_>,
+    version: Option<&Version>,
 ) -> Result<(Fetched, Option<String>)> {
     let started = Instant::now();
     let uri = backend.uri_of(&entry.path);
     let limit = Some(entry.bytes);
-    let spilled = match download_into(backend, dataset, &entry.path, limit, hash, folder).await {
+    let path = &entry.path;
+    let spilled = match download_into(backend, dataset, path, limit, hash, folder, version).await {
         Ok(s) => s,
         // The cache's folder could not take it (full, failing): the
         // temporary folder may; the cache turns to memory when its decode
         // meets the same.
         Err(Failed::Disk(_)) if matches!(folder, Folder::Cache(_)) => {
-            download_to_temp(backend, dataset, &entry.path, limit, hash).await?
+            download_into(backend, dataset, path, limit, hash, Folder::Temp, version)
+                .await
+                .map_err(Failed::into_error)?
         }
         Err(e) => return Err(e.into_error()),
     };

@@ -68,8 +68,27 @@ pub struct StorageOptions {
     /// Only time spent waiting on the server counts, and not the wait for
     /// the first chunk.
     pub min_rate: u64,
+    /// Longest time one block of the shard cache, one byte-range request
+    /// or one sidecar read may take, retries and their delays included, in
+    /// [`BLOCK_DEADLINE_MS`] (100 ms to a day; default 120 s). Progress does
+    /// not reset it: `io_timeout` and `min_rate` bound each wait and each
+    /// window of a body, and a retry starts both afresh, so a server that
+    /// sends a little and then stalls, again and again, would otherwise
+    /// hold a read without end. A whole-shard download (a compressed shard,
+    /// or any shard with the cache off) gets this much for every
+    /// [`DEADLINE_SPAN`] bytes of it. Past it the read fails, naming the
+    /// shard and this setting.
+    pub block_deadline: Duration,
     /// Retries of a failed request before giving up, in [`RETRIES`] (0 to
-    /// 100; default 3).
+    /// 100; default 3), with the same delays on every backend and mode
+    /// (whole shards, blocks, byte ranges). They cover what the store may
+    /// mend on another try: a connection refused or reset, a timeout
+    /// (`timeout`, `io_timeout`), a status 429, 500, 502, 503 or 504, a
+    /// body cut short, a `206` of fewer bytes than asked, or one whose
+    /// `Content-Range` is not the range asked. Not retried: a body slower
+    /// than `min_rate`, an object that changed during the run, a missing
+    /// object or a refused credential, and a broken multipart answer (its
+    /// ranges are then refused by name).
     pub retries: usize,
     /// First retry delay, in [`RETRY_DELAY_MS`] (0 to an hour; default
     /// 100 ms); later delays double, up to `retry_max_delay`, with jitter.
@@ -145,6 +164,7 @@ impl Default for StorageOptions {
             timeout: Duration::from_secs(30),
             io_timeout: Duration::from_secs(10),
             min_rate: 1024,
+            block_deadline: Duration::from_secs(120),
             retries: 3,
             retry_min_delay: Duration::from_millis(100),
             retry_max_delay: Duration::from_secs(5),
@@ -200,6 +220,8 @@ setters! {
     io_timeout: Duration => io_timeout;
     /// Sets the slowest response body accepted, in bytes a second.
     min_rate: u64 => min_rate;
+    /// Sets the longest time one block or request may take, retries included.
+    block_deadline: Duration => block_deadline;
     /// Sets the number of retries.
     retries: usize => retries;
     /// Sets the first retry delay.
@@ -298,7 +320,8 @@ impl StorageOptions {
     /// Checks the settings opening a backend reads: the byte-range ones
     /// ([`validate_ranges`](Self::validate_ranges)), `manifest_limit` in
     /// [`MANIFEST_BYTES`], `min_rate` in [`MIN_RATE`], the timeouts in
-    /// [`TIMEOUT_MS`], `retries` in [`RETRIES`], the retry delays in
+    /// [`TIMEOUT_MS`], `block_deadline` in [`BLOCK_DEADLINE_MS`], `retries`
+    /// in [`RETRIES`], the retry delays in
     /// [`RETRY_DELAY_MS`] (the largest not below the first) and
     /// `concurrency` in [`CONCURRENCY`]; the error names the key at fault. The cache's are checked when it opens
     /// ([`CacheOptions::validate`]).
@@ -314,6 +337,8 @@ impl StorageOptions {
     /// assert!(e.to_string().contains("min_rate"), "{e}");
     /// let e = StorageOptions::default().io_timeout(std::time::Duration::MAX).validate().unwrap_err();
     /// assert!(e.to_string().contains("io_timeout"), "{e}");
+    /// let e = StorageOptions::default().block_deadline(std::time::Duration::ZERO).validate().unwrap_err();
+    /// assert!(e.to_string().contains("block_deadline"), "{e}");
     /// let e = StorageOptions::default().retries(usize::MAX).validate().unwrap_err();
     /// assert!(e.to_string().contains("retries"), "{e}");
     /// ```
@@ -323,6 +348,7 @@ impl StorageOptions {
         MIN_RATE.check("min_rate", self.min_rate)?;
         TIMEOUT_MS.check("timeout", self.timeout.as_millis())?;
         TIMEOUT_MS.check("io_timeout", self.io_timeout.as_millis())?;
+        BLOCK_DEADLINE_MS.check("block_deadline", self.block_deadline.as_millis())?;
         RETRIES.check_usize("retries", self.retries)?;
         RETRY_DELAY_MS.check("retry_min_delay", self.retry_min_delay.as_millis())?;
         RETRY_DELAY_MS.check("retry_max_delay", self.retry_max_delay.as_millis())?;
@@ -365,6 +391,19 @@ pub const LOCK_WAIT_MS: zephon_core::settings::Range = zephon_core::settings::Ra
     86_400_000,
     "past it a stalled process holds the others up for good",
 );
+
+/// Allowed values of [`StorageOptions::block_deadline`], in milliseconds:
+/// 100 ms to a day.
+pub const BLOCK_DEADLINE_MS: zephon_core::settings::Range = zephon_core::settings::Range::new(
+    100,
+    86_400_000,
+    "one block or request, retries included, takes at most this long",
+);
+
+/// Bytes of a whole-shard download that each
+/// [`StorageOptions::block_deadline`] covers (64 MiB): a shard of 200 MiB
+/// gets four deadlines.
+pub const DEADLINE_SPAN: u64 = 64 << 20;
 
 /// Allowed values of [`StorageOptions::retries`]: 0 to 100.
 pub const RETRIES: zephon_core::settings::Range = zephon_core::settings::Range::new(

@@ -2,10 +2,11 @@
 //! shard cache (by blocks when uncompressed, whole when compressed);
 //! [`RangeShard`] reads just the bytes of the samples asked for, uncached.
 
+use crate::backend::version::Version;
 use crate::backend::{Backend, runtime};
 use crate::blocks::BlockFile;
 use crate::cache::ShardCache;
-use crate::download::{download, download_for_cache, read_to_bytes, shard_error};
+use crate::download::{download_at, download_for_cache, read_to_bytes, shard_error};
 use crate::format::compression::Compression;
 use crate::format::jsonl::{LineIndex, parse_line, parse_run};
 use crate::format::lines::{each_prefetched, runs};
@@ -37,7 +38,7 @@ fn check_indices(dataset: &str, shard: &str, len: u64, indices: &[u64]) -> Resul
 /// pass over its blocks, and a read fetches the blocks covering its lines.
 /// Otherwise it is downloaded whole (`.zst` and `.gz` through files in the
 /// temporary folder, decoded into one that is mapped: see
-/// [`download`]), indexed, then parsed line by
+/// [`download`](crate::download::download)), indexed, then parsed line by
 /// line.
 #[derive(Debug)]
 pub struct CachedShard {
@@ -54,6 +55,27 @@ pub struct CachedShard {
     /// What parsing a line costs, as measured: a read that costs less than
     /// handing it to the CPU pool parses in place.
     parse_cost: Arc<WorkCost>,
+    /// The version a whole-shard read is at, recorded by the first (a
+    /// shard read by blocks keeps its own, in its [`BlockFile`]).
+    version: Arc<tokio::sync::OnceCell<Version>>,
+}
+
+/// The version of `entry`, recorded in `cell` by a stat on the first call.
+async fn version_of(
+    cell: &tokio::sync::OnceCell<Version>,
+    backend: &Backend,
+    dataset: &str,
+    entry: &ShardEntry,
+) -> Result<Version> {
+    cell.get_or_try_init(|| backend.version(dataset, &entry.path))
+        .await
+        .cloned()
+}
+
+/// A whole-shard cache key, `key` of the shard at `version`: bytes of one
+/// version are never served for another.
+fn versioned(key: &str, version: &Version) -> String {
+    format!("{key}#{}", version.tag())
 }
 
 impl CachedShard {
@@ -83,6 +105,7 @@ impl CachedShard {
             blocks: None,
             block_index: tokio::sync::OnceCell::new(),
             parse_cost: Arc::default(),
+            version: Arc::default(),
         }
     }
 
@@ -115,6 +138,8 @@ impl CachedShard {
                     }
                     None => Arc::new(blocks.line_index().await?),
                 };
+                // Opening the shard records the version it is read at.
+                blocks.version().await?;
                 self.counted(&index)?;
                 Ok(index)
             })
@@ -146,7 +171,8 @@ impl CachedShard {
         .await?
     }
 
-    /// The cache key of this shard.
+    /// The cache key of this shard, short of the version it is read at
+    /// (which entries add to it once the first read records it).
     pub fn key(&self) -> &str {
         &self.key
     }
@@ -156,13 +182,17 @@ impl CachedShard {
     pub fn is_cached(&self) -> bool {
         match &self.blocks {
             Some(b) => (0..b.blocks()).all(|i| b.is_cached(i)),
-            None => self.cache.as_ref().is_some_and(|c| c.contains(&self.key)),
+            None => match (self.cache.as_ref(), self.version.get()) {
+                (Some(c), Some(v)) => c.contains(&versioned(&self.key, v)),
+                _ => false,
+            },
         }
     }
 
     /// The shard's decompressed bytes: from the cache, or downloaded.
     pub fn load(&self) -> BoxFuture<'static, Result<Bytes>> {
-        if let Some(bytes) = self.cache.as_ref().and_then(|c| c.get_in_memory(&self.key)) {
+        let known = self.version.get().map(|v| versioned(&self.key, v));
+        if let Some(bytes) = known.and_then(|k| self.cache.as_ref()?.get_in_memory(&k)) {
             return futures::future::ready(Ok(bytes)).boxed();
         }
         let (backend, dataset, entry) = (
@@ -176,8 +206,12 @@ impl CachedShard {
             self.key.clone(),
             self.uri.clone(),
         );
+        let cell = self.version.clone();
         runtime::spawn(self.uri.clone(), async move {
             let context = format!("dataset `{dataset}`, shard `{uri}`");
+            let version = version_of(&cell, &backend, &dataset, &entry).await;
+            let version = version.inspect_err(|_| metrics.failures.inc())?;
+            let key = versioned(&key, &version);
             match cache {
                 Some(c) => {
                     let m = metrics.clone();
@@ -188,13 +222,14 @@ impl CachedShard {
                     let len = entry.decoded_bytes();
                     c.get_or_fetch(&key, len, &context, async move {
                         let folder = folder.as_deref();
-                        download_for_cache(&backend, &dataset, &entry, &m, cap, folder).await
+                        let v = Some(&version);
+                        download_for_cache(&backend, &dataset, &entry, &m, cap, folder, v).await
                     })
                     .await
                 }
                 None => {
                     metrics.misses.inc();
-                    download(&backend, &dataset, &entry, &metrics).await
+                    download_at(&backend, &dataset, &entry, &metrics, Some(&version)).await
                 }
             }
         })
@@ -390,15 +425,20 @@ async fn read_line_index(
     entry: &ShardEntry,
     path: &str,
 ) -> Result<Arc<LineIndex>> {
-    let (op, path) = (backend.op.clone(), path.to_owned());
+    let (op, path, backend) = (backend.op.clone(), path.to_owned(), backend.clone());
     let (dataset, uri, entry) = (dataset.to_owned(), backend.uri_of(&path), entry.clone());
     runtime::spawn(uri.clone(), async move {
         // A sidecar is 8 bytes a line start, and one for the end: reading
         // stops past that, so a wrong or hostile object is not read whole.
         let expect = entry.samples.saturating_add(1).saturating_mul(8);
-        let data = read_to_bytes(&op, &path, .., expect)
-            .await
-            .map_err(|e| shard_error(&dataset, &uri, format!("cannot read the index: {e}")))?;
+        let read = async {
+            read_to_bytes(&op, &path, .., expect)
+                .await
+                .map_err(|e| shard_error(&dataset, &uri, format!("cannot read the index: {e}")))
+        };
+        let spans = expect.div_ceil(crate::options::DEADLINE_SPAN);
+        let names = (dataset.as_str(), uri.as_str(), "the read of the index");
+        let data = backend.within(names, spans, read, || {}).await?;
         let index = decode_index(&data)
             .filter(|i| i.len() == entry.samples && i.start(i.len()) == entry.bytes)
             .ok_or_else(|| {

@@ -16,6 +16,7 @@ pub(crate) mod content_range;
 pub(crate) mod pace;
 pub mod runtime;
 pub(crate) mod transport;
+pub(crate) mod version;
 
 use crate::options::StorageOptions;
 use opendal::layers::{ConcurrentLimitLayer, RetryLayer, TimeoutLayer, TracingLayer};
@@ -66,7 +67,20 @@ pub struct Backend {
     pub(crate) http: Option<Arc<crate::ranges::http::HttpRanges>>,
     /// Largest `index.json` read ([`StorageOptions::manifest_limit`]).
     pub(crate) manifest_limit: u64,
+    /// The version of each object read by range, recorded by its first
+    /// read (see [`version`]): shared by every clone, so all of a run's
+    /// range reads of one object are of one version.
+    pub(crate) versions: Arc<std::sync::Mutex<Versions>>,
+    /// [`StorageOptions::block_deadline`].
+    pub(crate) deadline: std::time::Duration,
+    /// The retry policy's count and delays, for the answers the retry
+    /// layer cannot see are wrong (a `206` of fewer bytes than asked).
+    pub(crate) retry: (usize, std::time::Duration, std::time::Duration),
 }
+
+/// The versions a backend's range reads are at, by path.
+pub(crate) type Versions =
+    std::collections::HashMap<String, Arc<tokio::sync::OnceCell<version::Version>>>;
 
 /// How byte-range reads of one backend are planned: neighbours within
 /// `gap` bytes (`part_gap` in a multi-range request) share a span (up to
@@ -291,7 +305,89 @@ impl Backend {
             },
             http: crate::ranges::http_client(trimmed, opts),
             manifest_limit: opts.manifest_limit,
+            versions: Arc::default(),
+            deadline: opts.block_deadline,
+            retry: (
+                opts.retries,
+                opts.retry_min_delay,
+                opts.retry_max_delay.max(opts.retry_min_delay),
+            ),
         })
+    }
+
+    /// The version `path` is read at: recorded by a stat on the first
+    /// call for it, the same for every later one of this backend and its
+    /// clones. `dataset` names the dataset in the error.
+    pub(crate) async fn version(&self, dataset: &str, path: &str) -> Result<version::Version> {
+        let cell = self
+            .versions
+            .lock()
+            .expect("versions lock")
+            .entry(path.to_owned())
+            .or_default()
+            .clone();
+        cell.get_or_try_init(|| async {
+            version::Version::stat(&self.op, path).await.map_err(|e| {
+                crate::download::shard_error(
+                    dataset,
+                    &self.uri_of(path),
+                    format!("cannot stat the shard to record its version: {e}"),
+                )
+            })
+        })
+        .await
+        .cloned()
+    }
+
+    /// Whether a read whose `attempt`-th try (from 0) came back short is
+    /// tried again: after the retry policy's delay (doubling from
+    /// `retry_min_delay` up to `retry_max_delay`), while `retries` last,
+    /// counted as retries.
+    pub(crate) async fn retry_short(&self, attempt: usize) -> bool {
+        let (times, min, max) = self.retry;
+        if attempt >= times {
+            return false;
+        }
+        self.metrics.retries.inc();
+        let delay = min.saturating_mul(1 << attempt.min(20)).min(max);
+        tokio::time::sleep(delay).await;
+        true
+    }
+
+    /// `fut`, a read of `what` (`uri`) that may take `spans` deadlines
+    /// ([`StorageOptions::block_deadline`] each), or an error naming the
+    /// shard and the deadline once they are spent (`expired` is called
+    /// then): progress does not extend it.
+    pub(crate) async fn within<T>(
+        &self,
+        (dataset, uri, what): (&str, &str, &str),
+        spans: u64,
+        fut: impl Future<Output = Result<T>>,
+        expired: impl FnOnce(),
+    ) -> Result<T> {
+        let limit = self
+            .deadline
+            .saturating_mul(u32::try_from(spans.max(1)).unwrap_or(u32::MAX));
+        match tokio::time::timeout(limit, fut).await {
+            Ok(out) => out,
+            Err(_) => Err({
+                expired();
+                crate::download::shard_error(
+                    dataset,
+                    uri,
+                    format!(
+                        "{what} did not finish within {limit:?} (block_deadline {:?}{}): the server \
+                     stalls or sends too slowly; every try and retry counts toward it",
+                        self.deadline,
+                        if spans > 1 {
+                            format!(" for each of its {spans} parts of up to 64 MiB")
+                        } else {
+                            String::new()
+                        }
+                    ),
+                )
+            }),
+        }
     }
 
     /// The full URI of `path` (relative to the dataset root).

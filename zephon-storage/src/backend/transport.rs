@@ -17,8 +17,9 @@
 //! Every response body is bounded: a success's held to the backend's
 //! slowest accepted rate ([`Pacing`]), a listing page's to
 //! [`LIST_PAGE`] bytes, an error's cut to its message ([`ERROR_BODY`]
-//! bytes); and a ranged answer must be the range asked
-//! ([`content_range`]).
+//! bytes); a ranged answer must be the range asked
+//! ([`content_range`]); and an answer to a read conditional on an ETag
+//! must carry that ETag where it names one ([`super::version`]).
 
 use super::content_range;
 use super::pace::{Paced, Pacing};
@@ -203,6 +204,11 @@ fn copy(req: &Request<Buffer>) -> Request<Buffer> {
 impl HttpTransport for Transport {
     async fn fetch(&self, req: Request<Buffer>) -> opendal::Result<Response<HttpBody>> {
         let asked = content_range::asked(req.headers());
+        let if_match = req
+            .headers()
+            .get(http::header::IF_MATCH)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
         let listing = is_listing(&req);
         let resp = if req.uri().scheme_str() != Some("http") {
             transport(&SECURE)?.fetch(req).await?
@@ -218,8 +224,20 @@ impl HttpTransport for Transport {
         if let Some(asked) = asked
             && resp.status() == http::StatusCode::PARTIAL_CONTENT
         {
-            content_range::check(asked, resp.headers())
-                .map_err(|m| opendal::Error::new(opendal::ErrorKind::Unexpected, m))?;
+            // Temporary: retried like any answer the store may mend on
+            // another try (a proxy or cache in front of it answering wrong).
+            content_range::check(asked, resp.headers()).map_err(|m| {
+                opendal::Error::new(opendal::ErrorKind::Unexpected, m).set_temporary()
+            })?;
+        }
+        if let Some(asked) = &if_match
+            && resp.status().is_success()
+            && let Some(m) = super::version::other_etag(asked, resp.headers())
+        {
+            return Err(opendal::Error::new(
+                opendal::ErrorKind::ConditionNotMatch,
+                m,
+            ));
         }
         Ok(self.bounded(resp, listing))
     }

@@ -67,6 +67,9 @@ pub(crate) enum Fetched {
     Decode(Compressed),
 }
 
+/// Longest wait for another process's hold on an entry being evicted.
+const EVICT_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The shard cache of one dataset location.
 pub struct ShardCache {
     memory: Cache<String, Bytes>,
@@ -193,6 +196,31 @@ impl ShardCache {
     /// the node's disk tier.
     pub fn contains(&self, key: &str) -> bool {
         self.memory.contains(key) || self.live_disk().is_some_and(|d| d.exists(key))
+    }
+
+    /// Drops the entry of `key` from both tiers (nothing where neither
+    /// holds it): bytes found wrong after they were cached (a shard that
+    /// changed, a block its format cannot parse) must not be served again.
+    /// The disk entry is removed under its key lock, waited for at most
+    /// `lock_wait` and [`EVICT_WAIT`]; past it the entry stays (an eviction
+    /// is a clean-up: the caller fails its read either way).
+    pub(crate) async fn evict(&self, key: &str) {
+        self.memory.remove(key);
+        let Some(disk) = self.live_disk().filter(|d| d.exists(key)) else {
+            return;
+        };
+        let wait = self.lock_wait.min(EVICT_WAIT);
+        match tokio::time::timeout(wait, disk.lock_key(key)).await {
+            Ok(Ok(_guard)) => {
+                if let Err(e) = disk.remove(key) {
+                    tracing::warn!(cache = %self.dir.display(), error = %e, "cannot remove a cache entry found wrong");
+                }
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(cache = %self.dir.display(), error = %e, "cannot lock a cache entry found wrong");
+            }
+            Err(_) => {}
+        }
     }
 
     /// The shard under `key` if the memory tier holds it, counted as a hit;

@@ -8,6 +8,7 @@
 use super::multipart;
 use crate::backend::pace::{Pace, Pacing};
 use crate::backend::transport;
+use crate::backend::version::{Version, other_etag};
 use crate::options::StorageOptions;
 use bytes::{Bytes, BytesMut};
 use std::sync::OnceLock;
@@ -88,8 +89,16 @@ impl HttpRanges {
 
     /// Asks for `asked` (sorted, disjoint, non-empty half-open ranges) of
     /// `path` in one request. `Err` is a broken answer (a part not asked
-    /// for, cut short or missing), which no retry mends.
-    pub(crate) async fn fetch(&self, path: &str, asked: &[(u64, u64)]) -> Result<Answer, String> {
+    /// for, cut short or missing), which no retry mends. The request is
+    /// conditional on `version`'s ETag where it has a strong one, and an
+    /// answer of another ETag is read again through the operator (whose
+    /// reads report the change).
+    pub(crate) async fn fetch(
+        &self,
+        path: &str,
+        asked: &[(u64, u64)],
+        version: &Version,
+    ) -> Result<Answer, String> {
         let client = match self.client() {
             Ok(c) => c,
             Err(e) => return Ok(Answer::Retry(format!("no HTTP client: {e}"))),
@@ -106,7 +115,11 @@ impl HttpRanges {
             header.push_str(&format!("{from}-{}", to - 1));
         }
         let _permit = self.limit.acquire().await.map_err(|e| e.to_string())?;
-        let resp = match client.get(url).header("Range", header).send().await {
+        let mut req = client.get(url).header("Range", header);
+        if let Some(e) = version.strong_etag() {
+            req = req.header(http::header::IF_MATCH, e);
+        }
+        let resp = match req.send().await {
             Ok(r) => r,
             Err(e) => return Ok(Answer::Retry(format!("request failed: {e}"))),
         };
@@ -121,6 +134,12 @@ impl HttpRanges {
         }
         if status != 206 {
             return Ok(Answer::Retry(format!("status {status}")));
+        }
+        if let Some(why) = version
+            .strong_etag()
+            .and_then(|e| other_etag(e, resp.headers()))
+        {
+            return Ok(Answer::Retry(why));
         }
         let header = |name: &str| {
             resp.headers()

@@ -7,8 +7,9 @@
 pub(crate) mod http;
 mod multipart;
 
+use crate::backend::version::Version;
 use crate::backend::{Backend, RangePlan, runtime};
-use crate::download::shard_error;
+use crate::download::{read_failed, read_version, shard_error};
 use crate::metrics::CacheMetrics;
 use crate::options::RANGE_SPAN;
 use bytes::Bytes;
@@ -56,7 +57,10 @@ pub fn plan_spans(
 /// chunk starting at or before it. A response of another length than asked
 /// (a shard that shrank, a server that cut the body short) or a multipart
 /// part that is not a span asked for, whole, is an error naming the
-/// dataset, the shard's URI and the range.
+/// dataset, the shard's URI and the range. Every request is conditional on
+/// the version the backend recorded for `path` on its first read
+/// ([`Backend::version`]): a shard replaced meanwhile is an error naming
+/// both versions.
 pub(crate) async fn fetch_spans(
     backend: &Backend,
     path: &str,
@@ -79,21 +83,29 @@ pub(crate) async fn fetch_spans(
         Some(_) => pack(&spans, parts),
         None => spans.iter().map(|&s| vec![s]).collect(),
     };
-    let (op, path) = (backend.op.clone(), path.to_owned());
+    let version = backend.version(dataset, path).await?;
+    let (backend, path) = (backend.clone(), path.to_owned());
     let (dataset, uri) = (dataset.to_owned(), uri.to_owned());
     let started = std::time::Instant::now();
     let chunks: Vec<Vec<(u64, Bytes)>> = runtime::spawn(uri.clone(), async move {
         futures::stream::iter(groups)
             .map(|group| {
                 let read = Read {
-                    op: op.clone(),
+                    backend: backend.clone(),
+                    version: version.clone(),
                     path: path.clone(),
                     dataset: dataset.clone(),
                     uri: uri.clone(),
                     gap: single_gap,
                 };
                 let multi = multi.clone();
-                async move { read.group(multi.as_deref(), group).await }
+                async move {
+                    let (first, last) = (group[0].0, group[group.len() - 1].1);
+                    let what = format!("the range read of bytes {first}..{last}");
+                    let names = (read.dataset.as_str(), read.uri.as_str(), what.as_str());
+                    let got = read.group(multi.as_deref(), group.clone());
+                    read.backend.within(names, 1, got, || {}).await
+                }
             })
             .buffered(concurrency.max(1))
             .try_collect()
@@ -137,7 +149,9 @@ fn pack(spans: &[(u64, u64)], parts: usize) -> Vec<Vec<(u64, u64)>> {
 
 /// One shard's names for the reads of one [`fetch_spans`] call.
 struct Read {
-    op: opendal::Operator,
+    backend: Backend,
+    /// The version every request is conditional on.
+    version: Version,
     path: String,
     dataset: String,
     uri: String,
@@ -158,7 +172,7 @@ impl Read {
     ) -> Result<Vec<(u64, Bytes)>> {
         let asked: Vec<(u64, u64)> = group.iter().copied().filter(|(f, t)| f < t).collect();
         if let (Some(h), false) = (multi, asked.is_empty()) {
-            match h.fetch(&self.path, &asked).await {
+            match h.fetch(&self.path, &asked, &self.version).await {
                 Ok(Answer::Chunks(chunks)) => {
                     let mut chunks = chunks.into_iter();
                     return Ok(group
@@ -206,15 +220,25 @@ impl Read {
         }
         // Read as it comes and stopped past the range: a server that
         // ignores the range and sends the whole object is not read whole.
-        let b = crate::download::read_to_bytes(&self.op, &self.path, from..to, to - from)
-            .await
-            .map_err(|e| {
-                shard_error(
-                    &self.dataset,
-                    &self.uri,
-                    format!("range read of bytes {from}..{to} failed: {e}"),
-                )
-            })?;
+        let (op, path, v) = (&self.backend.op, &self.path, Some(&self.version));
+        let mut attempt = 0;
+        let b = loop {
+            let b = match read_version(op, path, from..to, to - from, v).await {
+                Ok(b) => b,
+                Err(e) => {
+                    let what = format!("range read of bytes {from}..{to}");
+                    let (backend, dataset, uri) = (&self.backend, &self.dataset, &self.uri);
+                    return Err(read_failed(backend, dataset, uri, path, v, &what, &e).await);
+                }
+            };
+            // Short: tried again under the one retry policy (see
+            // `StorageOptions::retries`), as a cache block is.
+            if (b.len() as u64) < to - from && self.backend.retry_short(attempt).await {
+                attempt += 1;
+                continue;
+            }
+            break b;
+        };
         if b.len() as u64 != to - from {
             let why = if b.len() as u64 > to - from {
                 "more: the server ignored the range"
