@@ -26,6 +26,7 @@ mod observability_tracing;
 mod outside_runtime;
 mod panics;
 mod restore_panics;
+mod resume_chain;
 mod size_hint;
 mod test_files;
 mod text_view;

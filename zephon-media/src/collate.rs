@@ -347,18 +347,21 @@ where
 impl<S: Explain> Explain for CollateImages<S> {
     fn describe(&self, out: &mut Vec<StageDescription>) {
         self.inner.describe(out);
-        out.push(StageDescription::new(
-            "collate_images",
-            1,
-            None,
-            format!(
-                "{:?}{}",
-                self.config.layout,
-                match &self.config.label {
-                    Some(l) => format!(", labels from `{l}`"),
-                    None => String::new(),
-                }
-            ),
-        ));
+        out.push(
+            StageDescription::new(
+                "collate_images",
+                1,
+                None,
+                format!(
+                    "{:?}{}",
+                    self.config.layout,
+                    match &self.config.label {
+                        Some(l) => format!(", labels from `{l}`"),
+                        None => String::new(),
+                    }
+                ),
+            )
+            .with_data(&self.config),
+        );
     }
 }

@@ -356,14 +356,17 @@ where
 impl<S: Explain, T, U> Explain for MapImages<S, T, U> {
     fn describe(&self, out: &mut Vec<StageDescription>) {
         self.inner.describe(out);
-        out.push(StageDescription::new(
-            self.name,
-            self.k,
-            Some((self.queued.max(1) * self.k * self.micro) as u64),
-            zephon_core::settings::explain_detail(
-                self.invalid.as_ref(),
-                format!("{}, micro-batches of {}", self.detail, self.micro),
-            ),
-        ));
+        out.push(
+            StageDescription::new(
+                self.name,
+                self.k,
+                Some((self.queued.max(1) * self.k * self.micro) as u64),
+                zephon_core::settings::explain_detail(
+                    self.invalid.as_ref(),
+                    format!("{}, micro-batches of {}", self.detail, self.micro),
+                ),
+            )
+            .with_data(&self.detail),
+        );
     }
 }

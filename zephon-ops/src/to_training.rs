@@ -396,14 +396,17 @@ where
 impl<S: Explain> Explain for ToTraining<S> {
     fn describe(&self, out: &mut Vec<StageDescription>) {
         self.inner.describe(out);
-        out.push(StageDescription::new(
-            "to_training",
-            1,
-            None,
-            zephon_core::settings::explain_detail(
-                self.invalid.as_ref(),
-                format!("rows of {}", self.config.seq_len),
-            ),
-        ));
+        out.push(
+            StageDescription::new(
+                "to_training",
+                1,
+                None,
+                zephon_core::settings::explain_detail(
+                    self.invalid.as_ref(),
+                    format!("rows of {}", self.config.seq_len),
+                ),
+            )
+            .with_data(self.config),
+        );
     }
 }

@@ -210,6 +210,10 @@ impl zephon_core::checkpoint::Delivered for TrainingBatch {
         self.batch_size as u64
     }
 
+    fn lane_index(&self) -> Option<u64> {
+        Some(self.index)
+    }
+
     fn cut(&self) -> Option<&std::sync::Arc<zephon_core::checkpoint::LaneCut>> {
         self.cut.as_ref()
     }

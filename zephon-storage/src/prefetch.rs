@@ -180,18 +180,21 @@ impl<S> Prefetch<S> {
 impl<S: zephon_core::obs::Explain> zephon_core::obs::Explain for Prefetch<S> {
     fn describe(&self, out: &mut Vec<zephon_core::obs::StageDescription>) {
         self.inner.describe(out);
-        out.push(zephon_core::obs::StageDescription::new(
-            "prefetch",
-            self.parallelism,
-            Some(self.buffer_size as u64),
-            zephon_core::settings::explain_detail(
-                self.invalid.as_ref(),
-                format!(
-                    "warms the shards of the next {} pointers, up to {} downloads at once",
-                    self.buffer_size, self.parallelism
+        out.push(
+            zephon_core::obs::StageDescription::new(
+                "prefetch",
+                self.parallelism,
+                Some(self.buffer_size as u64),
+                zephon_core::settings::explain_detail(
+                    self.invalid.as_ref(),
+                    format!(
+                        "warms the shards of the next {} pointers, up to {} downloads at once",
+                        self.buffer_size, self.parallelism
+                    ),
                 ),
-            ),
-        ));
+            )
+            .execution_only(),
+        );
     }
 }
 

@@ -466,15 +466,18 @@ impl<S: Stream<Item = Result<Record>>> Stream for DedupWindow<S> {
 impl<S: Explain> Explain for DedupWindow<S> {
     fn describe(&self, out: &mut Vec<StageDescription>) {
         self.inner.describe(out);
-        out.push(StageDescription::new(
-            NAME,
-            1,
-            Some(self.shared.capacity as u64),
-            format!(
-                "near-duplicates of `{}` among the last {} kept, per lane",
-                self.shared.field, self.shared.capacity
-            ),
-        ));
+        out.push(
+            StageDescription::new(
+                NAME,
+                1,
+                Some(self.shared.capacity as u64),
+                format!(
+                    "near-duplicates of `{}` among the last {} kept, per lane",
+                    self.shared.field, self.shared.capacity
+                ),
+            )
+            .with_data((&self.shared.field, self.shared.capacity)),
+        );
     }
 }
 

@@ -109,8 +109,7 @@ pub fn run(args: Args) -> Result<()> {
         .fetch(args.parallelism)
         .shuffle(args.shuffle_buffer, mode, args.seed)
         .batch(args.batch_size)
-        .resume_from(&progress)
-        .lane_mux_from(&progress)
+        .resume(&mut progress)
         .prefetch_batches(2)
         .into_blocking_iter(Runner::Threads {
             workers: args.parallelism,
@@ -145,6 +144,7 @@ pub fn run(args: Args) -> Result<()> {
                 })
             })
             .collect::<Result<Vec<i64>, _>>()?;
+        progress.check_delivered(&b)?;
         let line = serde_json::json!({ "lane": b.lane, "index": b.index, "ids": ids });
         writeln!(out, "{line}").with_context(|| format!("writing {}", args.out.display()))?;
         progress.record_delivered(&b);

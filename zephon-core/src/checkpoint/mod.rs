@@ -73,17 +73,18 @@
 //! let work = |r, w| WorkSource::builder().dataset(ds.clone(), 1.0).seed(9)
 //!     .canonical_lanes(4).rank(r).world_size(w).build();
 //! let recipe = |ws: &WorkSource| Recipe::new(ws).setting("shuffle", (8, ShuffleMode::Reservoir, 9));
-//! let batches = |ws: &WorkSource, p: &Progress| {
-//!     ws.stream().fetch(4).shuffle(8, ShuffleMode::Reservoir, 9).batch(3)
-//!         .resume_from(p).lane_mux_from(p)
+//! // `resume` is the restore step: a fresh run records the operator chain,
+//! // a resumed one is checked against it.
+//! let batches = |ws: &WorkSource, p: &mut Progress| {
+//!     ws.stream().fetch(4).shuffle(8, ShuffleMode::Reservoir, 9).batch(3).resume(p)
 //! };
 //!
 //! // Two ranks train 2 steps each and checkpoint.
 //! let mut parts = Vec::new();
 //! for r in 0..2 {
 //!     let ws = work(r, 2)?;
-//!     let p = recipe(&ws).start(&ws);
-//!     let mut it = batches(&ws, &p).into_blocking_iter(Runner::Inline)?.checkpointed(p);
+//!     let mut p = recipe(&ws).start(&ws);
+//!     let mut it = batches(&ws, &mut p).into_blocking_iter(Runner::Inline)?.checkpointed(p);
 //!     for _ in 0..2 * 2 { it.next().unwrap()?; } // 2 steps of 2 lanes
 //!     parts.push(it.checkpoint());
 //! }
@@ -91,13 +92,14 @@
 //!
 //! // One rank resumes from the merged checkpoint: every lane starts at batch 2.
 //! let ws = work(0, 1)?;
-//! let p = recipe(&ws).resume(&ws, &Checkpoint::from_bytes(&bytes)?)?;
-//! let first: Vec<_> = batches(&ws, &p).into_blocking_iter(Runner::threads())?
+//! let mut p = recipe(&ws).resume(&ws, &Checkpoint::from_bytes(&bytes)?)?;
+//! let first: Vec<_> = batches(&ws, &mut p).into_blocking_iter(Runner::threads())?
 //!     .take(4).map(|b| b.map(|b| (b.lane, b.index))).collect::<Result<_, _>>()?;
 //! assert_eq!(first, vec![(0, 2), (1, 2), (2, 2), (3, 2)]);
 //! # Ok::<(), zephon_core::Error>(())
 //! ```
 
+mod chain;
 mod compact;
 pub mod cut;
 mod form;
@@ -109,6 +111,7 @@ mod state;
 mod stream;
 mod validate;
 
+pub use chain::CHAIN_PREFIX;
 pub use cut::{CutContext, CutSource, LaneCut, OpLaneCut, OpState, Preamble};
 pub use listed::{PtrJournal, PtrList};
 pub use progress::{Checkpointed, CheckpointedExt, Delivered, Progress};

@@ -22,11 +22,23 @@ pub trait Delivered: Laned {
     fn cut(&self) -> Option<&Arc<LaneCut>> {
         None
     }
+
+    /// The unit's number within its lane (from 0), where it has one: a
+    /// resumed lane's first unit is never number 0, so a pipeline that
+    /// restarts instead of resuming is caught
+    /// ([`Progress::check_delivered`]).
+    fn lane_index(&self) -> Option<u64> {
+        None
+    }
 }
 
 impl<T> Delivered for Batch<T> {
     fn delivered_items(&self) -> u64 {
         self.items.len() as u64
+    }
+
+    fn lane_index(&self) -> Option<u64> {
+        Some(self.index)
     }
 
     fn cut(&self) -> Option<&Arc<LaneCut>> {
@@ -80,7 +92,10 @@ impl Recipe {
     ///
     /// `work` may have any rank, world size and ownership.
     pub fn resume(&self, work: &WorkSource, checkpoint: &Checkpoint) -> Result<Progress> {
-        checkpoint.check_recipe(self)?;
+        // The operator chain the checkpoint recorded is checked by
+        // `resume`, where the pipeline is known.
+        let recipe = self.with_chain_of(&checkpoint.settings);
+        checkpoint.check_recipe(&recipe)?;
         let owned = work.owned_lanes();
         let missing: Vec<LaneId> = owned
             .iter()
@@ -97,7 +112,7 @@ impl Recipe {
             });
         }
         Ok(Progress {
-            recipe: self.clone(),
+            recipe,
             cuts: owned
                 .iter()
                 .filter_map(|l| Some((*l, Arc::new(checkpoint.cuts.get(l)?.clone()))))
@@ -128,6 +143,49 @@ impl Progress {
         for p in self.lanes.values_mut() {
             p.ended = true;
         }
+    }
+
+    /// Checks that `unit` continues its lane: a lane this progress counts
+    /// batches of must not deliver its batch number 0 again. That happens
+    /// when the pipeline was built without its restore step
+    /// ([`resume`](super::ResumeExt::resume), or `resume_from` with
+    /// `lane_mux_from`), so the run would start over and repeat what was
+    /// already trained on; an error says so instead.
+    /// [`Checkpointed`] and [`CheckpointedStream`](super::CheckpointedStream)
+    /// call it on every unit.
+    ///
+    /// ```
+    /// use zephon_core::checkpoint::{CheckpointedExt, Recipe};
+    /// use zephon_core::{Dataset, PipelineExt, Record, Runner, WorkSource};
+    /// let ds = Dataset::in_memory("toy", vec![(0..16).map(|i| Record::new().with("i", i as i64)).collect()])?;
+    /// let ws = WorkSource::builder().dataset(ds, 1.0).canonical_lanes(2).build()?;
+    /// let recipe = Recipe::new(&ws);
+    /// let mut first = ws.stream().fetch(2).batch(4).lane_mux(ws.owned_lanes())
+    ///     .into_blocking_iter(Runner::Inline)?.checkpointed(recipe.start(&ws));
+    /// first.next().unwrap()?;
+    /// let ckpt = first.checkpoint();
+    /// // Resumed without a restore step: lane 0 starts again at batch 0.
+    /// let mut again = ws.stream().fetch(2).batch(4).lane_mux(ws.owned_lanes())
+    ///     .into_blocking_iter(Runner::Inline)?.checkpointed(recipe.resume(&ws, &ckpt)?);
+    /// let e = again.next().unwrap().unwrap_err();
+    /// assert!(e.to_string().contains("without its restore step"), "{e}");
+    /// # Ok::<(), zephon_core::Error>(())
+    /// ```
+    pub fn check_delivered<T: Delivered>(&self, unit: &T) -> Result<()> {
+        let lane = unit.lane();
+        let p = self.lane(lane);
+        if p.batches > 0 && unit.lane_index() == Some(0) {
+            return Err(Error::Checkpoint {
+                origin: "restore".into(),
+                message: format!(
+                    "lane {lane} delivered its batch 0 again, but the checkpoint this run resumes from counts {} batches \
+                     ({} elements) of it as delivered: the pipeline was built without its restore step and would repeat them; \
+                     build it with `.resume(&mut progress)` right after `batch` (or `.resume_from(&progress).lane_mux_from(&progress)`)",
+                    p.batches, p.items
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// Counts `unit` as delivered, keeping its lane cut.
@@ -176,6 +234,10 @@ impl Progress {
     /// The recipe this progress belongs to.
     pub fn recipe(&self) -> &Recipe {
         &self.recipe
+    }
+
+    pub(crate) fn recipe_mut(&mut self) -> &mut Recipe {
+        &mut self.recipe
     }
 
     /// The checkpoint of this rank's lanes, as of now.
@@ -243,6 +305,9 @@ where
             return None;
         };
         if let Ok(unit) = &item {
+            if let Err(e) = self.progress.check_delivered(unit) {
+                return Some(Err(e));
+            }
             self.progress.record_delivered(unit);
         }
         Some(item)

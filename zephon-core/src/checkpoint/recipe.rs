@@ -123,6 +123,26 @@ impl Recipe {
         self
     }
 
+    /// Sets a setting by its hash (a chain stage's, see
+    /// [`CHAIN_PREFIX`](super::CHAIN_PREFIX)).
+    pub(crate) fn insert_hashed(&mut self, name: &str, hash: u64) {
+        self.settings.insert(name.to_owned(), hash);
+    }
+
+    /// This recipe with the operator chain recorded in `settings` (a
+    /// checkpoint's), when it records none itself: the chain is checked
+    /// where the pipeline is known, by
+    /// [`resume`](super::ResumeExt::resume).
+    pub(crate) fn with_chain_of(&self, settings: &BTreeMap<String, u64>) -> Recipe {
+        let mut out = self.clone();
+        if super::chain::recorded(&self.settings).is_empty() {
+            for (k, v) in super::chain::recorded(settings) {
+                out.settings.insert(k.to_owned(), v);
+            }
+        }
+        out
+    }
+
     /// Fingerprint of the work source alone.
     pub fn work_fingerprint(&self) -> u64 {
         self.work_fingerprint

@@ -80,6 +80,9 @@ pub struct ResumeFrom<S> {
     /// element confirms the work source accepted the cuts).
     cut_lanes: Vec<LaneId>,
     settled: bool,
+    /// Why the restore cannot go on (the chain differs from the
+    /// checkpointed run's), said on the first poll.
+    invalid: Option<Error>,
 }
 
 impl<S> ResumeFrom<S> {
@@ -98,6 +101,7 @@ impl<S> ResumeFrom<S> {
             ctx: Layered::default(),
             cut_lanes: progress.cuts().keys().copied().collect(),
             settled: false,
+            invalid: None,
         }
     }
 
@@ -140,6 +144,10 @@ where
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut this = self.project();
+        if let Some(e) = this.invalid.take() {
+            this.skip.clear();
+            return Poll::Ready(Some(Err(e)));
+        }
         this.probe.attach("resume_from", 1, None);
         loop {
             let board = &*this.board;
@@ -247,12 +255,68 @@ impl<S: Explain> Explain for ResumeFrom<S> {
                     self.replay_left()
                 )
             },
-        ));
+        )
+        .execution_only());
     }
 }
 
-/// Adds [`resume_from`](ResumeExt::resume_from) to streams of batches.
+/// Adds [`resume`](ResumeExt::resume) (and its two parts,
+/// [`resume_from`](ResumeExt::resume_from) and
+/// [`lane_mux_from`](ResumeExt::lane_mux_from)) to streams of batches.
 pub trait ResumeExt: Stream + Sized {
+    /// The restore step in one call: binds `progress` to this chain (the
+    /// data-shaping stages before it, as [`explain`](crate::PipelineExt::explain)
+    /// describes them), restores from it ([`resume_from`](Self::resume_from))
+    /// and interleaves the lanes it tracks from where the checkpoint stopped
+    /// ([`lane_mux_from`](Self::lane_mux_from)). Place it right after
+    /// `batch` (or `to_training`), before `prefetch_batches`; use it on a
+    /// fresh run too ([`Recipe::start`](super::Recipe::start)), so its
+    /// checkpoints record the chain.
+    ///
+    /// A fresh run records the chain in `progress`, so every checkpoint
+    /// carries it; a run resumed from such a checkpoint
+    /// ([`Recipe::resume`](super::Recipe::resume)) must be built of the same
+    /// data-shaping stages with the same settings, in the same order, or its
+    /// first poll is an error naming the first stage that differs (stages
+    /// that only change how it runs, such as prefetch, parallelism, queue
+    /// and micro-batch sizes, may change). A checkpoint written without a
+    /// chain is not checked against one.
+    ///
+    /// ```
+    /// use zephon_core::checkpoint::{CheckpointedExt, Recipe, ResumeExt};
+    /// use zephon_core::{Dataset, PipelineExt, Record, Runner, ShuffleMode, WorkSource};
+    /// let ds = Dataset::in_memory("toy", vec![(0..40).map(|i| Record::new().with("i", i as i64)).collect()])?;
+    /// let ws = WorkSource::builder().dataset(ds, 1.0).canonical_lanes(2).seed(5).build()?;
+    /// let recipe = Recipe::new(&ws);
+    /// let run = |buffer: usize, mut progress: zephon_core::checkpoint::Progress| {
+    ///     ws.stream().fetch(2).shuffle(buffer, ShuffleMode::Reservoir, 1).batch(4)
+    ///         .resume(&mut progress)
+    ///         .into_blocking_iter(Runner::Inline).map(|it| it.checkpointed(progress))
+    /// };
+    /// let all: Vec<_> = run(8, recipe.start(&ws))?.map(Result::unwrap).collect();
+    /// let mut first = run(8, recipe.start(&ws))?;
+    /// let head: Vec<_> = first.by_ref().take(3).map(Result::unwrap).collect();
+    /// let ckpt = first.checkpoint();
+    /// let rest: Vec<_> = run(8, recipe.resume(&ws, &ckpt)?)?.map(Result::unwrap).collect();
+    /// assert_eq!([head, rest].concat(), all);
+    /// // Another shuffle buffer is another chain: refused, naming the stage.
+    /// let e = run(16, recipe.resume(&ws, &ckpt)?)?.next().unwrap().unwrap_err();
+    /// assert!(e.to_string().contains("pipeline stage 2 `shuffle`"), "{e}");
+    /// # Ok::<(), zephon_core::Error>(())
+    /// ```
+    fn resume<T>(self, progress: &mut Progress) -> LaneMux<ResumeFrom<Self>, T>
+    where
+        Self: Stream<Item = Result<T>> + Explain,
+        T: Delivered,
+    {
+        let mut stages = Vec::new();
+        self.describe(&mut stages);
+        let bound = progress.bind_chain(&stages);
+        let mut restore = ResumeFrom::new(self, progress);
+        restore.invalid = bound.err();
+        restore.lane_mux_from(progress)
+    }
+
     /// Restores from `progress` (its lane cuts, or a replay that drops what
     /// it counts as delivered). Place it right after `batch`, before
     /// `lane_mux` and `prefetch_batches`: the operators upstream register

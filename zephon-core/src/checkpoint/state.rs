@@ -241,6 +241,9 @@ impl Checkpoint {
     /// one differs.
     pub fn check_recipe(&self, recipe: &Recipe) -> Result<()> {
         let origin = "restore";
+        // The operator chain is checked where the pipeline is known
+        // (`ResumeExt::resume`); a recipe kept by hand does not hold it.
+        let recipe = &recipe.with_chain_of(&self.settings);
         super::form::check_version(self.version as u64, origin)?;
         // A checkpoint built or changed in memory has not been through a
         // file's checks.

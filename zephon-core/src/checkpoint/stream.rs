@@ -24,9 +24,9 @@ use std::task::{Context, Poll};
 /// # futures::executor::block_on(async {
 /// let ds = Dataset::in_memory("toy", vec![(0..24).map(|i| Record::new().with("i", i as i64)).collect()])?;
 /// let ws = WorkSource::builder().dataset(ds, 1.0).seed(9).canonical_lanes(2).build()?;
-/// let progress = Recipe::new(&ws).start(&ws);
+/// let mut progress = Recipe::new(&ws).start(&ws);
 /// let mut batches = ws.stream().fetch(2).batch(4)
-///     .resume_from(&progress).lane_mux_from(&progress)
+///     .resume(&mut progress)
 ///     .checkpointed_stream(progress);
 /// while let Some(batch) = batches.next().await {
 ///     let batch = batch?;
@@ -93,7 +93,12 @@ where
         let this = self.project();
         let item = futures::ready!(this.inner.poll_next(cx));
         match &item {
-            Some(Ok(unit)) => this.progress.record_delivered(unit),
+            Some(Ok(unit)) => {
+                if let Err(e) = this.progress.check_delivered(unit) {
+                    return Poll::Ready(Some(Err(e)));
+                }
+                this.progress.record_delivered(unit)
+            }
             // The pipeline ran to its end: a merge with ranks that had more
             // data is then of the same step (see `Checkpoint::merge`).
             None => this.progress.mark_ended(),

@@ -18,6 +18,21 @@ pub struct StageDescription {
     /// settings are not known.
     #[serde(default)]
     pub opaque: bool,
+    /// What of this stage shapes the data (which samples arrive in which
+    /// order), in words: `Some("")` for a stage whose presence and place
+    /// count but whose settings are not known (a user's function),
+    /// `None` for a stage that only changes how the pipeline runs
+    /// (prefetch, lane interleaving, the restore step). The data-shaping
+    /// stages in order are the chain a checkpoint is bound to
+    /// ([`ResumeExt::resume`](crate::checkpoint::ResumeExt::resume)), so
+    /// execution settings such as parallelism, queue sizes and micro-batch
+    /// sizes stay out of it.
+    #[serde(default = "presence")]
+    pub data: Option<String>,
+}
+
+fn presence() -> Option<String> {
+    Some(String::new())
 }
 
 /// A pipeline's stages from source to consumer, and how it runs.
@@ -117,7 +132,36 @@ impl StageDescription {
             queue_capacity,
             detail: detail.into(),
             opaque: false,
+            data: presence(),
         }
+    }
+
+    /// The stage's data-shaping settings (see [`data`](Self::data)), from
+    /// their `Debug` form.
+    ///
+    /// ```
+    /// use zephon_core::obs::StageDescription;
+    /// let s = StageDescription::new("shuffle", 1, Some(64), "reservoir").with_data((64, 7));
+    /// assert_eq!(s.data.as_deref(), Some("(64, 7)"));
+    /// ```
+    #[must_use]
+    pub fn with_data(mut self, data: impl fmt::Debug) -> Self {
+        self.data = Some(format!("{data:?}"));
+        self
+    }
+
+    /// Marks a stage that only changes how the pipeline runs, never the
+    /// data (see [`data`](Self::data)).
+    ///
+    /// ```
+    /// use zephon_core::obs::StageDescription;
+    /// let s = StageDescription::new("prefetch_batches", 1, Some(4), "").execution_only();
+    /// assert_eq!(s.data, None);
+    /// ```
+    #[must_use]
+    pub fn execution_only(mut self) -> Self {
+        self.data = None;
+        self
     }
 
     /// An opaque stage: an adapter of another crate, or a boxed stream.

@@ -487,18 +487,21 @@ where
 impl<S: Explain, T> Explain for Batcher<S, T> {
     fn describe(&self, out: &mut Vec<StageDescription>) {
         self.inner.describe(out);
-        out.push(StageDescription::new(
-            "batch",
-            1,
-            None,
-            crate::settings::explain_detail(
-                self.invalid.as_ref(),
-                format!(
-                    "{} per lane{}",
-                    self.size,
-                    if self.drop_last { ", drop_last" } else { "" }
+        out.push(
+            StageDescription::new(
+                "batch",
+                1,
+                None,
+                crate::settings::explain_detail(
+                    self.invalid.as_ref(),
+                    format!(
+                        "{} per lane{}",
+                        self.size,
+                        if self.drop_last { ", drop_last" } else { "" }
+                    ),
                 ),
-            ),
-        ));
+            )
+            .with_data(("drop_last", self.drop_last)),
+        );
     }
 }

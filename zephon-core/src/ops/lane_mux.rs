@@ -221,14 +221,17 @@ where
 impl<S: Explain, T> Explain for LaneMux<S, T> {
     fn describe(&self, out: &mut Vec<StageDescription>) {
         self.inner.describe(out);
-        out.push(StageDescription::new(
-            "lane_mux",
-            1,
-            None,
-            crate::settings::explain_detail(
-                self.invalid.as_ref(),
-                format!("lanes {:?}, strict round robin", self.lanes),
-            ),
-        ));
+        out.push(
+            StageDescription::new(
+                "lane_mux",
+                1,
+                None,
+                crate::settings::explain_detail(
+                    self.invalid.as_ref(),
+                    format!("lanes {:?}, strict round robin", self.lanes),
+                ),
+            )
+            .execution_only(),
+        );
     }
 }

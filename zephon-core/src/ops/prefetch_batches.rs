@@ -259,11 +259,14 @@ impl<S: Stream + Explain> Explain for PrefetchBatches<S> {
         if let State::Idle(s) | State::Inline(s) = &self.state {
             s.as_ref().get_ref().describe(out);
         }
-        out.push(StageDescription::new(
-            "prefetch_batches",
-            1,
-            Some(self.depth as u64),
-            "upstream on its own task",
-        ));
+        out.push(
+            StageDescription::new(
+                "prefetch_batches",
+                1,
+                Some(self.depth as u64),
+                "upstream on its own task",
+            )
+            .execution_only(),
+        );
     }
 }

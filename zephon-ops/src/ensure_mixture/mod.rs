@@ -467,14 +467,17 @@ where
 impl<S: Explain> Explain for EnsureMixture<S> {
     fn describe(&self, out: &mut Vec<StageDescription>) {
         self.inner.describe(out);
-        out.push(StageDescription::new(
-            "ensure_mixture",
-            1,
-            Some(self.config.max_buffer_size as u64),
-            zephon_core::settings::explain_detail(
-                self.invalid.as_ref(),
-                format!("by {:?}, per lane", self.config.weight_by).to_lowercase(),
-            ),
-        ));
+        out.push(
+            StageDescription::new(
+                "ensure_mixture",
+                1,
+                Some(self.config.max_buffer_size as u64),
+                zephon_core::settings::explain_detail(
+                    self.invalid.as_ref(),
+                    format!("by {:?}, per lane", self.config.weight_by).to_lowercase(),
+                ),
+            )
+            .with_data(&self.config),
+        );
     }
 }

@@ -185,17 +185,20 @@ where
 impl<S: Explain> Explain for PackFlat<S> {
     fn describe(&self, out: &mut Vec<StageDescription>) {
         self.inner.describe(out);
-        out.push(StageDescription::new(
-            "pack_flat",
-            1,
-            None,
-            zephon_core::settings::explain_detail(
-                self.invalid.as_ref(),
-                format!(
-                    "rows padded to {} with {}",
-                    self.max_length, self.pad_token_id
+        out.push(
+            StageDescription::new(
+                "pack_flat",
+                1,
+                None,
+                zephon_core::settings::explain_detail(
+                    self.invalid.as_ref(),
+                    format!(
+                        "rows padded to {} with {}",
+                        self.max_length, self.pad_token_id
+                    ),
                 ),
-            ),
-        ));
+            )
+            .with_data((self.max_length, self.pad_token_id)),
+        );
     }
 }

@@ -217,14 +217,17 @@ impl<S: Explain> Explain for PackSequences<S> {
     fn describe(&self, out: &mut Vec<StageDescription>) {
         self.inner.describe(out);
         let c = lock(&self.packer).config().clone();
-        out.push(StageDescription::new(
-            "pack_sequences",
-            1,
-            None,
-            zephon_core::settings::explain_detail(
-                self.invalid.as_ref(),
-                format!("{:?}, rows of {}, per lane", c.algorithm, c.max_length),
-            ),
-        ));
+        out.push(
+            StageDescription::new(
+                "pack_sequences",
+                1,
+                None,
+                zephon_core::settings::explain_detail(
+                    self.invalid.as_ref(),
+                    format!("{:?}, rows of {}, per lane", c.algorithm, c.max_length),
+                ),
+            )
+            .with_data(&c),
+        );
     }
 }

@@ -242,6 +242,15 @@ impl<S: Explain> Explain for Tokenize<S> {
                 "invalid configuration (already reported)".into(),
             ),
         };
-        out.push(StageDescription::new("tokenize", self.enc.k, None, detail));
+        // The micro-batch size and the worker count are execution settings:
+        // left out of what shapes the data.
+        let data = self.enc.prepared.as_ref().ok().map(|p| {
+            let c = &p.config;
+            format!("{c:?}, padding {} pad {:?}", c.padding, c.pad_id)
+        });
+        out.push(
+            StageDescription::new("tokenize", self.enc.k, None, detail)
+                .with_data(data.unwrap_or_default()),
+        );
     }
 }

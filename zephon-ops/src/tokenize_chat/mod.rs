@@ -172,11 +172,22 @@ impl<S: Explain> Explain for TokenizeChat<S> {
                 "invalid configuration (already reported)".into(),
             ),
         };
-        out.push(StageDescription::new(
-            "tokenize_chat",
-            self.enc.k,
-            None,
-            detail,
-        ));
+        // The template's text by its hash: a checkpoint keeps its identity,
+        // not a copy.
+        let data = self.enc.prepared.as_ref().ok().map(|p| {
+            let c = &p.config;
+            let template = c
+                .template
+                .as_deref()
+                .map(|t| zephon_core::hash::bytes(t.as_bytes()));
+            format!(
+                "{c:?}, template {template:?}, system prompt {:?}, vars {:?}, raw {}",
+                c.system_prompt, c.vars, c.raw
+            )
+        });
+        out.push(
+            StageDescription::new("tokenize_chat", self.enc.k, None, detail)
+                .with_data(data.unwrap_or_default()),
+        );
     }
 }

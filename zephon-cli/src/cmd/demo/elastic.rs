@@ -56,8 +56,7 @@ fn rank_steps(
         .map_par(parse, parallelism)
         .shuffle(args.shuffle_buffer, mode, args.seed)
         .batch(args.batch_size)
-        .resume_from(&progress)
-        .lane_mux_from(&progress)
+        .resume(&mut progress)
         .prefetch_batches(8)
         .into_blocking_iter(Runner::Threads {
             workers: parallelism,
@@ -78,6 +77,7 @@ fn rank_steps(
         if run.batches.is_empty() {
             run.first_batch = start.elapsed();
         }
+        progress.check_delivered(&b)?;
         run.batches.push((b.index, b.lane, b.digest()));
         progress.record_delivered(&b);
     }

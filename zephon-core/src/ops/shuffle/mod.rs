@@ -434,14 +434,17 @@ where
 impl<S: Explain, T> Explain for Shuffle<S, T> {
     fn describe(&self, out: &mut Vec<StageDescription>) {
         self.inner.describe(out);
-        out.push(StageDescription::new(
-            "shuffle",
-            1,
-            Some(self.buffer_size as u64),
-            crate::settings::explain_detail(
-                self.invalid.as_ref(),
-                format!("{:?} per lane, seed {}", self.mode, self.seed).to_lowercase(),
-            ),
-        ));
+        out.push(
+            StageDescription::new(
+                "shuffle",
+                1,
+                Some(self.buffer_size as u64),
+                crate::settings::explain_detail(
+                    self.invalid.as_ref(),
+                    format!("{:?} per lane, seed {}", self.mode, self.seed).to_lowercase(),
+                ),
+            )
+            .with_data((self.buffer_size, self.mode, self.seed)),
+        );
     }
 }
