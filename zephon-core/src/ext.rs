@@ -152,7 +152,7 @@ pub trait PipelineExt: Stream + Sized {
         Self: Explain,
     {
         let mut stages = Vec::new();
-        self.describe(&mut stages);
+        crate::runner::describing_for(runner, || self.describe(&mut stages));
         PlanDescription::new(stages, runner)
     }
 

@@ -142,4 +142,33 @@ mod with_tokio_stream {
             .unwrap();
         assert_eq!(batches, expected());
     }
+
+    /// `explain()` compiles on a chain with tokio-stream's adapters (it did
+    /// not): each is an opaque stage, and as they do not hand out their
+    /// upstream, the plan starts at the last of them.
+    #[test]
+    fn explain_shows_tokio_stream_adapters_as_opaque_stages() {
+        let ws = source();
+        let plan = ws
+            .stream()
+            .fetch(2)
+            .filter(|r| r.is_ok())
+            .batch(4)
+            .map(|b| b)
+            .prefetch_batches(2)
+            .explain(Runner::threads());
+        let names: Vec<(&str, bool)> = plan
+            .stages
+            .iter()
+            .map(|s| (s.name.as_str(), s.opaque))
+            .collect();
+        assert_eq!(
+            names,
+            [("tokio_stream map", true), ("prefetch_batches", false)]
+        );
+        assert!(
+            plan.to_string().contains("stages before it are hidden"),
+            "{plan}"
+        );
+    }
 }

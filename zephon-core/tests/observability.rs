@@ -331,3 +331,44 @@ fn no_queue_reports_more_than_its_capacity() {
     let shuffle = m.operators.iter().find(|o| o.name == "shuffle").unwrap();
     assert_eq!(shuffle.max_queue_depth, 64);
 }
+
+/// `explain()` and the metrics give every operator the same queue
+/// capacity, under either runner, and map_par's depth is counted in
+/// elements, as its capacity is (it once showed 128 in the plan, 256 in
+/// the metrics, and a depth of 4 micro-batches).
+#[test]
+fn explain_and_metrics_agree_on_queues() {
+    for runner in [Runner::Inline, Runner::Threads { workers: 2 }] {
+        let pipeline = || {
+            source(2, 4_000)
+                .stream()
+                .fetch(2)
+                .map_par(Ok, 2)
+                .shuffle(64, ShuffleMode::Reservoir, 1)
+                .batch(10)
+                .prefetch_batches(4)
+        };
+        let plan = pipeline().explain(runner);
+        let mut it = pipeline().into_blocking_iter(runner).unwrap();
+        let obs = it.enable_observability(Tracking::Operator);
+        assert_eq!(drain(&mut it), 800);
+        let m = obs.metrics_snapshot();
+        for stage in &plan.stages {
+            let Some(o) = m.operators.iter().find(|o| o.name == stage.name) else {
+                continue;
+            };
+            assert_eq!(
+                o.queue_capacity, stage.queue_capacity,
+                "{runner:?}: {}",
+                stage.name
+            );
+        }
+        let map = m.operators.iter().find(|o| o.name == "map_par").unwrap();
+        let capacity = map.queue_capacity.unwrap();
+        assert!(
+            map.max_queue_depth <= capacity && map.max_queue_depth > 2,
+            "{runner:?}: map_par {} of {capacity}",
+            map.max_queue_depth
+        );
+    }
+}

@@ -311,7 +311,8 @@ where
                     out
                 }));
                 if let Some(s) = this.probe.stats() {
-                    s.max_queue.observe(this.in_flight.len() as u64);
+                    s.max_queue
+                        .observe((this.in_flight.len() * *this.micro) as u64);
                 }
                 if upstream_pending {
                     break;
@@ -360,7 +361,13 @@ impl<S: Explain, T, U> Explain for MapImages<S, T, U> {
             StageDescription::new(
                 self.name,
                 self.k,
-                Some((self.queued.max(1) * self.k * self.micro) as u64),
+                Some(
+                    (match self.queued {
+                        0 => in_flight_per_worker(),
+                        n => n,
+                    } * self.k
+                        * self.micro) as u64,
+                ),
                 zephon_core::settings::explain_detail(
                     self.invalid.as_ref(),
                     format!("{}, micro-batches of {}", self.detail, self.micro),

@@ -1,6 +1,9 @@
 //! [`Explain`] for streams and adapters of other crates (`futures`,
 //! `tokio-stream`) and for boxed pipelines: each shows as an opaque stage, so
 //! `explain()` compiles on a chain that mixes them with Zephon's operators.
+//! `tokio-stream`'s adapters do not hand out the stream they wrap, so a plan
+//! shows nothing before the last of them; `futures`' adapters of the same
+//! names keep the stages before them.
 //!
 //! Stable Rust has no specialization, so there is no blanket "anything else
 //! is opaque": these are the adapters a pipeline meets in practice. A
@@ -98,3 +101,37 @@ opaque_adapter!("take_while", "futures take_while", [Fut, F], fs::TakeWhile<St, 
     where St: Stream, F: FnMut(&St::Item) -> Fut, Fut: Future<Output = bool>);
 opaque_adapter!("skip_while", "futures skip_while", [Fut, F], fs::SkipWhile<St, Fut, F>,
     where St: Stream, F: FnMut(&St::Item) -> Fut, Fut: Future<Output = bool>);
+
+/// A `tokio-stream` adapter: one opaque stage. Unlike `futures`' adapters,
+/// those of `tokio-stream` do not hand out the stream they wrap, so what
+/// feeds them cannot be described: the plan starts at the adapter (the
+/// adapter of the same name from `futures::StreamExt` keeps the stages
+/// before it).
+macro_rules! tokio_adapter {
+    ($name:literal, [$($g:ident),*], $ty:ty $(, where $($bound:tt)*)?) => {
+        impl<$($g),*> Explain for $ty $(where $($bound)*)? {
+            fn describe(&self, out: &mut Vec<StageDescription>) {
+                out.push(StageDescription::opaque(
+                    concat!("tokio_stream ", $name),
+                    "tokio-stream adapter: the stages before it are hidden (it does not hand out its upstream); \
+                     futures' adapter of the same name keeps them",
+                ));
+            }
+        }
+    };
+}
+
+use tokio_stream::adapters as ts;
+tokio_adapter!("map", [St, F], ts::Map<St, F>);
+tokio_adapter!("map_while", [St, F], ts::MapWhile<St, F>);
+tokio_adapter!("filter", [St, F], ts::Filter<St, F>);
+tokio_adapter!("filter_map", [St, F], ts::FilterMap<St, F>);
+tokio_adapter!("fuse", [St], ts::Fuse<St>);
+tokio_adapter!("take", [St], ts::Take<St>);
+tokio_adapter!("take_while", [St, F], ts::TakeWhile<St, F>);
+tokio_adapter!("skip", [St], ts::Skip<St>);
+tokio_adapter!("skip_while", [St, F], ts::SkipWhile<St, F>);
+tokio_adapter!("then", [St, Fut, F], ts::Then<St, Fut, F>);
+tokio_adapter!("chain", [A, B], ts::Chain<A, B>);
+tokio_adapter!("merge", [A, B], ts::Merge<A, B>);
+tokio_adapter!("peekable", [St], ts::Peekable<St>, where St: Stream);

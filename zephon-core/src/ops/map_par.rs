@@ -125,6 +125,15 @@ impl<S, T, U> MapPar<S, T, U> {
         }
     }
 
+    /// Micro-batches in flight per worker: fixed at the first poll, by the
+    /// runtime polling it; before, what the runtime will give.
+    fn queue_depth(&self) -> usize {
+        match self.queued {
+            0 => crate::runner::in_flight_per_worker(),
+            n => n,
+        }
+    }
+
     /// Emits results as they complete instead of in input order: an explicit
     /// opt-out of the determinism promise, for pipelines that do not need it.
     pub fn unordered(mut self) -> Self {
@@ -242,8 +251,11 @@ where
                     }
                     out
                 }));
+                // In elements, as the capacity is: micro-batches in flight
+                // times their size.
                 if let Some(s) = this.probe.stats() {
-                    s.max_queue.observe(this.in_flight.len() as u64);
+                    s.max_queue
+                        .observe((this.in_flight.len() * *this.micro) as u64);
                 }
                 if upstream_pending {
                     break;
@@ -292,7 +304,7 @@ impl<S: Explain, T, U> Explain for MapPar<S, T, U> {
         out.push(StageDescription::new(
             "map_par",
             self.k,
-            Some((self.queued.max(1) * self.k * self.micro) as u64),
+            Some((self.queue_depth() * self.k * self.micro) as u64),
             crate::settings::explain_detail(
                 self.invalid.as_ref(),
                 format!("micro-batches of {}, {order}", self.micro),

@@ -29,10 +29,33 @@ use std::sync::{Arc, Mutex};
 /// assert_eq!(rt.block_on(async { zephon_core::runner::in_flight_per_worker() }), 2);
 /// ```
 pub fn in_flight_per_worker() -> usize {
+    if let Some(n) = DESCRIBED_FOR.get() {
+        return n;
+    }
     match tokio::runtime::Handle::try_current() {
         Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => 2,
         _ => 1,
     }
+}
+
+thread_local! {
+    /// While a plan is described for a runner ([`describing_for`]), the
+    /// in-flight depth its runtime will give, so `explain()` shows the
+    /// queue sizes the metrics will report.
+    static DESCRIBED_FOR: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` (a pipeline's `describe`) as if under `runner`'s runtime, for
+/// [`in_flight_per_worker`].
+pub(crate) fn describing_for<R>(runner: super::Runner, f: impl FnOnce() -> R) -> R {
+    let n = match runner {
+        super::Runner::Inline => 1,
+        _ => 2,
+    };
+    let before = DESCRIBED_FOR.replace(Some(n));
+    let out = f();
+    DESCRIBED_FOR.set(before);
+    out
 }
 
 /// An offloaded closure, its result sent back by itself.

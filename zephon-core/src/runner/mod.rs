@@ -16,6 +16,7 @@ mod idle;
 mod pool;
 pub use blocking::BlockingIter;
 pub use cost::{IN_PLACE_BELOW, IN_PLACE_MOST, IN_PLACE_PER_ITEM, WorkCost, offload_measured};
+pub(crate) use group::describing_for;
 pub use group::{OffloadGroup, in_flight_per_worker};
 use pool::CpuPool;
 
