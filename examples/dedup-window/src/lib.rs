@@ -53,10 +53,11 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Context, Poll};
 use zephon_core::checkpoint::PtrList;
 use zephon_core::checkpoint::cut::{
-    Arrival, Board, CutContext, CutSource, InFlightJournal, OpLaneCut, OpState, Preamble,
-    Restoring, element_pointer, register_state_check,
+    Arrival, CutContext, CutSource, InFlightJournal, OpLaneCut, OpState, Preamble, Restoring,
+    element_pointer, register_state_check,
 };
-use zephon_core::obs::{Explain, StageDescription};
+use zephon_core::context::{CutRole, Joined};
+use zephon_core::obs::{Explain, Probe, StageDescription};
 use zephon_core::{Error, Identity, LaneId, Record, Result, SamplePtr};
 
 /// The name the operator registers under, and its cuts carry.
@@ -332,7 +333,9 @@ pub struct DedupWindow<S> {
     #[pin]
     inner: S,
     shared: Arc<Shared>,
-    looked: bool,
+    /// Attaches the operator for metrics and `explain()`, and puts it on
+    /// the checkpoint board, in one call on the first poll.
+    probe: Probe,
     /// Registered on a checkpoint board: windows keep pointers.
     cutting: bool,
     restoring: Option<Restoring>,
@@ -352,7 +355,7 @@ impl<S> DedupWindow<S> {
                 field,
                 lanes: Mutex::new(BTreeMap::new()),
             }),
-            looked: false,
+            probe: Probe::default(),
             cutting: false,
             restoring: None,
             invalid: (capacity == 0)
@@ -387,40 +390,55 @@ impl<S: Stream<Item = Result<Record>>> Stream for DedupWindow<S> {
         if let Some(e) = this.invalid.take() {
             return Poll::Ready(Some(Err(e)));
         }
-        // First poll: register on the pipeline's checkpoint board, if any,
-        // and take the cuts to restore.
-        if !*this.looked {
-            *this.looked = true;
-            if let Some(board) = Board::current() {
-                let weak: Weak<dyn CutSource> = Arc::downgrade(this.shared) as _;
-                match board.register(NAME, Some(weak)) {
-                    Ok(plan) => {
-                        let mut lanes = this.shared.lock();
-                        // Until a restoring lane is back, its state is its
-                        // cut (a batch may leave before that).
-                        for (&lane, (_, cut)) in &plan {
-                            lanes.entry(lane).or_default().restoring = Some(Restore {
-                                cut: cut.clone(),
-                                state: None,
-                                seen: 0,
-                            });
-                        }
-                        *this.cutting = true;
-                        *this.restoring = Some(Restoring::new(plan, board));
+        // First poll: attach for metrics and `explain()` and, in a
+        // checkpointed pipeline, register on its board and take the cuts
+        // to restore, in one call.
+        if !this.probe.attached() {
+            let shared = this.shared.clone();
+            let capacity = Some(this.shared.capacity as u64);
+            let joined = this.probe.join(NAME, 1, capacity, move || {
+                CutRole::Source(Arc::downgrade(&shared) as Weak<dyn CutSource>)
+            });
+            match joined {
+                Ok(None) => {}
+                Ok(Some(Joined { board, plan })) => {
+                    let mut lanes = this.shared.lock();
+                    // Until a restoring lane is back, its state is its
+                    // cut (a batch may leave before that).
+                    for (&lane, (_, cut)) in &plan {
+                        lanes.entry(lane).or_default().restoring = Some(Restore {
+                            cut: cut.clone(),
+                            state: None,
+                            seen: 0,
+                        });
                     }
-                    Err(e) => return Poll::Ready(Some(Err(e))),
+                    *this.cutting = true;
+                    *this.restoring = Some(Restoring::new(plan, board));
                 }
+                Err(e) => return Poll::Ready(Some(Err(e))),
             }
         }
         loop {
             let r = match this.inner.as_mut().poll_next(cx) {
                 Poll::Ready(Some(Ok(r))) => r,
+                Poll::Ready(None) => {
+                    this.probe.finish();
+                    return Poll::Ready(None);
+                }
+                Poll::Pending => {
+                    this.probe.input_pending();
+                    return Poll::Pending;
+                }
                 other => return other,
             };
+            this.probe.input();
             let lane = r.lane;
             let r = match this.restoring.as_mut().map(|rs| rs.arrive(lane)) {
                 // A record of an operator downstream's preamble.
-                Some(Arrival::Pass) => return Poll::Ready(Some(Ok(r))),
+                Some(Arrival::Pass) => {
+                    this.probe.output();
+                    return Poll::Ready(Some(Ok(r)));
+                }
                 Some(Arrival::Own(_)) => {
                     let (restored, finished) = match this.shared.restore_one(lane, r) {
                         Ok(x) => x,
@@ -430,7 +448,10 @@ impl<S: Stream<Item = Result<Record>>> Stream for DedupWindow<S> {
                         rs.done(lane);
                     }
                     match restored {
-                        Restored::Emit(r) => return Poll::Ready(Some(Ok(r))),
+                        Restored::Emit(r) => {
+                            this.probe.output();
+                            return Poll::Ready(Some(Ok(r)));
+                        }
                         Restored::Absorbed => continue,
                         Restored::Normal(r) => r,
                     }
@@ -458,6 +479,8 @@ impl<S: Stream<Item = Result<Record>>> Stream for DedupWindow<S> {
                 l.unlisted = true;
             }
             l.sent.note_pointer(ptr, cutting);
+            drop(lanes);
+            this.probe.output();
             return Poll::Ready(Some(Ok(r)));
         }
     }

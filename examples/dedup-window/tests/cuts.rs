@@ -305,3 +305,32 @@ proptest! {
         check(&s, step, from, &[to]);
     }
 }
+
+/// The operator attaches through `Probe::join`, so it has metrics of its
+/// own (through `Board::register` it had none) and explain() and the
+/// metrics agree on its queue.
+#[test]
+fn the_operator_has_metrics_of_its_own() {
+    let ws = WorkSource::builder()
+        .dataset(corpus(40), 1.0)
+        .seed(3)
+        .canonical_lanes(2)
+        .build()
+        .unwrap();
+    let pipeline = || ws.stream().fetch(2).dedup_window("text", 8).batch(4);
+    let plan = pipeline().explain(Runner::Inline);
+    let mut it = pipeline().into_blocking_iter(Runner::Inline).unwrap();
+    let obs = it.enable_observability(Tracking::Operator);
+    let kept: usize = it.by_ref().map(|b| b.unwrap().items.len()).sum();
+    let m = obs.metrics_snapshot();
+    let op = m
+        .operators
+        .iter()
+        .find(|o| o.name == NAME)
+        .expect("dedup_window's metrics");
+    assert_eq!(op.elements_in, 120);
+    assert_eq!(op.elements_out, kept as u64);
+    assert!(kept < 120, "near-duplicates were dropped");
+    let stage = plan.stages.iter().find(|s| s.name == NAME).unwrap();
+    assert_eq!(op.queue_capacity, stage.queue_capacity);
+}

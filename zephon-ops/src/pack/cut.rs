@@ -315,7 +315,9 @@ impl Packer {
                 restore_error(
                     lane,
                     format!(
-                        "tokens {}..{} of a document of {} tokens: the tokenizer differs from the checkpointed run's",
+                        "tokens {}..{} of a document of {} tokens: the document's tokens differ from the checkpointed run's \
+                         (another tokenizer, or an operator upstream of packing whose output depends on more than its input record \
+                         and which does not take part in the checkpoint's cut; see `zephon_core::checkpoint::cut`)",
                         p.start(),
                         p.end(),
                         t.len()

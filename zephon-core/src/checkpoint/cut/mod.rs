@@ -96,14 +96,16 @@
 //! one, with its state but no preamble:
 //!
 //! ```
-//! use futures::{Stream, StreamExt, ready};
+//! use futures::{Stream, StreamExt};
 //! use std::collections::BTreeMap;
 //! use std::pin::Pin;
 //! use std::sync::{Arc, Mutex, Weak};
 //! use std::task::{Context, Poll};
 //! use zephon_core::checkpoint::cut::{
-//!     Arrival, Board, CutContext, CutSource, OpLaneCut, OpState, Restoring,
+//!     Arrival, CutContext, CutSource, OpLaneCut, OpState, Restoring,
 //! };
+//! use zephon_core::context::{CutRole, Joined};
+//! use zephon_core::obs::Probe;
 //! use zephon_core::checkpoint::{Checkpoint, CheckpointedExt, Recipe, ResumeExt};
 //! use zephon_core::{
 //!     Dataset, Identity, LaneId, PipelineExt, Record, Result, Runner, ShuffleMode, Tracking, Value,
@@ -131,7 +133,7 @@
 //! struct RunningTotal<S> {
 //!     inner: S,
 //!     lanes: Arc<Lanes>,
-//!     looked: bool,
+//!     probe: Probe,
 //!     restoring: Option<Restoring>,
 //! }
 //!
@@ -139,19 +141,26 @@
 //!     type Item = Result<Record>;
 //!     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Record>>> {
 //!         let this = &mut *self;
-//!         if !this.looked {
-//!             this.looked = true;
-//!             if let Some(board) = Board::current() {
-//!                 let weak: Weak<dyn CutSource> = Arc::downgrade(&this.lanes) as _;
-//!                 match board.register(NAME, Some(weak)) {
-//!                     Ok(plan) => this.restoring = Some(Restoring::new(plan, board)),
-//!                     Err(e) => return Poll::Ready(Some(Err(e))),
-//!                 }
-//!             }
+//!         // First poll: one call attaches the operator for metrics and
+//!         // `explain()` and, in a checkpointed pipeline, puts it on the
+//!         // board with what it restores.
+//!         let lanes = this.lanes.clone();
+//!         let joined = this.probe.join(NAME, 1, None, move || {
+//!             CutRole::Source(Arc::downgrade(&lanes) as Weak<dyn CutSource>)
+//!         });
+//!         match joined {
+//!             Ok(Some(Joined { board, plan })) => this.restoring = Some(Restoring::new(plan, board)),
+//!             Ok(None) => {}
+//!             Err(e) => return Poll::Ready(Some(Err(e))),
 //!         }
-//!         let Some(mut r) = ready!(this.inner.poll_next_unpin(cx)?) else {
-//!             return Poll::Ready(None);
+//!         let mut r = match this.inner.poll_next_unpin(cx) {
+//!             Poll::Ready(Some(Ok(r))) => r,
+//!             Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
+//!             Poll::Ready(None) => { this.probe.finish(); return Poll::Ready(None); }
+//!             Poll::Pending => { this.probe.input_pending(); return Poll::Pending; }
 //!         };
+//!         this.probe.input();
+//!         this.probe.output();
 //!         let lane = r.lane;
 //!         if let Some(rs) = &mut this.restoring {
 //!             match rs.arrive(lane) {
@@ -183,7 +192,7 @@
 //! let recipe = Recipe::new(&ws);
 //! let run = |progress: zephon_core::checkpoint::Progress| -> Result<_> {
 //!     let shuffled = ws.stream().fetch(2).shuffle(4, ShuffleMode::Reservoir, 3).boxed();
-//!     let totals = RunningTotal { inner: shuffled, lanes: Arc::default(), looked: false, restoring: None };
+//!     let totals = RunningTotal { inner: shuffled, lanes: Arc::default(), probe: Probe::default(), restoring: None };
 //!     let mut it = totals.batch(3).resume_from(&progress).lane_mux_from(&progress)
 //!         .into_blocking_iter(Runner::Inline)?;
 //!     let observer = it.enable_observability(Tracking::Operator);
@@ -201,6 +210,8 @@
 //! let m = observer.metrics_snapshot();
 //! let resume = m.operators.iter().find(|o| o.name == "resume_from").unwrap();
 //! assert_eq!(resume.elements_in, resume.elements_out);
+//! // The operator has its own metrics.
+//! assert!(m.operators.iter().any(|o| o.name == NAME && o.elements_out > 0));
 //! # Ok::<(), zephon_core::Error>(())
 //! ```
 
