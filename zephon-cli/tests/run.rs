@@ -197,3 +197,41 @@ fn the_plan_names_the_stages_as_the_metrics_do() {
         .collect();
     assert_eq!(planned, measured);
 }
+
+/// The schedule recipe runs, its plan shows the schedule, and a recipe
+/// schedule with an option of the wrong form is named.
+#[test]
+fn a_scheduled_recipe_runs_and_shows_its_schedule() {
+    let out = zephon()
+        .args(["run", "--max-batches", "120"])
+        .arg(recipe("schedule.toml"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("schedule phases by global batches of 16: from 0 {web 1} then from 10 {code 1, web 1} then from 20 {code 1}"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("3 segment(s)"), "{stdout}");
+    assert!(stdout.contains("120 batches"), "{stdout}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(recipe("schedule.toml"))
+        .unwrap()
+        .replace("../data/", &format!("{}/", recipe("../data").display()))
+        .replace("form = \"phases\"", "form = \"phases\"\nstep = 3");
+    let path = dir.path().join("bad.toml");
+    std::fs::write(&path, text).unwrap();
+    let out = zephon().arg("run").arg(&path).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("work_source.schedule.step: only with form = \"linear\""),
+        "{stderr}"
+    );
+}

@@ -27,6 +27,7 @@ mod outside_runtime;
 mod panics;
 mod restore_panics;
 mod resume_chain;
+mod schedules;
 mod size_hint;
 mod test_files;
 mod text_view;

@@ -145,6 +145,15 @@ impl WorkSourceBuilder {
             .insert(name.to_owned(), tokens);
         self
     }
+    /// Mixture weights that change during the run: phases, linear
+    /// interpolation or an anneal, by global position (see
+    /// [`MixtureSchedule`](super::MixtureSchedule); checked by
+    /// [`build`](Self::build)). Part of the work source's fingerprint: a
+    /// checkpoint resumes only under the same schedule.
+    pub fn mixture_schedule(mut self, schedule: super::MixtureSchedule) -> Self {
+        self.config.mixture_schedule = Some(schedule);
+        self
+    }
     /// Number of canonical lanes (fixed for a run), in
     /// [`settings::CANONICAL_LANES`] (1 to 65,536; checked by [`build`](Self::build)).
     pub fn canonical_lanes(mut self, n: u32) -> Self {
@@ -335,7 +344,26 @@ impl WorkSourceBuilder {
             .enumerate()
             .map(|(d, o)| limit(c, names[d], o.total))
             .collect::<Result<Vec<_>>>()?;
-        let schedule = Schedule::new(&weights, &names, c.chunk_size, &limits)?;
+        let schedule = match &c.mixture_schedule {
+            None => Schedule::new(&weights, &names, c.chunk_size, &limits)?,
+            Some(ms) => {
+                let per_sample = |d: usize, w: f64| tokens.as_ref().map_or(w, |t| w / t[d]);
+                // The datasets' own weights hold before the first point;
+                // a weight of 0 there keeps a dataset out until it enters.
+                for ((_, w), name) in self.datasets.iter().zip(&names) {
+                    if !(w.is_finite() && *w >= 0.0) {
+                        return Err(Error::config(
+                            "weight",
+                            format!(
+                                "dataset `{name}` has weight {w}; with a mixture schedule, weights must be finite and not negative (0: out until a phase names it)"
+                            ),
+                        ));
+                    }
+                }
+                let phases = ms.resolve(&names, &weights, per_sample)?;
+                Schedule::phased(&phases, &names, c.chunk_size, &limits)?
+            }
+        };
         let end = schedule.end;
         let mut fp = hash::key(&[
             c.seed,
@@ -362,6 +390,9 @@ impl WorkSourceBuilder {
             if let Some(t) = &tokens {
                 fp = hash::combine(fp, t[d].to_bits());
             }
+        }
+        if let Some(ms) = &c.mixture_schedule {
+            fp = hash::combine(fp, hash::bytes(format!("{ms:?}").as_bytes()));
         }
         let given: Vec<f64> = self.datasets.iter().map(|(_, w)| *w).collect();
         let catalog: Catalog = self.datasets.into_iter().map(|(d, _)| d).collect();

@@ -64,6 +64,10 @@ pub struct WorkConfig {
     /// mixture. See [`WorkSourceBuilder::estimate_tokens`](super::WorkSourceBuilder::estimate_tokens).
     #[serde(default)]
     pub tokens_per_sample: BTreeMap<String, f64>,
+    /// Mixture weights that change during the run (none: the datasets'
+    /// own weights throughout). See [`MixtureSchedule`](super::MixtureSchedule).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mixture_schedule: Option<super::MixtureSchedule>,
 }
 
 impl Default for WorkConfig {
@@ -78,6 +82,7 @@ impl Default for WorkConfig {
             lanes: LaneConfig::default(),
             policies: BTreeMap::new(),
             tokens_per_sample: BTreeMap::new(),
+            mixture_schedule: None,
         }
     }
 }

@@ -10,6 +10,7 @@
 //! a lane layout or a restore could change).
 
 use super::Mixture;
+use super::phases::Phase;
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 
@@ -105,7 +106,39 @@ impl Schedule {
 
     /// Computes the segments. `weights`, `names` and `limits` are per dataset.
     pub fn new(weights: &[f64], names: &[&str], chunk: u64, limits: &[Limit]) -> Result<Self> {
-        let n = weights.len();
+        // Without a schedule every dataset is in from the start: a weight
+        // of 0 is a mistake, not a dataset waiting for its phase.
+        if let Some((w, name)) = weights
+            .iter()
+            .zip(names)
+            .find(|(w, _)| !(w.is_finite() && **w > 0.0))
+        {
+            return Err(Error::config(
+                "weight",
+                format!("dataset `{name}` has weight {w}; weights must be finite and positive"),
+            ));
+        }
+        let phases = [Phase {
+            start: 0,
+            weights: weights.to_vec(),
+            lenient: false,
+        }];
+        Self::phased(&phases, names, chunk, limits)
+    }
+
+    /// Computes the segments under a mixture schedule: `phases` in global
+    /// order from 0, each with a weight per dataset (0: out of the mixture
+    /// in that phase). A segment ends where a dataset leaves or a phase
+    /// begins; the stream ends where a dataset stops it, where the
+    /// datasets to complete are complete, or where no dataset of a phase
+    /// has data left.
+    pub(super) fn phased(
+        phases: &[Phase],
+        names: &[&str],
+        chunk: u64,
+        limits: &[Limit],
+    ) -> Result<Self> {
+        let n = names.len();
         let mut active: Vec<usize> = (0..n).collect();
         let mut base = vec![0u64; n];
         let mut start = 0u64;
@@ -130,6 +163,15 @@ impl Schedule {
             // Each segment holds a chunk's schedule: many leaving datasets
             // with a large chunk would hold gigabytes before the first pointer.
             let slots = (segments.len() as u64 + 1).saturating_mul(chunk);
+            if slots > MAX_SCHEDULE_SLOTS && phases.len() > 1 {
+                return Err(Error::config(
+                    super::phases::KEY,
+                    format!(
+                        "{} segments (phases, and datasets leaving) with chunk_size {chunk} hold over {MAX_SCHEDULE_SLOTS} schedule slots; use fewer phases (a larger linear step) or a lower chunk_size",
+                        segments.len()
+                    ),
+                ));
+            }
             if slots > MAX_SCHEDULE_SLOTS {
                 return Err(Error::config(
                     "exhausted_policy",
@@ -139,22 +181,74 @@ impl Schedule {
                     ),
                 ));
             }
-            let w: Vec<f64> = active.iter().map(|&d| weights[d]).collect();
-            let nm: Vec<&str> = active.iter().map(|&d| names[d]).collect();
-            let mixture = Mixture::new(&w, &nm, chunk)?;
+            let phase = phases.partition_point(|p| p.start <= start) - 1;
+            let next_phase = phases.get(phase + 1).map(|p| p.start - start);
+            let weights = &phases[phase].weights;
+            let mut in_phase: Vec<usize> = active
+                .iter()
+                .copied()
+                .filter(|&d| weights[d] > 0.0)
+                .collect();
+            if in_phase.is_empty() {
+                // Every dataset of this phase has left.
+                return Ok(Schedule {
+                    segments,
+                    end: Some(start),
+                });
+            }
+            let mixture = loop {
+                let w: Vec<f64> = in_phase.iter().map(|&d| weights[d]).collect();
+                let nm: Vec<&str> = in_phase.iter().map(|&d| names[d]).collect();
+                match Mixture::new(&w, &nm, chunk) {
+                    Ok(m) => break m,
+                    // A linear step's smallest weight may round to no slot:
+                    // that dataset sits the step out.
+                    Err(_) if phases[phase].lenient && in_phase.len() > 1 => {
+                        let smallest = (0..in_phase.len())
+                            .min_by(|&a, &b| w[a].total_cmp(&w[b]))
+                            .expect("not empty");
+                        in_phase.remove(smallest);
+                    }
+                    Err(e) if phases.len() > 1 => {
+                        return Err(Error::config(
+                            super::phases::KEY,
+                            format!("the phase from global index {}: {e}", phases[phase].start),
+                        ));
+                    }
+                    Err(e) => return Err(e),
+                }
+            };
             // The first event: where a dataset asks past its limit (each
             // index is one dataset's, so two events never share one).
             let mut event: Option<(u64, bool)> = None;
-            let mut complete: Option<u64> = None;
-            for (k, &d) in active.iter().enumerate() {
+            // Where every dataset to complete is complete; `None` inside
+            // the option: one of them is out of this phase and not yet
+            // complete, so the stream does not end in it.
+            let mut complete: Option<Option<u64>> = None;
+            for &d in &active {
+                if let Limit::Complete(l) = limits[d]
+                    && base[d] < l
+                    && !in_phase.contains(&d)
+                {
+                    complete = Some(None);
+                }
+            }
+            for (k, &d) in in_phase.iter().enumerate() {
                 let (at, stops) = match limits[d] {
                     Limit::Endless => continue,
                     Limit::Complete(l) => {
-                        let last = mixture
-                            .checked_global_index(k, l - 1)
-                            .and_then(|g| g.checked_add(1))
-                            .ok_or_else(|| overflow("passes", d))?;
-                        complete = Some(complete.map_or(last, |c| c.max(last)));
+                        let last = match l.checked_sub(base[d] + 1) {
+                            None => 0,
+                            Some(left) => mixture
+                                .checked_global_index(k, left)
+                                .and_then(|g| g.checked_add(1))
+                                .ok_or_else(|| overflow("passes", d))?,
+                        };
+                        complete = Some(match complete {
+                            None => Some(last),
+                            Some(None) => None,
+                            Some(Some(c)) => Some(c.max(last)),
+                        });
                         continue;
                     }
                     Limit::Stop(l, key) => (
@@ -176,44 +270,49 @@ impl Schedule {
                 });
             }
             let seg_base = base.clone();
-            let active_ids: Vec<u32> = active.iter().map(|&d| d as u32).collect();
+            let active_ids: Vec<u32> = in_phase.iter().map(|&d| d as u32).collect();
             let end_at = |h: u64| start.checked_add(h).ok_or_else(|| overflow("passes", 0));
-            match (event, complete) {
-                (_, Some(h)) => {
-                    let end = end_at(h)?;
-                    segments.push(Segment {
-                        start,
-                        active: active_ids,
-                        base: seg_base,
-                        mixture,
-                    });
+            // The stream ends at the first stop or completion; a segment
+            // ends earlier where a dataset leaves or the next phase begins.
+            let stop = event.filter(|(_, stops)| *stops).map(|(h, _)| h);
+            let end = match (stop, complete.flatten()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let leave = event.filter(|(_, stops)| !*stops).map(|(h, _)| h);
+            let switch = match (leave, next_phase) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let segment = Segment {
+                start,
+                active: active_ids,
+                base: seg_base,
+                mixture,
+            };
+            match (end, switch) {
+                (Some(e), s) if s.is_none_or(|s| e <= s) => {
+                    let end = end_at(e)?;
+                    segments.push(segment);
                     return Ok(Schedule {
                         segments,
                         end: Some(end),
                     });
                 }
-                (None, None) | (Some((_, true)), None) => {
-                    let end = event.map(|(h, _)| end_at(h)).transpose()?;
-                    segments.push(Segment {
-                        start,
-                        active: active_ids,
-                        base: seg_base,
-                        mixture,
-                    });
-                    return Ok(Schedule { segments, end });
-                }
-                (Some((h, false)), None) => {
-                    for (k, &d) in active.iter().enumerate() {
-                        base[d] += mixture.count_before(k, h);
+                (_, Some(h)) => {
+                    for (k, &d) in in_phase.iter().enumerate() {
+                        base[d] += segment.mixture.count_before(k, h);
                     }
                     let next = end_at(h)?;
-                    segments.push(Segment {
-                        start,
-                        active: active_ids,
-                        base: seg_base,
-                        mixture,
-                    });
+                    segments.push(segment);
                     start = next;
+                }
+                (_, None) => {
+                    segments.push(segment);
+                    return Ok(Schedule {
+                        segments,
+                        end: None,
+                    });
                 }
             }
         }

@@ -287,11 +287,15 @@ impl crate::obs::Explain for PointerStream {
             1,
             None,
             format!(
-                "{}; seed {}; {:?} ({} segment(s)); lanes {:?} of {}",
+                "{}; seed {}; {:?} ({} segment(s)){}; lanes {:?} of {}",
                 datasets.join(", "),
                 c.seed,
                 c.exhaustion,
                 self.plan.schedule.segments.len(),
+                c.mixture_schedule
+                    .as_ref()
+                    .map(|s| format!("; schedule {s}"))
+                    .unwrap_or_default(),
                 c.lanes.owned_lanes(),
                 c.lanes.canonical_lanes
             ),

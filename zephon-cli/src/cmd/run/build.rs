@@ -116,6 +116,9 @@ pub fn work_source(recipe: &Recipe, base: &Path) -> Result<WorkSource> {
     if let Some(n) = w.token_samples {
         b = estimate_tokens(recipe, base, b, n)?;
     }
+    if let Some(s) = &w.schedule {
+        b = b.mixture_schedule(s.schedule()?);
+    }
     Ok(b.build()?)
 }
 

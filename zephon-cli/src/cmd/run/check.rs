@@ -154,12 +154,15 @@ pub fn check(recipe: &Recipe, lines: &KeyLines<'_>) -> Result<()> {
                 ),
             ));
         }
-        if !(d.weight.is_finite() && d.weight > 0.0) {
+        // Under a schedule a dataset may wait, at weight 0, for a phase
+        // that names it.
+        let scheduled = recipe.work_source.schedule.is_some();
+        if !(d.weight.is_finite() && (d.weight > 0.0 || scheduled && d.weight == 0.0)) {
             return Err(at(
                 lines,
                 &key("weight"),
                 &format!(
-                    "weight {} of `{}`: must be finite and positive",
+                    "weight {} of `{}`: must be finite and positive (or 0 under a schedule)",
                     d.weight, d.name
                 ),
             ));

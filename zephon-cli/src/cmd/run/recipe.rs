@@ -178,6 +178,105 @@ pub struct WorkSourceSpec {
     pub world_size: u32,
     /// Lane ownership.
     pub ownership: Ownership,
+    /// Mixture weights that change during the run (`[work_source.schedule]`).
+    pub schedule: Option<ScheduleSpec>,
+}
+
+/// `[work_source.schedule]`: mixture weights by global position, as
+/// `zephon_core::work::MixtureSchedule` takes them.
+///
+/// ```toml
+/// [work_source.schedule]
+/// unit = "global_batches"   # or "samples" (default)
+/// global_batch = 256        # samples per global batch, with unit = "global_batches"
+/// form = "phases"           # or "linear", with `step` positions per step
+/// [[work_source.schedule.points]]
+/// at = 1000
+/// weights = { web = 0.5, code = 0.5 }
+/// ```
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduleSpec {
+    /// `samples` (default) or `global_batches`.
+    #[serde(default)]
+    pub unit: ScheduleUnitKind,
+    /// Samples per global batch (at least 1), with `unit = "global_batches"`.
+    pub global_batch: Option<u64>,
+    /// `phases` (default) or `linear`.
+    #[serde(default)]
+    pub form: ScheduleFormKind,
+    /// Positions per step of a linear schedule (at least 1).
+    pub step: Option<u64>,
+    /// The points, in increasing position.
+    pub points: Vec<SchedulePoint>,
+}
+
+/// What a schedule's positions count.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ScheduleUnitKind {
+    /// Global indices.
+    #[default]
+    Samples,
+    /// Global batches of `global_batch` samples.
+    GlobalBatches,
+}
+
+/// How weights go from one point to the next.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ScheduleFormKind {
+    /// Piecewise constant.
+    #[default]
+    Phases,
+    /// Linear interpolation, in steps of `step` positions.
+    Linear,
+}
+
+/// `[[work_source.schedule.points]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SchedulePoint {
+    /// Position, in the schedule's unit.
+    pub at: u64,
+    /// Weight by dataset name; datasets not named are out of the mixture.
+    pub weights: std::collections::BTreeMap<String, f64>,
+}
+
+impl ScheduleSpec {
+    /// The library's schedule; an option that does not fit the unit or
+    /// form is an error naming it.
+    pub fn schedule(&self) -> Result<zephon_core::work::MixtureSchedule> {
+        use zephon_core::work::{MixtureSchedule, ScheduleUnit};
+        let key = "work_source.schedule";
+        let unit = match (self.unit, self.global_batch) {
+            (ScheduleUnitKind::Samples, None) => ScheduleUnit::Samples,
+            (ScheduleUnitKind::GlobalBatches, Some(size)) => ScheduleUnit::GlobalBatches { size },
+            (ScheduleUnitKind::Samples, Some(_)) => {
+                anyhow::bail!("{key}.global_batch: only with unit = \"global_batches\"")
+            }
+            (ScheduleUnitKind::GlobalBatches, None) => {
+                anyhow::bail!(
+                    "{key}.global_batch: unit = \"global_batches\" needs the samples per global batch"
+                )
+            }
+        };
+        let mut s = match (self.form, self.step) {
+            (ScheduleFormKind::Phases, None) => MixtureSchedule::phases(unit),
+            (ScheduleFormKind::Linear, Some(step)) => MixtureSchedule::linear(unit, step),
+            (ScheduleFormKind::Phases, Some(_)) => {
+                anyhow::bail!("{key}.step: only with form = \"linear\"")
+            }
+            (ScheduleFormKind::Linear, None) => {
+                anyhow::bail!("{key}.step: form = \"linear\" needs the positions per step")
+            }
+        };
+        for p in &self.points {
+            let w: Vec<(&str, f64)> = p.weights.iter().map(|(n, w)| (n.as_str(), *w)).collect();
+            s = s.at(p.at, &w);
+        }
+        Ok(s)
+    }
 }
 
 impl Default for WorkSourceSpec {
@@ -198,6 +297,7 @@ impl Default for WorkSourceSpec {
             rank: 0,
             world_size: 1,
             ownership: Ownership::Contiguous,
+            schedule: None,
         }
     }
 }
