@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command of the README. Installs the servers the storage tests start
 # on 127.0.0.1 (moto_server for S3, nginx for HTTP, gcp-storage-emulator for
-# Google Cloud Storage, Azurite for Azure Blob) when they are missing, runs
+# Google Cloud Storage, Azurite for Azure Blob, Prometheus for the metrics
+# endpoint) when they are missing, runs
 # every crate's unit, integration and doc tests, then the guide examples.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +24,10 @@ apt_install() {
 }
 if ! command -v nginx >/dev/null 2>&1 && ! [ -x /usr/sbin/nginx ]; then
     apt_install nginx-light
+fi
+# Prometheus scrapes `zephon run --metrics-addr` in zephon-cli's tests.
+if ! command -v prometheus >/dev/null 2>&1; then
+    apt_install prometheus
 fi
 if ! command -v azurite-blob >/dev/null 2>&1; then
     command -v npm >/dev/null 2>&1 || apt_install npm

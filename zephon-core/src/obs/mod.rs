@@ -42,6 +42,8 @@ mod explain_foreign;
 mod fetch_stats;
 mod observed;
 mod probe;
+#[cfg(feature = "prometheus")]
+mod prometheus;
 mod report;
 
 pub use explain::{Explain, PlanDescription, StageDescription};
@@ -49,6 +51,8 @@ pub use explain_foreign::{BoxPipeline, ExplainStream};
 pub use fetch_stats::{FetchStats, GroupRecord};
 pub use observed::Observed;
 pub use probe::{OpStats, Probe, SAMPLE_EVERY};
+#[cfg(feature = "prometheus")]
+pub use prometheus::{Exposure, MetricsServer};
 pub use report::ReporterGuard;
 
 use crate::dataset::Catalog;

@@ -32,6 +32,19 @@ pub struct Args {
     /// Print the plan and exit without running.
     #[arg(long)]
     pub explain: bool,
+    /// Serve the pipeline's metrics in the Prometheus text format at
+    /// `http://ADDR/metrics` while it runs (`host:port`, a loopback address
+    /// unless `--metrics-public`; port 0 picks a free one, printed).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<String>,
+    /// Let `--metrics-addr` listen on any interface, for a scraper on
+    /// another machine.
+    #[arg(long, requires = "metrics_addr")]
+    pub metrics_public: bool,
+    /// Keep serving the metrics this many seconds after the run ends
+    /// (0.1 to 86400), so a scraper reads the final figures.
+    #[arg(long, value_name = "SECONDS", value_parser = super::flags::seconds, requires = "metrics_addr")]
+    pub metrics_hold: Option<f64>,
 }
 
 /// What a run delivered.
@@ -83,9 +96,21 @@ pub fn run(args: Args) -> Result<()> {
     }
     let max_batches = args.max_batches.or(recipe.run.max_batches);
     let mut it = BlockingIter::new(built.stream, built.runner)?;
-    let observer = args
-        .observe
-        .map(|_| it.enable_observability(recipe.run.tracking.into()));
+    let observer = (args.observe.is_some() || args.metrics_addr.is_some())
+        .then(|| it.enable_observability(recipe.run.tracking.into()));
+    let metrics = match (&args.metrics_addr, &observer) {
+        (Some(addr), Some(obs)) => {
+            let exposure = match args.metrics_public {
+                true => zephon_core::obs::Exposure::AnyInterface,
+                false => zephon_core::obs::Exposure::Loopback,
+            };
+            let server = obs.serve_prometheus(addr, exposure)?;
+            // On stderr, so JSON lines on stdout stay machine-readable.
+            eprintln!("metrics at http://{}/metrics", server.addr());
+            Some(server)
+        }
+        _ => None,
+    };
 
     let done = Arc::new(AtomicBool::new(false));
     let reporter = match (&observer, args.observe) {
@@ -186,7 +211,7 @@ pub fn run(args: Args) -> Result<()> {
     s.chat_dropped = built.chat_stats.as_ref().map(|c| c.chat_dropped.get());
     if args.json {
         println!("{}", serde_json::json!({ "summary": &s }));
-        if let Some(obs) = &observer {
+        if let Some(obs) = observer.as_ref().filter(|_| args.observe.is_some()) {
             print_snapshots(obs, true);
             println!(
                 "{}",
@@ -213,10 +238,16 @@ pub fn run(args: Args) -> Result<()> {
             };
             println!("{n} {noun} dropped by tokenize_chat (nothing to supervise)");
         }
-        if let Some(obs) = &observer {
+        if let Some(obs) = observer.as_ref().filter(|_| args.observe.is_some()) {
             print_snapshots(obs, false);
             println!("\n{}", obs.bottleneck_report());
         }
+    }
+    if let (Some(server), Some(hold)) = (metrics, args.metrics_hold) {
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        std::thread::sleep(Duration::from_secs_f64(hold));
+        drop(server);
     }
     Ok(())
 }
