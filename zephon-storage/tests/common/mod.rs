@@ -484,7 +484,9 @@ fn count_gets(log: &Path, needle: &str) -> usize {
 }
 
 /// A tmpfs of `size` mounted at `dir`, unmounted on drop; `None` (with
-/// the reason printed) where mount fails: it needs root.
+/// the reason printed) where mount fails: it needs root. Under `CI=true`
+/// (CI runs as root) a failed mount fails the test instead, so a test that
+/// needs the small filesystem cannot pass there without checking.
 pub struct Tmpfs(PathBuf);
 
 impl Tmpfs {
@@ -494,8 +496,15 @@ impl Tmpfs {
             .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
             .arg(dir)
             .output();
+        let ci = std::env::var("CI").is_ok_and(|v| v == "true");
         match out {
             Ok(o) if o.status.success() => Some(Tmpfs(dir.to_owned())),
+            Ok(o) if ci => panic!(
+                "CI=true: cannot mount a tmpfs at `{}` ({}); this test must check there",
+                dir.display(),
+                String::from_utf8_lossy(&o.stderr).trim()
+            ),
+            Err(e) if ci => panic!("CI=true: cannot run mount ({e}); this test must check there"),
             Ok(o) => {
                 eprintln!(
                     "skipped: cannot mount a tmpfs at `{}` ({}); this test needs root",
