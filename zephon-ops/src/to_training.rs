@@ -327,6 +327,8 @@ pub struct ToTraining<S> {
     inner: S,
     config: TrainingConfig,
     probe: Probe,
+    /// It returned `None`: the end, for `FusedStream`.
+    terminated: bool,
     // An out-of-range option, reported by the first poll (a chain method
     // cannot return it); then the stream ends.
     invalid: Option<Error>,
@@ -347,20 +349,20 @@ impl<S> ToTraining<S> {
             inner,
             config,
             probe: Probe::default(),
+            terminated: false,
         }
     }
 }
 
-impl<S> futures::Stream for ToTraining<S>
+impl<S> ToTraining<S>
 where
     S: futures::Stream<Item = zephon_core::Result<Batch<Record>>>,
 {
-    type Item = zephon_core::Result<TrainingBatch>;
-
-    fn poll_next(
+    // The operator's step; `poll_next` notes the end.
+    fn poll_body(
         self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Self::Item>> {
+    ) -> std::task::Poll<Option<<Self as futures::Stream>::Item>> {
         let this = self.project();
         if let Some(e) = this.invalid.take() {
             *this.failed = true;
@@ -387,9 +389,37 @@ where
         }
         out
     }
+}
+
+impl<S> futures::Stream for ToTraining<S>
+where
+    S: futures::Stream<Item = zephon_core::Result<Batch<Record>>>,
+{
+    type Item = zephon_core::Result<TrainingBatch>;
 
     fn size_hint(&self) -> (usize, Option<usize>) {
         self.inner.size_hint()
+    }
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        let out = self.as_mut().poll_body(cx);
+        if matches!(out, std::task::Poll::Ready(None)) {
+            *self.project().terminated = true;
+        }
+        out
+    }
+}
+
+// Ended once it returned `None`.
+impl<S> futures::stream::FusedStream for ToTraining<S>
+where
+    S: futures::Stream<Item = zephon_core::Result<Batch<Record>>>,
+{
+    fn is_terminated(&self) -> bool {
+        self.terminated
     }
 }
 

@@ -353,3 +353,59 @@ fn tokenizers_without_specials() -> TokenizeConfig {
         .unwrap();
     TokenizeConfig::from_tokenizer(zephon_ops::tokenizers::Tokenizer::new(model))
 }
+
+/// Every operator of the text pipeline is a `FusedStream` whose end is the
+/// `None` it returned: not terminated while it has elements, terminated
+/// right after.
+#[test]
+fn the_text_operators_are_fused_streams_that_end_exactly() {
+    use futures::StreamExt;
+    use futures::stream::FusedStream;
+    async fn drain<S: FusedStream + Unpin>(mut s: S) -> usize {
+        let mut n = 0;
+        assert!(!s.is_terminated());
+        while s.next().await.is_some() {
+            n += 1;
+            assert!(!s.is_terminated(), "terminated with elements left");
+        }
+        assert!(s.is_terminated(), "not terminated after its end");
+        n
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let docs = || {
+        let ws = work_source();
+        ws.stream().fetch(2)
+    };
+    rt.block_on(async {
+        assert_eq!(
+            drain(Box::pin(docs().tokenize(tokenize_config(), 2))).await,
+            pieces().len()
+        );
+        let packed = docs()
+            .tokenize(tokenize_config(), 2)
+            .pack_sequences(PackConfig::new(96, PackAlgorithm::Wrap));
+        assert!(drain(Box::pin(packed)).await > 0);
+        let mixed = docs()
+            .tokenize(tokenize_config(), 2)
+            .ensure_mixture(MixtureConfig::new([(0, 1.0)]));
+        assert!(drain(Box::pin(mixed)).await > 0);
+        let flat = docs()
+            .tokenize(
+                tokenize_config().max_length(32, zephon_ops::Overflow::Truncate),
+                2,
+            )
+            .pack_flat(32, 0);
+        assert!(drain(Box::pin(flat)).await > 0);
+        let ws = work_source();
+        let lanes = ws.owned_lanes();
+        let training = ws
+            .stream()
+            .fetch(2)
+            .tokenize(tokenize_config(), 2)
+            .pack_sequences(PackConfig::new(96, PackAlgorithm::Wrap))
+            .batch(3)
+            .lane_mux(lanes)
+            .to_training(TrainingConfig::new(96));
+        assert!(drain(Box::pin(training)).await > 0);
+    });
+}

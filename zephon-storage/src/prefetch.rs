@@ -125,6 +125,8 @@ pub struct Prefetch<S> {
     metrics: Arc<PrefetchMetrics>,
     done: bool,
     probe: Probe,
+    /// It returned `None`: the end, for `FusedStream`.
+    terminated: bool,
     // An out-of-range setting, reported by the first poll (a chain method
     // cannot return it).
     invalid: Option<Error>,
@@ -167,6 +169,7 @@ impl<S> Prefetch<S> {
             in_flight: FuturesUnordered::new(),
             metrics: Arc::new(PrefetchMetrics::default()),
             probe: Probe::default(),
+            terminated: false,
             done: false,
         }
     }
@@ -225,13 +228,15 @@ fn shard_of(catalog: &Catalog, (d, s): (u32, u32)) -> Option<Arc<dyn Shard>> {
     catalog.get(d as usize)?.shards().get(s as usize).cloned()
 }
 
-impl<S> Stream for Prefetch<S>
+impl<S> Prefetch<S>
 where
     S: Stream<Item = Result<SamplePtr>>,
 {
-    type Item = Result<SamplePtr>;
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+    // The operator's step; `poll_next` notes the end.
+    fn poll_body(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<<Self as futures::Stream>::Item>> {
         let mut this = self.project();
         if let Some(e) = this.invalid.take() {
             *this.done = true;
@@ -347,11 +352,39 @@ where
             }
         }
     }
+}
+
+impl<S> Stream for Prefetch<S>
+where
+    S: Stream<Item = Result<SamplePtr>>,
+{
+    type Item = Result<SamplePtr>;
 
     fn size_hint(&self) -> (usize, Option<usize>) {
         let (lo, hi) = self.inner.size_hint();
         let n = self.buffer.len();
         (lo.saturating_add(n), hi.and_then(|h| h.checked_add(n)))
+    }
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        let out = self.as_mut().poll_body(cx);
+        if matches!(out, std::task::Poll::Ready(None)) {
+            *self.project().terminated = true;
+        }
+        out
+    }
+}
+
+// Ended once it returned `None`.
+impl<S> futures::stream::FusedStream for Prefetch<S>
+where
+    S: Stream<Item = Result<SamplePtr>>,
+{
+    fn is_terminated(&self) -> bool {
+        self.terminated
     }
 }
 

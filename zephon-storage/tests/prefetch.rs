@@ -113,3 +113,23 @@ fn prefetch_shows_and_hands_out_its_inner_stream() {
     let _ = p.get_mut();
     assert_eq!(p.into_inner().position(), 0);
 }
+
+/// `prefetch` is a `FusedStream` that ends exactly with its `None`.
+#[test]
+fn prefetch_is_a_fused_stream_that_ends_exactly() {
+    use futures::StreamExt;
+    use futures::stream::FusedStream;
+    let ds = Dataset::in_memory("toy", vec![vec![Record::new(); 40]]).unwrap();
+    let ws = WorkSource::builder().dataset(ds, 1.0).build().unwrap();
+    let mut p = ws.stream().prefetch(8, 2);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut n = 0;
+        while p.next().await.is_some() {
+            n += 1;
+            assert!(!p.is_terminated());
+        }
+        assert_eq!(n, 40);
+        assert!(p.is_terminated());
+    });
+}

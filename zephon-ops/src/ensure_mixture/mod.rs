@@ -287,6 +287,8 @@ pub struct EnsureMixture<S> {
     state: Arc<Shared>,
     stats: Arc<TextStats>,
     probe: Probe,
+    /// It returned `None`: the end, for `FusedStream`.
+    terminated: bool,
     restoring: Option<Restoring>,
     // An invalid configuration, reported by the first poll (a chain method
     // cannot return it).
@@ -305,6 +307,7 @@ impl<S> EnsureMixture<S> {
             state: Arc::default(),
             stats: Arc::new(TextStats::default()),
             probe: Probe::default(),
+            terminated: false,
             restoring: None,
         }
     }
@@ -340,13 +343,15 @@ impl<S: fmt::Debug> fmt::Debug for EnsureMixture<S> {
     }
 }
 
-impl<S> Stream for EnsureMixture<S>
+impl<S> EnsureMixture<S>
 where
     S: Stream<Item = Result<Record>>,
 {
-    type Item = Result<Record>;
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+    // The operator's step; `poll_next` notes the end.
+    fn poll_body(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<<Self as futures::Stream>::Item>> {
         let mut this = self.project();
         if let Some(e) = this.invalid.take() {
             this.state.lock().done = true;
@@ -455,12 +460,40 @@ where
             }
         }
     }
+}
+
+impl<S> Stream for EnsureMixture<S>
+where
+    S: Stream<Item = Result<Record>>,
+{
+    type Item = Result<Record>;
 
     fn size_hint(&self) -> (usize, Option<usize>) {
         let (_, hi) = self.inner.size_hint();
         let st = self.state.lock();
         let held = st.out.len() + st.lanes.values().map(|l| l.buffered).sum::<usize>();
         (st.out.len(), hi.and_then(|h| h.checked_add(held)))
+    }
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        let out = self.as_mut().poll_body(cx);
+        if matches!(out, std::task::Poll::Ready(None)) {
+            *self.project().terminated = true;
+        }
+        out
+    }
+}
+
+// Ended once it returned `None`.
+impl<S> futures::stream::FusedStream for EnsureMixture<S>
+where
+    S: Stream<Item = Result<Record>>,
+{
+    fn is_terminated(&self) -> bool {
+        self.terminated
     }
 }
 

@@ -42,6 +42,8 @@ pub struct PackFlat<S> {
     max_length: usize,
     pad_token_id: u32,
     probe: Probe,
+    /// It returned `None`: the end, for `FusedStream`.
+    terminated: bool,
     // An out-of-range `max_length`, reported by the first poll (a chain
     // method cannot return it); then the stream ends.
     invalid: Option<crate::Error>,
@@ -64,6 +66,7 @@ impl<S> PackFlat<S> {
             max_length,
             pad_token_id,
             probe: Probe::default(),
+            terminated: false,
         }
     }
 }
@@ -139,13 +142,15 @@ pub fn pad_row(r: &mut Record, max_length: usize, pad_token_id: u32) -> crate::R
     Ok(())
 }
 
-impl<S> Stream for PackFlat<S>
+impl<S> PackFlat<S>
 where
     S: Stream<Item = Result<Record>>,
 {
-    type Item = Result<Record>;
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+    // The operator's step; `poll_next` notes the end.
+    fn poll_body(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<<Self as futures::Stream>::Item>> {
         let this = self.project();
         if let Some(e) = this.invalid.take() {
             *this.failed = true;
@@ -176,9 +181,37 @@ where
         }
         out
     }
+}
+
+impl<S> Stream for PackFlat<S>
+where
+    S: Stream<Item = Result<Record>>,
+{
+    type Item = Result<Record>;
 
     fn size_hint(&self) -> (usize, Option<usize>) {
         self.inner.size_hint()
+    }
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        let out = self.as_mut().poll_body(cx);
+        if matches!(out, std::task::Poll::Ready(None)) {
+            *self.project().terminated = true;
+        }
+        out
+    }
+}
+
+// Ended once it returned `None`.
+impl<S> futures::stream::FusedStream for PackFlat<S>
+where
+    S: Stream<Item = Result<Record>>,
+{
+    fn is_terminated(&self) -> bool {
+        self.terminated
     }
 }
 

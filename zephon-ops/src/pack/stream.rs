@@ -45,6 +45,8 @@ pub struct PackSequences<S> {
     packer: Arc<SharedPacker>,
     done: bool,
     probe: Probe,
+    /// It returned `None`: the end, for `FusedStream`.
+    terminated: bool,
     restoring: Option<Restoring>,
     /// Documents of a restoring lane's cut that arrived so far.
     restored_docs: BTreeMap<LaneId, Vec<Record>>,
@@ -68,6 +70,7 @@ impl<S> PackSequences<S> {
             packer: Arc::new(SharedPacker(Mutex::new(Packer::new(config)))),
             done: false,
             probe: Probe::default(),
+            terminated: false,
             restoring: None,
             restored_docs: BTreeMap::new(),
         }
@@ -106,13 +109,15 @@ impl<S: fmt::Debug> fmt::Debug for PackSequences<S> {
     }
 }
 
-impl<S> Stream for PackSequences<S>
+impl<S> PackSequences<S>
 where
     S: Stream<Item = Result<Record>>,
 {
-    type Item = Result<Record>;
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+    // The operator's step; `poll_next` notes the end.
+    fn poll_body(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<<Self as futures::Stream>::Item>> {
         let mut this = self.project();
         if let Some(e) = this.invalid.take() {
             *this.done = true;
@@ -200,6 +205,13 @@ where
             }
         }
     }
+}
+
+impl<S> Stream for PackSequences<S>
+where
+    S: Stream<Item = Result<Record>>,
+{
+    type Item = Result<Record>;
 
     fn size_hint(&self) -> (usize, Option<usize>) {
         // Rows merge documents (fewer) or cut them (more): only what is
@@ -210,6 +222,27 @@ where
         } else {
             (ready, None)
         }
+    }
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        let out = self.as_mut().poll_body(cx);
+        if matches!(out, std::task::Poll::Ready(None)) {
+            *self.project().terminated = true;
+        }
+        out
+    }
+}
+
+// Ended once it returned `None`.
+impl<S> futures::stream::FusedStream for PackSequences<S>
+where
+    S: Stream<Item = Result<Record>>,
+{
+    fn is_terminated(&self) -> bool {
+        self.terminated
     }
 }
 

@@ -54,6 +54,8 @@ pub(crate) struct Encoding<S, P> {
     ready: VecDeque<Result<Record>>,
     done: bool,
     probe: Probe,
+    /// It returned `None`: the end, for `FusedStream`.
+    terminated: bool,
 }
 
 impl<S, P> Encoding<S, P> {
@@ -80,6 +82,7 @@ impl<S, P> Encoding<S, P> {
             ready: VecDeque::new(),
             done: false,
             probe: Probe::default(),
+            terminated: false,
         }
     }
 
@@ -109,14 +112,16 @@ impl<S, P> Encoding<S, P> {
     }
 }
 
-impl<S, P> Stream for Encoding<S, P>
+impl<S, P> Encoding<S, P>
 where
     S: Stream<Item = Result<Record>>,
     P: ChunkEncoder,
 {
-    type Item = Result<Record>;
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+    // The operator's step; `poll_next` notes the end.
+    fn poll_body(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<<Self as futures::Stream>::Item>> {
         let mut this = self.project();
         let prepared = match this.prepared {
             Ok(p) => p.clone(),
@@ -200,5 +205,35 @@ where
                 Poll::Ready(None) | Poll::Pending => return Poll::Pending,
             }
         }
+    }
+}
+
+impl<S, P> Stream for Encoding<S, P>
+where
+    S: Stream<Item = Result<Record>>,
+    P: ChunkEncoder,
+{
+    type Item = Result<Record>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        let out = self.as_mut().poll_body(cx);
+        if matches!(out, std::task::Poll::Ready(None)) {
+            *self.project().terminated = true;
+        }
+        out
+    }
+}
+
+// Ended once it returned `None`.
+impl<S, P> futures::stream::FusedStream for Encoding<S, P>
+where
+    S: Stream<Item = Result<Record>>,
+    P: ChunkEncoder,
+{
+    fn is_terminated(&self) -> bool {
+        self.terminated
     }
 }

@@ -202,6 +202,16 @@ impl<S: fmt::Debug> fmt::Debug for Tokenize<S> {
     }
 }
 
+// Ended once it returned `None`.
+impl<S> futures::stream::FusedStream for Tokenize<S>
+where
+    S: Stream<Item = Result<Record>>,
+{
+    fn is_terminated(&self) -> bool {
+        self.enc.is_terminated()
+    }
+}
+
 impl<S> Stream for Tokenize<S>
 where
     S: Stream<Item = Result<Record>>,

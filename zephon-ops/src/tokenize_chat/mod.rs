@@ -131,6 +131,16 @@ impl<S: fmt::Debug> fmt::Debug for TokenizeChat<S> {
     }
 }
 
+// Ended once it returned `None`.
+impl<S> futures::stream::FusedStream for TokenizeChat<S>
+where
+    S: Stream<Item = Result<Record>>,
+{
+    fn is_terminated(&self) -> bool {
+        self.enc.is_terminated()
+    }
+}
+
 impl<S> Stream for TokenizeChat<S>
 where
     S: Stream<Item = Result<Record>>,
