@@ -187,7 +187,7 @@ fn a_block_of_the_wrong_length_under_a_valid_header_is_fetched_again() {
     let body = &raw[28..28 + (raw.len() - 28) / 2];
     let mut short = raw[..16].to_vec();
     short.extend((body.len() as u64).to_le_bytes());
-    short.extend(crc_fast::crc32_iscsi(body).to_le_bytes());
+    short.extend(zephon_core::hash::crc32c(body).to_le_bytes());
     short.extend(body);
     std::fs::write(&c.files[0], &short).unwrap();
     assert_eq!(read_again(&c), 1, "only the cut block is downloaded");

@@ -453,7 +453,7 @@ fn header(body: &[u8]) -> [u8; HEADER] {
     let mut h = [0; HEADER];
     h[..16].copy_from_slice(MAGIC);
     h[16..24].copy_from_slice(&(body.len() as u64).to_le_bytes());
-    h[24..].copy_from_slice(&crc_fast::crc32_iscsi(body).to_le_bytes());
+    h[24..].copy_from_slice(&zephon_core::hash::crc32c(body).to_le_bytes());
     h
 }
 
@@ -498,7 +498,7 @@ fn decode(data: &[u8]) -> Option<usize> {
     let len = u64::from_le_bytes(header[16..24].try_into().ok()?);
     (header[..16] == MAGIC[..]
         && len == body.len() as u64
-        && crc_fast::crc32_iscsi(body).to_le_bytes()[..] == header[24..])
+        && zephon_core::hash::crc32c(body).to_le_bytes()[..] == header[24..])
         .then_some(HEADER)
 }
 
