@@ -252,6 +252,17 @@ impl Permutation {
     }
 }
 
+/// The CRC32C (Castagnoli, as iSCSI and ext4 use) of `data`: the one
+/// checksum of the project's files, checkpoints and cache blocks alike
+/// (hardware-accelerated where the CPU has it).
+///
+/// ```
+/// assert_eq!(zephon_core::hash::crc32c(b"123456789"), 0xe306_9283);
+/// ```
+pub fn crc32c(data: &[u8]) -> u32 {
+    ::crc32c::crc32c(data)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -328,15 +339,4 @@ mod tests {
         assert_ne!(a, b);
         assert_ne!(a, (0..100).collect::<Vec<_>>());
     }
-}
-
-/// The CRC32C (Castagnoli, as iSCSI and ext4 use) of `data`: the one
-/// checksum of the project's files, checkpoints and cache blocks alike
-/// (hardware-accelerated where the CPU has it).
-///
-/// ```
-/// assert_eq!(zephon_core::hash::crc32c(b"123456789"), 0xe306_9283);
-/// ```
-pub fn crc32c(data: &[u8]) -> u32 {
-    ::crc32c::crc32c(data)
 }
