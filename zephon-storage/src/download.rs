@@ -78,18 +78,7 @@ pub async fn download_capped(
     metrics: &CacheMetrics,
     cap: Option<u64>,
 ) -> Result<Bytes> {
-    let (fetched, _) = fetch(
-        backend,
-        dataset,
-        entry,
-        metrics,
-        false,
-        cap,
-        Folder::Temp,
-        None,
-    )
-    .await?;
-    decoded(fetched, metrics).await
+    download_checked(backend, dataset, entry, metrics, cap, None).await
 }
 
 /// As [`download`], every request conditional on `version` (the one the
@@ -102,9 +91,22 @@ pub(crate) async fn download_at(
     metrics: &CacheMetrics,
     version: Option<&Version>,
 ) -> Result<Bytes> {
+    download_checked(backend, dataset, entry, metrics, None, version).await
+}
+
+/// The download of [`download_capped`] and [`download_at`]: fetched into
+/// the temporary folder, checked, decoded.
+async fn download_checked(
+    backend: &Backend,
+    dataset: &str,
+    entry: &ShardEntry,
+    metrics: &CacheMetrics,
+    cap: Option<u64>,
+    version: Option<&Version>,
+) -> Result<Bytes> {
     let folder = Folder::Temp;
     let (fetched, _) = fetch(
-        backend, dataset, entry, metrics, false, None, folder, version,
+        backend, dataset, entry, metrics, false, cap, folder, version,
     )
     .await?;
     decoded(fetched, metrics).await
