@@ -30,6 +30,19 @@ pub trait TextPipelineExt: Stream + Sized {
     /// Tokenizes a text field with up to `parallelism` micro-batches
     /// encoding at once (1 to 4096; otherwise the first item is an error
     /// naming it); output order equals input order. See [`Tokenize`].
+    ///
+    /// ```
+    /// use zephon_core::{PipelineExt, Record, Runner};
+    /// use zephon_ops::{TextPipelineExt, TokenizeConfig};
+    /// # let json = include_bytes!("../tests/fixtures/tokenizer.json");
+    /// let config = TokenizeConfig::from_bytes(json)?; // field `text` into `input_ids`
+    /// let out: Vec<Record> = futures::stream::iter([Ok(Record::new().with("text", "the loader streams shards"))])
+    ///     .tokenize(config, 2)
+    ///     .into_blocking_iter(Runner::threads())?
+    ///     .collect::<Result<_, _>>()?;
+    /// assert!(!out[0].tokens("input_ids").unwrap().is_empty());
+    /// # Ok::<(), zephon_core::Error>(())
+    /// ```
     fn tokenize(self, config: TokenizeConfig, parallelism: usize) -> Tokenize<Self>
     where
         Self: Stream<Item = Result<Record>>,
@@ -42,6 +55,22 @@ pub trait TextPipelineExt: Stream + Sized {
     /// `parallelism` micro-batches encoding at once (1 to 4096; otherwise
     /// the first item is an error naming it); output order equals input
     /// order. See [`TokenizeChat`].
+    ///
+    /// ```
+    /// use zephon_core::{PipelineExt, Record, Runner, Value};
+    /// use zephon_ops::{ChatTokenizeConfig, TextPipelineExt};
+    /// # let json = include_bytes!("../tests/fixtures/tokenizer.json");
+    /// let template = "{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}{{ m.content }}{% endgeneration %}{% else %}{{ m.content }}{% endif %}{% endfor %}";
+    /// let config = ChatTokenizeConfig::from_bytes(json)?.chat_template(template);
+    /// let chat = serde_json::json!([{"role": "user", "content": "Hi?"}, {"role": "assistant", "content": "Hello."}]);
+    /// let out: Vec<Record> = futures::stream::iter([Ok(Record::new().with("messages", Value::Json(chat)))])
+    ///     .tokenize_chat(config, 1)
+    ///     .into_blocking_iter(Runner::threads())?
+    ///     .collect::<Result<_, _>>()?;
+    /// let mask = out[0].tokens("loss_mask").unwrap();
+    /// assert_eq!((mask[0], mask.last()), (0, Some(&1))); // the loss on the assistant's turn only
+    /// # Ok::<(), zephon_core::Error>(())
+    /// ```
     fn tokenize_chat(self, config: ChatTokenizeConfig, parallelism: usize) -> TokenizeChat<Self>
     where
         Self: Stream<Item = Result<Record>>,
@@ -52,6 +81,25 @@ pub trait TextPipelineExt: Stream + Sized {
     /// Reorders records so each dataset's token (or sample) share tracks
     /// the target weights (a config [`MixtureConfig::validate`] refuses is
     /// the first item, as an error). See [`EnsureMixture`].
+    ///
+    /// ```
+    /// use zephon_core::{Lineage, PipelineExt, Record, Runner, SamplePtr, Value};
+    /// use zephon_ops::{MixtureConfig, TextPipelineExt};
+    /// // Ten records of dataset 0, then ten of dataset 1: reordered to alternate.
+    /// let rec = |d: u32, i: u64| {
+    ///     let mut r = Record::new().with("input_ids", Value::Tokens(vec![1; 4]));
+    ///     r.lineage = Lineage::from_elem(SamplePtr { dataset: d, shard: 0, sample: i, lane: 0 }, 1);
+    ///     r
+    /// };
+    /// let input = (0..10).map(|i| Ok(rec(0, i))).chain((0..10).map(|i| Ok(rec(1, i))));
+    /// let out: Vec<Record> = futures::stream::iter(input.collect::<Vec<_>>())
+    ///     .ensure_mixture(MixtureConfig::new([(0, 1.0), (1, 1.0)]))
+    ///     .into_blocking_iter(Runner::Inline)?
+    ///     .collect::<Result<_, _>>()?;
+    /// let first: Vec<u32> = out.iter().take(4).map(|r| r.source().unwrap().dataset).collect();
+    /// assert!(first.contains(&1), "{first:?}");
+    /// # Ok::<(), zephon_core::Error>(())
+    /// ```
     fn ensure_mixture(self, config: MixtureConfig) -> EnsureMixture<Self>
     where
         Self: Stream<Item = Result<Record>>,
@@ -62,6 +110,19 @@ pub trait TextPipelineExt: Stream + Sized {
     /// Packs tokenized records into rows of at most `max_length` (1 to 16 Mi
     /// tokens; a config [`PackConfig::validate`] refuses is the first item,
     /// as an error), per lane. See [`PackSequences`].
+    ///
+    /// ```
+    /// use zephon_core::{PipelineExt, Record, Runner, Value};
+    /// use zephon_ops::{PackAlgorithm, PackConfig, TextPipelineExt};
+    /// let docs = [3u32, 5, 2, 6].map(|n| Ok(Record::new().with("input_ids", Value::Tokens(vec![n; n as usize]))));
+    /// let rows: Vec<Record> = futures::stream::iter(docs)
+    ///     .pack_sequences(PackConfig::new(8, PackAlgorithm::FirstFit))
+    ///     .into_blocking_iter(Runner::Inline)?
+    ///     .collect::<Result<_, _>>()?;
+    /// assert!(rows.iter().all(|r| r.tokens("input_ids").unwrap().len() <= 8));
+    /// assert_eq!(rows.iter().map(|r| r.tokens("input_ids").unwrap().len()).sum::<usize>(), 16);
+    /// # Ok::<(), zephon_core::Error>(())
+    /// ```
     fn pack_sequences(self, config: PackConfig) -> PackSequences<Self>
     where
         Self: Stream<Item = Result<Record>>,
@@ -71,6 +132,18 @@ pub trait TextPipelineExt: Stream + Sized {
 
     /// Pads packed rows to `max_length` (1 to 16 Mi) with `pad_token_id`.
     /// See [`PackFlat`].
+    ///
+    /// ```
+    /// use zephon_core::{PipelineExt, Record, Runner, Value};
+    /// use zephon_ops::TextPipelineExt;
+    /// let rows = [Ok(Record::new().with("input_ids", Value::Tokens(vec![7, 7, 7])))];
+    /// let out: Vec<Record> = futures::stream::iter(rows)
+    ///     .pack_flat(5, 0)
+    ///     .into_blocking_iter(Runner::Inline)?
+    ///     .collect::<Result<_, _>>()?;
+    /// assert_eq!(out[0].tokens("input_ids").unwrap(), &[7, 7, 7, 0, 0]);
+    /// # Ok::<(), zephon_core::Error>(())
+    /// ```
     fn pack_flat(self, max_length: usize, pad_token_id: u32) -> PackFlat<Self>
     where
         Self: Stream<Item = Result<Record>>,
@@ -81,6 +154,20 @@ pub trait TextPipelineExt: Stream + Sized {
     /// Collates batches of token rows into
     /// [`TrainingBatch`](crate::TrainingBatch)es, rows of `seq_len` from 1 to
     /// 16 Mi (see [`TrainingConfig::validate`]). See [`ToTraining`].
+    ///
+    /// ```
+    /// use zephon_core::{PipelineExt, Record, Runner, Value};
+    /// use zephon_ops::{TextPipelineExt, TrainingConfig};
+    /// let rows = [2u32, 3].map(|n| Ok(Record::new().with("input_ids", Value::Tokens(vec![n; n as usize]))));
+    /// let batches: Vec<_> = futures::stream::iter(rows)
+    ///     .batch(2)
+    ///     .to_training(TrainingConfig::new(4))
+    ///     .into_blocking_iter(Runner::Inline)?
+    ///     .collect::<Result<_, _>>()?;
+    /// assert_eq!(batches[0].shape(), [2, 4]);
+    /// assert_eq!(batches[0].num_tokens(), 5);
+    /// # Ok::<(), zephon_core::Error>(())
+    /// ```
     fn to_training(self, config: TrainingConfig) -> ToTraining<Self>
     where
         Self: Stream<Item = Result<Batch<Record>>>,
