@@ -287,3 +287,50 @@ fn bad_schedules_are_errors_naming_the_setting_and_the_point() {
         .to_string();
     assert!(e.contains("anneal fraction 1.5"), "{e}");
 }
+
+#[test]
+fn a_schedule_by_tokens_switches_where_the_estimated_tokens_reach_the_point() {
+    // web samples count 10 tokens, code 30: token shares 1:1 from 0 are
+    // sample shares 3:1; from 6,000 tokens on, code alone.
+    let s = MixtureSchedule::phases(ScheduleUnit::Tokens)
+        .at(0, &[("web", 1.0), ("code", 1.0)])
+        .at(6_000, &[("code", 1.0)]);
+    let mut b = WorkSource::builder();
+    for (d, w) in datasets([300, 200, 100]).into_iter().zip([1.0, 1.0, 1.0]) {
+        b = b.dataset(d, w);
+    }
+    let ws = b
+        .chunk_size(8)
+        .repeat()
+        .tokens_per_sample("web", 10.0)
+        .tokens_per_sample("code", 30.0)
+        .tokens_per_sample("books", 20.0)
+        .mixture_schedule(s.clone())
+        .build()
+        .unwrap();
+    let per_sample = [10.0, 30.0, 20.0];
+    let mut tokens = 0.0;
+    let mut switched = None;
+    for g in 0..2_000u64 {
+        let d = ws.pointer_at(g).dataset as usize;
+        if tokens >= 6_000.0 {
+            switched.get_or_insert(g);
+            assert_eq!(d, 1, "index {g}: code alone once 6,000 tokens are reached");
+        } else {
+            assert_ne!(d, 2, "books is in no phase");
+        }
+        tokens += per_sample[d];
+    }
+    let first = switched.unwrap();
+    let web = (0..first).filter(|&g| ws.pointer_at(g).dataset == 0).count() as f64;
+    // Token shares of the first phase: 1:1 within a chunk's rounding.
+    let share = web * 10.0 / 6_000.0;
+    assert!((share - 0.5).abs() < 0.05, "web's token share {share}");
+    // Without tokens per sample a schedule by tokens is refused.
+    let mut b = WorkSource::builder();
+    for (d, w) in datasets([30, 20, 10]).into_iter().zip([1.0, 1.0, 1.0]) {
+        b = b.dataset(d, w);
+    }
+    let e = b.repeat().mixture_schedule(s).build().unwrap_err().to_string();
+    assert!(e.contains("`mixture_schedule`") && e.contains("tokens per sample"), "{e}");
+}

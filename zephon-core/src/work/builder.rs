@@ -361,7 +361,16 @@ impl WorkSourceBuilder {
                     }
                 }
                 let phases = ms.resolve(&names, &weights, per_sample)?;
-                Schedule::phased(&phases, &names, c.chunk_size, &limits)?
+                let by_tokens = match ms.unit() {
+                    super::ScheduleUnit::Tokens => Some(tokens.as_deref().ok_or_else(|| {
+                        Error::config(
+                            super::phases::KEY,
+                            "a schedule by tokens needs tokens per sample for every dataset (tokens_per_sample or estimate_tokens)",
+                        )
+                    })?),
+                    _ => None,
+                };
+                Schedule::phased(&phases, by_tokens, &names, c.chunk_size, &limits)?
             }
         };
         let end = schedule.end;

@@ -33,6 +33,11 @@ pub enum ScheduleUnit {
         /// Samples per global batch (at least 1).
         size: u64,
     },
+    /// Tokens delivered over all lanes, as the work source estimates them
+    /// (each sample counts its dataset's tokens per sample): position `t`
+    /// begins at the first global index where the estimate reaches `t`.
+    /// Needs tokens per sample for every dataset.
+    Tokens,
 }
 
 /// How weights go from one point to the next.
@@ -92,8 +97,9 @@ pub struct MixtureSchedule {
     points: Vec<(u64, BTreeMap<String, f64>)>,
 }
 
-/// One phase, resolved against the work source: its first global index and
-/// the sample weight of every dataset (0: out of the mixture).
+/// One phase, resolved against the work source: its first global index (or
+/// token position, for a schedule by tokens) and the sample weight of every
+/// dataset (0: out of the mixture).
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct Phase {
     pub start: u64,
@@ -193,7 +199,7 @@ impl MixtureSchedule {
     /// The global index of `position`, or an error naming point `i`.
     fn global(&self, i: usize, position: u64) -> Result<u64> {
         match self.unit {
-            ScheduleUnit::Samples => Ok(position),
+            ScheduleUnit::Samples | ScheduleUnit::Tokens => Ok(position),
             ScheduleUnit::GlobalBatches { size } => position.checked_mul(size).ok_or_else(|| {
                 point_error(
                     i,
@@ -344,6 +350,7 @@ impl fmt::Display for MixtureSchedule {
         let unit = match self.unit {
             ScheduleUnit::Samples => "samples".to_owned(),
             ScheduleUnit::GlobalBatches { size } => format!("global batches of {size}"),
+            ScheduleUnit::Tokens => "tokens".to_owned(),
         };
         let form = match self.form {
             ScheduleForm::Phases => "phases".to_owned(),

@@ -123,7 +123,7 @@ impl Schedule {
             weights: weights.to_vec(),
             lenient: false,
         }];
-        Self::phased(&phases, names, chunk, limits)
+        Self::phased(&phases, None, names, chunk, limits)
     }
 
     /// Computes the segments under a mixture schedule: `phases` in global
@@ -132,8 +132,13 @@ impl Schedule {
     /// begins; the stream ends where a dataset stops it, where the
     /// datasets to complete are complete, or where no dataset of a phase
     /// has data left.
+    ///
+    /// With `tokens` (tokens per sample, per dataset), phase starts are
+    /// token positions: a phase begins at the first global index where the
+    /// tokens of the indices before it reach its start.
     pub(super) fn phased(
         phases: &[Phase],
+        tokens: Option<&[f64]>,
         names: &[&str],
         chunk: u64,
         limits: &[Limit],
@@ -143,6 +148,9 @@ impl Schedule {
         let mut base = vec![0u64; n];
         let mut start = 0u64;
         let mut segments = Vec::new();
+        // Tokens of the global indices before `start`, for a schedule by
+        // tokens.
+        let mut tokens_before = 0.0f64;
         let overflow = |key: &str, d: usize| {
             Error::config(
                 key,
@@ -181,8 +189,11 @@ impl Schedule {
                     ),
                 ));
             }
-            let phase = phases.partition_point(|p| p.start <= start) - 1;
-            let next_phase = phases.get(phase + 1).map(|p| p.start - start);
+            let at = match tokens {
+                None => start as f64,
+                Some(_) => tokens_before,
+            };
+            let phase = phases.partition_point(|p| p.start as f64 <= at) - 1;
             let weights = &phases[phase].weights;
             let mut in_phase: Vec<usize> = active
                 .iter()
@@ -218,6 +229,26 @@ impl Schedule {
                     Err(e) => return Err(e),
                 }
             };
+            let next_phase = phases.get(phase + 1).map(|p| match tokens {
+                None => p.start - start,
+                // The first index where the tokens reach the phase's start:
+                // each index holds at least the fewest tokens per sample.
+                Some(t) => {
+                    let fewest = in_phase.iter().map(|&d| t[d]).fold(f64::INFINITY, f64::min);
+                    let left = p.start as f64 - tokens_before;
+                    let (mut lo, mut hi) = (1u64, ((left / fewest).ceil() as u64).max(1));
+                    while lo < hi {
+                        let mid = lo + (hi - lo) / 2;
+                        if tokens_before + tokens_of(&mixture, &in_phase, t, mid) >= p.start as f64
+                        {
+                            hi = mid;
+                        } else {
+                            lo = mid + 1;
+                        }
+                    }
+                    lo
+                }
+            });
             // The first event: where a dataset asks past its limit (each
             // index is one dataset's, so two events never share one).
             let mut event: Option<(u64, bool)> = None;
@@ -300,6 +331,9 @@ impl Schedule {
                     });
                 }
                 (_, Some(h)) => {
+                    if let Some(t) = tokens {
+                        tokens_before += tokens_of(&segment.mixture, &in_phase, t, h);
+                    }
                     for (k, &d) in in_phase.iter().enumerate() {
                         base[d] += segment.mixture.count_before(k, h);
                     }
@@ -317,6 +351,16 @@ impl Schedule {
             }
         }
     }
+}
+
+/// Tokens of the first `h` global indices of a segment whose mixture is
+/// `m` over the datasets `in_phase`, at `t` tokens per sample.
+fn tokens_of(m: &Mixture, in_phase: &[usize], t: &[f64], h: u64) -> f64 {
+    in_phase
+        .iter()
+        .enumerate()
+        .map(|(k, &d)| m.count_before(k, h) as f64 * t[d])
+        .sum()
 }
 
 #[cfg(test)]

@@ -187,7 +187,7 @@ pub struct WorkSourceSpec {
 ///
 /// ```toml
 /// [work_source.schedule]
-/// unit = "global_batches"   # or "samples" (default)
+/// unit = "global_batches"   # or "samples" (default), or "tokens"
 /// global_batch = 256        # samples per global batch, with unit = "global_batches"
 /// form = "phases"           # or "linear", with `step` positions per step
 /// [[work_source.schedule.points]]
@@ -197,7 +197,7 @@ pub struct WorkSourceSpec {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ScheduleSpec {
-    /// `samples` (default) or `global_batches`.
+    /// `samples` (default), `global_batches` or `tokens`.
     #[serde(default)]
     pub unit: ScheduleUnitKind,
     /// Samples per global batch (at least 1), with `unit = "global_batches"`.
@@ -220,6 +220,9 @@ pub enum ScheduleUnitKind {
     Samples,
     /// Global batches of `global_batch` samples.
     GlobalBatches,
+    /// Tokens, as the work source estimates them (needs tokens per sample
+    /// for every dataset, or `token_samples`).
+    Tokens,
 }
 
 /// How weights go from one point to the next.
@@ -251,8 +254,9 @@ impl ScheduleSpec {
         let key = "work_source.schedule";
         let unit = match (self.unit, self.global_batch) {
             (ScheduleUnitKind::Samples, None) => ScheduleUnit::Samples,
+            (ScheduleUnitKind::Tokens, None) => ScheduleUnit::Tokens,
             (ScheduleUnitKind::GlobalBatches, Some(size)) => ScheduleUnit::GlobalBatches { size },
-            (ScheduleUnitKind::Samples, Some(_)) => {
+            (ScheduleUnitKind::Samples | ScheduleUnitKind::Tokens, Some(_)) => {
                 anyhow::bail!("{key}.global_batch: only with unit = \"global_batches\"")
             }
             (ScheduleUnitKind::GlobalBatches, None) => {
