@@ -64,6 +64,18 @@ fn phase(
     steps: u64,
     resume: &[PathBuf],
 ) -> (Global, Vec<PathBuf>) {
+    phase_with(dir, name, (world, launch), steps, resume, &[])
+}
+
+/// [`phase`] with more flags for every rank.
+fn phase_with(
+    dir: &Path,
+    name: &str,
+    (world, launch): (u32, Launch),
+    steps: u64,
+    resume: &[PathBuf],
+    extra: &[&str],
+) -> (Global, Vec<PathBuf>) {
     let children: Vec<_> = (0..world)
         .map(|rank| {
             let out = dir.join(format!("{name}-{rank}.jsonl"));
@@ -89,6 +101,7 @@ fn phase(
                 .arg(&out)
                 .arg("--checkpoint-out")
                 .arg(&ckpt);
+            cmd.args(extra);
             if !resume.is_empty() {
                 cmd.arg("--resume").args(resume);
             }
@@ -296,4 +309,60 @@ fn a_checkpoint_folder_that_is_not_there_is_refused_before_the_run() {
         "{err}"
     );
     assert!(!out_file.exists(), "the steps ran");
+}
+
+/// Steps 4 and 5 skipped by 4 ranks resumed from 2: those global batches
+/// are never handed out, the rest are the uninterrupted run's, and a later
+/// resume on 1 rank keeps the skip without being told again.
+#[test]
+fn skipped_steps_are_left_out_on_any_rank_count() {
+    let dir = tempfile::tempdir().unwrap();
+    dataset(&dir.path().join("data"));
+    let (all, _) = phase(dir.path(), "all", (1, Launch::Flags), 9, &[]);
+    let (a, ckpts) = phase(dir.path(), "a", (2, Launch::Flags), 2, &[]);
+    let (b, ckpts) = phase_with(
+        dir.path(),
+        "b",
+        (4, Launch::Flags),
+        2,
+        &ckpts,
+        &["--skip-steps", "4..6"],
+    );
+    let (c, _) = phase(dir.path(), "c", (1, Launch::Flags), 3, &ckpts);
+    let mut got = a;
+    got.extend(b);
+    got.extend(c);
+    let want: Global = all
+        .into_iter()
+        .filter(|((step, _), _)| !(4..6).contains(step))
+        .collect();
+    assert_eq!(got.keys().map(|k| k.0).max(), Some(8));
+    assert_eq!(got, want);
+    // A skip of steps already run is refused, naming the flag's setting.
+    let out = rank_run()
+        .arg("--data")
+        .arg(dir.path().join("data"))
+        .args([
+            "--lanes",
+            "8",
+            "--batch-size",
+            "3",
+            "--passes",
+            "2",
+            "--seed",
+            "17",
+            "--shuffle-buffer",
+            "5",
+        ])
+        .args(["--steps", "1", "--skip-steps", "1..3", "--out"])
+        .arg(dir.path().join("late.jsonl"))
+        .arg("--resume")
+        .args(&ckpts)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("`skip`") && stderr.contains("before step"),
+        "{stderr}"
+    );
 }

@@ -29,6 +29,7 @@ mod restore_panics;
 mod resume_chain;
 mod schedules;
 mod size_hint;
+mod skips;
 mod test_files;
 mod text_view;
 mod token_mixture;

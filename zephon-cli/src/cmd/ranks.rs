@@ -63,6 +63,26 @@ pub struct Args {
     /// Write one JSON line per delivered batch: lane, index, sample ids.
     #[arg(long)]
     pub out: PathBuf,
+    /// Leave out the global batches of steps `FROM..TO` (steps to come
+    /// only; recorded in the checkpoint, kept by later resumes). May be
+    /// given more than once.
+    #[arg(long, value_name = "FROM..TO", value_parser = step_range)]
+    pub skip_steps: Vec<std::ops::Range<u64>>,
+}
+
+/// `FROM..TO`, two step numbers with `FROM < TO`.
+fn step_range(s: &str) -> Result<std::ops::Range<u64>, String> {
+    let (a, b) = s
+        .split_once("..")
+        .ok_or_else(|| format!("`{s}`: give FROM..TO, e.g. 100..110"))?;
+    let (a, b): (u64, u64) = (
+        a.parse().map_err(|e| format!("`{a}`: {e}"))?,
+        b.parse().map_err(|e| format!("`{b}`: {e}"))?,
+    );
+    if a >= b {
+        return Err(format!("`{s}`: FROM must be below TO"));
+    }
+    Ok(a..b)
 }
 
 /// Runs the rank.
@@ -101,9 +121,22 @@ pub fn run(args: Args) -> Result<()> {
         let ckpt = Checkpoint::load_all(&args.resume)?;
         recipe.resume(&ws, &ckpt)?
     };
+    for r in &args.skip_steps {
+        progress.skip_steps(r.start, r.end - r.start)?;
+    }
     // Lanes may run dry at different steps near the end, so the stop is a
     // step index, not a batch count.
-    let until = progress.steps().saturating_add(args.steps);
+    // Skipped steps are not run: the window grows by those inside it.
+    let start = progress.steps();
+    let mut until = start.saturating_add(args.steps);
+    let mut skips = progress.skips().to_vec();
+    skips.sort_by_key(|r| r.start);
+    for r in skips.iter().filter(|r| r.end > start) {
+        if r.start >= until {
+            break;
+        }
+        until = until.saturating_add(r.end - r.start.max(start));
+    }
     let batches = ws
         .stream()
         .fetch(args.parallelism)
@@ -145,9 +178,12 @@ pub fn run(args: Args) -> Result<()> {
             })
             .collect::<Result<Vec<i64>, _>>()?;
         progress.check_delivered(&b)?;
+        progress.record_delivered(&b);
+        if progress.is_skipped(&b) {
+            continue;
+        }
         let line = serde_json::json!({ "lane": b.lane, "index": b.index, "ids": ids });
         writeln!(out, "{line}").with_context(|| format!("writing {}", args.out.display()))?;
-        progress.record_delivered(&b);
     }
     out.flush()
         .with_context(|| format!("writing {}", args.out.display()))?;

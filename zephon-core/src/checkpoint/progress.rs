@@ -69,6 +69,8 @@ pub struct Progress {
     lanes: BTreeMap<LaneId, LaneProgress>,
     /// Per lane, the cut after its last delivered batch, where there is one.
     cuts: BTreeMap<LaneId, Arc<LaneCut>>,
+    /// Steps left out (see [`Progress::skip_steps`]), as the recipe records them.
+    skips: Vec<std::ops::Range<u64>>,
 }
 
 impl Recipe {
@@ -82,6 +84,7 @@ impl Recipe {
                 .map(|l| (l, LaneProgress::default()))
                 .collect(),
             cuts: BTreeMap::new(),
+            skips: super::skip::recorded(self.settings()),
         }
     }
 
@@ -112,6 +115,7 @@ impl Recipe {
             });
         }
         Ok(Progress {
+            skips: super::skip::recorded(recipe.settings()),
             recipe,
             cuts: owned
                 .iter()
@@ -240,6 +244,15 @@ impl Progress {
         &mut self.recipe
     }
 
+    /// The skipped step ranges, in the order recorded.
+    pub fn skips(&self) -> &[std::ops::Range<u64>] {
+        &self.skips
+    }
+
+    pub(crate) fn set_skips(&mut self, skips: Vec<std::ops::Range<u64>>) {
+        self.skips = skips;
+    }
+
     /// The checkpoint of this rank's lanes, as of now.
     pub fn checkpoint(&self) -> Checkpoint {
         Checkpoint {
@@ -300,17 +313,22 @@ where
     type Item = Result<T>;
 
     fn next(&mut self) -> Option<Result<T>> {
-        let Some(item) = self.inner.next() else {
-            self.progress.mark_ended();
-            return None;
-        };
-        if let Ok(unit) = &item {
-            if let Err(e) = self.progress.check_delivered(unit) {
-                return Some(Err(e));
+        loop {
+            let Some(item) = self.inner.next() else {
+                self.progress.mark_ended();
+                return None;
+            };
+            if let Ok(unit) = &item {
+                if let Err(e) = self.progress.check_delivered(unit) {
+                    return Some(Err(e));
+                }
+                self.progress.record_delivered(unit);
+                if self.progress.is_skipped(unit) {
+                    continue;
+                }
             }
-            self.progress.record_delivered(unit);
+            return Some(item);
         }
-        Some(item)
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {

@@ -130,15 +130,23 @@ impl Recipe {
     }
 
     /// This recipe with the operator chain recorded in `settings` (a
-    /// checkpoint's), when it records none itself: the chain is checked
+    /// checkpoint's), when it records none itself (the chain is checked
     /// where the pipeline is known, by
-    /// [`resume`](super::ResumeExt::resume).
+    /// [`resume`](super::ResumeExt::resume)), and with the skipped steps
+    /// recorded there.
     pub(crate) fn with_chain_of(&self, settings: &BTreeMap<String, u64>) -> Recipe {
         let mut out = self.clone();
         if super::chain::recorded(&self.settings).is_empty() {
             for (k, v) in super::chain::recorded(settings) {
                 out.settings.insert(k.to_owned(), v);
             }
+        }
+        // Skipped steps are the run's history: a resumed run keeps them.
+        for (k, v) in settings
+            .iter()
+            .filter(|(k, _)| k.starts_with(super::SKIP_PREFIX))
+        {
+            out.settings.insert(k.clone(), *v);
         }
         out
     }

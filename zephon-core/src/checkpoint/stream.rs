@@ -90,21 +90,26 @@ where
     type Item = Result<T>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<T>>> {
-        let this = self.project();
-        let item = futures::ready!(this.inner.poll_next(cx));
-        match &item {
-            Some(Ok(unit)) => {
-                if let Err(e) = this.progress.check_delivered(unit) {
-                    return Poll::Ready(Some(Err(e)));
+        let mut this = self.project();
+        loop {
+            let item = futures::ready!(this.inner.as_mut().poll_next(cx));
+            match &item {
+                Some(Ok(unit)) => {
+                    if let Err(e) = this.progress.check_delivered(unit) {
+                        return Poll::Ready(Some(Err(e)));
+                    }
+                    this.progress.record_delivered(unit);
+                    if this.progress.is_skipped(unit) {
+                        continue;
+                    }
                 }
-                this.progress.record_delivered(unit)
+                // The pipeline ran to its end: a merge with ranks that had
+                // more data is then of the same step (see `Checkpoint::merge`).
+                None => this.progress.mark_ended(),
+                Some(Err(_)) => {}
             }
-            // The pipeline ran to its end: a merge with ranks that had more
-            // data is then of the same step (see `Checkpoint::merge`).
-            None => this.progress.mark_ended(),
-            Some(Err(_)) => {}
+            return Poll::Ready(item);
         }
-        Poll::Ready(item)
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
