@@ -49,8 +49,25 @@
 //! micro-batch size (as long as each lane's delivered element count falls on
 //! a batch boundary of the new size). What may not: the seed and
 //! `canonical_lanes` (refused with an error saying so), the datasets and
-//! work-source settings, and the named settings of the recipe (refused with
-//! an error naming the setting), and the format version.
+//! work-source settings (a [mixture schedule](crate::work::MixtureSchedule)
+//! among them), the named settings of the recipe (refused with an error
+//! naming the setting), the operator chain where the run recorded it, and
+//! the format version.
+//!
+//! # The restore step
+//!
+//! [`ResumeExt::resume`] is the restore step in one call: placed right
+//! after `batch` (or `to_training`), it binds the progress to the
+//! data-shaping stages of the chain before it, as `explain()` describes
+//! them (a fresh run records them in its checkpoints; a resumed run built
+//! of other stages, or of the same stages with other data-shaping
+//! settings, is refused on its first poll, naming the first stage that
+//! differs), restores the cuts or replays, and interleaves the lanes from
+//! where the checkpoint stopped. A pipeline built without a restore step
+//! under a resumed progress is an error on its first batch
+//! ([`Progress::check_delivered`]), never a silent restart. Steps to come
+//! can be left out ([`Progress::skip_steps`]), on any rank count, and the
+//! skip is recorded in every later checkpoint.
 //!
 //! # Files
 //!
