@@ -33,6 +33,16 @@ pub trait Shard: Send + Sync + fmt::Debug {
         None
     }
 
+    /// A checksum of the shard's whole content, where the shard can compute
+    /// one: a local file reads all its bytes (a full read of the shard); a
+    /// remote shard gives its manifest's checksum (its
+    /// [`fingerprint`](Self::fingerprint)). `Ok(None)` (the default): none.
+    /// [`Recipe::verify_content`](crate::checkpoint::Recipe::verify_content)
+    /// records it, to catch an edit a fingerprint's sampled bytes miss.
+    fn content_checksum(&self) -> Result<Option<u64>> {
+        Ok(None)
+    }
+
     /// Reads `count` consecutive samples starting at `start`.
     fn read_run(&self, start: u64, count: u64) -> BoxFuture<'_, Result<Vec<Record>>>;
 

@@ -13,6 +13,15 @@ const EDGE: usize = 64 << 10;
 const WINDOW: usize = 4 << 10;
 const WINDOWS: usize = 32;
 
+/// A hash of all of `data` and its size: the full check
+/// ([`Shard::content_checksum`](zephon_core::Shard::content_checksum)).
+pub fn whole(data: &[u8]) -> u64 {
+    zephon_core::hash::combine(
+        zephon_core::hash::key(&[data.len() as u64]),
+        zephon_core::hash::bytes(data),
+    )
+}
+
 /// The fingerprint of `data`.
 pub fn of(data: &[u8]) -> u64 {
     let len = data.len();

@@ -68,6 +68,11 @@ pub struct Args {
     /// given more than once.
     #[arg(long, value_name = "FROM..TO", value_parser = step_range)]
     pub skip_steps: Vec<std::ops::Range<u64>>,
+    /// Record (or, resuming, check) a checksum of every shard's whole
+    /// content, not only the fingerprint of its sampled bytes: a full read
+    /// of the data at start. The checkpointed run must have used it too.
+    #[arg(long)]
+    pub verify_data: bool,
 }
 
 /// `FROM..TO`, two step numbers with `FROM < TO`.
@@ -114,7 +119,10 @@ pub fn run(args: Args) -> Result<()> {
     }
     let ws = builder.build()?;
     let mode = ShuffleMode::Reservoir;
-    let recipe = Recipe::new(&ws).setting("shuffle", (args.shuffle_buffer, mode, args.seed));
+    let mut recipe = Recipe::new(&ws).setting("shuffle", (args.shuffle_buffer, mode, args.seed));
+    if args.verify_data {
+        recipe = recipe.verify_content(&ws)?;
+    }
     let mut progress = if args.resume.is_empty() {
         recipe.start(&ws)
     } else {

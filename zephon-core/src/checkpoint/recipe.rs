@@ -114,6 +114,44 @@ impl Recipe {
         fingerprint_of(self.work_fingerprint, &settings)
     }
 
+    /// Records a checksum of every shard's whole content
+    /// ([`Shard::content_checksum`](crate::Shard::content_checksum)) as a
+    /// setting `shard DATASET/INDEX bytes`, so a resume over a shard edited
+    /// anywhere is refused, naming it: the fingerprint [`Recipe::new`]
+    /// records reads sampled bytes only, and misses an edit elsewhere in a
+    /// large shard that keeps its size. It costs a full read of every local
+    /// shard; a remote shard gives its manifest's SHA-256 (where the
+    /// manifest has one, as `build-index` writes it) without a read. Both
+    /// the checkpointed run and the resumed one must use it: a checkpoint
+    /// without the checksums is refused by a recipe that has them. An error
+    /// reading a shard names it.
+    ///
+    /// ```
+    /// use zephon_core::checkpoint::Recipe;
+    /// use zephon_core::{Dataset, Record, WorkSource};
+    /// let ds = Dataset::in_memory("toy", vec![vec![Record::new(); 4]])?;
+    /// let ws = WorkSource::builder().dataset(ds, 1.0).build()?;
+    /// // In-memory shards have no checksum: nothing is added.
+    /// let r = Recipe::new(&ws).verify_content(&ws)?;
+    /// assert_eq!(r.fingerprint(), Recipe::new(&ws).fingerprint());
+    /// # Ok::<(), zephon_core::Error>(())
+    /// ```
+    pub fn verify_content(mut self, work: &WorkSource) -> crate::error::Result<Self> {
+        for ds in work.catalog().iter() {
+            for (i, shard) in ds.shards().iter().enumerate() {
+                let Some(sum) = shard.content_checksum()? else {
+                    continue;
+                };
+                let key = format!("{SHARD_PREFIX}{}/{i} bytes", ds.name());
+                let words = format!("dataset `{}` shard {i} (`{}`)", ds.name(), shard.name());
+                self.settings
+                    .insert(key.clone(), hash::key(&[shard.len(), sum]));
+                self.shard_names.insert(key, words);
+            }
+        }
+        Ok(self)
+    }
+
     /// Adds (or replaces) a data-shaping setting, identified by `name` and
     /// hashed from `value`'s `Debug` form.
     #[must_use]

@@ -476,6 +476,15 @@ impl Shard for FormatShard {
         self.fingerprint
     }
 
+    fn content_checksum(&self) -> Result<Option<u64>> {
+        match &self.source {
+            Source::Local(data) => Ok(Some(crate::fingerprint::whole(data))),
+            Source::Mapped(f) => Ok(Some(crate::fingerprint::whole(&f.bytes()?))),
+            // A remote shard's fingerprint is its manifest's checksum.
+            _ => Ok(self.fingerprint),
+        }
+    }
+
     fn as_any(&self) -> Option<&dyn std::any::Any> {
         Some(self)
     }

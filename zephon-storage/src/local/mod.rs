@@ -94,6 +94,11 @@ impl Shard for LocalJsonlShard {
         Some(self.fingerprint)
     }
 
+    fn content_checksum(&self) -> Result<Option<u64>> {
+        let data = self.file.bytes()?;
+        Ok(Some(crate::fingerprint::whole(&data)))
+    }
+
     fn len(&self) -> u64 {
         self.index.len()
     }
