@@ -322,7 +322,9 @@ fn a_schedule_by_tokens_switches_where_the_estimated_tokens_reach_the_point() {
         tokens += per_sample[d];
     }
     let first = switched.unwrap();
-    let web = (0..first).filter(|&g| ws.pointer_at(g).dataset == 0).count() as f64;
+    let web = (0..first)
+        .filter(|&g| ws.pointer_at(g).dataset == 0)
+        .count() as f64;
     // Token shares of the first phase: 1:1 within a chunk's rounding.
     let share = web * 10.0 / 6_000.0;
     assert!((share - 0.5).abs() < 0.05, "web's token share {share}");
@@ -331,6 +333,14 @@ fn a_schedule_by_tokens_switches_where_the_estimated_tokens_reach_the_point() {
     for (d, w) in datasets([30, 20, 10]).into_iter().zip([1.0, 1.0, 1.0]) {
         b = b.dataset(d, w);
     }
-    let e = b.repeat().mixture_schedule(s).build().unwrap_err().to_string();
-    assert!(e.contains("`mixture_schedule`") && e.contains("tokens per sample"), "{e}");
+    let e = b
+        .repeat()
+        .mixture_schedule(s)
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("`mixture_schedule`") && e.contains("tokens per sample"),
+        "{e}"
+    );
 }
