@@ -178,29 +178,6 @@ impl TrainingBatch {
     pub fn num_valid_tokens(&self) -> usize {
         self.loss_mask.iter().filter(|&&m| m).count()
     }
-
-    /// Collates rows given as `(input_ids, segment_ids)` pairs, where segment
-    /// 0 marks padding and any change of segment id starts a new document.
-    /// Rows shorter than `seq_len` are padded with id 0; a row longer than
-    /// `seq_len` is an error naming the row, and so is a batch of more than
-    /// 2^31 - 1 positions (rows times `seq_len`), before anything is
-    /// allocated.
-    ///
-    /// ```
-    /// use zephon_ops::{IdType, TrainingBatch};
-    /// let e = TrainingBatch::from_rows(&[(&[1, 2][..], &[1, 1][..])], 1 << 40, IdType::U32, 0, 0)
-    ///     .unwrap_err();
-    /// assert!(e.to_string().contains("to_training.seq_len"), "{e}");
-    /// ```
-    pub fn from_rows(
-        rows: &[(&[u32], &[u32])],
-        seq_len: usize,
-        id_type: IdType,
-        lane: LaneId,
-        index: u64,
-    ) -> crate::Result<Self> {
-        crate::to_training::collate(rows, seq_len, 0, id_type, lane, index)
-    }
 }
 
 /// A training batch counts its rows toward a lane's progress, so
