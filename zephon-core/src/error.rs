@@ -1,6 +1,5 @@
 //! The crate's error type.
 
-use crate::dataset::Catalog;
 use crate::pointer::SamplePtr;
 
 /// A boxed error from another crate (storage, ops, user closures).
@@ -148,16 +147,6 @@ impl SampleSource {
     pub fn new(ptr: Option<SamplePtr>) -> Self {
         SampleSource { ptr, names: None }
     }
-
-    /// Looks the pointer's dataset and shard up in `catalog`.
-    pub fn resolve(&mut self, catalog: &Catalog) {
-        if let Some(p) = self.ptr
-            && let Some(ds) = catalog.get(p.dataset as usize)
-            && let Some(shard) = ds.shards().get(p.shard as usize)
-        {
-            self.names = Some(Box::new((ds.name().to_owned(), shard.name().to_owned())));
-        }
-    }
 }
 
 impl std::fmt::Display for SampleSource {
@@ -191,31 +180,6 @@ impl Error {
     /// Whether this is a caught panic, after which the pipeline ends.
     pub fn is_panic(&self) -> bool {
         matches!(self, Error::Panic { .. })
-    }
-
-    /// Names the dataset and shard of a [`Error::Sample`] from `catalog`
-    /// (the work source's), where the operator that failed knew only the
-    /// sample's pointer; other errors are returned as they are.
-    ///
-    /// ```
-    /// use zephon_core::{Dataset, Error, PipelineExt, Record, Runner, WorkSource};
-    /// use zephon_core::error::SampleSource;
-    /// let ds = Dataset::in_memory("web", vec![vec![Record::new(); 2]]).unwrap();
-    /// let ws = WorkSource::builder().dataset(ds, 1.0).build().unwrap();
-    /// let catalog = ws.catalog().clone();
-    /// let mut it = ws.stream().fetch(1)
-    ///     .map_par(|r: Record| Err::<Record, _>(Error::Sample {
-    ///         op: "check", sample: SampleSource::new(r.source().copied()), message: "bad".into(),
-    ///     }), 1)
-    ///     .into_blocking_iter(Runner::Inline).unwrap();
-    /// let e = it.next().unwrap().unwrap_err().name_sources(&catalog).to_string();
-    /// assert!(e.starts_with("operator `check`: dataset `web`, shard `"), "{e}");
-    /// ```
-    pub fn name_sources(mut self, catalog: &Catalog) -> Self {
-        if let Error::Sample { sample, .. } = &mut self {
-            sample.resolve(catalog);
-        }
-        self
     }
 
     /// A configuration error for `key`.
