@@ -167,9 +167,8 @@ impl Default for TimingSection {
 
 /// The most `[` and `{` a configuration may hold, wherever they stand:
 /// the YAML parser's time grows with the square of the depth its flow
-/// collections nest to (10,000 levels take it 0.4 s, 50,000 nine seconds,
-/// a file of 200,000 `[` minutes), and the depth can be no more than their
-/// count, quoted or not. A configuration holds a few.
+/// collections nest to (a file of a few hundred thousand `[` takes it
+/// minutes), and the depth can be no more than their count, quoted or not. A configuration holds a few.
 pub const MAX_BRACKETS: usize = 10_000;
 
 impl TimingConfig {

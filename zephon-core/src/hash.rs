@@ -102,8 +102,8 @@ impl Permutation {
     /// lane taking the next position as soon as its own lands in range, so
     /// the rounds of different positions overlap. On x86-64 processors
     /// with AVX2 or AVX-512 the positions go through the rounds as vectors
-    /// instead, 1.4x and 3x as fast as the lanes on a shard of 100,000
-    /// (`cargo bench -p zephon-core --bench permutation`); every way gives
+    /// instead, faster than the lanes (`cargo bench -p zephon-core --bench
+    /// permutation` compares the three); every way gives
     /// the same values.
     ///
     /// ```

@@ -121,10 +121,9 @@ pub struct StorageOptions {
     /// further span costs a part header of about 100 bytes in the same
     /// request, not a request of its own, so merging across a wide gap
     /// only downloads bytes to drop: in a global shuffle of 4 KB windows
-    /// of a 200 MB file over nginx on loopback, `range_gap`'s 256 KiB
-    /// merged windows about 3 MB apart on average, some 11 KB of gap for
-    /// every window used by that spacing (the pass 0.78 s against 0.51 s
-    /// at 4 KiB).
+    /// of a 200 MB file, `range_gap`'s 256 KiB merged windows about 3 MB
+    /// apart on average, downloading more gap than window (`zephon bench
+    /// tokens --serve http --range-part-gap BYTES` compares settings).
     pub range_part_gap: u64,
     /// Most spans (runs of wanted samples, planned with `range_part_gap`) one
     /// HTTP request asks for, in [`RANGE_PARTS`] (1 to 4,096; default 256):

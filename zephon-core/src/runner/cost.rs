@@ -3,20 +3,14 @@
 //!
 //! Under the threads runner a micro-batch [`offload`](super::offload)ed to
 //! the CPU pool pays for a queue, a pool thread's wake-up and the result's
-//! way back: about 18 us a read on a loaded 2-core machine (MDS read on two
-//! threads with every read handed over, 244 ns a sample, against 175 with
-//! every read in place). A read of 256 MDS samples decodes in 22-48 us, so
-//! handing every read over made `fetch` slower on two threads than on one
-//! (`zephon bench formats`: MDS 4.3-4.6 M samples/s on two threads
-//! against 6.1-6.6 M on one). And the items a pool thread makes are read
-//! and freed on another core, a few cache misses each: a shuffled read of
-//! MDS samples (about 150 ns a sample) still ran slower handed over than
-//! in place, however many were read at once. Part of that was a count
-//! every record updated on the cache line all threads shared (the shard's
-//! handle, a schema's lock: see `Schema`); without it JSON lines of
-//! 200-330 ns each read on two threads at 4.9-5.2 M lines/s handed over,
-//! against 3.4-3.7 M in place and 3.7-3.8 M on one thread, so the line
-//! between the two is now lower. Work measured to cost less
+//! way back, and the items a pool thread makes are then read and freed on
+//! another core, a few cache misses each. For cheap reads (MDS or Parquet
+//! samples, a read of a few hundred of them) that costs more than the work
+//! itself, so handing every read over made `fetch` slower on two threads
+//! than on one; JSON lines, dearer per item, gain from a second core. The
+//! thresholds below sit between the two, as `zephon bench formats` (the
+//! one-thread and two-thread columns per format) measures them; the
+//! figures are on the guide's benchmarks page. Work measured to cost less
 //! than [`IN_PLACE_BELOW`] in all, or less than [`IN_PLACE_PER_ITEM`] an
 //! item (up to [`IN_PLACE_MOST`] in all), runs where it is polled instead;
 //! work that costs more (JSON lines by the hundred, tar members) still goes
@@ -33,16 +27,15 @@ use std::time::{Duration, Instant};
 
 /// Work measured to take less than this a micro-batch runs in place, not
 /// on the CPU pool: a few times what a hand-off to the pool and back
-/// costs, and within the 10-100 us an async worker should run between two
-/// waits.
+/// costs, and short enough for an async worker to run between two waits.
 pub const IN_PLACE_BELOW: Duration = Duration::from_micros(50);
 
 /// Work measured to take less than this an item runs in place too, up to
 /// [`IN_PLACE_MOST`] a micro-batch: the items a pool thread makes are
 /// then read and freed on another core, a few cache misses each, which
 /// costs about as much again as such an item's work (an MDS or Parquet
-/// sample's 65-100 ns, as measured by `bench formats`); a JSON line's
-/// 200-330 ns gains from a second core.
+/// sample's, as `zephon bench formats` measures it), while a JSON line's
+/// dearer work gains from a second core.
 pub const IN_PLACE_PER_ITEM: Duration = Duration::from_nanos(150);
 
 /// The most a micro-batch of cheap items ([`IN_PLACE_PER_ITEM`]) runs in

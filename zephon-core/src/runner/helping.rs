@@ -38,10 +38,10 @@ const OPENING_EACH: u64 = 4;
 /// ([`TRIAL_SLACK_20THS`]) it could not win by enough to be told apart ...
 const OPENING_WORK_20THS: u32 = 3;
 /// ... if that work is at least this much an item: moving an item to
-/// another core and freeing it there costs a few microseconds (a task
-/// running `bench engine`'s pipeline ahead took 2.4-4.9 us a batch of 32
-/// records, the caller polling it 0.85 us), more than overlapping less
-/// work than this could save.
+/// another core and freeing it there costs a few microseconds a batch
+/// (compare a task running the pipeline ahead with the caller polling it:
+/// `zephon bench engine --only off`, threads runner against inline), more
+/// than overlapping less work than this could save.
 const OPENING_WORK_LEAST: Duration = Duration::from_micros(5);
 
 /// The caller polls the pipeline itself, in the runtime's context (CPU

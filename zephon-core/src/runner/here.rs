@@ -4,9 +4,9 @@
 //!
 //! Each poll from the caller's thread enters the runtime's context first
 //! (operators look for it: `offload`, timers, I/O), and entering and
-//! leaving it cost about 35 ns, more than half of what a delivery costs
-//! the caller of a cheap pipeline (56 ns an item through the inline runner
-//! on a stream of integers). So while both the pipeline and the caller
+//! leaving it cost more than half of what a delivery costs the caller of
+//! a cheap pipeline (measure with `zephon bench engine --only off --batch
+//! 1`, a delivery per record). So while both the pipeline and the caller
 //! take little time per item, one entry polls several items, and the ones
 //! after the first wait here to be handed out. A slow pipeline or a slow
 //! caller gets one item per poll, as before: what waits here never exceeds

@@ -2,8 +2,8 @@
 //! that loads no TLS roots, one for `https://` that loads the system's.
 //!
 //! Building a client that verifies certificates reads the system's root
-//! store (every file of `/etc/ssl/certs` on Debian): 4 to 5 ms, in every
-//! process, on the way to its first request. A dataset on a plain-HTTP
+//! store (every file of `/etc/ssl/certs` on Debian), in every process, on
+//! the way to its first request. A dataset on a plain-HTTP
 //! endpoint (MinIO, nginx or moto on the cluster's network) never uses
 //! them, and a warm pass over a cached dataset otherwise spends most of its
 //! start there. So requests to `http://` URLs go through a client without

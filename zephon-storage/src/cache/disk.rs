@@ -12,9 +12,9 @@
 //! Entries are not synced to disk. A cache owes its readers whole, checked
 //! bytes, not durability: an entry a crash of the machine loses, or leaves
 //! short or zeroed, fails its check and is fetched again. Syncing every
-//! 4 MiB block (the file, then the folder) cost a cold pass over HTTP about
-//! a quarter of its time and 0.8 s of CPU a GB on a 2-core machine, and had
-//! the disk write every block at once, even those evicted before the kernel
+//! block (the file, then the folder) cost a cold pass over HTTP a large
+//! share of its time and CPU (`zephon bench tokens --serve http --shuffle
+//! block`, cold pass), and had the disk write every block at once, even those evicted before the kernel
 //! would have written them. A file's modification time is its
 //! last access: eviction drops the least recently used files until the
 //! folder, all processes' entries together, fits the capacity.

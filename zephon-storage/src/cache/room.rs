@@ -1,10 +1,11 @@
 //! Room in the disk tier's folder: the ledger that spares a scan of the
 //! folder for most publishes, and the scan that evicts.
 //!
-//! Counting the folder means a `stat` of every entry: 11 ms under the
-//! folder lock for a folder of 4,096 blocks (16 GiB of 4 MiB blocks), for
-//! every block published by any process of the node, which held a cold
-//! pass to under a hundred blocks a second. The ledger, a small file in the
+//! Counting the folder means a `stat` of every entry, under the folder
+//! lock, for every block published by any process of the node: with
+//! thousands of blocks that bounded a cold pass to a few blocks per count
+//! (`zephon bench tokens --serve http --shuffle block --cache-block-bytes
+//! 262144` publishes many small blocks). The ledger, a small file in the
 //! folder read and written under the folder lock, keeps the bytes the
 //! folder held at its last scan plus the room given since; a publish that
 //! fits it takes its room there. A scan happens when the ledger says the
