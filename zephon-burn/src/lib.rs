@@ -16,8 +16,10 @@
 //!   the data pipeline's checkpoint saved and restored together.
 //! - [`models`]: the autoencoder and the small transformer LM the harness
 //!   ships with.
-//! - `train` (feature `train`): Burn's `Learner` on the shipped models,
-//!   fed by [`ZephonDataLoader`]s (burn-train without its terminal UI).
+//! - `train` (feature `train`): Burn's `Learner` fed by
+//!   [`ZephonDataLoader`]s and resumed mid-epoch (a model of one's own, or
+//!   the shipped ones with `harness`), with burn-train alone (without its
+//!   terminal UI, and without the harness's stack).
 //!
 //! The harness and the models sit behind the `harness` feature (on by
 //! default) with the YAML, plotting and progress-bar crates they need; a
@@ -58,6 +60,8 @@ pub mod train;
 #[cfg(feature = "harness")]
 pub use config::{TimingConfig, TimingOptions, TimingReport, run_timing};
 pub use convert::TrainingTensors;
-pub use dataloader::{HostBatch, ItemCount, TensorBatches, ZephonDataLoader};
+pub use dataloader::{
+    DataPosition, HostBatch, ItemCount, PositionHandle, TensorBatches, ZephonDataLoader,
+};
 pub use device::{DeviceChoice, Precision};
 pub use error::{Error, Result};

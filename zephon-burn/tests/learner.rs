@@ -352,3 +352,354 @@ fn the_learner_fits_the_lm_from_packed_rows_on_one_and_two_devices() {
     assert_eq!(sorted_epochs(&two.train), sorted_epochs(&one.train));
     assert_eq!(sorted_epochs(&two.valid), sorted_epochs(&one.valid));
 }
+
+// ---------------------------------------------------------------------
+// Mid-epoch resume of a Learner-driven run, across processes, with a model
+// of the test's own (not a shipped one).
+
+mod mid_epoch {
+    use super::{Event, Log, Recorder, take};
+    use burn::module::Module;
+    use burn::nn::{Linear, LinearConfig};
+    use burn::optim::AdamConfig;
+    use burn::optim::lr_scheduler::constant::ConstantLr;
+    use burn::tensor::{Device, FloatDType, Tensor};
+    use burn::train::{
+        InferenceStep, Interrupter, Learner, SupervisedTraining, TrainOutput, TrainStep,
+    };
+    use std::path::Path;
+    use std::sync::{Arc, Mutex};
+    use zephon_burn::ZephonDataLoader;
+    use zephon_burn::convert::{f32_bytes, float_rows};
+    use zephon_burn::resume::{read_manifest, restore_training};
+    use zephon_burn::train::{LossOutput, StepCheckpoints};
+    use zephon_core::checkpoint::{Progress, Recipe, ResumeExt};
+    use zephon_core::{Dataset, PipelineExt, Record, RecordBatch, Runner, ShuffleMode, WorkSource};
+
+    /// The loss of every training step of this process, in order.
+    static LOSSES: Mutex<Vec<f32>> = Mutex::new(Vec::new());
+
+    /// A model of the test's own: two linear layers regressing the target
+    /// column from the 4 feature columns.
+    #[derive(Module, Debug)]
+    pub struct Probe {
+        a: Linear,
+        b: Linear,
+    }
+
+    impl Probe {
+        fn new(device: &Device) -> Self {
+            device.seed(11);
+            Probe {
+                a: LinearConfig::new(4, 8).init(device),
+                b: LinearConfig::new(8, 1).init(device),
+            }
+        }
+        fn loss(&self, xy: Tensor<2>) -> Tensor<1> {
+            let x = xy.clone().narrow(1, 0, 4);
+            let y = xy.narrow(1, 4, 1);
+            let h = burn::tensor::activation::relu(self.a.forward(x));
+            (self.b.forward(h) - y).powf_scalar(2.0).mean()
+        }
+    }
+
+    impl TrainStep for Probe {
+        type Input = Tensor<2>;
+        type Output = LossOutput;
+        fn step(&self, xy: Tensor<2>) -> TrainOutput<LossOutput> {
+            let loss = self.loss(xy);
+            let value = loss.clone().into_data().try_to_vec::<f32>().unwrap()[0];
+            LOSSES.lock().unwrap().push(value);
+            TrainOutput::new(self, loss.backward(), LossOutput { loss })
+        }
+    }
+
+    impl InferenceStep for Probe {
+        type Input = Tensor<2>;
+        type Output = LossOutput;
+        fn step(&self, xy: Tensor<2>) -> LossOutput {
+            LossOutput {
+                loss: self.loss(xy),
+            }
+        }
+    }
+
+    pub const SAMPLES: i64 = 48;
+    pub const BATCH: usize = 4;
+    /// Batches per epoch: 48 samples in batches of 4.
+    pub const PER_EPOCH: usize = 12;
+    pub const EPOCHS: usize = 2;
+    /// The first run saves after every 5th batch of an epoch and is stopped
+    /// after its 7th: it resumes from batch 5 of epoch 0.
+    pub const EVERY: u64 = 5;
+    pub const STOP_AFTER: usize = 7;
+
+    fn work() -> WorkSource {
+        let recs: Vec<Record> = (0..SAMPLES)
+            .map(|i| {
+                let h = |j: u64| {
+                    (zephon_core::hash::key(&[7, i as u64, j]) >> 40) as f32 / (1u64 << 24) as f32
+                };
+                let x = [h(0), h(1), h(2), h(3)];
+                let y = x[0] - 2.0 * x[1] + 0.5 * x[2] * x[3];
+                Record::new()
+                    .with("id", i)
+                    .with("xy", f32_bytes(&[x[0], x[1], x[2], x[3], y]))
+            })
+            .collect();
+        WorkSource::builder()
+            .dataset(Dataset::in_memory("points", vec![recs]).unwrap(), 1.0)
+            .seed(5)
+            .shuffle_within_shard(true)
+            .canonical_lanes(2)
+            .build()
+            .unwrap()
+    }
+
+    fn recipe(ws: &WorkSource) -> Recipe {
+        Recipe::new(ws)
+            .setting("shuffle", (6, 3))
+            .setting("batch", BATCH)
+    }
+
+    /// A resumable loader whose pipeline holds state across batches (a
+    /// shuffle buffer), logging the ids of every batch it serves and
+    /// stopping the run after its `stop_after`-th.
+    fn loader(
+        served: Log<Vec<i64>>,
+        stop: Option<(usize, Interrupter)>,
+    ) -> ZephonDataLoader<RecordBatch, Tensor<2>> {
+        ZephonDataLoader::resumable(
+            work(),
+            Device::flex(),
+            recipe,
+            |ws: WorkSource, p: &mut Progress| {
+                ws.stream()
+                    .fetch(2)
+                    .shuffle(6, ShuffleMode::Reservoir, 3)
+                    .batch(BATCH)
+                    .resume(p)
+                    .prefetch_batches(2)
+                    .into_blocking_iter(Runner::threads())
+            },
+            move |b: RecordBatch, device: &Device| {
+                let ids = b
+                    .items
+                    .iter()
+                    .map(|r| r.get("id").and_then(|v| v.as_int()).unwrap())
+                    .collect();
+                let mut served = served.lock().unwrap();
+                served.push(ids);
+                if let Some((n, interrupter)) = &stop
+                    && served.len() == *n
+                {
+                    // Burn trains this batch, then stops: a preemption.
+                    interrupter.stop(Some("preempted"));
+                }
+                float_rows(&b.items, "xy", 5, device, FloatDType::F32)
+            },
+        )
+        .unwrap()
+    }
+
+    fn valid() -> ZephonDataLoader<RecordBatch, Tensor<2>> {
+        ZephonDataLoader::new(
+            work(),
+            Device::flex(),
+            |ws: WorkSource| {
+                let lanes = ws.owned_lanes();
+                ws.stream()
+                    .fetch(2)
+                    .batch(12)
+                    .lane_mux(lanes)
+                    .into_blocking_iter(Runner::Inline)
+            },
+            |b: RecordBatch, device: &Device| {
+                float_rows(&b.items, "xy", 5, device, FloatDType::F32)
+            },
+        )
+        .unwrap()
+    }
+
+    /// What a run trained on: per step its loss and the ids of its batch,
+    /// and the train totals Burn reported at each epoch's start.
+    #[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+    pub struct Trace {
+        pub losses: Vec<f32>,
+        pub batches: Vec<Vec<i64>>,
+        pub totals: Vec<usize>,
+    }
+
+    /// One stage, run in this process: `full` trains both epochs,
+    /// `first` trains with step checkpoints into `dir` until preempted,
+    /// `resume` restores from `dir` and trains to the end.
+    pub fn stage(kind: &str, dir: &Path) -> Trace {
+        let device = Device::flex();
+        let served = Log::default();
+        let progress: Log<Event> = Log::default();
+        let interrupter = Interrupter::new();
+        let ckpt = dir.join("steps");
+        let (learner, train) = match kind {
+            "resume" => {
+                let train = loader(served.clone(), None);
+                let restored = restore_training(
+                    &ckpt,
+                    Probe::new(&device.clone().autodiff()),
+                    AdamConfig::new().init(),
+                    &train.recipe().unwrap(),
+                )
+                .unwrap();
+                let (learner, position) = restored.into_learner(ConstantLr::new(2e-2));
+                (learner, train.resume_from(position).unwrap())
+            }
+            _ => {
+                let stop = (kind == "first").then(|| (STOP_AFTER, interrupter.clone()));
+                let learner = Learner::new(
+                    Probe::new(&device.clone().autodiff()),
+                    AdamConfig::new().init(),
+                    ConstantLr::new(2e-2),
+                );
+                (learner, loader(served.clone(), stop))
+            }
+        };
+        let resumed_epoch = train.next_epoch() as usize;
+        let strategy = StepCheckpoints::new(device, &ckpt, EVERY, train.position_handle());
+        let result = SupervisedTraining::new(dir, Arc::new(train), Arc::new(valid()))
+            .num_epochs(EPOCHS)
+            // Burn counts epochs from 1: the loader's epoch e is Burn's e + 1.
+            .checkpoint(resumed_epoch)
+            .with_training_strategy(strategy.into_strategy())
+            .with_interrupter(interrupter)
+            .with_progress_logger(Recorder(progress.clone()))
+            .with_application_logger(None)
+            .launch(learner);
+        assert!(result.error.is_none(), "{:?}", result.error);
+        assert_eq!(result.interrupted.is_some(), kind == "first");
+        let totals = take(progress)
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::Start(split, n) if split == "train" => Some(n),
+                _ => None,
+            })
+            .collect();
+        Trace {
+            losses: std::mem::take(&mut *LOSSES.lock().unwrap()),
+            batches: take(served),
+            totals,
+        }
+    }
+
+    /// A checksum of a batch's sample ids, in order.
+    pub fn checksum(ids: &[i64]) -> u64 {
+        let words: Vec<u64> = ids.iter().map(|&i| i as u64).collect();
+        zephon_core::hash::key(&words)
+    }
+
+    pub fn assert_manifest(dir: &Path) {
+        let m = read_manifest(dir.join("steps")).unwrap();
+        // 5 batches of epoch 0 over 2 lanes in round robin: lane 0 served 3.
+        assert_eq!((m.epoch, m.step), (0, 3));
+        assert!(m.scheduler.is_some());
+    }
+}
+
+/// Names the stage a child process of the mid-epoch test runs.
+const LEARNER_STAGE: &str = "ZEPHON_LEARNER_STAGE";
+
+/// Runs a stage of [`mid_epoch`] in a child process of this test binary.
+fn learner_child(kind: &str, dir: &std::path::Path) -> mid_epoch::Trace {
+    let out = dir.join(format!("trace-{kind}.json"));
+    let stage = serde_json::json!({ "kind": kind, "dir": dir, "out": &out });
+    let status = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            "learner_stage_in_child_process",
+            "--nocapture",
+        ])
+        .env(LEARNER_STAGE, stage.to_string())
+        .status()
+        .unwrap();
+    assert!(status.success(), "the child process of {stage} failed");
+    serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap()
+}
+
+/// Entry point of the child processes of
+/// [`a_learner_run_resumes_mid_epoch_in_another_process`]; ignored in a
+/// normal run.
+#[test]
+#[ignore = "run by the mid-epoch resume test in a child process"]
+fn learner_stage_in_child_process() {
+    let stage: serde_json::Value =
+        serde_json::from_str(&std::env::var(LEARNER_STAGE).expect("ZEPHON_LEARNER_STAGE")).unwrap();
+    let dir = std::path::Path::new(stage["dir"].as_str().unwrap());
+    let trace = mid_epoch::stage(stage["kind"].as_str().unwrap(), dir);
+    std::fs::write(
+        stage["out"].as_str().unwrap(),
+        serde_json::to_vec(&trace).unwrap(),
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_learner_run_resumes_mid_epoch_in_another_process() {
+    use mid_epoch::*;
+    let reference = tempfile::tempdir().unwrap();
+    let full = learner_child("full", reference.path());
+    let total = PER_EPOCH * EPOCHS;
+    assert_eq!(full.losses.len(), total);
+    assert_eq!(full.batches.len(), total);
+    assert_eq!(full.totals, [SAMPLES as usize; 2]);
+
+    // One process trains until preempted after batch 7 (it saved after
+    // batch 5); another restores the folder and trains to the end. They
+    // share the folder and nothing else.
+    let dir = tempfile::tempdir().unwrap();
+    let first = learner_child("first", dir.path());
+    assert_eq!(first.losses.len(), STOP_AFTER);
+    assert_manifest(dir.path());
+    let second = learner_child("resume", dir.path());
+    let saved = EVERY as usize;
+    // The resumed epoch holds the items left; the next one is whole.
+    assert_eq!(
+        second.totals,
+        [SAMPLES as usize - saved * BATCH, SAMPLES as usize]
+    );
+
+    let resumed_losses: Vec<f32> = first.losses[..saved]
+        .iter()
+        .chain(&second.losses)
+        .copied()
+        .collect();
+    let resumed_batches: Vec<Vec<i64>> = first.batches[..saved]
+        .iter()
+        .chain(&second.batches)
+        .cloned()
+        .collect();
+    let mut table =
+        String::from("step  epoch  batch checksum    uninterrupted loss  resumed loss\n");
+    for t in 0..total {
+        let (a, b) = (
+            full.losses[t],
+            resumed_losses.get(t).copied().unwrap_or(f32::NAN),
+        );
+        table += &format!(
+            "{t:>4}  {:>5}  {:016x}  {a:>18.9}  {b:>12.9}{}\n",
+            t / PER_EPOCH,
+            checksum(&full.batches[t]),
+            if t < saved {
+                "  (before the save)"
+            } else if t == saved {
+                "  <- resumed here"
+            } else {
+                ""
+            }
+        );
+    }
+    println!("{table}");
+    assert_eq!(resumed_batches, full.batches, "\n{table}");
+    let bits = |l: &[f32]| l.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&resumed_losses), bits(&full.losses), "\n{table}");
+    // The batches are not all alike, and epoch 1 is reshuffled.
+    assert_ne!(full.batches[..PER_EPOCH], full.batches[PER_EPOCH..]);
+}

@@ -7,12 +7,21 @@ use crate::error::{Error, Result};
 use burn::data::dataloader::{DataLoaderIterator, Progress};
 use burn::data::dataset::DatasetError;
 use burn::tensor::Device;
+use zephon_core::checkpoint::Progress as DataProgress;
 use zephon_core::{BlockingIter, LaneId};
+
+/// How a resumable loader's iterator keeps its position: the slot it
+/// records each served batch in.
+pub(super) struct Tracking<H> {
+    pub(super) slot: super::Slot,
+    pub(super) track: fn(&mut DataProgress, &H) -> zephon_core::Result<()>,
+}
 
 /// The iterator of a [`ZephonDataLoader`](super::ZephonDataLoader): one epoch's host batches from
 /// the pipeline, converted on the device, counted against the epoch's items.
 pub struct TensorBatches<H, O> {
     pub(super) inner: BlockingIter<H>,
+    pub(super) tracking: Option<Tracking<H>>,
     pub(super) convert: Convert<H, O>,
     pub(super) device: Device,
     pub(super) lanes: Vec<LaneId>,
@@ -74,6 +83,18 @@ impl<H: HostBatch, O> Iterator for TensorBatches<H, O> {
                 self.served = self.served.saturating_add(batch.num_items());
                 if self.served > self.expected {
                     return self.mismatch("so far");
+                }
+                if let Some(t) = &self.tracking {
+                    let mut slot = t
+                        .slot
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    if let Some((_, progress)) = slot.as_mut()
+                        && let Err(e) = (t.track)(progress, &batch)
+                    {
+                        self.done = true;
+                        return Some(Err(e.into()));
+                    }
                 }
                 Some((self.convert)(batch, &self.device))
             }

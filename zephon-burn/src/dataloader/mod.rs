@@ -4,16 +4,19 @@
 mod host;
 mod items;
 mod iter;
+mod position;
 
 pub use host::HostBatch;
 pub use items::ItemCount;
 pub use iter::TensorBatches;
+pub use position::{DataPosition, PositionHandle};
 
 use crate::error::{Error, Result};
 use burn::data::dataloader::{DataLoader, DataLoaderIterator};
 use burn::data::dataset::DatasetError;
 use burn::tensor::Device;
-use iter::{BurnIter, FailedOf};
+use iter::{BurnIter, FailedOf, Tracking};
+use position::{Resumable, Slot};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use zephon_core::{BlockingIter, WorkSource};
@@ -130,6 +133,12 @@ pub struct ZephonDataLoader<H, O> {
     counted: Mutex<Option<(u64, usize)>>,
     /// Why this slice cannot be served, served by its iterator.
     broken: Option<Arc<str>>,
+    /// The restore step's build, for a loader made with `resumable`.
+    resumable: Option<Resumable<H>>,
+    /// The position the epoch it names resumes from.
+    restore: Option<Arc<DataPosition>>,
+    /// The position served to, shared with the loader's clones.
+    position: Slot,
 }
 
 impl<H, O> Clone for ZephonDataLoader<H, O> {
@@ -143,6 +152,9 @@ impl<H, O> Clone for ZephonDataLoader<H, O> {
             items: self.items,
             counted: Mutex::new(*self.counted.lock().unwrap_or_else(PoisonError::into_inner)),
             broken: self.broken.clone(),
+            resumable: self.resumable.clone(),
+            restore: self.restore.clone(),
+            position: self.position.clone(),
         }
     }
 }
@@ -155,6 +167,11 @@ impl<H, O> std::fmt::Debug for ZephonDataLoader<H, O> {
             .field("items", &self.items)
             .field("device", &self.device)
             .field("broken", &self.broken)
+            .field("resumable", &self.resumable.is_some())
+            .field(
+                "restore",
+                &self.restore.as_ref().map(|r| (r.epoch, r.step())),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -204,6 +221,9 @@ impl<H: HostBatch + 'static, O: 'static> ZephonDataLoader<H, O> {
             items: ItemCount::PerSample,
             counted: Mutex::new(None),
             broken: None,
+            resumable: None,
+            restore: None,
+            position: Slot::default(),
         })
     }
 
@@ -233,15 +253,29 @@ impl<H: HostBatch + 'static, O: 'static> ZephonDataLoader<H, O> {
     /// yields (run here, unless that epoch was the last counted), or the
     /// declared number.
     pub fn items_in_epoch(&self, epoch: u64) -> Result<usize> {
+        let fit = |n: u64| {
+            usize::try_from(n).map_err(|_| {
+                Error::DataLoader(format!("{n} items do not fit in this platform's usize"))
+            })
+        };
+        // The items the restored position served in its epoch are not
+        // served again; a count of the resumed pipeline already leaves them out.
+        let served = match self.restore.as_deref() {
+            Some(r) if r.epoch == epoch => r.served_items(Some(&self.source)),
+            _ => 0,
+        };
+        let left = |n: u64| {
+            n.checked_sub(served).ok_or_else(|| {
+                Error::DataLoader(format!(
+                    "epoch {epoch} over lanes {:?} holds {n} items, but the position it resumes from served {served} of them",
+                    self.source.owned_lanes()
+                ))
+            })
+        };
         match self.items {
-            ItemCount::PerSample => {
-                let n = self.source.epoch(epoch)?.len().unwrap_or(0);
-                usize::try_from(n).map_err(|_| {
-                    Error::DataLoader(format!("{n} items do not fit in this platform's usize"))
-                })
-            }
+            ItemCount::PerSample => fit(left(self.source.epoch(epoch)?.len().unwrap_or(0))?),
             ItemCount::Counted => self.count(epoch),
-            ItemCount::Declared(n) => Ok(n),
+            ItemCount::Declared(n) => fit(left(n as u64)?),
         }
     }
 
@@ -263,7 +297,16 @@ impl<H: HostBatch + 'static, O: 'static> ZephonDataLoader<H, O> {
             ))
         };
         let mut n = 0usize;
-        for batch in (self.build)(ws).map_err(|e| fail(&e))? {
+        let pipeline = match &self.resumable {
+            Some(r) => {
+                let mut p = r
+                    .progress(&ws, epoch, self.restore.as_deref())
+                    .map_err(|e| fail(&e))?;
+                (r.build)(ws, &mut p)
+            }
+            None => (self.build)(ws),
+        };
+        for batch in pipeline.map_err(|e| fail(&e))? {
             let items = batch.map_err(|e| fail(&e))?.num_items();
             n = n
                 .checked_add(items)
@@ -283,9 +326,25 @@ impl<H: HostBatch + 'static, O: 'static> ZephonDataLoader<H, O> {
         }
         let ws = self.source.epoch(epoch)?;
         let expected = self.items_in_epoch(epoch)?;
+        let lanes = ws.owned_lanes();
+        let (inner, tracking) = match &self.resumable {
+            Some(r) => {
+                let mut progress = r.progress(&ws, epoch, self.restore.as_deref())?;
+                let inner = (r.build)(ws, &mut progress)?;
+                *self.position.lock().unwrap_or_else(PoisonError::into_inner) =
+                    Some((epoch, progress));
+                let tracking = Tracking {
+                    slot: self.position.clone(),
+                    track: r.track,
+                };
+                (inner, Some(tracking))
+            }
+            None => ((self.build)(ws)?, None),
+        };
         Ok(TensorBatches {
-            lanes: ws.owned_lanes(),
-            inner: (self.build)(ws)?,
+            lanes,
+            inner,
+            tracking,
             convert: self.convert.clone(),
             device: self.device.clone(),
             epoch,
@@ -364,8 +423,10 @@ where
             match self.lanes_for(start, end) {
                 Ok(ws) => {
                     l.source = ws;
-                    // The slice counts its own lanes.
+                    // The slice counts its own lanes, and keeps its own
+                    // position: the loader's would mix the slices'.
                     l.counted = Mutex::new(None);
+                    l.position = Slot::default();
                 }
                 Err(why) => l.broken = Some(why.into()),
             }

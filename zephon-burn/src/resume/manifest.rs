@@ -26,14 +26,27 @@ pub struct Manifest {
     pub format: String,
     /// Layout version ([`MANIFEST_VERSION`]).
     pub version: u32,
-    /// Training steps completed when the checkpoint was taken.
+    /// Training steps completed when the checkpoint was taken: of epoch
+    /// [`epoch`](Self::epoch), for a run that walks epochs.
     pub step: u64,
+    /// The epoch (from 0) the data checkpoint is of: 0 for a run that does
+    /// not walk epochs. Absent from the manifests of earlier saves, read as 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub epoch: u64,
     /// The model's parameters.
     pub model: Part,
     /// The optimizer state.
     pub optimizer: Part,
     /// The data pipeline's checkpoint (binary form).
     pub data: Part,
+    /// The learning-rate scheduler's state (Burn's `LrSchedulerRecord`), when
+    /// the save had one (a Burn `Learner`'s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduler: Option<Part>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// One file of a training checkpoint, as the manifest names it.
@@ -120,11 +133,14 @@ pub fn read_manifest(dir: impl AsRef<Path>) -> Result<Manifest> {
             ),
         ));
     }
-    let parts = [
+    let mut parts = vec![
         ("model", &manifest.model),
         ("optimizer", &manifest.optimizer),
         ("data", &manifest.data),
     ];
+    if let Some(s) = &manifest.scheduler {
+        parts.push(("scheduler", s));
+    }
     for (i, (what, part)) in parts.iter().enumerate() {
         if let Some((other, _)) = parts[..i].iter().find(|(_, p)| p.file == part.file) {
             return Err(bad(
@@ -149,19 +165,25 @@ pub fn read_manifest(dir: impl AsRef<Path>) -> Result<Manifest> {
 }
 
 /// Whether `name` is one of the part files [`super::save_training`]
-/// writes (`model-`, `optimizer-` or `data-`, the step in at least eight
-/// digits, and its extension): the only files a save removes.
+/// writes (`model-`, `optimizer-`, `scheduler-` or `data-`, the step in at
+/// least eight digits, after the epoch in as many and a `-` for an epoch
+/// past the first, and its extension): the only files a save removes.
 pub(super) fn is_part_name(name: &str) -> bool {
+    let number = |n: &str| n.len() >= 8 && n.bytes().all(|b| b.is_ascii_digit());
     [
         ("model-", ".bpk"),
         ("optimizer-", ".bpk"),
+        ("scheduler-", ".bpk"),
         ("data-", ".zpck"),
     ]
     .iter()
     .any(|(head, tail)| {
         name.strip_prefix(head)
             .and_then(|n| n.strip_suffix(tail))
-            .is_some_and(|step| step.len() >= 8 && step.bytes().all(|b| b.is_ascii_digit()))
+            .is_some_and(|n| match n.split_once('-') {
+                Some((epoch, step)) => number(epoch) && number(step),
+                None => number(n),
+            })
     })
 }
 
@@ -217,6 +239,7 @@ mod tests {
             "model-00000003.bpk",
             "optimizer-00000003.bpk",
             "data-123456789.zpck",
+            "scheduler-00000001-00000003.bpk",
         ] {
             assert!(is_part_name(name), "{name}");
         }
@@ -227,6 +250,8 @@ mod tests {
             "model-0000000x.bpk",
             "data-00000003.bpk",
             "model-00000003.bpk.tmp",
+            "model-00000001-3.bpk",
+            "model-00000001--00000003.bpk",
         ] {
             assert!(!is_part_name(name), "{name}");
         }

@@ -11,8 +11,11 @@
 //!   ([`ModuleOptimizer::to_record`]: Adam's moments and step counts, ...);
 //! - `data-<step>.zpck`: the data pipeline's [`Checkpoint`] in its binary
 //!   form, merged over every rank, so any world size can restore it;
-//! - `manifest.json`: the step, and per part its file name, size and
-//!   content hash.
+//! - `scheduler-<step>.bpk` (saves of a Burn `Learner` only): the
+//!   learning-rate scheduler's state;
+//! - `manifest.json`: the step (and, for a loader that walks epochs, the
+//!   epoch, whose number then joins the part names), and per part its file
+//!   name, size and content hash.
 //!
 //! The parts are written first and the manifest last, each replaced
 //! atomically, and the part names carry the step: a crash during a save
@@ -67,6 +70,7 @@ pub use manifest::{MANIFEST, MANIFEST_VERSION, Manifest, Part, read_manifest};
 
 use crate::error::{Error, Result};
 use burn::module::Module;
+use burn::optim::lr_scheduler::LrSchedulerRecord;
 use burn::optim::{ModuleOptimizer, OptimizerRecord};
 use burn::store::ModuleRecord;
 use burn::tensor::Bytes;
@@ -77,15 +81,24 @@ use zephon_core::checkpoint::{Checkpoint, Recipe};
 /// What [`restore_training`] gives back.
 pub struct Restored<M> {
     /// Training steps completed at the checkpoint: the next step to train is
-    /// this one (counting from 0).
+    /// this one (counting from 0), of epoch [`epoch`](Self::epoch) for a run
+    /// that walks epochs.
     pub step: u64,
+    /// The epoch (from 0) of the data checkpoint: 0 unless the save was a
+    /// [`ZephonDataLoader`](crate::ZephonDataLoader)'s past its first epoch.
+    pub epoch: u64,
     /// The model, with the checkpoint's parameters.
     pub model: M,
     /// The optimizer, with the checkpoint's state.
     pub optimizer: ModuleOptimizer,
     /// The data pipeline's checkpoint, already checked against the run's
-    /// [`Recipe`]; pass it to [`Recipe::resume`] with each rank's work source.
+    /// [`Recipe`]; pass it to [`Recipe::resume`] with each rank's work source
+    /// (of epoch [`epoch`](Self::epoch)), or to
+    /// [`ZephonDataLoader::resume_from`](crate::ZephonDataLoader::resume_from).
     pub data: Checkpoint,
+    /// The learning-rate scheduler's state, where the save holds one (a
+    /// Burn `Learner`'s; `Learner::load_scheduler` takes it back).
+    pub scheduler: Option<LrSchedulerRecord>,
 }
 
 impl<M: std::fmt::Debug> std::fmt::Debug for Restored<M> {
@@ -93,9 +106,14 @@ impl<M: std::fmt::Debug> std::fmt::Debug for Restored<M> {
         // Burn's optimizer has no Debug of its own.
         f.debug_struct("Restored")
             .field("step", &self.step)
+            .field("epoch", &self.epoch)
             .field("model", &self.model)
             .field("optimizer", &"ModuleOptimizer")
             .field("data", &self.data)
+            .field(
+                "scheduler",
+                &self.scheduler.as_ref().map(|_| "LrSchedulerRecord"),
+            )
             .finish()
     }
 }
@@ -122,6 +140,40 @@ pub fn save_training<M: Module>(
     data: &Checkpoint,
 ) -> Result<()> {
     let dir = dir.as_ref();
+    let record = |e: burn::store::RecordError| bad(dir, format!("cannot encode a record: {e}"));
+    let model_bytes = model.clone().into_record().into_bytes().map_err(record)?;
+    let optim_bytes = optimizer.to_record().into_bytes().map_err(record)?;
+    save_parts(
+        dir,
+        Parts {
+            epoch: 0,
+            step,
+            model: &model_bytes,
+            optimizer: &optim_bytes,
+            scheduler: None,
+            data,
+        },
+    )
+}
+
+/// The encoded parts of one save.
+pub(crate) struct Parts<'a> {
+    /// The epoch `data` is of (0 for a run without epochs).
+    pub epoch: u64,
+    /// Steps of that epoch completed.
+    pub step: u64,
+    pub model: &'a [u8],
+    pub optimizer: &'a [u8],
+    pub scheduler: Option<&'a [u8]>,
+    pub data: &'a Checkpoint,
+}
+
+/// Writes the parts of a save, then the manifest, then removes the parts of
+/// the save it replaces (see the [module](self) doc).
+pub(crate) fn save_parts(dir: &Path, parts: Parts<'_>) -> Result<()> {
+    let Parts {
+        epoch, step, data, ..
+    } = parts;
     if !data.is_complete() {
         return Err(bad(
             dir,
@@ -144,24 +196,40 @@ pub fn save_training<M: Module>(
     // The parts of the checkpoint this one replaces, removed once it is in place.
     let previous = read_manifest(dir).ok();
 
-    let record = |e: burn::store::RecordError| bad(dir, format!("cannot encode a record: {e}"));
-    let model_bytes = model.clone().into_record().into_bytes().map_err(record)?;
-    let optim_bytes = optimizer.to_record().into_bytes().map_err(record)?;
+    // Epoch 0 keeps the names of saves without epochs; later epochs carry
+    // theirs, so no save overwrites a part the manifest in place names.
+    let at = if epoch == 0 {
+        format!("{step:08}")
+    } else {
+        format!("{epoch:08}-{step:08}")
+    };
     let manifest = Manifest {
         format: FORMAT.into(),
         version: MANIFEST_VERSION,
         step,
-        model: write_part(dir, format!("model-{step:08}.bpk"), &model_bytes)?,
-        optimizer: write_part(dir, format!("optimizer-{step:08}.bpk"), &optim_bytes)?,
-        data: write_part(dir, format!("data-{step:08}.zpck"), &data.to_bytes())?,
+        epoch,
+        model: write_part(dir, format!("model-{at}.bpk"), parts.model)?,
+        optimizer: write_part(dir, format!("optimizer-{at}.bpk"), parts.optimizer)?,
+        data: write_part(dir, format!("data-{at}.zpck"), &data.to_bytes())?,
+        scheduler: match parts.scheduler {
+            Some(bytes) => Some(write_part(dir, format!("scheduler-{at}.bpk"), bytes)?),
+            None => None,
+        },
     };
     // Plain data with string keys: serialization cannot fail.
     let json = serde_json::to_string_pretty(&manifest).unwrap_or_default();
     write_atomic(&dir.join(MANIFEST), json.as_bytes())?;
 
     if let Some(old) = previous {
-        let kept = [&manifest.model, &manifest.optimizer, &manifest.data].map(|p| &p.file);
-        for part in [old.model, old.optimizer, old.data] {
+        let kept: Vec<&String> = [&manifest.model, &manifest.optimizer, &manifest.data]
+            .into_iter()
+            .chain(&manifest.scheduler)
+            .map(|p| &p.file)
+            .collect();
+        for part in [old.model, old.optimizer, old.data]
+            .into_iter()
+            .chain(old.scheduler)
+        {
             // Only a file a save wrote: the old manifest is anyone's, and
             // may name this manifest or a file of the user's.
             if !kept.contains(&&part.file) && is_plain_name(&part.file) && is_part_name(&part.file)
@@ -193,6 +261,10 @@ pub fn restore_training<M: Module>(
     let model_bytes = read_part(dir, &manifest.model)?;
     let optim_bytes = read_part(dir, &manifest.optimizer)?;
     let data_bytes = read_part(dir, &manifest.data)?;
+    let scheduler_bytes = match &manifest.scheduler {
+        Some(part) => Some((part, read_part(dir, part)?)),
+        None => None,
+    };
 
     let data_path = dir.join(&manifest.data.file);
     let data = Checkpoint::from_bytes(&data_bytes)
@@ -254,10 +326,23 @@ pub fn restore_training<M: Module>(
         ));
     }
 
+    let scheduler = match scheduler_bytes {
+        None => None,
+        Some((part, bytes)) => {
+            let path = dir.join(&part.file);
+            Some(
+                LrSchedulerRecord::from_bytes(Bytes::from_bytes_vec(bytes))
+                    .map_err(|e| bad(&path, format!("not a scheduler record: {e}")))?,
+            )
+        }
+    };
+
     Ok(Restored {
         step: manifest.step,
+        epoch: manifest.epoch,
         model,
         optimizer,
         data,
+        scheduler,
     })
 }
