@@ -74,7 +74,7 @@ def check(path, errors):
             if re.match(r"^[a-z]+:", target):
                 continue
             if (
-                re.match(r"^[A-Za-z_][A-Za-z0-9_]*(::[A-Za-z0-9_]+)*(\(\))?$", target)
+                re.match(r"^([a-z]+@)?[A-Za-z_][A-Za-z0-9_]*(::[A-Za-z0-9_]+)*(\(\))?$", target)
                 and not os.path.exists(os.path.join(base, target))
                 and not rel.startswith("guide" + os.sep)
                 and rel != "README.md"

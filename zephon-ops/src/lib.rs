@@ -1,43 +1,4 @@
-//! # zephon-ops
-//!
-//! The CPU-heavy text operators of Zephon: raw documents in, packed token
-//! batches out, online, as fast as the tokenizer allows.
-//!
-//! - [`tokenize`](TextPipelineExt::tokenize): a Hugging Face
-//!   `tokenizer.json`, micro-batches on worker threads, output in input order;
-//! - [`tokenize_chat`](TextPipelineExt::tokenize_chat): conversations
-//!   rendered with a chat template, ids and an assistant-only loss mask;
-//! - [`ensure_mixture`](TextPipelineExt::ensure_mixture): holds the
-//!   token-level mixture of source datasets;
-//! - [`pack_sequences`](TextPipelineExt::pack_sequences): `first_fit`,
-//!   `best_fit`, `wrap`, `best_fit_wrap`, keeping document boundaries;
-//!   [`pack_flat`](TextPipelineExt::pack_flat) pads rows;
-//! - [`to_training`](TextPipelineExt::to_training): batches collated into
-//!   [`TrainingBatch`]es (ids, shifted labels, positions, `cu_seqlens`);
-//! - [`TextStats`]: truncations, drops, padding fraction, sequences per row.
-//!
-//! Like every Zephon operator, they never let parallelism change the output.
-//!
-//! ```
-//! use zephon_core::{Dataset, PipelineExt, Record, Runner, WorkSource};
-//! use zephon_ops::{PackAlgorithm, PackConfig, SpecialTokens, TextPipelineExt, TokenizeConfig, TrainingConfig};
-//! # let json = include_bytes!("../tests/fixtures/tokenizer.json");
-//! let docs = (0..50).map(|i| Record::new().with("text", format!("document number {i} of the corpus"))).collect();
-//! let ws = WorkSource::builder().dataset(Dataset::in_memory("web", vec![docs])?, 1.0).seed(1).build()?;
-//! let tokenizer = TokenizeConfig::from_bytes(json)?.special_tokens(SpecialTokens::Eos);
-//! let batches = ws.stream()
-//!     .fetch(2)
-//!     .tokenize(tokenizer, 2)
-//!     .pack_sequences(PackConfig::new(32, PackAlgorithm::BestFitWrap))
-//!     .batch(4)
-//!     .to_training(TrainingConfig::new(32));
-//! for b in batches.into_blocking_iter(Runner::threads())? {
-//!     let b = b?;
-//!     assert_eq!(b.input_ids.len(), b.batch_size * 32);
-//!     assert_eq!(*b.cu_seqlens.last().unwrap() as usize, b.batch_size * 32);
-//! }
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! ```
+#![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
 pub mod ensure_mixture;
