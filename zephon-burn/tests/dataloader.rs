@@ -251,3 +251,133 @@ fn the_harness_times_a_burn_dataloader() {
     assert_eq!(run.timings.len(), 16);
     assert_eq!(run.summary().batches, 15);
 }
+
+mod resumable {
+    use burn::data::dataloader::DataLoader;
+    use burn::tensor::Device;
+    use zephon_burn::{ItemCount, ZephonDataLoader};
+    use zephon_core::checkpoint::{Progress, Recipe, ResumeExt};
+    use zephon_core::{Dataset, PipelineExt, Record, RecordBatch, Runner, WorkSource};
+
+    fn work() -> WorkSource {
+        let recs: Vec<Record> = (0..30).map(|i| Record::new().with("id", i)).collect();
+        WorkSource::builder()
+            .dataset(Dataset::in_memory("d", vec![recs]).unwrap(), 1.0)
+            .seed(2)
+            .shuffle_within_shard(true)
+            .canonical_lanes(2)
+            .build()
+            .unwrap()
+    }
+
+    fn ids(b: RecordBatch, _: &Device) -> zephon_burn::Result<Vec<i64>> {
+        Ok(b.items
+            .iter()
+            .map(|r| r.get("id").and_then(|v| v.as_int()).unwrap())
+            .collect())
+    }
+
+    fn even(r: &Record) -> bool {
+        r.get("id")
+            .and_then(|v| v.as_int())
+            .is_some_and(|i| i % 2 == 0)
+    }
+
+    /// Keeps the even ids, so only a count of the pipeline knows an epoch's items.
+    fn loader(restore_step: bool) -> ZephonDataLoader<RecordBatch, Vec<i64>> {
+        ZephonDataLoader::resumable(
+            work(),
+            Device::flex(),
+            |ws: &WorkSource| Recipe::new(ws).setting("even", true),
+            move |ws: WorkSource, p: &mut Progress| {
+                let batches = ws.stream().fetch(2).filter_ok(even).batch(2);
+                if restore_step {
+                    batches.resume(p).into_blocking_iter(Runner::Inline)
+                } else {
+                    let lanes = ws.owned_lanes();
+                    batches.lane_mux(lanes).into_blocking_iter(Runner::Inline)
+                }
+            },
+            ids,
+        )
+        .unwrap()
+        .items(ItemCount::Counted)
+    }
+
+    #[test]
+    fn a_counted_loader_resumes_in_a_later_epoch_with_the_items_left() {
+        let full = loader(true);
+        let epochs: Vec<Vec<Vec<i64>>> = (0..3)
+            .map(|_| full.iter().map(Result::unwrap).collect())
+            .collect();
+        let first = loader(true).starting_at_epoch(1);
+        let head: Vec<Vec<i64>> = first.iter().take(3).map(Result::unwrap).collect();
+        let position = first.position().unwrap();
+        assert_eq!(position.epoch, 1);
+        let resumed = loader(true).resume_from(position).unwrap();
+        let served: usize = head.iter().map(Vec::len).sum();
+        assert_eq!(resumed.num_items(), 15 - served);
+        let rest: Vec<Vec<i64>> = resumed.iter().map(Result::unwrap).collect();
+        assert_eq!([head, rest].concat(), epochs[1]);
+        // The next epoch is whole and fresh.
+        assert_eq!(resumed.num_items(), 15);
+        let next: Vec<Vec<i64>> = resumed.iter().map(Result::unwrap).collect();
+        assert_eq!(next, epochs[2]);
+    }
+
+    #[test]
+    fn a_resume_without_its_restore_step_is_an_error_not_a_restart() {
+        let first = loader(false);
+        let _: Vec<_> = first.iter().take(2).collect();
+        let resumed = loader(false)
+            .resume_from(first.position().unwrap())
+            .unwrap();
+        let e = resumed
+            .iter()
+            .find_map(Result::err)
+            .expect("an error, not a restart");
+        assert!(e.to_string().contains("without its restore step"), "{e}");
+    }
+
+    #[test]
+    fn a_plain_loader_or_another_runs_position_is_refused() {
+        let position = {
+            let l = loader(true);
+            let _: Vec<_> = l.iter().take(1).collect();
+            l.position().unwrap()
+        };
+        let plain = ZephonDataLoader::new(
+            work(),
+            Device::flex(),
+            |ws: WorkSource| {
+                let lanes = ws.owned_lanes();
+                ws.stream()
+                    .fetch(2)
+                    .batch(2)
+                    .lane_mux(lanes)
+                    .into_blocking_iter(Runner::Inline)
+            },
+            ids,
+        )
+        .unwrap();
+        assert!(plain.position().is_none());
+        let e = plain.resume_from(position.clone()).unwrap_err();
+        assert!(e.to_string().contains("ZephonDataLoader::resumable"), "{e}");
+        let other = ZephonDataLoader::resumable(
+            work(),
+            Device::flex(),
+            |ws: &WorkSource| Recipe::new(ws).setting("even", false),
+            |ws: WorkSource, p: &mut Progress| {
+                ws.stream()
+                    .fetch(2)
+                    .batch(2)
+                    .resume(p)
+                    .into_blocking_iter(Runner::Inline)
+            },
+            ids,
+        )
+        .unwrap();
+        let e = other.resume_from(position).unwrap_err();
+        assert!(e.to_string().contains("even"), "{e}");
+    }
+}
