@@ -7,9 +7,8 @@
 //!   [`DataPosition`] together, every few batches.
 //! - [`Restored::into_learner`]: a `Learner` back from such a save.
 //! - With the `harness` feature: the train and validation steps of the
-//!   shipped [`Autoencoder`](crate::models::autoencoder::Autoencoder) and
-//!   [`TransformerLm`](crate::models::lm::TransformerLm), and loaders over
-//!   their data.
+//!   shipped `models::autoencoder::Autoencoder` and
+//!   `models::lm::TransformerLm`, and loaders over their data.
 //!
 //! The feature needs burn-train alone (without its terminal UI and system
 //! metrics), not the timing harness's YAML, plotting and progress-bar stack.
