@@ -24,3 +24,7 @@ pub struct GuideOperators;
 #[doc = include_str!("../guide/src/text.md")]
 #[cfg(doctest)]
 pub struct GuideText;
+
+#[doc = include_str!("../guide/src/checkpoints.md")]
+#[cfg(doctest)]
+pub struct GuideCheckpoints;
