@@ -36,17 +36,18 @@
 //!    save replaces the last, crash-safe, checked on read). The rest of
 //!    the loop is Burn's single-device one: the same learner calls, events,
 //!    validation, and Burn's own epoch checkpointer if one is registered.
-//! 3. To resume, possibly in another process:
-//!    [`restore_training`](crate::resume::restore_training) into a fresh
+//! 3. To resume, possibly in another process: the loader's
+//!    [`restore_training`](ZephonDataLoader::restore_training) into a fresh
 //!    model and optimizer (every part checked: manifest, sizes, hashes,
-//!    the run's recipe), [`Restored::into_learner`] for the `Learner` and
+//!    the run's recipe of the saved epoch), [`Restored::into_learner`] for the `Learner` and
 //!    the [`DataPosition`], and [`ZephonDataLoader::resume_from`] on a
 //!    loader made as in step 1. Its first `iter()` serves the epoch of the
 //!    position from the next batch (`num_items` is the items left, so
 //!    Burn's progress and the loader's item check stay exact); later epochs
-//!    start fresh. `SupervisedTraining::checkpoint(epoch)` with the saved
-//!    epoch (Burn counts epochs from 1, the loader from 0) makes Burn's
-//!    epoch numbering agree.
+//!    start fresh. [`StepCheckpoints`] starts at the position's epoch
+//!    (Burn counts epochs from 1, the loader from 0); leave Burn's
+//!    `.checkpoint(epoch)` out, which would load Burn's last epoch-end save
+//!    over the restored learner.
 //!
 //! The resumed run then trains on the batches the uninterrupted run would
 //! have, and with a deterministic backend (flex on the CPU) to the same
@@ -79,7 +80,6 @@
 //! use burn::train::{InferenceStep, Interrupter, Learner, SupervisedTraining, TrainOutput, TrainStep};
 //! use std::sync::{Arc, Mutex};
 //! use zephon_burn::convert::{f32_bytes, float_rows};
-//! use zephon_burn::resume::restore_training;
 //! use zephon_burn::train::{LossOutput, StepCheckpoints};
 //! use zephon_burn::ZephonDataLoader;
 //! use zephon_core::checkpoint::{Progress, Recipe, ResumeExt};
@@ -170,10 +170,12 @@
 //! // Second run (another process would do the same): back to batch 4.
 //! interrupter.reset();
 //! *served.lock().unwrap() = 0;
-//! let restored = restore_training(&ckpt, fresh(), AdamConfig::new().init(), &Recipe::new(&ws).setting("batch", 4))?;
+//! let train = loader(None)?;
+//! // `restore_training` checked against the loader's recipe of the saved epoch.
+//! let restored = train.restore_training(&ckpt, fresh(), AdamConfig::new().init())?;
 //! assert_eq!((restored.epoch, restored.step), (0, 2)); // 2 batches of each lane
 //! let (learner, position) = restored.into_learner(ConstantLr::new(1e-2));
-//! let train = loader(None)?.resume_from(position)?;
+//! let train = train.resume_from(position)?;
 //! let strategy = StepCheckpoints::new(device.clone(), &ckpt, 2, train.position_handle());
 //! let result = SupervisedTraining::new(dir.path(), Arc::new(train), Arc::new(valid()?))
 //!     .with_training_strategy(strategy.into_strategy())

@@ -371,7 +371,7 @@ mod mid_epoch {
     use std::sync::{Arc, Mutex};
     use zephon_burn::ZephonDataLoader;
     use zephon_burn::convert::{f32_bytes, float_rows};
-    use zephon_burn::resume::{read_manifest, restore_training};
+    use zephon_burn::resume::read_manifest;
     use zephon_burn::train::{LossOutput, StepCheckpoints};
     use zephon_core::checkpoint::{Progress, Recipe, ResumeExt};
     use zephon_core::{Dataset, PipelineExt, Record, RecordBatch, Runner, ShuffleMode, WorkSource};
@@ -428,11 +428,11 @@ mod mid_epoch {
     pub const BATCH: usize = 4;
     /// Batches per epoch: 48 samples in batches of 4.
     pub const PER_EPOCH: usize = 12;
-    pub const EPOCHS: usize = 2;
+    pub const EPOCHS: usize = 3;
     /// The first run saves after every 5th batch of an epoch and is stopped
-    /// after its 7th: it resumes from batch 5 of epoch 0.
+    /// after the 7th of epoch 1: it resumes from batch 5 of epoch 1.
     pub const EVERY: u64 = 5;
-    pub const STOP_AFTER: usize = 7;
+    pub const STOP_AFTER: usize = PER_EPOCH + 7;
 
     fn work() -> WorkSource {
         let recs: Vec<Record> = (0..SAMPLES)
@@ -542,13 +542,13 @@ mod mid_epoch {
         let (learner, train) = match kind {
             "resume" => {
                 let train = loader(served.clone(), None);
-                let restored = restore_training(
-                    &ckpt,
-                    Probe::new(&device.clone().autodiff()),
-                    AdamConfig::new().init(),
-                    &train.recipe().unwrap(),
-                )
-                .unwrap();
+                let restored = train
+                    .restore_training(
+                        &ckpt,
+                        Probe::new(&device.clone().autodiff()),
+                        AdamConfig::new().init(),
+                    )
+                    .unwrap();
                 let (learner, position) = restored.into_learner(ConstantLr::new(2e-2));
                 (learner, train.resume_from(position).unwrap())
             }
@@ -562,12 +562,11 @@ mod mid_epoch {
                 (learner, loader(served.clone(), stop))
             }
         };
-        let resumed_epoch = train.next_epoch() as usize;
         let strategy = StepCheckpoints::new(device, &ckpt, EVERY, train.position_handle());
         let result = SupervisedTraining::new(dir, Arc::new(train), Arc::new(valid()))
             .num_epochs(EPOCHS)
-            // Burn counts epochs from 1: the loader's epoch e is Burn's e + 1.
-            .checkpoint(resumed_epoch)
+            // No `.checkpoint(epoch)`: the strategy starts at the epoch of
+            // the resumed position.
             .with_training_strategy(strategy.into_strategy())
             .with_interrupter(interrupter)
             .with_progress_logger(Recorder(progress.clone()))
@@ -597,8 +596,8 @@ mod mid_epoch {
 
     pub fn assert_manifest(dir: &Path) {
         let m = read_manifest(dir.join("steps")).unwrap();
-        // 5 batches of epoch 0 over 2 lanes in round robin: lane 0 served 3.
-        assert_eq!((m.epoch, m.step), (0, 3));
+        // 5 batches of epoch 1 over 2 lanes in round robin: lane 0 served 3.
+        assert_eq!((m.epoch, m.step), (1, 3));
         assert!(m.scheduler.is_some());
     }
 }
@@ -649,21 +648,22 @@ fn a_learner_run_resumes_mid_epoch_in_another_process() {
     let total = PER_EPOCH * EPOCHS;
     assert_eq!(full.losses.len(), total);
     assert_eq!(full.batches.len(), total);
-    assert_eq!(full.totals, [SAMPLES as usize; 2]);
+    assert_eq!(full.totals, [SAMPLES as usize; EPOCHS]);
 
-    // One process trains until preempted after batch 7 (it saved after
-    // batch 5); another restores the folder and trains to the end. They
+    // One process trains until preempted after batch 7 of epoch 1 (it
+    // saved after batch 5 of that epoch); another restores the folder and
+    // trains to the end. They
     // share the folder and nothing else.
     let dir = tempfile::tempdir().unwrap();
     let first = learner_child("first", dir.path());
     assert_eq!(first.losses.len(), STOP_AFTER);
     assert_manifest(dir.path());
     let second = learner_child("resume", dir.path());
-    let saved = EVERY as usize;
+    let saved = PER_EPOCH + EVERY as usize;
     // The resumed epoch holds the items left; the next one is whole.
     assert_eq!(
         second.totals,
-        [SAMPLES as usize - saved * BATCH, SAMPLES as usize]
+        [SAMPLES as usize - EVERY as usize * BATCH, SAMPLES as usize]
     );
 
     let resumed_losses: Vec<f32> = first.losses[..saved]
@@ -688,9 +688,9 @@ fn a_learner_run_resumes_mid_epoch_in_another_process() {
             t / PER_EPOCH,
             checksum(&full.batches[t]),
             if t < saved {
-                "  (before the save)"
+                "  (first process)"
             } else if t == saved {
-                "  <- resumed here"
+                "  <- second process resumes here"
             } else {
                 ""
             }

@@ -244,11 +244,37 @@ impl<H: HostBatch + 'static, O: 'static> ZephonDataLoader<H, O> {
             .map(|(epoch, p)| DataPosition::new(*epoch, p.checkpoint()))
     }
 
-    /// The recipe of the loader's run (of its work source), for
-    /// [`restore_training`](crate::resume::restore_training): `None` for a
-    /// loader not made with [`resumable`](Self::resumable).
-    pub fn recipe(&self) -> Option<Recipe> {
-        self.resumable.as_ref().map(|r| (r.recipe)(&self.source))
+    /// The recipe of epoch `epoch` of the loader's run (of its work
+    /// source's epoch: the run length a checkpoint records is the epoch's
+    /// end), or `None` for a loader not made with
+    /// [`resumable`](Self::resumable).
+    pub fn recipe(&self, epoch: u64) -> Result<Option<Recipe>> {
+        match &self.resumable {
+            Some(r) => Ok(Some((r.recipe)(&self.source.epoch(epoch)?))),
+            None => Ok(None),
+        }
+    }
+
+    /// [`restore_training`](crate::resume::restore_training) of the folder
+    /// `dir` against this loader's recipe of the epoch its manifest names:
+    /// the model and optimizer back, and the data checkpoint checked
+    /// against this run. Refused for a loader not made with
+    /// [`resumable`](Self::resumable).
+    pub fn restore_training<M: burn::module::Module>(
+        &self,
+        dir: impl AsRef<std::path::Path>,
+        model: M,
+        optimizer: burn::optim::ModuleOptimizer,
+    ) -> Result<crate::resume::Restored<M>> {
+        let dir = dir.as_ref();
+        let epoch = crate::resume::read_manifest(dir)?.epoch;
+        let recipe = self.recipe(epoch)?.ok_or_else(|| {
+            Error::DataLoader(
+                "this loader cannot resume mid-epoch: make it with `ZephonDataLoader::resumable`"
+                    .into(),
+            )
+        })?;
+        crate::resume::restore_training(dir, model, optimizer, &recipe)
     }
 
     /// A handle on [`position`](Self::position) that stays valid after the

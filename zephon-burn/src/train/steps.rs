@@ -32,7 +32,7 @@ use std::sync::{Arc, mpsc};
 ///
 /// Pass it to `SupervisedTraining::with_training_strategy` (see
 /// [`into_strategy`](Self::into_strategy)); resume with
-/// [`restore_training`](crate::resume::restore_training),
+/// [`ZephonDataLoader::restore_training`](crate::ZephonDataLoader::restore_training),
 /// [`Restored::into_learner`] and
 /// [`ZephonDataLoader::resume_from`](crate::ZephonDataLoader::resume_from)
 /// (the [module](super) doc shows the whole pattern).
@@ -50,6 +50,14 @@ use std::sync::{Arc, mpsc};
 ///   pending (after an optimizer step).
 /// - The metrics Burn logs for the interrupted epoch start again at the
 ///   resumed batch: an epoch's means cover the batches its process trained.
+/// - The epoch numbers: when the train loader was resumed with
+///   [`resume_from`](crate::ZephonDataLoader::resume_from), training starts
+///   at Burn's epoch `position.epoch + 1` (Burn counts from 1), whatever
+///   `SupervisedTraining::checkpoint` says. Leave `.checkpoint(epoch)` out
+///   of a mid-epoch resume: with Burn's checkpointers registered it loads
+///   Burn's last epoch-end save over the restored learner. (Burn's start
+///   event, sent before the strategy runs, still names its own starting
+///   epoch.)
 pub struct StepCheckpoints {
     device: Device,
     dir: PathBuf,
@@ -213,6 +221,13 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for StepCheckpoints {
         let interrupter = components.interrupter;
         let store = components.event_store;
         let mut capture = Capture::<M>::new();
+        // A loader resumed mid-epoch names its epoch (from 0; Burn counts
+        // from 1), so no `.checkpoint(epoch)` is needed, which would make
+        // Burn load its own epoch save over the restored learner.
+        let starting_epoch = match self.position.get() {
+            Some(p) => usize::try_from(p.epoch).map_or(usize::MAX, |e| e.saturating_add(1)),
+            None => starting_epoch,
+        };
 
         for epoch in starting_epoch..=components.num_epochs {
             // Asked every epoch: a resumed epoch holds fewer items.
