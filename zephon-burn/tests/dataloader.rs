@@ -381,3 +381,95 @@ mod resumable {
         assert!(e.to_string().contains("even"), "{e}");
     }
 }
+
+/// `ItemCount::CountedOnce` counts the first epoch and keeps the count: the
+/// pipeline runs once more in all (Counted: once more per epoch), serves
+/// the same epochs, and an epoch whose count differs is an error.
+mod counted_once {
+    use burn::data::dataloader::DataLoader;
+    use burn::tensor::Device;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use zephon_burn::{ItemCount, ZephonDataLoader};
+    use zephon_core::{Dataset, PipelineExt, Record, RecordBatch, Runner, WorkSource};
+
+    /// Even ids of 40, through a map that counts the records it sees;
+    /// with `by_epoch`, epoch 1 keeps only ids below 20 (another count).
+    fn loader(
+        items: ItemCount,
+        seen: Arc<AtomicUsize>,
+        by_epoch: bool,
+    ) -> ZephonDataLoader<RecordBatch, usize> {
+        let recs: Vec<Record> = (0..40).map(|i| Record::new().with("id", i)).collect();
+        let ws = WorkSource::builder()
+            .dataset(Dataset::in_memory("d", vec![recs]).unwrap(), 1.0)
+            .seed(3)
+            .canonical_lanes(2)
+            .build()
+            .unwrap();
+        ZephonDataLoader::new(
+            ws,
+            Device::flex(),
+            move |ws: WorkSource| {
+                let seen = seen.clone();
+                let second = ws.state().next_global >= 40;
+                let lanes = ws.owned_lanes();
+                ws.stream()
+                    .fetch(2)
+                    .map_par(
+                        move |r: Record| {
+                            seen.fetch_add(1, Ordering::Relaxed);
+                            Ok(r)
+                        },
+                        1,
+                    )
+                    .filter_ok(move |r: &Record| {
+                        let id = r.get("id").and_then(|v| v.as_int()).unwrap();
+                        id % 2 == 0 && !(by_epoch && second && id >= 20)
+                    })
+                    .batch(4)
+                    .lane_mux(lanes)
+                    .into_blocking_iter(Runner::Inline)
+            },
+            |b: RecordBatch, _: &Device| Ok(b.items.len()),
+        )
+        .unwrap()
+        .items(items)
+    }
+
+    fn epochs(l: &ZephonDataLoader<RecordBatch, usize>, n: usize) -> Vec<usize> {
+        (0..n)
+            .map(|_| {
+                assert_eq!(l.num_items(), 20);
+                l.iter().map(Result::unwrap).sum()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_first_count_is_kept_for_later_epochs() {
+        let (once, every) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let a = epochs(&loader(ItemCount::CountedOnce, once.clone(), false), 3);
+        let b = epochs(&loader(ItemCount::Counted, every.clone(), false), 3);
+        assert_eq!(a, [20, 20, 20]);
+        assert_eq!(a, b);
+        // Three epochs of 40 records served, plus the counting passes.
+        assert_eq!(once.load(Ordering::Relaxed), 4 * 40);
+        assert_eq!(every.load(Ordering::Relaxed), 6 * 40);
+    }
+
+    #[test]
+    fn an_epoch_of_another_count_is_an_error_naming_both() {
+        let l = loader(ItemCount::CountedOnce, Arc::default(), true);
+        assert_eq!(l.iter().map(Result::unwrap).sum::<usize>(), 20);
+        let e = l
+            .iter()
+            .find_map(Result::err)
+            .expect("an error at the epoch's end");
+        let e = e.to_string();
+        assert!(
+            e.contains("the first epoch counted 20") && e.contains("ItemCount::Counted"),
+            "{e}"
+        );
+    }
+}

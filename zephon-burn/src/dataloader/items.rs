@@ -11,6 +11,7 @@
 /// |---|---|---|---|
 /// | [`PerSample`](Self::PerSample) | the work source's pointers | none | one item per sample |
 /// | [`Counted`](Self::Counted) | counted on a pass over the pipeline | one extra pass per epoch and slice, without the tensor conversion | packing, filtering, any deterministic pipeline |
+/// | [`CountedOnce`](Self::CountedOnce) | counted on a pass over the first epoch | one extra pass in all | a count that does not depend on the order: filters, one-to-one maps |
 /// | [`Declared`](Self::Declared) | as declared | none | a count known beforehand, on one device |
 ///
 /// Whatever the policy, an epoch that serves another count ends with an
@@ -43,6 +44,16 @@ pub enum ItemCount {
     /// epoch's own [`progress`](burn::data::dataloader::DataLoaderIterator::progress)
     /// is exact.
     Counted,
+    /// Like [`Counted`](Self::Counted), but the first whole epoch is
+    /// counted once and its count kept for every later epoch: no second
+    /// pass (no second tokenization) after the first. It fits pipelines
+    /// whose count does not depend on the order the epoch takes, such as
+    /// filters and one-to-one maps, whose every epoch holds the same
+    /// items; packing's count changes with the order. An epoch that serves
+    /// another count ends with an error naming both counts, so a pipeline
+    /// it does not fit is found at the end of its second epoch, never
+    /// truncated. A resumed epoch counts what it has left.
+    CountedOnce,
     /// `n` items every epoch, as the caller knows them (a count from an
     /// earlier run, say); any `n` is accepted and checked against what
     /// each epoch serves. A declared count cannot be shared out over the
@@ -61,6 +72,9 @@ impl ItemCount {
             ),
             ItemCount::Counted => format!(
                 "counting the same epoch before serving it gave {expected}; the pipeline is not deterministic"
+            ),
+            ItemCount::CountedOnce => format!(
+                "the first epoch counted {expected}; this one holds another count, so the count depends on the order the epoch takes (packing): count every epoch with `ItemCount::Counted`"
             ),
             ItemCount::Declared(_) => {
                 format!("{expected} were declared (`ItemCount::Declared`)")

@@ -131,6 +131,9 @@ pub struct ZephonDataLoader<H, O> {
     items: ItemCount,
     /// The last epoch [`ItemCount::Counted`] counted, and its items.
     counted: Mutex<Option<(u64, usize)>>,
+    /// The whole epoch's count [`ItemCount::CountedOnce`] took, for every
+    /// later epoch.
+    counted_once: Mutex<Option<usize>>,
     /// Why this slice cannot be served, served by its iterator.
     broken: Option<Arc<str>>,
     /// The restore step's build, for a loader made with `resumable`.
@@ -151,6 +154,12 @@ impl<H, O> Clone for ZephonDataLoader<H, O> {
             next_epoch: AtomicU64::new(self.next_epoch()),
             items: self.items,
             counted: Mutex::new(*self.counted.lock().unwrap_or_else(PoisonError::into_inner)),
+            counted_once: Mutex::new(
+                *self
+                    .counted_once
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner),
+            ),
             broken: self.broken.clone(),
             resumable: self.resumable.clone(),
             restore: self.restore.clone(),
@@ -220,6 +229,7 @@ impl<H: HostBatch + 'static, O: 'static> ZephonDataLoader<H, O> {
             next_epoch: AtomicU64::new(0),
             items: ItemCount::PerSample,
             counted: Mutex::new(None),
+            counted_once: Mutex::new(None),
             broken: None,
             resumable: None,
             restore: None,
@@ -243,6 +253,10 @@ impl<H: HostBatch + 'static, O: 'static> ZephonDataLoader<H, O> {
         self.items = items;
         *self
             .counted
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner) = None;
+        *self
+            .counted_once
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner) = None;
         self
@@ -275,6 +289,23 @@ impl<H: HostBatch + 'static, O: 'static> ZephonDataLoader<H, O> {
         match self.items {
             ItemCount::PerSample => fit(left(self.source.epoch(epoch)?.len().unwrap_or(0))?),
             ItemCount::Counted => self.count(epoch),
+            // A resumed epoch counts what it has left; a whole epoch's
+            // count is taken once and kept for every later whole epoch.
+            ItemCount::CountedOnce if served > 0 => self.count(epoch),
+            ItemCount::CountedOnce => {
+                let mut once = self
+                    .counted_once
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                match *once {
+                    Some(n) => Ok(n),
+                    None => {
+                        let n = self.count(epoch)?;
+                        *once = Some(n);
+                        Ok(n)
+                    }
+                }
+            }
             ItemCount::Declared(n) => fit(left(n as u64)?),
         }
     }
@@ -426,6 +457,7 @@ where
                     // The slice counts its own lanes, and keeps its own
                     // position: the loader's would mix the slices'.
                     l.counted = Mutex::new(None);
+                    l.counted_once = Mutex::new(None);
                     l.position = Slot::default();
                 }
                 Err(why) => l.broken = Some(why.into()),
