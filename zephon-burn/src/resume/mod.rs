@@ -128,9 +128,14 @@ fn data_step(ckpt: &Checkpoint) -> u64 {
 /// missing): `model`'s parameters, `optimizer`'s state and the data
 /// pipeline's checkpoint `data`, then the manifest naming them.
 ///
-/// `data` must be the merged checkpoint of every rank
-/// ([`Checkpoint::merge`]) taken between two steps, after `step` steps:
-/// a checkpoint that misses lanes or whose step differs is refused before
+/// A *step* is one global batch: one lane-batch of every canonical lane,
+/// whatever the rank count (a rank of world size `W` trains on the
+/// lane-batches of its `L / W` lanes in that step). After `step` steps
+/// every lane with data left has delivered `step` lane-batches; lanes that
+/// ran dry at the end of a finite run hold fewer. `data` must be the
+/// merged checkpoint of every rank ([`Checkpoint::merge`]) taken between
+/// two steps, after `step` steps: a checkpoint that misses lanes, or whose
+/// step (the lane-batches of its furthest lane) differs, is refused before
 /// anything is written.
 pub fn save_training<M: Module>(
     dir: impl AsRef<Path>,
