@@ -743,3 +743,54 @@ fn cuts_the_operators_settings_rule_out_are_restore_errors() {
         "{e}"
     );
 }
+
+/// An operator upstream of packing whose output depends on more than its
+/// input record (here, a count of the records it has seen) cannot be
+/// restored from packing's cut: the documents the work source sends again
+/// are not those packing held. The restore is an error that says so (it
+/// blamed the tokenizer alone).
+#[test]
+fn a_record_changing_operator_upstream_of_packing_is_named_on_restore() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use zephon_core::Value;
+    let recs: Vec<Record> = (0..200).map(|_| Record::new()).collect();
+    let ws = WorkSource::builder()
+        .dataset(Dataset::in_memory("d", vec![recs]).unwrap(), 1.0)
+        .seed(4)
+        .canonical_lanes(2)
+        .build()
+        .unwrap();
+    let recipe = Recipe::new(&ws);
+    let run = |mut p: Progress| {
+        // Each document is as long as the count of documents before it.
+        let seen = Arc::new(AtomicU64::new(0));
+        ws.stream()
+            .fetch(2)
+            .map_par(
+                move |mut r: Record| {
+                    let n = seen.fetch_add(1, Ordering::Relaxed) as usize % 40 + 1;
+                    r.set("input_ids", Value::Tokens(vec![7; n]));
+                    Ok(r)
+                },
+                1,
+            )
+            .pack_sequences(PackConfig::new(64, PackAlgorithm::FirstFit).num_bins(4))
+            .batch(2)
+            .resume(&mut p)
+            .into_blocking_iter(Runner::Inline)
+            .unwrap()
+            .checkpointed(p)
+    };
+    use zephon_core::checkpoint::CheckpointedExt;
+    let mut first = run(recipe.start(&ws));
+    for _ in 0..9 {
+        first.next().unwrap().unwrap();
+    }
+    let ckpt = first.checkpoint();
+    let e = run(recipe.resume(&ws, &ckpt).unwrap())
+        .find_map(Result::err)
+        .expect("an error on restore")
+        .to_string();
+    assert!(e.contains("upstream of packing"), "{e}");
+}

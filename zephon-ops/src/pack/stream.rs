@@ -21,6 +21,15 @@ use zephon_core::{LaneId, Record, Result};
 /// `position_ids` (restarting at every segment); its lineage holds every
 /// source document.
 ///
+/// On a restore, packing's cut lists its bins as pieces of documents, which
+/// the work source sends again through the operators upstream: those must
+/// make the same records from the same input (fetch, `map_par` with a pure
+/// function, `tokenize`), or take part in the cut themselves with a state
+/// of their own (the protocol of `zephon_core::checkpoint::cut`). An
+/// operator whose output depends on more than its input record (a running
+/// count, a random draw) makes other documents, and the restore is an
+/// error saying so, naming the lane.
+///
 /// Created by [`TextPipelineExt::pack_sequences`](crate::TextPipelineExt::pack_sequences).
 ///
 /// ```
