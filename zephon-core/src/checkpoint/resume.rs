@@ -83,6 +83,8 @@ pub struct ResumeFrom<S> {
     /// Why the restore cannot go on (the chain differs from the
     /// checkpointed run's), said on the first poll.
     invalid: Option<Error>,
+    /// The steps the run leaves out, for `explain()`.
+    skips: Vec<std::ops::Range<u64>>,
 }
 
 impl<S> ResumeFrom<S> {
@@ -102,6 +104,7 @@ impl<S> ResumeFrom<S> {
             cut_lanes: progress.cuts().keys().copied().collect(),
             settled: false,
             invalid: None,
+            skips: progress.skips().to_vec(),
         }
     }
 
@@ -245,15 +248,26 @@ impl<S: Explain> Explain for ResumeFrom<S> {
             None,
             // A fresh run has nothing to restore: said as such, not as a
             // replay of nothing.
-            if self.cut_lanes.is_empty() && self.replay_left() == 0 {
-                "a fresh run: nothing to restore".to_owned()
-            } else {
-                format!(
-                    "{} lanes, {} of them from their cuts; {} delivered elements to drop where replayed",
-                    self.skip.len(),
-                    self.cut_lanes.len(),
-                    self.replay_left()
-                )
+            {
+                let restore = if self.cut_lanes.is_empty() && self.replay_left() == 0 {
+                    "a fresh run: nothing to restore".to_owned()
+                } else {
+                    format!(
+                        "{} lanes, {} of them from their cuts; {} delivered elements to drop where replayed",
+                        self.skip.len(),
+                        self.cut_lanes.len(),
+                        self.replay_left()
+                    )
+                };
+                let skips: Vec<String> = self
+                    .skips
+                    .iter()
+                    .map(|r| format!("{}..{}", r.start, r.end))
+                    .collect();
+                match skips.is_empty() {
+                    true => restore,
+                    false => format!("{restore}; steps {} skipped", skips.join(", ")),
+                }
             },
         )
         .execution_only());

@@ -41,8 +41,9 @@ impl Progress {
     /// let ws = WorkSource::builder().dataset(ds, 1.0).canonical_lanes(2).build()?;
     /// let mut p = Recipe::new(&ws).start(&ws);
     /// p.skip_steps(1, 2)?; // steps 1 and 2 are left out
-    /// let steps: Vec<u64> = ws.stream().fetch(2).batch(4).resume(&mut p)
-    ///     .into_blocking_iter(Runner::Inline)?.checkpointed(p)
+    /// let chain = ws.stream().fetch(2).batch(4).resume(&mut p);
+    /// assert!(chain.explain(Runner::Inline).to_string().contains("steps 1..3 skipped"));
+    /// let steps: Vec<u64> = chain.into_blocking_iter(Runner::Inline)?.checkpointed(p)
     ///     .map(|b| b.map(|b| b.index)).collect::<Result<_, _>>()?;
     /// assert_eq!(steps, [0, 0, 3, 3, 4, 4]);
     /// # Ok::<(), zephon_core::Error>(())
