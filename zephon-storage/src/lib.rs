@@ -19,6 +19,7 @@ pub mod remote;
 pub mod root;
 pub mod scan;
 mod spill;
+pub mod write;
 
 pub use backend::{Backend, BackendStats};
 pub use cache::ShardCache;

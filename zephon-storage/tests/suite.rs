@@ -42,4 +42,5 @@ mod s3;
 mod shared_names;
 mod token_views;
 mod trickle;
+mod write;
 mod wrong_range;

@@ -308,7 +308,7 @@ impl Moto {
     /// tests' servers on a small machine, has reset the connection of this
     /// first request: it is tried again (creating a bucket one owns
     /// already succeeds).
-    fn create_bucket(&self, bucket: &str) {
+    pub fn create_bucket(&self, bucket: &str) {
         let put = || -> std::io::Result<String> {
             let mut s = TcpStream::connect(("127.0.0.1", self.port))?;
             write!(
