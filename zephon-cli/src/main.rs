@@ -44,6 +44,9 @@ enum Command {
     /// One data-parallel rank over a local JSONL folder for some steps, from
     /// checkpoints or fresh: writes its batches' sample ids and its checkpoint.
     RankRun(cmd::ranks::Args),
+    /// Write a dataset as token files, Megatron .bin/.idx or JSON lines:
+    /// read, deduplicate, tokenize; resumable and deterministic.
+    Prepare(cmd::prepare::Args),
     /// Run a pipeline declared in a TOML recipe, with a progress bar,
     /// observability snapshots and a bottleneck report.
     Run(cmd::run::Args),
@@ -78,6 +81,7 @@ fn main() -> std::process::ExitCode {
         Command::Inspect(a) => cmd::inspect::run(a),
         Command::Timing(a) => cmd::timing::run(a),
         Command::RankRun(a) => cmd::ranks::run(a),
+        Command::Prepare(a) => cmd::prepare::run(a),
         Command::Run(a) => cmd::run::run(a),
     };
     match result {
