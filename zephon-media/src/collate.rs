@@ -179,7 +179,7 @@ impl CollateConfig {
             }
             let mut record = s.record;
             if let Some(field) = &self.label {
-                labels.push(read_label(&mut record, field, ptr)?);
+                labels.push(read_label(op, &mut record, field, ptr)?);
             }
             records.push(record);
         }
@@ -221,8 +221,14 @@ fn planes<T: Copy>(hwc: &[T], c: usize, out: &mut Vec<T>) {
     }
 }
 
-fn read_label(record: &mut Record, field: &str, ptr: PtrDisplay) -> Result<i64> {
-    let op = "collate_images";
+/// The integer label in `field`, taken out of `record`; an error naming
+/// `op` and the sample when it is missing or not an integer.
+pub(crate) fn read_label(
+    op: &'static str,
+    record: &mut Record,
+    field: &str,
+    ptr: PtrDisplay,
+) -> Result<i64> {
     let v = record.take(field);
     let parsed = match &v {
         Some(Value::Int(i)) => Some(*i),

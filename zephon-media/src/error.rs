@@ -44,6 +44,20 @@ pub enum MediaError {
         /// The limit.
         max_pixels: u64,
     },
+    /// A stream beyond a limit of `decode_audio` (duration, sample count,
+    /// sample rate, channel count), refused before its sample buffer is
+    /// allocated when the header declares it.
+    #[error("{op}: sample {ptr}{key}: {message}")]
+    Limit {
+        /// Operator name.
+        op: &'static str,
+        /// The sample's source pointer.
+        ptr: PtrDisplay,
+        /// The sample's member key, if it has one.
+        key: KeyDisplay,
+        /// Which limit, and what the stream declared or held.
+        message: String,
+    },
     /// A record without the field an operator reads, or with a value of
     /// another kind.
     #[error("{op}: sample {ptr}{key} has no {expected} field `{field}`{found}")]
@@ -96,6 +110,12 @@ impl From<MediaError> for zephon_core::Error {
         match e {
             MediaError::Config { key, message } => Core::config(key, message),
             MediaError::Decode {
+                op,
+                ptr,
+                key,
+                message,
+            }
+            | MediaError::Limit {
                 op,
                 ptr,
                 key,

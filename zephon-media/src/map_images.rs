@@ -236,6 +236,12 @@ fn leak_key(name: &'static str) -> &'static str {
         "flip" => "flip.parallelism",
         "normalize" => "normalize.parallelism",
         "augment" => "augment.parallelism",
+        "decode_audio" => "decode_audio.parallelism",
+        "resample" => "resample.parallelism",
+        "remix" => "remix.parallelism",
+        "crop_audio" => "crop_audio.parallelism",
+        "log_mel" => "log_mel.parallelism",
+        "augment_audio" => "augment_audio.parallelism",
         _ => "map_images.parallelism",
     }
 }

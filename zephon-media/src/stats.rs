@@ -10,6 +10,8 @@ pub struct MediaStats {
     pub decoded: Counter,
     /// Pixels decoded (width × height, before any crop).
     pub pixels: Counter,
+    /// Audio frames decoded (samples per channel, at the stream's own rate).
+    pub frames: Counter,
     /// Samples dropped under [`OnError::Skip`](crate::OnError::Skip).
     pub skipped: Counter,
 }
