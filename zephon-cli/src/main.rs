@@ -44,7 +44,8 @@ enum Command {
     /// One data-parallel rank over a local JSONL folder for some steps, from
     /// checkpoints or fresh: writes its batches' sample ids and its checkpoint.
     RankRun(cmd::ranks::Args),
-    /// Write a dataset as token files, Megatron .bin/.idx or JSON lines:
+    /// Write a dataset as token files, Megatron .bin/.idx, JSON lines, MDS
+    /// or WebDataset:
     /// read, deduplicate, tokenize; resumable and deterministic.
     Prepare(cmd::prepare::Args),
     /// Run a pipeline declared in a TOML recipe, with a progress bar,

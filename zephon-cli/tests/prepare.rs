@@ -272,3 +272,55 @@ fn bad_destinations_and_inputs_are_refused_by_name() {
         "other settings",
     );
 }
+
+/// A WebDataset tar of `n` samples: `KEY.jpg` (bytes), `KEY.cls`, `KEY.txt`.
+fn webdataset(dir: &Path, n: usize) {
+    std::fs::create_dir_all(dir).unwrap();
+    let mut tar = tar::Builder::new(Vec::new());
+    for i in 0..n {
+        let jpg: Vec<u8> = (0..(100 + i * 37)).map(|b| (b * 31 + i) as u8).collect();
+        for (ext, data) in [
+            ("jpg", jpg),
+            ("cls", (i % 10).to_string().into_bytes()),
+            ("txt", format!("caption {i}").into_bytes()),
+        ] {
+            let mut h = tar::Header::new_gnu();
+            h.set_size(data.len() as u64);
+            h.set_mode(0o644);
+            tar.append_data(&mut h, format!("s{i:04}.{ext}"), data.as_slice())
+                .unwrap();
+        }
+    }
+    std::fs::write(dir.join("shard-000.tar"), tar.into_inner().unwrap()).unwrap();
+}
+
+#[test]
+fn webdataset_to_mds_and_back_keeps_every_member() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("wds");
+    webdataset(&src, 30);
+    let mds = tmp.path().join("mds");
+    let back = tmp.path().join("back");
+    for (from, to, format) in [(&src, &mds, "mds"), (&mds, &back, "webdataset")] {
+        let out = zephon()
+            .args(["prepare", "--format", format, "--shard-bytes", "2000"])
+            .arg(from)
+            .arg(to)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert!(files(&mds).keys().filter(|k| k.ends_with(".mds")).count() > 1);
+    let (a, b, c) = (in_order(&src), in_order(&mds), in_order(&back));
+    assert_eq!(a.len(), 30);
+    for ((x, y), z) in a.iter().zip(&b).zip(&c) {
+        for field in ["__key__", "jpg", "cls", "txt"] {
+            assert_eq!(x.get(field), y.get(field), "{field}");
+            assert_eq!(x.get(field), z.get(field), "{field}");
+        }
+    }
+}

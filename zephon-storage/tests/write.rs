@@ -45,6 +45,8 @@ fn formats() -> Vec<WriteOptions> {
         })
         .shard_bytes(50),
         WriteOptions::new(WriteFormat::Jsonl { fields: None }).shard_samples(7),
+        WriteOptions::new(WriteFormat::Mds { columns: None }).shard_bytes(300),
+        WriteOptions::new(WriteFormat::WebDataset).shard_samples(9),
     ]
 }
 
@@ -53,8 +55,8 @@ fn push(w: &mut DatasetWriter, opts: &WriteOptions, from: usize, to: usize) {
     let docs = docs();
     for (i, d) in docs.iter().enumerate().take(to).skip(from) {
         match opts.format {
-            WriteFormat::Jsonl { .. } => w.push_record(&record(i, d)).unwrap(),
-            _ => w.push_tokens(d).unwrap(),
+            WriteFormat::Tokens { .. } | WriteFormat::Megatron { .. } => w.push_tokens(d).unwrap(),
+            _ => w.push_record(&record(i, d)).unwrap(),
         }
     }
 }
@@ -124,10 +126,19 @@ fn the_output_opens_with_the_documents_it_was_given() {
                     .collect();
                 assert_eq!(got, all);
             }
-            WriteFormat::Jsonl { .. } => {
-                assert_eq!(got.len(), all.len());
+            _ => {
+                assert_eq!(got.len(), all.len(), "format {k}");
                 for (i, r) in got.iter().enumerate() {
-                    assert_eq!(r.text("text"), record(i, &all[i]).text("text"));
+                    assert_eq!(
+                        r.text("text"),
+                        record(i, &all[i]).text("text"),
+                        "format {k}"
+                    );
+                    assert_eq!(
+                        r.get("id").and_then(|v| v.as_int()),
+                        Some(i as i64),
+                        "format {k}"
+                    );
                 }
             }
         }
@@ -137,7 +148,16 @@ fn the_output_opens_with_the_documents_it_was_given() {
             manifest["shards"].as_array().unwrap().len() > 2,
             "{manifest}"
         );
-        assert!(manifest["shards"][0]["sha256"].is_string());
+        if matches!(opts.format, WriteFormat::Mds { .. }) {
+            // Streaming's own index, version 2.
+            assert_eq!(manifest["version"], 2, "{manifest}");
+            assert_eq!(
+                manifest["shards"][0]["column_names"],
+                serde_json::json!(["id", "text"])
+            );
+        } else {
+            assert!(manifest["shards"][0]["sha256"].is_string());
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! `zephon prepare SRC DEST`: reads any dataset the project reads, through
 //! an optional exact deduplication and tokenizer, and writes it as flat
-//! token files, Megatron `.bin`/`.idx` or JSON lines with `index.json`
+//! token files, Megatron `.bin`/`.idx`, JSON lines, MDS or WebDataset with
+//! `index.json`
 //! (see [`zephon_storage::write`]). Deterministic for any parallelism;
 //! killed and started again with the same command, it keeps the finished
 //! shards (checked) and writes the same bytes.
@@ -25,6 +26,10 @@ pub enum Format {
     Megatron,
     /// JSON lines.
     Jsonl,
+    /// MosaicML Streaming's MDS shards, with Streaming's `index.json`.
+    Mds,
+    /// WebDataset tars: a record's fields as members `KEY.FIELD`.
+    Webdataset,
 }
 
 /// Options of `zephon prepare`.
@@ -59,7 +64,8 @@ pub struct Args {
     /// holds the tokenizer's vocabulary.
     #[arg(long, value_parser = parse_dtype)]
     pub dtype: Option<TokenDtype>,
-    /// JSON lines: the fields written, comma-separated (all by default).
+    /// JSON lines, MDS, WebDataset: the fields written, comma-separated
+    /// (all by default).
     #[arg(long, value_delimiter = ',')]
     pub fields: Option<Vec<String>>,
     /// Target bytes per shard (1 to 4 GiB); one shard of this size is
@@ -99,6 +105,18 @@ fn dedup_key(text: &str) -> (u64, u32) {
     // 96 bits: two independent hashes, so a collision between two
     // different texts is out of reach for any corpus.
     (zephon_core::hash::bytes(b), zephon_core::hash::crc32c(b))
+}
+
+/// `r`'s fields `names`, in that order; a missing one is an error naming it.
+fn project(r: &Record, names: &[String], document: u64) -> Result<Record> {
+    let mut out = Record::new();
+    for n in names {
+        let v = r
+            .get(n)
+            .with_context(|| format!("document {document} has no field `{n}` (--fields)"))?;
+        out.set(n.as_str(), v.clone());
+    }
+    Ok(out)
 }
 
 /// Runs the command.
@@ -148,6 +166,8 @@ pub fn run(a: Args) -> Result<()> {
         Format::Jsonl => WriteFormat::Jsonl {
             fields: a.fields.clone(),
         },
+        Format::Mds => WriteFormat::Mds { columns: None },
+        Format::Webdataset => WriteFormat::WebDataset,
     };
     let tokenizer_hash = match &a.tokenizer {
         Some(p) => zephon_core::hash::bytes(&std::fs::read(p)?),
@@ -237,6 +257,12 @@ pub fn run(a: Args) -> Result<()> {
             let r = r?;
             match a.format {
                 Format::Jsonl => writer.push_record(&r)?,
+                Format::Mds | Format::Webdataset => match &a.fields {
+                    Some(names) => {
+                        writer.push_record(&project(&r, names, resume.documents + docs)?)?
+                    }
+                    None => writer.push_record(&r)?,
+                },
                 Format::Tokens | Format::Megatron => {
                     let ids = r.token_ids(ids_field).with_context(|| {
                         format!(

@@ -1,8 +1,9 @@
 //! Writing datasets: [`DatasetWriter`] cuts a stream of documents into
-//! shards of a target size (flat token files, Megatron `.bin`/`.idx`, or
-//! JSON lines), writes each one whole or not at all, and ends with the
-//! `index.json` manifest (samples, bytes, SHA-256 per shard), so the
-//! output opens as a dataset at once, locally or remotely. `zephon
+//! shards of a target size (flat token files, Megatron `.bin`/`.idx`, JSON
+//! lines, MDS or WebDataset), writes each one whole or not at all, and
+//! ends with the `index.json` manifest (samples, bytes, SHA-256 per shard;
+//! for MDS, Streaming's own index), so the output opens as a dataset at
+//! once, locally or remotely. `zephon
 //! prepare` is built on it.
 //!
 //! **Resumable.** After each shard, a journal (`prepare.json`) records it
@@ -41,6 +42,7 @@
 
 mod encode;
 pub mod journal;
+mod samples;
 
 use crate::backend::{Backend, runtime};
 use crate::download::shard_error;
@@ -55,6 +57,9 @@ use zephon_core::{Error, Record, Result};
 pub const MIN_SHARD_BYTES: u64 = 1;
 /// Largest [`WriteOptions::shard_bytes`]: 4 GiB.
 pub const MAX_SHARD_BYTES: u64 = 4 << 30;
+/// Largest [`WriteOptions::shard_bytes`] of MDS output: 2 GiB, so a shard
+/// closed past it still fits MDS's 32-bit offsets.
+pub const MAX_MDS_SHARD_BYTES: u64 = 2 << 30;
 /// The default [`WriteOptions::shard_bytes`]: 128 MiB.
 pub const DEFAULT_SHARD_BYTES: u64 = 128 << 20;
 
@@ -83,6 +88,19 @@ pub enum WriteFormat {
         /// The fields written, in this order (all of each record's when `None`).
         fields: Option<Vec<String>>,
     },
+    /// MosaicML Streaming's MDS shards with Streaming's own `index.json`
+    /// (version 2), so Streaming's `StreamingDataset` reads them too.
+    /// Every record must have the same fields, of the same types.
+    Mds {
+        /// The columns; by default the first record's fields, sorted by
+        /// name: text `str`, integers `int64`, floats `float64`, bytes
+        /// `bytes`, booleans, nulls and JSON `json`.
+        columns: Option<Vec<crate::format::mds::MdsColumn>>,
+    },
+    /// WebDataset tars: a record's fields become members `KEY.FIELD` (text
+    /// as UTF-8, numbers in decimal, JSON serialized, bytes as they are),
+    /// the key its `__key__` or the document's number.
+    WebDataset,
 }
 
 impl WriteFormat {
@@ -111,6 +129,10 @@ impl WriteFormat {
             },
             WriteFormat::Megatron { .. } => FormatSpec::Megatron,
             WriteFormat::Jsonl { .. } => FormatSpec::Jsonl,
+            WriteFormat::Mds { columns } => FormatSpec::Mds {
+                columns: columns.clone().unwrap_or_default(),
+            },
+            WriteFormat::WebDataset => FormatSpec::WebDataset,
         }
     }
 }
@@ -179,6 +201,15 @@ impl WriteOptions {
             WriteFormat::Tokens { seq_len, .. } if !(1..=1 << 24).contains(seq_len) => Err(
                 Error::config("seq_len", format!("{seq_len} is outside 1 to {}", 1 << 24)),
             ),
+            WriteFormat::Mds { .. } if self.shard_bytes > MAX_MDS_SHARD_BYTES => {
+                Err(Error::config(
+                    "shard_bytes",
+                    format!(
+                        "{} is more than an MDS shard's {MAX_MDS_SHARD_BYTES} (its offsets are u32)",
+                        self.shard_bytes
+                    ),
+                ))
+            }
             WriteFormat::Megatron {
                 dtype: TokenDtype::U32,
             } => Err(Error::config(
@@ -216,16 +247,28 @@ pub struct Resume {
 }
 
 /// The shard being filled.
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct Filling {
     /// Encoded bytes (flat tokens, JSON lines).
     bytes: Vec<u8>,
     /// Megatron documents.
     docs: Vec<Vec<u32>>,
-    /// Megatron ids in it.
+    /// Megatron ids in it, or MDS bytes.
     ids: u64,
+    /// MDS samples, each its columns' bytes.
+    mds: Vec<Vec<Vec<u8>>>,
+    /// The WebDataset tar being built.
+    tar: Option<tar::Builder<Vec<u8>>>,
     /// Samples in it.
     samples: u64,
+}
+
+impl std::fmt::Debug for Filling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Filling")
+            .field("samples", &self.samples)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Writes a dataset; see the [module docs](self).
@@ -390,31 +433,61 @@ impl DatasetWriter {
                 self.documents += 1;
                 self.close_if_full(self.filling.ids * dtype.size() as u64)?;
             }
-            WriteFormat::Jsonl { .. } => {
-                return Err(self.misuse("a JSON lines output takes records (push_record)"));
+            WriteFormat::Jsonl { .. } | WriteFormat::Mds { .. } | WriteFormat::WebDataset => {
+                return Err(self.misuse("this output takes records (push_record)"));
             }
         }
         Ok(())
     }
 
-    /// Appends one record as a JSON line (JSON lines output).
+    /// Appends one record (JSON lines, MDS and WebDataset output).
     pub fn push_record(&mut self, record: &Record) -> Result<()> {
         if self.journal.complete {
             return Err(self.misuse("the output is already whole"));
         }
-        let WriteFormat::Jsonl { fields } = &self.opts.format else {
-            return Err(self.misuse("a token output takes token ids (push_tokens)"));
-        };
-        encode::json_line(record, fields.as_deref(), &mut self.filling.bytes).map_err(|e| {
+        let doc = self.documents;
+        let named = |e: String| {
             shard_error(
                 &self.dataset,
                 &self.backend.uri,
-                format!("document {}: {e}", self.documents),
+                format!("document {doc}: {e}"),
             )
-        })?;
+        };
+        let size = match &self.opts.format {
+            WriteFormat::Jsonl { fields } => {
+                encode::json_line(record, fields.as_deref(), &mut self.filling.bytes)
+                    .map_err(named)?;
+                self.filling.bytes.len() as u64
+            }
+            WriteFormat::Mds { .. } => {
+                if let FormatSpec::Mds { columns } = &mut self.journal.format
+                    && columns.is_empty()
+                {
+                    *columns = samples::mds_columns(record).map_err(named)?;
+                }
+                let FormatSpec::Mds { columns } = &self.journal.format else {
+                    unreachable!("an MDS output's journal is MDS")
+                };
+                let sample = samples::mds_sample(columns, record).map_err(named)?;
+                self.filling.ids += sample.iter().map(|c| c.len() as u64 + 4).sum::<u64>() + 4;
+                self.filling.mds.push(sample);
+                self.filling.ids
+            }
+            WriteFormat::WebDataset => {
+                let tar = self
+                    .filling
+                    .tar
+                    .get_or_insert_with(|| tar::Builder::new(Vec::new()));
+                samples::tar_sample(tar, record, doc).map_err(named)?;
+                tar.get_ref().len() as u64
+            }
+            WriteFormat::Tokens { .. } | WriteFormat::Megatron { .. } => {
+                return Err(self.misuse("a token output takes token ids (push_tokens)"));
+            }
+        };
         self.filling.samples += 1;
         self.documents += 1;
-        self.close_if_full(self.filling.bytes.len() as u64)
+        self.close_if_full(size)
     }
 
     /// Writes what is left as the last shard, then the manifest, and
@@ -422,27 +495,31 @@ impl DatasetWriter {
     /// it is.
     pub fn finish(mut self) -> Result<Manifest> {
         if !self.journal.complete {
-            if !self.filling.bytes.is_empty() || !self.filling.docs.is_empty() {
+            if self.filling.samples > 0 || !self.filling.bytes.is_empty() {
                 let end = Position {
                     documents: self.documents,
                     tokens: 0,
                 };
                 self.close(end)?;
             }
-            let mut manifest = Manifest::new(
-                self.journal
-                    .shards
-                    .iter()
-                    .map(|f| f.entry.clone())
-                    .collect(),
-            );
-            manifest.format = self.journal.format.clone();
-            put(
-                &self.backend,
-                &self.dataset,
-                MANIFEST,
-                manifest.to_json().into_bytes(),
-            )?;
+            let index = match &self.journal.format {
+                // Streaming's own index, which this project reads as well.
+                FormatSpec::Mds { columns } => {
+                    samples::streaming_index(columns, &self.journal.shards)
+                }
+                format => {
+                    let mut manifest = Manifest::new(
+                        self.journal
+                            .shards
+                            .iter()
+                            .map(|f| f.entry.clone())
+                            .collect(),
+                    );
+                    manifest.format = format.clone();
+                    manifest.to_json().into_bytes()
+                }
+            };
+            put(&self.backend, &self.dataset, MANIFEST, index)?;
             self.journal.complete = true;
             self.journal.write(&self.backend, &self.dataset)?;
         }
@@ -497,6 +574,26 @@ impl DatasetWriter {
                 (filling.bytes, filling.samples),
                 None,
             ),
+            WriteFormat::Mds { .. } => {
+                let FormatSpec::Mds { columns } = &self.journal.format else {
+                    unreachable!("an MDS output's journal is MDS")
+                };
+                (
+                    format!("shard.{n:05}.mds"),
+                    (
+                        crate::format::mds::encode_shard(columns, &filling.mds),
+                        filling.samples,
+                    ),
+                    None,
+                )
+            }
+            WriteFormat::WebDataset => {
+                let tar = filling.tar.unwrap_or_else(|| tar::Builder::new(Vec::new()));
+                let bytes = tar.into_inner().map_err(|e| {
+                    shard_error(&self.dataset, &self.backend.uri, format!("shard {n}: {e}"))
+                })?;
+                (format!("part-{n:05}.tar"), (bytes, filling.samples), None)
+            }
         };
         let (data, samples) = data;
         let mut entry = ShardEntry::new(path.clone(), samples, data.len() as u64);
