@@ -47,7 +47,14 @@ fn formats() -> Vec<WriteOptions> {
         WriteOptions::new(WriteFormat::Jsonl { fields: None }).shard_samples(7),
         WriteOptions::new(WriteFormat::Mds { columns: None }).shard_bytes(300),
         WriteOptions::new(WriteFormat::WebDataset).shard_samples(9),
+        zstd(WriteOptions::new(WriteFormat::Jsonl { fields: None }).shard_samples(11)),
+        zstd(WriteOptions::new(WriteFormat::Mds { columns: None }).shard_bytes(400)),
     ]
+}
+
+fn zstd(mut o: WriteOptions) -> WriteOptions {
+    o.zstd = Some(3);
+    o
 }
 
 /// Pushes `docs[from..to]`.
@@ -148,6 +155,14 @@ fn the_output_opens_with_the_documents_it_was_given() {
             manifest["shards"].as_array().unwrap().len() > 2,
             "{manifest}"
         );
+        if opts.zstd.is_some() {
+            assert!(
+                files(&dir)
+                    .keys()
+                    .any(|k| k.ends_with(".zst") || k.ends_with(".zstd")),
+                "format {k}"
+            );
+        }
         if matches!(opts.format, WriteFormat::Mds { .. }) {
             // Streaming's own index, version 2.
             assert_eq!(manifest["version"], 2, "{manifest}");

@@ -75,6 +75,9 @@ pub struct Args {
     /// Also close a shard after this many samples (Megatron, JSON lines).
     #[arg(long)]
     pub shard_samples: Option<u64>,
+    /// Compress JSON lines and MDS shards with Zstandard at this level (1 to 19).
+    #[arg(long, value_name = "LEVEL")]
+    pub zstd: Option<i32>,
     /// Drop documents whose text, with runs of whitespace made one space
     /// and the ends trimmed, equals an earlier one's (counted in the summary).
     #[arg(long)]
@@ -188,6 +191,7 @@ pub fn run(a: Args) -> Result<()> {
         .shard_bytes(a.shard_bytes)
         .settings(settings);
     opts.shard_samples = a.shard_samples;
+    opts.zstd = a.zstd;
     opts.storage = storage;
     let (mut writer, resume) = DatasetWriter::create("prepare", &a.dest, opts)?;
     if let Some(shard) = &resume.redone {
@@ -329,15 +333,24 @@ pub fn run(a: Args) -> Result<()> {
             manifest.shards.len(),
             manifest.format.name()
         );
+        let token_part = if matches!(a.format, Format::Tokens | Format::Megatron) {
+            format!(", {tokens} tokens")
+        } else {
+            String::new()
+        };
         println!(
-            "{docs} documents{}, {tokens} tokens in {secs:.2} s ({:.0} documents/s, {:.0} tokens/s)",
+            "{docs} documents{}{token_part} in {secs:.2} s ({:.0} documents/s{})",
             if dedup {
                 format!(" ({dropped} duplicates dropped)")
             } else {
                 String::new()
             },
             docs as f64 / secs,
-            tokens as f64 / secs
+            if token_part.is_empty() {
+                String::new()
+            } else {
+                format!(", {:.0} tokens/s", tokens as f64 / secs)
+            }
         );
     }
     Ok(())

@@ -149,6 +149,10 @@ pub struct WriteOptions {
     /// Also close a shard after this many samples (documents or records;
     /// at least 1), if given. Not used by flat token files.
     pub shard_samples: Option<u64>,
+    /// Compress each JSON lines or MDS shard with Zstandard at this level
+    /// (1 to 19), if given: `.jsonl.zst`, MDS's `.mds.zstd`. The shard size
+    /// targets count the bytes before compression.
+    pub zstd: Option<i32>,
     /// What produces the documents (source, tokenizer, filters), as text:
     /// recorded in the journal, and a resume under other settings is
     /// refused, naming both.
@@ -164,6 +168,7 @@ impl WriteOptions {
             format,
             shard_bytes: DEFAULT_SHARD_BYTES,
             shard_samples: None,
+            zstd: None,
             settings: String::new(),
             storage: StorageOptions::default(),
         }
@@ -194,6 +199,23 @@ impl WriteOptions {
                 format!("{} is outside 1 to {MAX_SHARD_BYTES}", self.shard_bytes),
             ));
         }
+        match (self.zstd, &self.format) {
+            (None, _) => {}
+            (Some(level), WriteFormat::Jsonl { .. } | WriteFormat::Mds { .. }) => {
+                if !(1..=19).contains(&level) {
+                    return Err(Error::config(
+                        "zstd",
+                        format!("level {level} is outside 1 to 19"),
+                    ));
+                }
+            }
+            (Some(_), _) => {
+                return Err(Error::config(
+                    "zstd",
+                    "only JSON lines and MDS shards are written compressed",
+                ));
+            }
+        }
         if self.shard_samples == Some(0) {
             return Err(Error::config("shard_samples", "must be at least 1"));
         }
@@ -223,8 +245,8 @@ impl WriteOptions {
     /// The journal's record of these settings.
     fn fingerprint(&self) -> String {
         format!(
-            "{} shard_bytes={} shard_samples={:?} format={:?}",
-            self.settings, self.shard_bytes, self.shard_samples, self.format
+            "{} shard_bytes={} shard_samples={:?} zstd={:?} format={:?}",
+            self.settings, self.shard_bytes, self.shard_samples, self.zstd, self.format
         )
     }
 }
@@ -595,8 +617,26 @@ impl DatasetWriter {
                 (format!("part-{n:05}.tar"), (bytes, filling.samples), None)
             }
         };
-        let (data, samples) = data;
+        let (mut data, samples) = data;
+        let mut path = path;
+        let raw = data.len() as u64;
+        if let Some(level) = self.opts.zstd {
+            data = zstd::bulk::compress(&data, level).map_err(|e| {
+                shard_error(
+                    &self.dataset,
+                    &self.backend.uri,
+                    format!("shard {n}: cannot compress: {e}"),
+                )
+            })?;
+            path.push_str(match self.opts.format {
+                WriteFormat::Mds { .. } => ".zstd",
+                _ => ".zst",
+            });
+        }
         let mut entry = ShardEntry::new(path.clone(), samples, data.len() as u64);
+        if self.opts.zstd.is_some() {
+            entry.uncompressed_bytes = Some(raw);
+        }
         entry.sha256 = Some(sha256_hex(&data));
         let mut index_sha256 = None;
         if let Some((idx_path, idx)) = index {

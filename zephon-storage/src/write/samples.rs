@@ -75,22 +75,27 @@ pub(crate) fn streaming_index(columns: &[MdsColumn], shards: &[Finished]) -> Vec
     let infos: Vec<serde_json::Value> = shards
         .iter()
         .map(|f| {
+            let zipped = f.entry.uncompressed_bytes.is_some();
             serde_json::json!({
                 "format": "mds",
                 "column_encodings": columns.iter().map(|c| &c.encoding).collect::<Vec<_>>(),
                 "column_names": columns.iter().map(|c| &c.name).collect::<Vec<_>>(),
                 "column_sizes": columns.iter().map(|c| c.size).collect::<Vec<_>>(),
-                "compression": null,
+                "compression": zipped.then_some("zstd"),
                 "hashes": [],
                 "raw_data": {
-                    "basename": f.entry.path,
-                    "bytes": f.entry.bytes,
-                    "hashes": { "sha256": f.entry.sha256 },
+                    "basename": f.entry.path.strip_suffix(".zstd").unwrap_or(&f.entry.path),
+                    "bytes": f.entry.uncompressed_bytes.unwrap_or(f.entry.bytes),
+                    "hashes": {},
                 },
                 "samples": f.entry.samples,
-                "size_limit": f.entry.bytes,
+                "size_limit": f.entry.uncompressed_bytes.unwrap_or(f.entry.bytes),
                 "version": 2,
-                "zip_data": null,
+                "zip_data": zipped.then(|| serde_json::json!({
+                    "basename": f.entry.path,
+                    "bytes": f.entry.bytes,
+                    "hashes": {},
+                })),
             })
         })
         .collect();
