@@ -386,3 +386,31 @@ fn benches_refuse_zero_sizes_with_an_error_naming_the_option() {
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
     }
 }
+
+#[test]
+fn bench_prepare_writes_the_tokenizers_own_ids_and_refuses_a_peer_that_does_not() {
+    let dir = corpus(300);
+    let corpus = dir.path().to_str().unwrap();
+    let base = [
+        "bench",
+        "prepare",
+        "--corpus",
+        corpus,
+        "--tokenizer",
+        TOKENIZER,
+    ];
+    let (ok, stdout, stderr) = zephon(&[&base[..], &["--repeat", "2"]].concat());
+    assert!(ok, "{stdout}\n{stderr}");
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
+    assert_eq!(v["ids_equal"], true, "{v}");
+    assert!(v["tokens"].as_u64().unwrap() > 300, "{v}");
+    for key in ["ratio_to_raw", "peak_rss_anon_mb", "raw_peak_rss_anon_mb"] {
+        let r = v[key].as_f64().unwrap_or_else(|| panic!("{key} in {v}"));
+        assert!(r > 0.0 && r.is_finite(), "{key}: {v}");
+    }
+    // A peer whose file holds other ids is refused, by its command.
+    let peer = r#"sh -c 'printf "\001\000\002\000" > {out}; echo "{\"system\":\"wrong\",\"tokens\":2,\"seconds\":0.1}"'"#;
+    let (ok, stdout, stderr) = zephon(&[&base[..], &["--peer", peer]].concat());
+    assert!(!ok, "{stdout}");
+    assert!(stderr.contains("other token ids"), "{stderr}");
+}

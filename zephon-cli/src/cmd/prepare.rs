@@ -124,6 +124,12 @@ fn project(r: &Record, names: &[String], document: u64) -> Result<Record> {
 
 /// Runs the command.
 pub fn run(a: Args) -> Result<()> {
+    execute(a, true).map(|_| ())
+}
+
+/// Runs the command and returns its summary line; prints the progress and
+/// the summary only if `print`.
+pub fn execute(a: Args, print: bool) -> Result<serde_json::Value> {
     let start = Instant::now();
     let storage = StorageOptions {
         endpoint: a.endpoint.clone(),
@@ -194,12 +200,12 @@ pub fn run(a: Args) -> Result<()> {
     opts.zstd = a.zstd;
     opts.storage = storage;
     let (mut writer, resume) = DatasetWriter::create("prepare", &a.dest, opts)?;
-    if let Some(shard) = &resume.redone {
+    if let Some(shard) = resume.redone.as_ref().filter(|_| print) {
         eprintln!(
             "{shard} is missing or changed since it was written: redoing it and those after it"
         );
     }
-    if resume.shards > 0 && !resume.complete {
+    if print && resume.shards > 0 && !resume.complete {
         eprintln!(
             "resuming: {} shards kept (checked), from document {}",
             resume.shards, resume.documents
@@ -249,7 +255,11 @@ pub fn run(a: Args) -> Result<()> {
         ),
         (None, false) => Some(kept.into_blocking_iter(Runner::threads())?),
     };
-    let bar = indicatif::ProgressBar::new_spinner();
+    let bar = if print {
+        indicatif::ProgressBar::new_spinner()
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
     let (mut docs, mut tokens, mut bytes) = (0u64, 0u64, 0u64);
     let ids_field = if config.is_some() {
         "input_ids"
@@ -320,7 +330,9 @@ pub fn run(a: Args) -> Result<()> {
         "documents_per_s": (docs as f64 / secs).round(),
         "tokens_per_s": (tokens as f64 / secs).round(),
     });
-    if a.json {
+    if !print {
+        // The caller reports.
+    } else if a.json {
         println!("{line}");
     } else if resume.complete {
         println!(
@@ -353,5 +365,5 @@ pub fn run(a: Args) -> Result<()> {
             }
         );
     }
-    Ok(())
+    Ok(line)
 }

@@ -17,6 +17,9 @@ pub enum Bench {
     /// Workload W3: decode, random resized crop, flip and batch the JPEGs
     /// of WebDataset shards; one JSON line with the keys of the peers.
     Images(images::Args),
+    /// Writing a JSONL corpus as a flat token file with `zephon prepare`,
+    /// beside the tokenizer's own encode_batch_fast and peer commands.
+    Prepare(prepare::Args),
     /// Workload W1: tokenize, wrap-pack and batch a JSONL corpus; one JSON
     /// line with the keys of the side-by-side peers.
     TokenizePack(tokenize_pack::Args),
@@ -31,6 +34,7 @@ pub mod fetch;
 pub mod formats;
 pub mod images;
 pub mod mem;
+pub mod prepare;
 pub mod servers;
 pub mod stats;
 pub mod tokenize_pack;
@@ -44,6 +48,7 @@ pub fn run(b: Bench) -> anyhow::Result<()> {
         Bench::Fetch(a) => fetch::run(a),
         Bench::Formats(a) => formats::run(a),
         Bench::Images(a) => images::run(a),
+        Bench::Prepare(a) => prepare::run(a),
         Bench::TokenizePack(a) => tokenize_pack::run(a),
         Bench::Tokens(a) => tokens::run(*a),
     }

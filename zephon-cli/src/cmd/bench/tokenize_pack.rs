@@ -242,7 +242,7 @@ fn pipeline(a: &Args, cores: usize, k: usize, tracking: Tracking) -> Result<Run>
 }
 
 /// The texts of every `*.jsonl` shard of the corpus, in file-name order.
-fn read_texts(corpus: &Path) -> Result<Vec<String>> {
+pub(super) fn read_texts(corpus: &Path) -> Result<Vec<String>> {
     let mut paths: Vec<_> = std::fs::read_dir(corpus)
         .with_context(|| format!("reading the corpus folder {}", corpus.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
