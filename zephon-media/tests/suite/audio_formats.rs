@@ -90,3 +90,21 @@ fn a_path_field_is_read_and_the_record_keeps_its_other_fields() {
         (out[0].audio.frames + out[1].audio.frames) as u64
     );
 }
+#[test]
+fn tags_and_extra_chunks_around_the_audio_are_passed_over() {
+    // An ID3v1 tag after the MP3 frames, an ID3v2 tag before them.
+    let mut id3v1 = MP3.to_vec();
+    id3v1.extend(b"TAG");
+    id3v1.extend([b' '; 125]);
+    let mut id3v2 =
+        b"ID3\x04\x00\x00\x00\x00\x00\x15TIT2\x00\x00\x00\x0b\x00\x00\x03hello song".to_vec();
+    id3v2.extend(MP3);
+    // A LIST chunk after the WAV's data chunk.
+    let mut list = WAV.to_vec();
+    list.extend(b"LIST\x0c\0\0\0INFOabcd\0\0\0\0");
+    let riff = (list.len() - 8) as u32;
+    list[4..8].copy_from_slice(&riff.to_le_bytes());
+    assert_eq!(decode(&id3v1), decode(MP3));
+    assert_eq!(decode(&id3v2), decode(MP3));
+    assert_eq!(decode(&list), decode(WAV));
+}
