@@ -5,8 +5,8 @@ use super::audio_common::{FLAC, MP3, OGG, WAV, fixtures, varied_wav, wav};
 use proptest::prelude::*;
 use zephon_core::{Dataset, PipelineExt, Record, Runner, Value, WorkSource};
 use zephon_media::{
-    AudioDecodeConfig, AudioFailure, AudioPipelineExt, AudioSample, CropAudio, DEFAULT_MAX_SAMPLES,
-    LogMel, OnError, Resample,
+    AudioDecodeConfig, AudioFailure, AudioPipelineExt, AudioSample, CropAudio, LogMel, OnError,
+    Resample,
 };
 
 fn failure(bytes: &[u8]) -> AudioFailure {
@@ -195,6 +195,16 @@ fn errors_name_dataset_shard_sample_and_member_key() {
         e.contains("member key `long`: declares 34359738368 frames of 2 channels at 8000 Hz, more than max_samples 67108864"),
         "{e}"
     );
+    let e = pipeline_error(
+        vec![member("fast", &wav_at_rate(1_000_000))],
+        AudioDecodeConfig::new("flac"),
+    );
+    assert!(
+        e.ends_with(
+            "sample 0: member key `fast`: sample rate 1000000 Hz is outside 1000..=384000 Hz"
+        ),
+        "{e}"
+    );
     // A missing field is a schema mistake: an error even under skip.
     let e = pipeline_error(
         vec![Record::new().with("wav", Value::Bytes(WAV.to_vec().into()))],
@@ -376,6 +386,33 @@ proptest! {
         decodes_or_fails_cleanly(&mutate(MP3, &e, cut, n))?;
     }
 
+    /// Through the operator: the good neighbours decode, the mutated
+    /// member is a sample or an error naming its key, never a panic.
+    #[test]
+    fn mutated_members_in_a_pipeline_are_samples_or_errors_naming_them(
+        base in 0usize..4, e in edits(), cut in proptest::option::of(any::<prop::sample::Index>()), n in noise(),
+    ) {
+        let bytes = mutate(fixtures()[base].1, &e, cut, n);
+        let recs = vec![member("good_0", WAV), member("mutated", &bytes), member("good_1", FLAC)];
+        let out: Vec<_> = futures::stream::iter(recs.into_iter().map(Ok))
+            .decode_audio(AudioDecodeConfig::new("flac").max_samples(1 << 16), 2)
+            .into_blocking_iter(Runner::threads())
+            .unwrap()
+            .collect();
+        prop_assert!(out[0].is_ok());
+        match &out[1] {
+            Ok(s) => {
+                prop_assert_eq!(out.len(), 3);
+                prop_assert_eq!(s.record.text("__key__"), Some("mutated"));
+                prop_assert!(out[2].is_ok());
+            }
+            Err(e) => {
+                let m = e.to_string();
+                prop_assert!(m.contains("member key `mutated`") && !m.contains("decoder failed"), "{}", m);
+            }
+        }
+    }
+
     #[test]
     fn mutated_ogg_decodes_or_fails_cleanly(e in edits(), cut in proptest::option::of(any::<prop::sample::Index>()), n in noise()) {
         decodes_or_fails_cleanly(&mutate(OGG, &e, cut, n))?;
@@ -383,6 +420,34 @@ proptest! {
 }
 
 #[test]
-fn the_default_limit_is_documented_in_samples() {
-    assert_eq!(DEFAULT_MAX_SAMPLES, 64 << 20);
+fn an_mp3_without_its_xing_header_is_still_measured_before_decoding() {
+    // Without the Xing frame the file says nothing of its length: the
+    // reader counts the frames, so the limit still applies up front.
+    let mut bare = MP3.to_vec();
+    let at = bare.windows(4).position(|w| w == b"Xing").unwrap();
+    bare[at..at + 4].copy_from_slice(b"None");
+    let one = AudioDecodeConfig::new("x").decode(&bare).unwrap();
+    // The encoder's delay and padding are no longer known, so kept.
+    assert!(
+        (8000..8000 + 2 * 1152).contains(&one.frames),
+        "{}",
+        one.frames
+    );
+    let two = [&bare[..], &bare[..]].concat();
+    let e = AudioDecodeConfig::new("x")
+        .max_seconds(0.75)
+        .decode(&two)
+        .unwrap_err();
+    assert!(
+        is_limit(&e) && e.to_string().starts_with("declares 19584 frames"),
+        "{e}"
+    );
+    // Concatenated streams with their headers end where the first header says.
+    assert_eq!(
+        AudioDecodeConfig::new("x")
+            .decode(&[MP3, MP3].concat())
+            .unwrap()
+            .frames,
+        8000
+    );
 }
