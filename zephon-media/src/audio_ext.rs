@@ -1,9 +1,11 @@
 //! [`AudioPipelineExt`]: the chain methods of the audio operators.
 
 use crate::audio::{AudioOp, AudioSample};
-use crate::collate_audio::{AudioBatch, AudioCollateConfig, CollateAudio};
+use crate::audio_batch::AudioBatch;
+use crate::audio_decode_config::AudioDecodeConfig;
+use crate::collate_audio::{AudioCollateConfig, CollateAudio};
 use crate::crop_audio::CropAudio;
-use crate::decode_audio::{AudioDecodeConfig, DecodeAudio};
+use crate::decode_audio::DecodeAudio;
 use crate::error::Result;
 use crate::log_mel::{LogMel, Plan};
 use crate::map_images::MapImages;

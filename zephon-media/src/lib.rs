@@ -2,7 +2,9 @@
 #![warn(missing_docs)]
 
 pub mod audio;
+pub mod audio_batch;
 pub mod audio_codec;
+pub mod audio_decode_config;
 pub mod audio_ext;
 pub mod center_crop;
 pub mod collate;
@@ -26,17 +28,19 @@ pub mod rng;
 pub mod stats;
 
 pub use audio::{Audio, AudioCompose, AudioOp, AudioSample};
+pub use audio_batch::AudioBatch;
 pub use audio_codec::{
     AudioFailure, AudioLimits, DEFAULT_MAX_CHANNELS, DEFAULT_MAX_SAMPLES, DEFAULT_MAX_SECONDS,
     DEFAULT_SAMPLE_RATES,
 };
+pub use audio_decode_config::AudioDecodeConfig;
 pub use audio_ext::AudioPipelineExt;
 pub use center_crop::CenterCrop;
 pub use collate::{CollateConfig, CollateImages, ImageBatch};
-pub use collate_audio::{AudioBatch, AudioCollateConfig, CollateAudio};
+pub use collate_audio::{AudioCollateConfig, CollateAudio};
 pub use crop_audio::{CropAt, CropAudio};
 pub use decode::{Channels, DEFAULT_MAX_PIXELS, DecodeConfig, DecodeFailure, DecodeImage, OnError};
-pub use decode_audio::{AudioDecodeConfig, DecodeAudio};
+pub use decode_audio::DecodeAudio;
 pub use error::{MediaError, Result};
 pub use ext::MediaPipelineExt;
 pub use flip::Flip;

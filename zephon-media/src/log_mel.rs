@@ -1,7 +1,7 @@
 //! `log_mel`: batches of sounds to log-mel spectrograms (Hann window,
 //! power spectrum, HTK mel filters, natural log with a floor).
 
-use crate::collate_audio::AudioBatch;
+use crate::audio_batch::AudioBatch;
 use crate::error::{MediaError, PtrDisplay, Result};
 use crate::mel_batch::MelBatch;
 use realfft::{RealFftPlanner, RealToComplex};

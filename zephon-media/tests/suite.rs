@@ -4,7 +4,9 @@ mod suite {
     pub mod audio_common;
     mod audio_determinism;
     mod audio_formats;
+    mod audio_fuzz;
     mod audio_hostile;
+    mod audio_log_mel;
     mod audio_ops;
     pub mod common;
     mod determinism;
