@@ -1,7 +1,8 @@
 //! Decode + resample + crop of 3 s clips of 44.1 kHz stereo 16-bit WAV to
 //! 2 s of 16 kHz mono: a plain loop calling `symphonia` and `rubato`
 //! directly, the crate's steps called one by one on the same clips, and the
-//! crate's pipeline (`decode_audio` with the steps fused, on worker threads).
+//! crate's pipeline (`decode_audio` with the steps fused) under the inline
+//! runner and on worker threads.
 //!
 //! `cargo bench -p zephon-media --bench audio`
 
@@ -145,32 +146,50 @@ fn zephon_media_steps_loop(b: divan::Bencher) {
     });
 }
 
-/// The crate's pipeline: records in, fused decode + resample + remix +
-/// crop on `parallelism` workers, samples out in order.
-#[divan::bench(args = [1, 2])]
-fn zephon_media_pipeline(b: divan::Bencher, parallelism: usize) {
-    let records: Vec<Record> = WAVS
-        .iter()
+fn records() -> Vec<Record> {
+    WAVS.iter()
         .enumerate()
         .map(|(i, w)| {
             Record::new()
                 .with("wav", Value::Bytes(w.clone().into()))
                 .with("i", i as i64)
         })
-        .collect();
+        .collect()
+}
+
+/// Records in, fused decode + resample + remix + crop, samples out in order.
+fn pipeline(records: Vec<Record>, parallelism: usize, runner: Runner) -> usize {
     let config = AudioDecodeConfig::new("wav")
         .then(Resample::new(16_000))
         .then(Remix::mono())
         .then(CropAudio::random(CROP, 1));
+    futures::stream::iter(records.into_iter().map(Ok))
+        .decode_audio(config, parallelism)
+        .into_blocking_iter(runner)
+        .unwrap()
+        .map(|s| s.unwrap().audio.frames)
+        .sum::<usize>()
+}
+
+/// The crate's pipeline under the inline runner: everything on this thread,
+/// the same work as the loops plus the stream's machinery.
+#[divan::bench]
+fn zephon_media_pipeline_inline(b: divan::Bencher) {
+    let records = records();
+    b.with_inputs(|| records.clone())
+        .bench_local_values(|recs| pipeline(recs, 1, Runner::Inline));
+}
+
+/// The crate's pipeline under the threads runner with `parallelism`
+/// workers.
+#[divan::bench(args = [1, 2])]
+fn zephon_media_pipeline_threads(b: divan::Bencher, parallelism: usize) {
+    let records = records();
     b.with_inputs(|| records.clone())
         .bench_local_values(|recs| {
-            futures::stream::iter(recs.into_iter().map(Ok))
-                .decode_audio(config.clone(), parallelism)
-                .into_blocking_iter(Runner::Threads {
-                    workers: parallelism,
-                })
-                .unwrap()
-                .map(|s| s.unwrap().audio.frames)
-                .sum::<usize>()
+            let runner = Runner::Threads {
+                workers: parallelism,
+            };
+            pipeline(recs, parallelism, runner)
         });
 }
