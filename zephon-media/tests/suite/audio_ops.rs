@@ -189,3 +189,56 @@ fn collation_pads_to_the_longest_or_a_fixed_length_and_refuses_mismatches() {
         "{e}"
     );
 }
+
+#[test]
+fn adapters_show_their_inner_stream_forward_size_hints_and_explain_their_stage() {
+    use futures::Stream;
+    use zephon_core::PipelineExt;
+    use zephon_core::obs::Explain;
+    use zephon_media::AudioPipelineExt;
+    let recs = futures::stream::iter((0..5).map(|_| Ok(Record::new())));
+    let s = recs.decode_audio(AudioDecodeConfig::new("x"), 3);
+    assert!(format!("{s:?}").contains("Iter"), "{s:?}");
+    assert_eq!(s.size_hint(), (0, Some(5)));
+    let items = futures::stream::iter((0..4).map(|_| Ok(sample(8000, 1, &[vec![0.0; 4]]))));
+    let c = items.crop_audio(CropAudio::center(2), 2);
+    assert_eq!(c.size_hint(), (4, Some(4)));
+    assert_eq!(c.name(), "crop_audio");
+    let ds = zephon_core::Dataset::in_memory("d", vec![vec![Record::new(); 4]]).unwrap();
+    let ws = zephon_core::WorkSource::builder()
+        .dataset(ds, 1.0)
+        .build()
+        .unwrap();
+    let p = ws
+        .stream()
+        .fetch(1)
+        .decode_audio(AudioDecodeConfig::new("x").max_seconds(30.0), 2)
+        .resample(Resample::new(16_000), 2)
+        .remix(Remix::mono(), 1)
+        .crop_audio(CropAudio::random(16_000, 1), 1)
+        .batch(2)
+        .collate_audio(AudioCollateConfig::new())
+        .log_mel(zephon_media::LogMel::new(16_000, 400, 160, 80), 1);
+    let mut stages = Vec::new();
+    p.describe(&mut stages);
+    let names: Vec<&str> = stages.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "work_source",
+            "fetch",
+            "decode_audio",
+            "resample",
+            "remix",
+            "crop_audio",
+            "batch",
+            "collate_audio",
+            "log_mel"
+        ]
+    );
+    let decode = &stages[2];
+    assert!(
+        format!("{decode:?}").contains("max_seconds 30"),
+        "{decode:?}"
+    );
+}
