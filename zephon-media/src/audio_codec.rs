@@ -217,8 +217,9 @@ pub(crate) fn decode(bytes: &[u8], limits: &AudioLimits) -> Result<Audio, AudioF
         )));
     }
     let mut samples = Vec::with_capacity(frames as usize * channels);
-    for p in &planes {
-        samples.extend_from_slice(p);
+    // Each plane is freed once copied.
+    for p in planes {
+        samples.extend_from_slice(&p);
     }
     Ok(Audio {
         sample_rate: rate,

@@ -21,6 +21,8 @@ use zephon_core::{Record, Value};
 /// checked packet by packet, so memory stays within the limit either way.
 /// A truncated stream, an undecodable packet, or a stream that changes
 /// rate or channels midway is an error (or a skip under [`OnError::Skip`]).
+/// A chained Ogg file (several streams one after another) decodes to its
+/// first stream.
 ///
 /// ```
 /// use zephon_media::{AudioDecodeConfig, AudioFailure, OnError};

@@ -107,4 +107,6 @@ fn tags_and_extra_chunks_around_the_audio_are_passed_over() {
     assert_eq!(decode(&id3v1), decode(MP3));
     assert_eq!(decode(&id3v2), decode(MP3));
     assert_eq!(decode(&list), decode(WAV));
+    // A chained Ogg file: its first stream.
+    assert_eq!(decode(&[OGG, OGG].concat()), decode(OGG));
 }
