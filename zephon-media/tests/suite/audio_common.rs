@@ -20,22 +20,27 @@ pub fn sine(rate: u32, len: usize, freq: f64, amp: f64) -> Vec<f64> {
 
 /// A 16-bit PCM WAV of `channels` interleaved channels at `rate` Hz.
 pub fn wav(rate: u32, channels: u16, interleaved: &[i16]) -> Vec<u8> {
-    let data = (interleaved.len() * 2) as u32;
+    let data: Vec<u8> = interleaved.iter().flat_map(|s| s.to_le_bytes()).collect();
+    wav_of(rate, channels, 1, 16, &data)
+}
+
+/// A WAV of format `tag` (1 PCM, 3 IEEE float) and `bits` per sample
+/// holding `data`, interleaved.
+pub fn wav_of(rate: u32, channels: u16, tag: u16, bits: u16, data: &[u8]) -> Vec<u8> {
+    let block = channels * bits / 8;
     let mut w = b"RIFF".to_vec();
-    w.extend((36 + data).to_le_bytes());
+    w.extend((36 + data.len() as u32).to_le_bytes());
     w.extend(b"WAVEfmt ");
     w.extend(16u32.to_le_bytes());
-    w.extend(1u16.to_le_bytes());
+    w.extend(tag.to_le_bytes());
     w.extend(channels.to_le_bytes());
     w.extend(rate.to_le_bytes());
-    w.extend((rate * channels as u32 * 2).to_le_bytes());
-    w.extend((channels * 2).to_le_bytes());
-    w.extend(16u16.to_le_bytes());
+    w.extend((rate * block as u32).to_le_bytes());
+    w.extend(block.to_le_bytes());
+    w.extend(bits.to_le_bytes());
     w.extend(b"data");
-    w.extend(data.to_le_bytes());
-    for s in interleaved {
-        w.extend(s.to_le_bytes());
-    }
+    w.extend((data.len() as u32).to_le_bytes());
+    w.extend(data);
     w
 }
 

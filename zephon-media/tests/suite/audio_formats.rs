@@ -1,7 +1,7 @@
 //! What each audio format decodes to: the fixtures' known signals, exactly
 //! for the lossless formats, by frequency and level for the lossy ones.
 
-use super::audio_common::{FLAC, MP3, OGG, WAV, sine, tone};
+use super::audio_common::{FLAC, MP3, OGG, WAV, sine, tone, wav_of};
 use zephon_core::{PipelineExt, Record, Runner, Value};
 use zephon_media::{Audio, AudioDecodeConfig, AudioPipelineExt, AudioSample};
 
@@ -109,4 +109,31 @@ fn tags_and_extra_chunks_around_the_audio_are_passed_over() {
     assert_eq!(decode(&list), decode(WAV));
     // A chained Ogg file: its first stream.
     assert_eq!(decode(&[OGG, OGG].concat()), decode(OGG));
+}
+
+#[test]
+fn wav_of_8_24_and_32_bit_pcm_and_float_decodes_to_the_values_it_holds() {
+    // 8-bit is unsigned, offset by 128.
+    let a = decode(&wav_of(8000, 1, 1, 8, &[0, 64, 128, 192, 255]));
+    assert_eq!(a.samples, [-1.0, -0.5, 0.0, 0.5, 127.0 / 128.0]);
+    let v24 = [-(1 << 23), -(1 << 22), 0, 1, (1 << 23) - 1];
+    let bytes: Vec<u8> = v24
+        .iter()
+        .flat_map(|v: &i32| v.to_le_bytes()[..3].to_vec())
+        .collect();
+    let a = decode(&wav_of(8000, 1, 1, 24, &bytes));
+    let want: Vec<f32> = v24.iter().map(|&v| v as f32 / (1 << 23) as f32).collect();
+    assert_eq!(a.samples, want);
+    let v32 = [i32::MIN, -(1 << 30), 0, 1 << 30];
+    let bytes: Vec<u8> = v32.iter().flat_map(|v| v.to_le_bytes()).collect();
+    assert_eq!(
+        decode(&wav_of(8000, 1, 1, 32, &bytes)).samples,
+        [-1.0, -0.5, 0.0, 0.5]
+    );
+    // IEEE float, stereo: interleaved in the file, planar out.
+    let f = [0.25f32, -0.75, 0.5, 1.0, -1.0, 0.125];
+    let bytes: Vec<u8> = f.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let a = decode(&wav_of(48_000, 2, 3, 32, &bytes));
+    assert_eq!((a.sample_rate, a.channels, a.frames), (48_000, 2, 3));
+    assert_eq!(a.samples, [0.25, 0.5, -1.0, -0.75, 1.0, 0.125]);
 }
