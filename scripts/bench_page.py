@@ -10,8 +10,8 @@ Usage:
 
 Each input holds one JSON object or JSON lines (`bench tokens`,
 `tokenize-pack` and `images` print one line per system). Every numeric field
-whose name starts with `ratio` or ends in `_ratio_to_local` or
-`ratio_to_download` becomes a row, labelled by the object's `bench`,
+whose name starts with `ratio` or holds `_ratio_to_` (`bench tokens`'
+`tokens_per_s_ratio_to_plain`, ...) becomes a row, labelled by the object's `bench`,
 `system`, `configuration` or `format` fields. The rows replace what lies
 between the page's `<!-- bench-table:begin -->` and `<!-- bench-table:end -->`
 markers, under a line naming the machine and the date. Standard library only.
@@ -49,7 +49,12 @@ def objects(path):
 
 
 def is_ratio(key):
-    return key.startswith("ratio") or key.endswith("ratio_to_local") or key.endswith("ratio_to_download")
+    return (
+        key.startswith("ratio")
+        or "_ratio_to_" in key
+        or key.endswith("ratio_to_local")
+        or key.endswith("ratio_to_download")
+    )
 
 
 def rows(obj, context, source):
