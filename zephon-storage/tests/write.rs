@@ -203,6 +203,7 @@ fn a_run_stopped_anywhere_and_started_again_writes_the_same_bytes() {
                 want,
                 "format {k}, stopped after {stop} documents"
             );
+            assert!(!dir.join("part-00099.bin.partial").exists());
         }
     }
 }

@@ -327,6 +327,13 @@ impl DatasetWriter {
                 "cannot be written: give a local folder or an object store (s3://, gs://, azblob://)",
             ));
         }
+        // What a killed run was writing is rewritten whole, under a fresh
+        // temporary, so its leftovers only take room.
+        if let Ok(entries) = runtime::block_on(backend.op.list("")) {
+            for e in entries.iter().filter(|e| e.path().ends_with(".partial")) {
+                let _ = runtime::block_on(backend.op.delete(e.path()));
+            }
+        }
         let settings = opts.fingerprint();
         let fresh = Journal {
             version: 1,
