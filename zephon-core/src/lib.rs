@@ -9,6 +9,7 @@ pub mod error;
 pub mod ext;
 pub mod hash;
 pub mod input;
+pub mod knob;
 pub mod obs;
 pub mod ops;
 pub mod output;
@@ -16,6 +17,7 @@ pub mod pointer;
 pub mod record;
 pub mod runner;
 pub mod settings;
+pub mod tune;
 pub mod work;
 
 pub use context::{PipelineContext, in_context};

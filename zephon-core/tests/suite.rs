@@ -33,4 +33,5 @@ mod skips;
 mod test_files;
 mod text_view;
 mod token_mixture;
+mod tuning;
 mod work_source;

@@ -88,6 +88,8 @@ pub struct MapPar<S, T, U> {
     /// the error rather than go on without those elements.
     failed: bool,
     probe: Probe,
+    /// Where the parallelism comes from while it runs, if it is tuned.
+    knob: Option<crate::knob::Knob>,
     // Out-of-range settings, reported by the first poll (a chain method
     // cannot return them).
     invalid: Option<Error>,
@@ -122,7 +124,20 @@ impl<S, T, U> MapPar<S, T, U> {
             done: false,
             failed: false,
             probe: Probe::default(),
+            knob: None,
         }
+    }
+
+    /// Takes the parallelism from `knob` from now on, read again on every
+    /// poll: a tuner (or the user) may move it while the pipeline runs.
+    /// The output is the same whatever the knob says and whenever it
+    /// moves (only the order of work on the workers changes); the knob's
+    /// largest value sizes the operator's queue.
+    pub fn tuned(mut self, knob: &crate::knob::Knob) -> Self {
+        self.k = knob.get();
+        self.group = OffloadGroup::new(self.k);
+        self.knob = Some(knob.clone());
+        self
     }
 
     /// Micro-batches in flight per worker: fixed at the first poll, by the
@@ -212,11 +227,19 @@ where
         if *this.queued == 0 {
             *this.queued = in_flight_per_worker();
         }
+        let capacity = this.knob.as_ref().map_or(*this.k, |k| k.max());
         this.probe.attach(
             "map_par",
             *this.k,
-            Some((*this.queued * *this.k * *this.micro) as u64),
+            Some((*this.queued * capacity * *this.micro) as u64),
         );
+        if let Some(knob) = this.knob.as_ref() {
+            let k = knob.get();
+            if k != *this.k {
+                *this.k = k;
+                this.group.set_limit(k);
+            }
+        }
         loop {
             if let Some(r) = this.ready.pop_front() {
                 this.probe.output();

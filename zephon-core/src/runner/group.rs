@@ -15,6 +15,7 @@
 //! jobs run at once, as the operator's parallelism says.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Work in flight an operator with a group keeps for each of its `k` at
@@ -70,7 +71,8 @@ struct State {
 /// The queue and lane count of one operator.
 pub(super) struct Group {
     state: Mutex<State>,
-    limit: usize,
+    /// Lanes that may run at once; a tuner may move it while jobs run.
+    limit: AtomicUsize,
 }
 
 tokio::task_local! {
@@ -99,7 +101,7 @@ pub struct OffloadGroup(Arc<Group>);
 impl std::fmt::Debug for OffloadGroup {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OffloadGroup")
-            .field("limit", &self.0.limit)
+            .field("limit", &self.0.limit.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
 }
@@ -112,8 +114,16 @@ impl OffloadGroup {
                 queue: VecDeque::new(),
                 running: 0,
             }),
-            limit: limit.max(1),
+            limit: AtomicUsize::new(limit.max(1)),
         }))
+    }
+
+    /// Lets at most `limit` (at least one) jobs run at once from now on:
+    /// a raised limit starts lanes as jobs are queued, a lowered one ends
+    /// lanes as they finish their job. Which job runs where never changes
+    /// what an operator delivers, only how soon.
+    pub fn set_limit(&self, limit: usize) {
+        self.0.limit.store(limit.max(1), Ordering::Relaxed);
     }
 
     /// Runs `f` with this group as the calling thread's: what
@@ -145,7 +155,7 @@ impl Group {
     pub(super) fn queue(&self, job: Job) -> bool {
         let mut s = self.state();
         s.queue.push_back(job);
-        let start = s.running < self.limit;
+        let start = s.running < self.limit.load(Ordering::Relaxed);
         if start {
             s.running += 1;
         }
@@ -159,6 +169,12 @@ impl Group {
         loop {
             let job = {
                 let mut s = self.state();
+                // Over a lowered limit: this lane ends; the others, at
+                // least one, go on with the queue.
+                if s.running > self.limit.load(Ordering::Relaxed) {
+                    s.running -= 1;
+                    return;
+                }
                 match s.queue.pop_front() {
                     Some(job) => job,
                     None => {
