@@ -414,3 +414,38 @@ fn bench_prepare_writes_the_tokenizers_own_ids_and_refuses_a_peer_that_does_not(
     assert!(!ok, "{stdout}");
     assert!(stderr.contains("other token ids"), "{stderr}");
 }
+
+#[test]
+fn bench_autotune_reports_each_side_on_the_same_tokens() {
+    let dir = corpus(600);
+    let corpus = dir.path().to_str().unwrap();
+    let (ok, stdout, stderr) = zephon(&[
+        "bench",
+        "autotune",
+        "--corpus",
+        corpus,
+        "--tokenizer",
+        TOKENIZER,
+        "--seq-len",
+        "32",
+        "--step-ms",
+        "5",
+        "--slow-batches",
+        "10",
+    ]);
+    assert!(ok, "{stdout}\n{stderr}");
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
+    assert!(v["tokens"].as_u64().unwrap() > 0, "{v}");
+    for key in [
+        "ratio_auto_to_best",
+        "ratio_fixed_1_to_best",
+        "ratio_slow_auto_cpu_to_best",
+    ] {
+        let r = v[key].as_f64().unwrap_or_else(|| panic!("{key} in {v}"));
+        assert!(r > 0.0 && r.is_finite(), "{key}: {v}");
+    }
+    assert!(
+        v["auto_changes"].is_array() && v["slow_auto_changes"].is_array(),
+        "{v}"
+    );
+}

@@ -20,3 +20,4 @@ mod tokenize_chat;
 mod tokenize_options;
 mod tokenizer_panics;
 mod tokenizer_parity;
+mod tuned;

@@ -54,6 +54,8 @@ pub(crate) struct Encoding<S, P> {
     ready: VecDeque<Result<Record>>,
     done: bool,
     probe: Probe,
+    /// Where `k` comes from while it runs, if it is tuned.
+    pub(crate) knob: Option<zephon_core::knob::Knob>,
     /// It returned `None`: the end, for `FusedStream`.
     terminated: bool,
 }
@@ -82,8 +84,16 @@ impl<S, P> Encoding<S, P> {
             ready: VecDeque::new(),
             done: false,
             probe: Probe::default(),
+            knob: None,
             terminated: false,
         }
+    }
+
+    /// Takes `k` from `knob` from now on (see `Tokenize::tuned`).
+    pub(crate) fn tune(&mut self, knob: &zephon_core::knob::Knob) {
+        self.k = knob.get();
+        self.gate = Arc::new(Gate::new(self.k));
+        self.knob = Some(knob.clone());
     }
 
     pub(crate) fn get_ref(&self) -> &S {
@@ -129,8 +139,16 @@ where
         };
         let micro = prepared.micro_batch();
         let name = *this.name;
+        let most = this.knob.as_ref().map_or(*this.k, |k| k.max());
         this.probe
-            .attach(name, *this.k, Some((2 * *this.k * micro) as u64));
+            .attach(name, *this.k, Some((2 * most * micro) as u64));
+        if let Some(knob) = this.knob.as_ref() {
+            let k = knob.get();
+            if k != *this.k {
+                *this.k = k;
+                this.gate.set_limit(k);
+            }
+        }
         loop {
             if let Some(r) = this.ready.pop_front() {
                 this.probe.output();

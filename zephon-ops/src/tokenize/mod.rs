@@ -79,11 +79,12 @@ fn quiet_hook() {
     });
 }
 
-/// A counting semaphore for worker threads: at most `k` micro-batches
-/// encode at once, however many are queued.
+/// A counting semaphore for worker threads: at most `limit` micro-batches
+/// encode at once, however many are queued; a tuner may move the limit.
 #[derive(Debug)]
 pub(crate) struct Gate {
-    free: Mutex<usize>,
+    /// (encoding now, the limit).
+    state: Mutex<(usize, usize)>,
     cv: Condvar,
 }
 
@@ -92,7 +93,7 @@ pub(crate) struct Permit<'a>(&'a Gate);
 impl Gate {
     pub(crate) fn new(k: usize) -> Self {
         Gate {
-            free: Mutex::new(k),
+            state: Mutex::new((0, k.max(1))),
             cv: Condvar::new(),
         }
     }
@@ -100,18 +101,25 @@ impl Gate {
     pub(crate) fn enter(&self) -> Permit<'_> {
         // A poisoned lock only means another worker panicked mid-count; the
         // count itself is still right.
-        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
-        while *free == 0 {
-            free = self.cv.wait(free).unwrap_or_else(|e| e.into_inner());
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        while s.0 >= s.1 {
+            s = self.cv.wait(s).unwrap_or_else(|e| e.into_inner());
         }
-        *free -= 1;
+        s.0 += 1;
         Permit(self)
+    }
+
+    /// From now on at most `k` (at least one) at once: a raised limit lets
+    /// waiting workers in, a lowered one lets none in until enough left.
+    pub(crate) fn set_limit(&self, k: usize) {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).1 = k.max(1);
+        self.cv.notify_all();
     }
 }
 
 impl Drop for Permit<'_> {
     fn drop(&mut self) {
-        *self.0.free.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        self.0.state.lock().unwrap_or_else(|e| e.into_inner()).0 -= 1;
         self.0.cv.notify_one();
     }
 }
@@ -158,6 +166,33 @@ impl<S> Tokenize<S> {
         Tokenize {
             enc: Encoding::new("tokenize", inner, prepared, k),
         }
+    }
+
+    /// Takes the parallelism from `knob` from now on, read again on every
+    /// poll, so a [`Tuner`](zephon_core::tune::Tuner) (or the user) may move
+    /// it while the pipeline runs; the output does not change. The knob's
+    /// largest value sizes the operator's queue.
+    ///
+    /// ```
+    /// use zephon_core::knob::Knob;
+    /// use zephon_core::{PipelineExt, Record, Runner};
+    /// use zephon_ops::{TextPipelineExt, TokenizeConfig};
+    /// # let json = include_bytes!("../../tests/fixtures/tokenizer.json");
+    /// let knob = Knob::parallelism("tokenize", 1, 4)?;
+    /// let docs = (0..50).map(|i| Ok(Record::new().with("text", format!("document {i}"))));
+    /// let mut it = futures::stream::iter(docs)
+    ///     .tokenize(TokenizeConfig::from_bytes(json)?, 1)
+    ///     .tuned(&knob)
+    ///     .into_blocking_iter(Runner::threads())?;
+    /// let first = it.next().unwrap()?;
+    /// knob.set(4, "the consumer waits");
+    /// assert_eq!(it.count(), 49);
+    /// assert!(!first.tokens("input_ids").unwrap().is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn tuned(mut self, knob: &zephon_core::knob::Knob) -> Self {
+        self.enc.tune(knob);
+        self
     }
 
     /// Counts into `stats` (shared with other operators) instead of its own.

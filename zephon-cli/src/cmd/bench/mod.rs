@@ -5,6 +5,9 @@ use clap::Subcommand;
 /// The benchmarks.
 #[derive(Debug, Subcommand)]
 pub enum Bench {
+    /// The tuner on W1: parallelism 1, the hand-tuned best and tuned, then
+    /// a slow consumer; one JSON line of ratios and CPU seconds.
+    Autotune(autotune::Args),
     /// The engine's own overhead: fetch -> batch over in-memory records,
     /// beside a plain loop building the same batches.
     Engine(engine::Args),
@@ -29,6 +32,7 @@ pub enum Bench {
     Tokens(Box<tokens::Args>),
 }
 
+pub mod autotune;
 pub mod engine;
 pub mod fetch;
 pub mod formats;
@@ -44,6 +48,7 @@ pub mod tokens_remote;
 /// Runs a benchmark.
 pub fn run(b: Bench) -> anyhow::Result<()> {
     match b {
+        Bench::Autotune(a) => autotune::run(a),
         Bench::Engine(a) => engine::run(a),
         Bench::Fetch(a) => fetch::run(a),
         Bench::Formats(a) => formats::run(a),
