@@ -199,6 +199,22 @@ impl BlockFile {
         }
     }
 
+    /// [`evict_range`](BlockFile::evict_range) for each range of
+    /// `ranges`, on the storage runtime (the eviction takes the disk
+    /// tier's key locks, which need its timers), from any runtime.
+    pub async fn evict_ranges(self: &Arc<Self>, ranges: Vec<(u64, u64)>) {
+        let this = self.clone();
+        let evicted = runtime::spawn(self.uri.clone(), async move {
+            for (from, to) in ranges {
+                this.evict_range(from, to).await;
+            }
+            Ok(())
+        });
+        // An eviction that could not run leaves the entries: the read
+        // fails with its own error either way.
+        let _ = evicted.await;
+    }
+
     async fn download_block(&self, i: u64, from: u64, to: u64, v: &Version) -> Result<Bytes> {
         if self.blocks() == 1 {
             let (backend, dataset) = (&self.backend, &self.dataset);

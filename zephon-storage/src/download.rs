@@ -291,17 +291,8 @@ const RESERVE_AHEAD: u64 = 64 << 20;
 /// pass over the block cache, eight 4 MiB blocks in flight, had 44 MiB of
 /// response chunks beside 34 MiB of joined copies at its peak). Reading
 /// stops once more than `expect` bytes came; the caller checks the length.
-pub(crate) async fn read_to_bytes(
-    op: &opendal::Operator,
-    path: &str,
-    range: impl std::ops::RangeBounds<u64>,
-    expect: u64,
-) -> std::io::Result<Bytes> {
-    read_into(op, path, range, expect, expect.min(RESERVE_AHEAD), None).await
-}
-
-/// As [`read_to_bytes`], its request conditional on `version` where given
-/// (see [`version::reader`]).
+/// The request is conditional on `version` where given (see
+/// [`version::reader`]).
 pub(crate) async fn read_version(
     op: &opendal::Operator,
     path: &str,

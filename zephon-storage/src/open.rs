@@ -57,7 +57,15 @@ impl RemoteDataset {
     async fn open_async(name: String, uri: String, opts: StorageOptions) -> Result<Self> {
         let backend = Backend::open(&name, &uri, &opts)?;
         let metrics = Arc::new(CacheMetrics::default());
-        let mut manifest = discover(&backend, &name, &metrics, &opts.format).await?;
+        // The manifest and the sidecars go through the cache's disk tier
+        // even where no shard does (byte-range reads): the processes of a
+        // node then read each once.
+        let objects = match opts.cache.enabled && crate::remote::caches_objects(&backend) {
+            true => Some(ShardCache::open(&opts.cache, &backend.uri, 0).await?),
+            false => None,
+        };
+        let mut manifest =
+            discover(&backend, objects.as_ref(), &name, &metrics, &opts.format).await?;
         // The caller's projection wins over one recorded in the manifest.
         if let (FormatSpec::Parquet { columns }, Some(c)) =
             (&mut manifest.format, &opts.format.columns)
@@ -113,6 +121,7 @@ impl RemoteDataset {
                         backend.clone(),
                         e.clone(),
                         metrics.clone(),
+                        objects.clone(),
                     )
                 })
                 .flatten();
@@ -151,6 +160,7 @@ impl RemoteDataset {
                     backend.clone(),
                     e.clone(),
                     metrics.clone(),
+                    objects.clone(),
                 )?));
                 cached.push(None);
             } else {
@@ -223,11 +233,12 @@ impl RemoteDataset {
 
 async fn discover(
     backend: &Backend,
+    cache: Option<&Arc<ShardCache>>,
     name: &str,
     metrics: &CacheMetrics,
     format: &FormatOptions,
 ) -> Result<Manifest> {
-    match backend.read_manifest().await {
+    match read_manifest(backend, cache).await {
         Ok(Some(data)) => {
             let m = Manifest::parse(&data)
                 .map_err(|e| shard_error(name, &backend.uri_of(MANIFEST), e.to_string()))?;
@@ -247,6 +258,32 @@ async fn discover(
             "no index.json manifest, and this backend cannot list; write one with `zephon build-index`",
         )),
         Err(m) => Err(shard_error(name, &backend.uri_of(MANIFEST), m)),
+    }
+}
+
+/// The manifest's bytes (`None` where there is none), through `cache`
+/// where given (see [`read_object`](crate::remote::read_object)); an
+/// error says what failed.
+async fn read_manifest(
+    backend: &Backend,
+    cache: Option<&Arc<ShardCache>>,
+) -> std::result::Result<Option<bytes::Bytes>, String> {
+    let Some(cache) = cache else {
+        return backend.read_manifest().await;
+    };
+    let limit = backend.manifest_limit;
+    let fail = |e: String| zephon_core::Error::config("manifest", e);
+    let read = crate::remote::read_object(backend, Some(cache), MANIFEST, limit, fail).await;
+    match read {
+        Ok(Some(b)) if b.len() as u64 > limit => Err(format!(
+            "the manifest is longer than manifest_limit ({limit} bytes; read no further); {}",
+            crate::manifest::RAISE_LIMIT
+        )),
+        Ok(found) => Ok(found),
+        Err(zephon_core::Error::Config { message, .. }) => {
+            Err(format!("cannot read the manifest: {message}"))
+        }
+        Err(e) => Err(format!("cannot read the manifest: {e}")),
     }
 }
 

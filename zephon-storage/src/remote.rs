@@ -6,7 +6,7 @@ use crate::backend::version::Version;
 use crate::backend::{Backend, runtime};
 use crate::blocks::BlockFile;
 use crate::cache::ShardCache;
-use crate::download::{download_at, download_for_cache, read_to_bytes, shard_error};
+use crate::download::{download_at, download_for_cache, read_version, shard_error};
 use crate::format::compression::Compression;
 use crate::format::jsonl::{LineIndex, parse_line, parse_run};
 use crate::format::lines::{each_prefetched, runs};
@@ -134,7 +134,8 @@ impl CachedShard {
             .get_or_try_init(|| async {
                 let index = match &self.entry.index {
                     Some(p) => {
-                        read_line_index(&self.backend, &self.dataset, &self.entry, p).await?
+                        let cache = self.cache.as_ref();
+                        read_line_index(&self.backend, cache, &self.dataset, &self.entry, p).await?
                     }
                     None => Arc::new(blocks.line_index().await?),
                 };
@@ -156,7 +157,7 @@ impl CachedShard {
         ranges.sort_unstable();
         let chunks = blocks.fetch_spans(ranges).await?;
         let (dataset, uri) = (self.dataset.clone(), self.uri.clone());
-        offload_measured("fetch", &self.parse_cost, indices.len(), move || {
+        let parsed = offload_measured("fetch", &self.parse_cost, indices.len(), move || {
             let mut out = Vec::new();
             for (first, n) in runs {
                 let (from, to) = index.byte_range(first, n);
@@ -164,11 +165,23 @@ impl CachedShard {
                 let k = chunks.partition_point(|(start, _)| *start <= from) - 1;
                 let (start, b) = &chunks[k];
                 let slice = &b[(from - start) as usize..(to - start) as usize];
-                out.extend(parse_run(slice, first, &dataset, &uri)?);
+                out.extend(parse_run(slice, first, &dataset, &uri).map_err(|e| (e, from, to))?);
             }
             Ok(out)
         })
-        .await?
+        .await?;
+        match parsed {
+            Ok(out) => Ok(out),
+            // The blocks passed their checksums, so they hold what was
+            // downloaded; what was downloaded may still not be the shard's
+            // (a server answering another range under the asked one's
+            // `Content-Range`). Kept, they would fail every later run at
+            // this line; dropped, the next run downloads them again.
+            Err((e, from, to)) => {
+                blocks.evict_ranges(vec![(from, to)]).await;
+                Err(e)
+            }
+        }
     }
 
     /// The cache key of this shard, short of the version it is read at
@@ -374,18 +387,22 @@ pub struct RangeShard {
     index_path: String,
     backend: Backend,
     metrics: Arc<CacheMetrics>,
+    /// Where the sidecar is cached (the shards themselves are not).
+    cache: Option<Arc<ShardCache>>,
     index: tokio::sync::OnceCell<Arc<LineIndex>>,
     /// What parsing a line costs, as measured (see [`CachedShard`]'s).
     parse_cost: Arc<WorkCost>,
 }
 
 impl RangeShard {
-    /// A range-read shard; `entry.index` must name its sidecar.
+    /// A range-read shard; `entry.index` must name its sidecar, read
+    /// through `cache` where given (the shard's bytes never are).
     pub fn new(
         dataset: &str,
         backend: Backend,
         entry: ShardEntry,
         metrics: Arc<CacheMetrics>,
+        cache: Option<Arc<ShardCache>>,
     ) -> Result<Self> {
         let uri = backend.uri_of(&entry.path);
         let index_path = entry.index.clone().ok_or_else(|| {
@@ -402,6 +419,7 @@ impl RangeShard {
             index_path,
             backend,
             metrics,
+            cache,
             index: tokio::sync::OnceCell::new(),
             parse_cost: Arc::default(),
         })
@@ -410,31 +428,120 @@ impl RangeShard {
     async fn index(&self) -> Result<Arc<LineIndex>> {
         self.index
             .get_or_try_init(|| {
-                read_line_index(&self.backend, &self.dataset, &self.entry, &self.index_path)
+                read_line_index(
+                    &self.backend,
+                    self.cache.as_ref(),
+                    &self.dataset,
+                    &self.entry,
+                    &self.index_path,
+                )
             })
             .await
             .cloned()
     }
 }
 
+/// What [`read_versioned`] found.
+pub(crate) enum Object {
+    /// The object's bytes, from the cache or downloaded into it.
+    Bytes(Bytes),
+    /// There is no such object.
+    Missing,
+    /// The object is not cached: it is a local file (reading it costs what
+    /// reading the cache's copy would), the stat gave no version of it (no
+    /// ETag, no modification time: nothing would tell its versions apart),
+    /// or it is longer than the limit.
+    Uncached,
+}
+
+/// The object `path` of `backend` (a manifest, a sidecar) through the disk
+/// tier of `cache`: a stat gives its version, the entry is keyed by it and
+/// the download is conditional on it, so the processes sharing the folder
+/// download each version once, and a changed object is read afresh.
+/// `limit` bounds what is cached; `fail` words an error.
+pub(crate) async fn read_versioned(
+    backend: &Backend,
+    cache: &ShardCache,
+    path: &str,
+    limit: u64,
+    fail: impl Fn(String) -> Error,
+) -> Result<Object> {
+    if !caches_objects(backend) {
+        return Ok(Object::Uncached);
+    }
+    let version = match Version::stat(&backend.op, path).await {
+        Ok(v) => v,
+        Err(e) if e.kind() == opendal::ErrorKind::NotFound => return Ok(Object::Missing),
+        Err(e) => return Err(fail(e.to_string())),
+    };
+    if version.tag().is_empty() || version.size() > limit {
+        return Ok(Object::Uncached);
+    }
+    let key = format!("{}#object#{}", backend.uri_of(path), version.tag());
+    let size = version.size();
+    let read = async {
+        read_version(&backend.op, path, .., size, Some(&version))
+            .await
+            .map_err(|e| fail(e.to_string()))
+    };
+    let bytes = cache.get_or_download_object(&key, Some(size), read).await?;
+    Ok(Object::Bytes(bytes))
+}
+
+/// Whether the manifest and sidecars of `backend` go through the cache:
+/// not for a local folder or an in-memory store, whose reads cost what the
+/// cache's would.
+pub(crate) fn caches_objects(backend: &Backend) -> bool {
+    !matches!(backend.op.info().scheme(), "fs" | "memory")
+}
+
+/// The whole object `path` of `backend` if it has at most `limit` bytes
+/// (reading stops past that; the caller checks the length), `None` where
+/// there is none: through `cache` where given (see [`read_versioned`]),
+/// else, or when it is not cached, read directly.
+pub(crate) async fn read_object(
+    backend: &Backend,
+    cache: Option<&Arc<ShardCache>>,
+    path: &str,
+    limit: u64,
+    fail: impl Fn(String) -> Error,
+) -> Result<Option<Bytes>> {
+    if let Some(c) = cache {
+        match read_versioned(backend, c, path, limit, &fail).await? {
+            Object::Bytes(b) => return Ok(Some(b)),
+            Object::Missing => return Ok(None),
+            Object::Uncached => {}
+        }
+    }
+    match crate::download::read_at_most(&backend.op, path, limit).await {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(fail(e.to_string())),
+    }
+}
+
 /// Reads and checks the line-offset index sidecar `path` of `entry`, on
-/// the storage runtime.
+/// the storage runtime, through `cache` where given (see [`read_object`]).
 async fn read_line_index(
     backend: &Backend,
+    cache: Option<&Arc<ShardCache>>,
     dataset: &str,
     entry: &ShardEntry,
     path: &str,
 ) -> Result<Arc<LineIndex>> {
-    let (op, path, backend) = (backend.op.clone(), path.to_owned(), backend.clone());
+    let (path, backend) = (path.to_owned(), backend.clone());
     let (dataset, uri, entry) = (dataset.to_owned(), backend.uri_of(&path), entry.clone());
+    let cache = cache.cloned();
     runtime::spawn(uri.clone(), async move {
         // A sidecar is 8 bytes a line start, and one for the end: reading
         // stops past that, so a wrong or hostile object is not read whole.
         let expect = entry.samples.saturating_add(1).saturating_mul(8);
         let read = async {
-            read_to_bytes(&op, &path, .., expect)
-                .await
-                .map_err(|e| shard_error(&dataset, &uri, format!("cannot read the index: {e}")))
+            let fail =
+                |e: String| shard_error(&dataset, &uri, format!("cannot read the index: {e}"));
+            read_object(&backend, cache.as_ref(), &path, expect, fail)
+                .await?
+                .ok_or_else(|| fail("not found".into()))
         };
         let spans = expect.div_ceil(crate::options::DEADLINE_SPAN);
         let names = (dataset.as_str(), uri.as_str(), "the read of the index");

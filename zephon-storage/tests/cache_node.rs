@@ -147,7 +147,13 @@ fn four_processes_on_one_folder_download_each_shard_once() {
         .map(|s| moto.gets(&format!("{s:03}.jsonl HTTP")))
         .collect();
     assert_eq!(gets, vec![1; 24], "one download per shard for the node");
-    assert_eq!(cache_files(t.path(), "shard").len(), 24);
+    // The shards, their sidecars and the manifest.
+    assert_eq!(cache_files(t.path(), "shard").len(), 24 + 24 + 1);
+    assert_eq!(moto.gets("index.json"), 1, "one download of the manifest");
+    let sidecars: Vec<usize> = (0..24)
+        .map(|s| moto.gets(&format!("{s:03}.jsonl.idx HTTP")))
+        .collect();
+    assert_eq!(sidecars, vec![1; 24], "one download per sidecar");
     assert!(cache_files(t.path(), "tmp").is_empty());
 }
 
@@ -163,6 +169,13 @@ fn a_reader_killed_mid_download_leaves_nothing_served() {
     wait_until("the reader opened the dataset", || {
         out.with_extension("opened").exists()
     });
+    // Opening published the manifest.
+    let shard_entries = || {
+        let mut e = cache_files(t.path(), "shard");
+        e.sort();
+        e
+    };
+    let opened = shard_entries();
     // A stopped server holds every shard download open.
     signal(moto.pid(), "STOP");
     File::create(out.with_extension("go")).unwrap();
@@ -178,8 +191,9 @@ fn a_reader_killed_mid_download_leaves_nothing_served() {
     victim.wait().unwrap();
     signal(moto.pid(), "CONT");
     assert!(!out.exists(), "the reader was killed before it finished");
-    assert!(
-        cache_files(t.path(), "shard").is_empty(),
+    assert_eq!(
+        shard_entries(),
+        opened,
         "a killed download publishes nothing"
     );
     assert!(
@@ -197,7 +211,8 @@ fn a_reader_killed_mid_download_leaves_nothing_served() {
         want
     );
     assert_eq!(rd.cache_stats().misses, 2, "the next reader downloads both");
-    assert_eq!(cache_files(t.path(), "shard").len(), 2);
+    // The shards, their sidecars and the manifest.
+    assert_eq!(cache_files(t.path(), "shard").len(), 2 + 2 + 1);
 }
 
 #[test]
@@ -270,7 +285,8 @@ fn a_stalled_holder_of_a_shard_lock_does_not_hang_other_readers() {
             f
         })
         .collect();
-    assert_eq!(held.len(), 2);
+    // The shards', their sidecars' and the manifest's.
+    assert_eq!(held.len(), 2 + 2 + 1);
     let mut opts = opts;
     opts.cache.lock_wait = Duration::from_millis(200);
     let (tx, rx) = std::sync::mpsc::channel();

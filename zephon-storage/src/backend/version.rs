@@ -44,6 +44,11 @@ impl Version {
         }
     }
 
+    /// The object's size in bytes, as the stat gave it.
+    pub(crate) fn size(&self) -> u64 {
+        self.size
+    }
+
     /// This version as a message names it.
     pub(crate) fn describe(&self) -> String {
         match (&self.etag, self.modified) {

@@ -298,6 +298,24 @@ impl ShardCache {
         }
     }
 
+    /// An object of the dataset other than a shard (its manifest, a
+    /// sidecar) under `key`, which must name its version: from the disk
+    /// tier, or downloaded by `download` and published there, one download
+    /// for the processes sharing the folder, as a shard's block is. Not
+    /// kept in the memory tier (each is read once per open) and not counted
+    /// in the shard counters. With `len`, an entry of another length is
+    /// damaged.
+    pub(crate) async fn get_or_download_object(
+        &self,
+        key: &str,
+        len: Option<u64>,
+        download: impl Future<Output = Result<Bytes>>,
+    ) -> Result<Bytes> {
+        let downloaded = AtomicBool::new(false);
+        let fetched = async move { download.await.map(Fetched::Bytes) };
+        self.fetch(key, len, fetched, &downloaded).await
+    }
+
     /// The miss path of one process: the disk tier, else (as the node's one
     /// downloader of `key`) a download published to the disk tier.
     async fn fetch(

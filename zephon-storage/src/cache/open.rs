@@ -52,6 +52,20 @@ impl ShardCache {
             .and_then(|m| m.get(&dir))
             .and_then(Weak::upgrade)
         {
+            // Joined after it was opened for less (a dataset's manifest is
+            // read through the cache before its largest shard is known):
+            // what the first open decides for a shard too large for the
+            // disk tier's room, decided now.
+            if let Some(d) = c.live_disk()
+                && d.capacity() < disk::on_disk(largest_shard + disk::HEADER as u64)
+            {
+                c.degrade(&format!(
+                    "the disk tier has room for {} bytes, not enough for the largest shard \
+                     ({largest_shard} bytes); shards are cached in memory only",
+                    d.capacity()
+                ));
+                c.disk_off.store(true, Ordering::Relaxed);
+            }
             return Ok(c);
         }
         let cache = Arc::new(Self::build(opts, &dir, largest_shard));

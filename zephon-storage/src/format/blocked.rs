@@ -37,6 +37,19 @@ async fn read(file: &Arc<BlockFile>, from: u64, to: u64) -> Result<Bytes> {
     Ok(spans.pop().map(|(_, b)| b).unwrap_or_default())
 }
 
+/// `e`, once the cached blocks holding bytes `from..to`, which the format
+/// could not read, are dropped: the next run downloads them again rather
+/// than fail on the same bytes from the cache.
+async fn evicted(
+    file: &Arc<BlockFile>,
+    from: u64,
+    to: u64,
+    e: zephon_core::Error,
+) -> zephon_core::Error {
+    file.evict_ranges(vec![(from, to)]).await;
+    e
+}
+
 /// The index of an MDS, Parquet or WebDataset shard read by blocks, from
 /// its header (MDS) or footer (Parquet), read through the blocks covering
 /// it, or from one pass over its blocks (WebDataset).
@@ -64,9 +77,10 @@ pub async fn open_index(
                 }
                 None => count,
             };
-            super::mds::MdsIndex::from_header(&head, len, columns)
-                .map(|i| Arc::new(i) as Arc<dyn ShardIndex>)
-                .map_err(fail)
+            match super::mds::MdsIndex::from_header(&head, len, columns) {
+                Ok(i) => Ok(Arc::new(i) as Arc<dyn ShardIndex>),
+                Err(m) => Err(evicted(file, 0, head.len() as u64, fail(m)).await),
+            }
         }
         #[cfg(feature = "parquet")]
         FormatSpec::Parquet { columns } => {
@@ -77,34 +91,39 @@ pub async fn open_index(
             }
             let tail = read(file, len - 8, len).await?;
             if &tail[4..] != b"PAR1" {
-                return Err(fail(
-                    "not a readable Parquet file: it does not end in PAR1".into(),
-                ));
+                let e = fail("not a readable Parquet file: it does not end in PAR1".into());
+                return Err(evicted(file, len - 8, len, e).await);
             }
             let meta = u32::from_le_bytes(tail[..4].try_into().expect("4 bytes")) as u64;
             if meta + 8 > len {
-                return Err(fail(format!(
+                let e = fail(format!(
                     "not a readable Parquet file: its footer claims {meta} bytes of metadata, \
                      more than the file's {len} bytes"
-                )));
+                ));
+                return Err(evicted(file, len - 8, len, e).await);
             }
             let footer = read(file, len - 8 - meta, len).await?;
             let spans = Spans::new(len, vec![(len - 8 - meta, footer)]);
             let columns = columns.clone();
-            offload("fetch", move || {
+            let opened = offload("fetch", move || {
                 super::parquet::ParquetIndex::open(&spans, columns.as_deref())
                     .map(|i| Arc::new(i) as Arc<dyn ShardIndex>)
             })
-            .await?
-            .map_err(fail)
+            .await?;
+            match opened {
+                Ok(i) => Ok(i),
+                Err(m) => Err(evicted(file, len - 8 - meta, len, fail(m)).await),
+            }
         }
         FormatSpec::WebDataset => {
             let index = file
                 .scan(move |reader| super::webdataset::TarIndex::scan(reader, len))
                 .await?;
-            index
-                .map(|i| Arc::new(i) as Arc<dyn ShardIndex>)
-                .map_err(fail)
+            match index {
+                Ok(i) => Ok(Arc::new(i) as Arc<dyn ShardIndex>),
+                // A tar is indexed from every one of its blocks.
+                Err(m) => Err(evicted(file, 0, len, fail(m)).await),
+            }
         }
         _ => Err(fail(format!(
             "the {} format is not read by blocks this way",
@@ -143,11 +162,16 @@ pub async fn read_groups(
             Some(r) => r,
             None => {
                 let ranges = index.group_ranges(g).map_err(fail)?;
-                let spans = file.fetch_spans(ranges).await?;
-                decode(Some(spans))
-                    .await?
-                    .map_err(fail)?
-                    .ok_or_else(|| fail(format!("group {g} was not decoded")))?
+                let spans = file.fetch_spans(ranges.clone()).await?;
+                match decode(Some(spans)).await? {
+                    Ok(r) => r.ok_or_else(|| fail(format!("group {g} was not decoded")))?,
+                    // Cached blocks the format cannot decode are dropped, so
+                    // the next run downloads them again.
+                    Err(m) => {
+                        file.evict_ranges(ranges).await;
+                        return Err(fail(m));
+                    }
+                }
             }
         };
         super::shard::warn_once(index.as_ref(), dataset, name);

@@ -10,7 +10,7 @@ use crate::local::maps::LocalFile;
 use crate::manifest::ShardEntry;
 use crate::metrics::CacheMetrics;
 use crate::ranges::fetch_spans;
-use crate::remote::CachedShard;
+use crate::remote::{CachedShard, Object, read_versioned};
 use bytes::Bytes;
 use futures::FutureExt;
 use futures::future::BoxFuture;
@@ -70,6 +70,8 @@ pub struct FormatShard {
     /// The content's fingerprint (see [`crate::fingerprint`]), for a
     /// shard whose bytes were read at open.
     fingerprint: Option<u64>,
+    /// Where a remote shard's sidecar is cached.
+    objects: Option<Arc<ShardCache>>,
 }
 
 /// A handle of its own on a shard's bytes, for one read: the views its
@@ -144,6 +146,7 @@ impl FormatShard {
             index: tokio::sync::OnceCell::new_with(Some(index)),
             decode_cost: Arc::default(),
             fingerprint: Some(crate::fingerprint::of(&data)),
+            objects: None,
         })
     }
 
@@ -174,6 +177,7 @@ impl FormatShard {
             source: Source::Local(data),
             index: tokio::sync::OnceCell::new_with(Some(index)),
             decode_cost: Arc::default(),
+            objects: None,
         })
     }
 
@@ -190,6 +194,7 @@ impl FormatShard {
         let sidecar = entry.index.clone();
         let len = entry.samples;
         let fingerprint = Some(entry.fingerprint());
+        let objects = cache.clone();
         let shard = Box::new(CachedShard::new(
             dataset,
             backend.clone(),
@@ -210,17 +215,21 @@ impl FormatShard {
             index: tokio::sync::OnceCell::new(),
             decode_cost: Arc::default(),
             fingerprint,
+            objects,
         }
     }
 
     /// A remote shard read by byte range, for formats whose samples can be
     /// read alone (flat token files, Megatron); `None` for other formats.
+    /// Its sidecar is read through `objects` where given (the shard's
+    /// bytes never are).
     pub fn ranged(
         dataset: &str,
         spec: FormatSpec,
         backend: Backend,
         entry: ShardEntry,
         metrics: Arc<CacheMetrics>,
+        objects: Option<Arc<ShardCache>>,
     ) -> Option<Self> {
         if !matches!(spec, FormatSpec::Tokens { .. } | FormatSpec::Megatron) {
             return None;
@@ -238,6 +247,7 @@ impl FormatShard {
             },
             index: tokio::sync::OnceCell::new(),
             decode_cost: Arc::default(),
+            objects,
         })
     }
 
@@ -271,6 +281,7 @@ impl FormatShard {
         )
         .key()
         .to_owned();
+        let objects = Some(cache.clone());
         let file = Arc::new(BlockFile::new(
             dataset,
             backend.clone(),
@@ -292,6 +303,7 @@ impl FormatShard {
             },
             index: tokio::sync::OnceCell::new(),
             decode_cost: Arc::default(),
+            objects,
         })
     }
 
@@ -347,17 +359,31 @@ impl FormatShard {
                 };
                 // The sidecar (a Megatron `.idx`: 12 bytes a sequence and 8
                 // a document) is read in place for the shard's life: kept in
-                // a temporary file and mapped, not in the process's memory.
+                // the cache's disk tier (one download for the processes
+                // sharing it), else in a temporary file, and mapped, not in
+                // the process's memory.
                 let side = match &sidecar {
                     Some(p) => {
                         let (backend, p, dataset) =
                             (backend.clone(), p.clone(), self.dataset.clone());
+                        let objects = self.objects.clone();
                         Some(
                             runtime::spawn(backend.uri_of(&p), async move {
-                                download_to_temp(&backend, &dataset, &p, None, false).await
+                                let uri = backend.uri_of(&p);
+                                let fail = |e: String| {
+                                    shard_error(&dataset, &uri, format!("cannot read it: {e}"))
+                                };
+                                if let Some(c) = &objects {
+                                    let read = read_versioned(&backend, c, &p, u64::MAX, fail);
+                                    if let Object::Bytes(b) = read.await? {
+                                        return Ok(b);
+                                    }
+                                }
+                                let spilled =
+                                    download_to_temp(&backend, &dataset, &p, None, false).await?;
+                                Ok(spilled.bytes)
                             })
-                            .await?
-                            .bytes,
+                            .await?,
                         )
                     }
                     None => None,
@@ -426,7 +452,7 @@ impl FormatShard {
             _ => unreachable!("only shards read by range or block read ranges"),
         };
         let (dataset, name, wanted) = (self.dataset.clone(), self.name.clone(), indices.to_vec());
-        offload_measured("fetch", &self.decode_cost, wanted.len(), move || {
+        let decoded = offload_measured("fetch", &self.decode_cost, wanted.len(), move || {
             wanted
                 .iter()
                 .map(|&i| {
@@ -436,11 +462,21 @@ impl FormatShard {
                     let (start, b) = &chunks[k];
                     index
                         .decode_range(i, &b.slice((from - start) as usize..(to - start) as usize))
-                        .map_err(|m| shard_error(&dataset, &name, m))
+                        .map_err(|m| (shard_error(&dataset, &name, m), from, to))
                 })
-                .collect()
+                .collect::<std::result::Result<Vec<_>, _>>()
         })
-        .await?
+        .await?;
+        match (decoded, &self.source) {
+            (Ok(records), _) => Ok(records),
+            // Cached blocks a format cannot decode are dropped, so the next
+            // run downloads them again (see `BlockFile::evict_range`).
+            (Err((e, from, to)), Source::Blocks { file, .. }) => {
+                file.evict_ranges(vec![(from, to)]).await;
+                Err(e)
+            }
+            (Err((e, ..)), _) => Err(e),
+        }
     }
 }
 
