@@ -89,6 +89,16 @@ pub struct StorageOptions {
     /// than `min_rate`, an object that changed during the run, a missing
     /// object or a refused credential, and a broken multipart answer (its
     /// ranges are then refused by name).
+    ///
+    /// What the defaults cover: 3 retries after delays of 100, 200 and
+    /// 400 ms (doubling from `retry_min_delay`, each lengthened by a random
+    /// jitter of up to itself) wait 700 ms in all, 1.4 s at most, so an
+    /// endpoint that refuses connections for longer than that fails the
+    /// read; one that hangs is waited for up to `io_timeout` a try, about
+    /// 41 s over the four tries, within `block_deadline`. For a longer
+    /// outage raise `retries` (10 wait 26.3 s, at most 52.6 s with the
+    /// jitter) and `block_deadline` with it. `zephon run` sets it from a
+    /// recipe's `[storage] retries` or `--retries`.
     pub retries: usize,
     /// First retry delay, in [`RETRY_DELAY_MS`] (0 to an hour; default
     /// 100 ms); later delays double, up to `retry_max_delay`, with jitter.

@@ -96,6 +96,7 @@ pub fn work_source(recipe: &Recipe, base: &Path) -> Result<WorkSource> {
         .world_size(w.world_size)
         .ownership(w.ownership);
     let per_dataset = w.per_dataset(&recipe.datasets);
+    let storage = recipe.storage.options()?;
     b = match w.stop_after_passes {
         Some(n) => b.stop_after_passes(n),
         None if w.repeat => b.repeat(),
@@ -103,7 +104,7 @@ pub fn work_source(recipe: &Recipe, base: &Path) -> Result<WorkSource> {
     };
     for (i, d) in recipe.datasets.iter().enumerate() {
         let uri = resolve(base, &d.uri);
-        let ds = zephon_core::Dataset::from_uri(&d.name, &uri)
+        let ds = zephon_core::Dataset::from_uri_with(&d.name, &uri, &storage)
             .with_context(|| format!("datasets[{i}] (`{}`, {uri})", d.name))?;
         b = b.dataset(ds, d.weight);
         if per_dataset {

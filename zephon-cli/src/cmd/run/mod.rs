@@ -45,6 +45,51 @@ pub struct Args {
     /// (0.1 to 86400), so a scraper reads the final figures.
     #[arg(long, value_name = "SECONDS", value_parser = super::flags::seconds, requires = "metrics_addr")]
     pub metrics_hold: Option<f64>,
+    /// Storage settings, over the recipe's `[storage]`.
+    #[command(flatten)]
+    pub storage: StorageFlags,
+}
+
+/// `zephon run`'s storage flags: each overrides the key of the recipe's
+/// `[storage]` table of the same name, and is checked against the same
+/// range when the pipeline is built.
+#[derive(Debug, Default, clap::Args)]
+pub struct StorageFlags {
+    /// Retries of a failed storage request (0 to 100; default 3).
+    #[arg(long, value_name = "N")]
+    pub retries: Option<u64>,
+    /// Limit of each wait for a body's bytes, in milliseconds (1 to
+    /// 86,400,000; default 10,000).
+    #[arg(long, value_name = "MS")]
+    pub io_timeout_ms: Option<u64>,
+    /// Longest time one block or request may take, retries included, in
+    /// milliseconds (100 to 86,400,000; default 120,000).
+    #[arg(long, value_name = "MS")]
+    pub block_deadline_ms: Option<u64>,
+    /// Slowest response body accepted, in bytes a second (0, off, to 1 GiB;
+    /// default 1,024).
+    #[arg(long, value_name = "BYTES")]
+    pub min_rate: Option<u64>,
+    /// Size of the shard cache's blocks, in bytes (64 KiB to 256 MiB;
+    /// default 4 MiB).
+    #[arg(long, value_name = "BYTES")]
+    pub block_bytes: Option<u64>,
+}
+
+impl StorageFlags {
+    /// `spec` with the flags given put over its keys.
+    pub fn apply(&self, spec: &mut recipe::StorageSpec) {
+        let over = |flag: Option<u64>, key: &mut Option<u64>| {
+            if flag.is_some() {
+                *key = flag;
+            }
+        };
+        over(self.retries, &mut spec.retries);
+        over(self.io_timeout_ms, &mut spec.io_timeout_ms);
+        over(self.block_deadline_ms, &mut spec.block_deadline_ms);
+        over(self.min_rate, &mut spec.min_rate);
+        over(self.block_bytes, &mut spec.block_bytes);
+    }
 }
 
 /// What a run delivered.
@@ -72,7 +117,8 @@ pub struct Summary {
 
 /// Runs a recipe.
 pub fn run(args: Args) -> Result<()> {
-    let recipe = recipe::Recipe::load(&args.recipe)?;
+    let mut recipe = recipe::Recipe::load(&args.recipe)?;
+    args.storage.apply(&mut recipe.storage);
     let base = args
         .recipe
         .parent()

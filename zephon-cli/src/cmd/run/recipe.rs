@@ -22,6 +22,85 @@ pub struct Recipe {
     pub work_source: WorkSourceSpec,
     /// The operators, source to consumer.
     pub ops: Vec<OpSpec>,
+    /// How patient reads of remote datasets are, and the cache's block size.
+    #[serde(default)]
+    pub storage: StorageSpec,
+}
+
+/// `[storage]`: the retry policy of remote reads and the shard cache's
+/// block size, each within the range `zephon_storage::StorageOptions`
+/// documents; a key left out keeps its default there. `zephon run`'s flags
+/// of the same names (`--retries`, `--io-timeout-ms`, ...) override them.
+///
+/// ```toml
+/// [storage]
+/// retries = 8               # 0 to 100 (default 3)
+/// io_timeout_ms = 20000     # 1 to 86,400,000 (default 10,000)
+/// block_deadline_ms = 300000 # 100 to 86,400,000 (default 120,000)
+/// min_rate = 1024           # bytes a second, 0 (off) to 1 GiB (default 1,024)
+/// block_bytes = 8388608     # 64 KiB to 256 MiB (default 4 MiB)
+/// ```
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StorageSpec {
+    /// Retries of a failed request (`StorageOptions::retries`).
+    pub retries: Option<u64>,
+    /// Limit of each wait for a body's bytes, in milliseconds
+    /// (`StorageOptions::io_timeout`).
+    pub io_timeout_ms: Option<u64>,
+    /// Longest time one block or request takes, retries included, in
+    /// milliseconds (`StorageOptions::block_deadline`).
+    pub block_deadline_ms: Option<u64>,
+    /// Slowest body accepted, in bytes a second (`StorageOptions::min_rate`).
+    pub min_rate: Option<u64>,
+    /// Size of the shard cache's blocks, in bytes (`CacheOptions::block_bytes`).
+    pub block_bytes: Option<u64>,
+}
+
+impl StorageSpec {
+    /// The storage options these settings give, each checked against its
+    /// range: an error names the key (`storage.retries`, ...) and the
+    /// flag that sets it too.
+    pub fn options(&self) -> Result<zephon_storage::StorageOptions> {
+        use std::time::Duration;
+        use zephon_storage::options::{
+            BLOCK_BYTES, BLOCK_DEADLINE_MS, MIN_RATE, RETRIES, TIMEOUT_MS,
+        };
+        let check = |key: &str, flag: &str, v: Option<u64>, range: zephon_core::settings::Range| {
+            v.map(|v| range.check(&format!("storage.{key} (--{flag})"), v))
+                .transpose()
+        };
+        let mut o = zephon_storage::StorageOptions::default();
+        if let Some(n) = check("retries", "retries", self.retries, RETRIES)? {
+            o.retries = n as usize;
+        }
+        if let Some(ms) = check(
+            "io_timeout_ms",
+            "io-timeout-ms",
+            self.io_timeout_ms,
+            TIMEOUT_MS,
+        )? {
+            o.io_timeout = Duration::from_millis(ms);
+        }
+        let deadline = self.block_deadline_ms;
+        if let Some(ms) = check(
+            "block_deadline_ms",
+            "block-deadline-ms",
+            deadline,
+            BLOCK_DEADLINE_MS,
+        )? {
+            o.block_deadline = Duration::from_millis(ms);
+        }
+        if let Some(r) = check("min_rate", "min-rate", self.min_rate, MIN_RATE)? {
+            o.min_rate = r;
+        }
+        if let Some(b) = check("block_bytes", "block-bytes", self.block_bytes, BLOCK_BYTES)? {
+            o.cache.block_bytes = b;
+        }
+        o.validate()?;
+        o.cache.validate()?;
+        Ok(o)
+    }
 }
 
 /// `[run]`.
