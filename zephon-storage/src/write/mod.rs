@@ -531,27 +531,23 @@ impl DatasetWriter {
                 };
                 self.close(end)?;
             }
-            let index = match &self.journal.format {
+            let manifest = self.manifest();
+            let index = match &manifest.format {
                 // Streaming's own index, which this project reads as well.
                 FormatSpec::Mds { columns } => {
                     samples::streaming_index(columns, &self.journal.shards)
                 }
-                format => {
-                    let mut manifest = Manifest::new(
-                        self.journal
-                            .shards
-                            .iter()
-                            .map(|f| f.entry.clone())
-                            .collect(),
-                    );
-                    manifest.format = format.clone();
-                    manifest.to_json().into_bytes()
-                }
+                _ => manifest.to_json().into_bytes(),
             };
             put(&self.backend, &self.dataset, MANIFEST, index)?;
             self.journal.complete = true;
             self.journal.write(&self.backend, &self.dataset)?;
         }
+        Ok(self.manifest())
+    }
+
+    /// The manifest of the shards finished so far.
+    fn manifest(&self) -> Manifest {
         let mut manifest = Manifest::new(
             self.journal
                 .shards
@@ -559,8 +555,8 @@ impl DatasetWriter {
                 .map(|f| f.entry.clone())
                 .collect(),
         );
-        manifest.format = self.journal.format;
-        Ok(manifest)
+        manifest.format = self.journal.format.clone();
+        manifest
     }
 
     fn close_if_full(&mut self, bytes: u64) -> Result<()> {

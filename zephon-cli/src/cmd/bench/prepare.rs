@@ -117,27 +117,7 @@ fn measure_raw(a: &Args, texts: &[String]) -> Result<Run> {
     let (tok, _) = raw_tokenizer(a)?;
     let sampler = PeakRss::start();
     let start = Instant::now();
-    let mut n = 0u64;
-    // The encodings are freed on a thread of their own, as the pipeline's
-    // consumer frees beside its tokenizing workers.
-    let (to_free, freed) = std::sync::mpsc::sync_channel::<Vec<_>>(1);
-    let freer = std::thread::spawn(move || freed.into_iter().for_each(drop));
-    for chunk in texts.chunks(1024) {
-        let enc = tok
-            .encode_batch_fast(chunk.iter().map(String::as_str).collect::<Vec<_>>(), false)
-            .map_err(|e| anyhow::anyhow!("encode_batch_fast: {e}"))?;
-        n += enc
-            .iter()
-            .map(|e| e.get_ids().len() as u64 + 1)
-            .sum::<u64>();
-        to_free
-            .send(enc)
-            .map_err(|_| anyhow::anyhow!("the thread freeing encodings ended"))?;
-    }
-    drop(to_free);
-    freer
-        .join()
-        .map_err(|_| anyhow::anyhow!("the thread freeing encodings panicked"))?;
+    let n = super::tokenize_pack::encode_all(&tok, texts)?;
     let seconds = start.elapsed().as_secs_f64();
     let peak_anon = sampler.stop().unwrap_or(0);
     let line = serde_json::json!({
