@@ -37,6 +37,9 @@ export PATH="$PATH:/usr/sbin"
 # Where npm put azurite-blob, if that is not on the PATH already.
 if command -v npm >/dev/null 2>&1; then PATH="$PATH:$(npm prefix --global)/bin"; fi
 
+# zephon-cli turns on zephon-burn's `media` feature, so this build of
+# zephon-burn has it: its image and audio conversions and the image
+# classifier of the timing harness are tested here, in the same test binary.
 cargo test --workspace
 
 # The guide examples, one per tuning topic, each a small runnable program,

@@ -6,6 +6,10 @@ use crate::device::{DeviceChoice, Precision};
 use crate::error::{Error, Result};
 use crate::harness::{self, HarnessConfig, ScalerConfig, SummaryFile, TimingRun};
 use crate::models::autoencoder::{Autoencoder, AutoencoderConfig, DummyData};
+#[cfg(feature = "media")]
+use crate::models::image_classifier::{
+    ImageClassifier, ImageClassifierConfig, ImageData, ShardStore,
+};
 use crate::models::lm::{LmConfig, TextData, TransformerLm};
 use burn::optim::{AdamConfig, AdamWConfig, ModuleOptimizer, SgdConfig};
 pub(crate) use check::in_range;
@@ -55,6 +59,9 @@ pub enum ModelConfig {
     Autoencoder(AutoencoderConfig),
     /// A small transformer language model.
     TransformerLm(LmConfig),
+    /// A small image classifier (feature `media`).
+    #[cfg(feature = "media")]
+    ImageClassifier(ImageClassifierConfig),
 }
 
 /// The built-in data modules, chosen by `name`.
@@ -65,6 +72,10 @@ pub enum DataConfig {
     Dummy(DummyData),
     /// Synthetic documents through a tokenize -> batch -> collate pipeline (for the LM).
     SyntheticText(TextData),
+    /// WebDataset shards of JPEGs and labels through decode -> crop -> flip
+    /// -> collate (for the image classifier; feature `media`).
+    #[cfg(feature = "media")]
+    WebdatasetImages(ImageData),
 }
 
 /// The optimizer and its learning rate.
@@ -260,10 +271,30 @@ impl TimingConfig {
                     return Err(Error::config("model.n_heads", "must divide model.d_model"));
                 }
             }
+            #[cfg(feature = "media")]
+            (ModelConfig::ImageClassifier(m), DataConfig::WebdatasetImages(d)) => {
+                d.validate()?;
+                if m.num_classes != d.num_classes {
+                    return Err(Error::config(
+                        "data.num_classes",
+                        format!(
+                            "{} differs from model.num_classes {}",
+                            d.num_classes, m.num_classes
+                        ),
+                    ));
+                }
+                if m.in_channels != 3 {
+                    return Err(Error::config(
+                        "model.in_channels",
+                        format!("{}: the pipeline decodes RGB, 3 channels", m.in_channels),
+                    ));
+                }
+            }
             _ => {
                 return Err(Error::config(
                     "data.name",
-                    "model `autoencoder` takes data `dummy`; `transformer_lm` takes `synthetic_text`",
+                    "model `autoencoder` takes data `dummy`; `transformer_lm` takes `synthetic_text`; \
+                     `image_classifier` (feature `media`) takes `webdataset_images`",
                 ));
             }
         }
@@ -310,6 +341,8 @@ impl TimingConfig {
         match self.model {
             ModelConfig::Autoencoder(_) => "autoencoder",
             ModelConfig::TransformerLm(_) => "transformer_lm",
+            #[cfg(feature = "media")]
+            ModelConfig::ImageClassifier(_) => "image_classifier",
         }
     }
 }
@@ -379,7 +412,30 @@ struct Versions {
 /// Runs `zephon timing`: reads the configuration, builds the model and its
 /// data, times `epochs` epochs, and writes the seven output files (and the
 /// trace, if asked).
+///
+/// This crate opens no storage, so data read from shards
+/// (`webdataset_images`, feature `media`) needs `run_timing_with` and a
+/// store; here it is an error naming `data.dir`.
 pub fn run_timing(opts: &TimingOptions) -> Result<TimingReport> {
+    run_timing_inner(
+        opts,
+        #[cfg(feature = "media")]
+        None,
+    )
+}
+
+/// [`run_timing`], with the WebDataset shards of `webdataset_images` read
+/// (and, for its synthetic data, written) through `store`: `zephon timing`
+/// passes one backed by `zephon-storage`.
+#[cfg(feature = "media")]
+pub fn run_timing_with(opts: &TimingOptions, store: &dyn ShardStore) -> Result<TimingReport> {
+    run_timing_inner(opts, Some(store))
+}
+
+fn run_timing_inner(
+    opts: &TimingOptions,
+    #[cfg(feature = "media")] store: Option<&dyn ShardStore>,
+) -> Result<TimingReport> {
     let cfg = TimingConfig::from_file(&opts.config)?;
     if opts.epochs == 0 {
         return Err(Error::config("epochs", "must be at least 1"));
@@ -429,6 +485,20 @@ pub fn run_timing(opts: &TimingOptions) -> Result<TimingReport> {
         (ModelConfig::TransformerLm(m), DataConfig::SyntheticText(d)) => {
             let model = TransformerLm::new(m, &device);
             harness::run(model, optimizer, &mut d.source()?, &device, &hcfg)?.1
+        }
+        #[cfg(feature = "media")]
+        (ModelConfig::ImageClassifier(m), DataConfig::WebdatasetImages(d)) => {
+            let store = store.ok_or_else(|| {
+                Error::config(
+                    "data.dir",
+                    format!(
+                        "{}: reading WebDataset shards needs a shard store (`run_timing_with`, as `zephon timing` calls it)",
+                        d.dir.display()
+                    ),
+                )
+            })?;
+            let model = ImageClassifier::new(m, &device);
+            harness::run(model, optimizer, &mut d.source(store)?, &device, &hcfg)?.1
         }
         _ => unreachable!("validate() pairs models with data"),
     };

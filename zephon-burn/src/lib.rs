@@ -9,12 +9,16 @@ pub mod device;
 pub mod error;
 #[cfg(feature = "harness")]
 pub mod harness;
+#[cfg(feature = "media")]
+pub mod media;
 #[cfg(feature = "harness")]
 pub mod models;
 pub mod resume;
 #[cfg(feature = "train")]
 pub mod train;
 
+#[cfg(all(feature = "harness", feature = "media"))]
+pub use config::run_timing_with;
 #[cfg(feature = "harness")]
 pub use config::{TimingConfig, TimingOptions, TimingReport, run_timing};
 pub use convert::TrainingTensors;

@@ -53,10 +53,19 @@ impl TimingConfig {
                     ));
                 }
             }
+            #[cfg(feature = "media")]
+            ModelConfig::ImageClassifier(m) => {
+                in_range("model.in_channels", m.in_channels, MODEL_DIM)?;
+                in_range("model.conv_channels", m.conv_channels[0], MODEL_DIM)?;
+                in_range("model.conv_channels", m.conv_channels[1], MODEL_DIM)?;
+                in_range("model.num_classes", m.num_classes, MODEL_DIM)?;
+            }
         }
         match &self.data {
             DataConfig::Dummy(d) => d.validate()?,
             DataConfig::SyntheticText(d) => d.validate()?,
+            #[cfg(feature = "media")]
+            DataConfig::WebdatasetImages(d) => d.validate()?,
         }
         let t = &self.timing;
         if t.max_batches_per_epoch == Some(0) {
@@ -119,6 +128,14 @@ pub(super) fn key_inside_section(text: &str, section: &str) -> Option<String> {
         ("model", "transformer_lm") => path_of::<LmConfig>(fields),
         ("data", "dummy") => path_of::<DummyData>(fields),
         ("data", "synthetic_text") => path_of::<TextData>(fields),
+        #[cfg(feature = "media")]
+        ("model", "image_classifier") => {
+            path_of::<crate::models::image_classifier::ImageClassifierConfig>(fields)
+        }
+        #[cfg(feature = "media")]
+        ("data", "webdataset_images") => {
+            path_of::<crate::models::image_classifier::ImageData>(fields)
+        }
         _ => None,
     }?;
     Some(format!("{section}.{inner}"))

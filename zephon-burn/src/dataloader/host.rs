@@ -81,3 +81,93 @@ impl HostBatch for TrainingBatch {
         }
     }
 }
+
+/// The items of an image batch are its images; a cut keeps their pixels,
+/// labels and records.
+#[cfg(feature = "media")]
+impl HostBatch for zephon_media::ImageBatch {
+    fn num_items(&self) -> usize {
+        self.batch_size
+    }
+    fn keep(mut self, range: Range<usize>) -> Self {
+        if range == (0..self.batch_size) {
+            return self;
+        }
+        // Both layouts keep each image's values together (N first).
+        let per = self.height as usize * self.width as usize * self.channels as usize;
+        let values = range.start * per..range.end * per;
+        self.pixels = match self.pixels {
+            zephon_media::Pixels::U8(mut v) => {
+                v.truncate(values.end);
+                v.drain(..values.start);
+                zephon_media::Pixels::U8(v)
+            }
+            zephon_media::Pixels::F32(mut v) => {
+                v.truncate(values.end);
+                v.drain(..values.start);
+                zephon_media::Pixels::F32(v)
+            }
+        };
+        keep_rows(&mut self.labels, &range);
+        keep_rows(&mut self.records, &range);
+        self.batch_size = range.len();
+        // A slice of a lane-batch is not a lane boundary.
+        self.cut = None;
+        self
+    }
+}
+
+/// The items of an audio batch are its sounds.
+#[cfg(feature = "media")]
+impl HostBatch for zephon_media::AudioBatch {
+    fn num_items(&self) -> usize {
+        self.batch_size
+    }
+    fn keep(mut self, range: Range<usize>) -> Self {
+        if range == (0..self.batch_size) {
+            return self;
+        }
+        let per = self.channels as usize * self.frames;
+        self.samples.truncate(range.end * per);
+        self.samples.drain(..range.start * per);
+        keep_rows(&mut self.lengths, &range);
+        keep_rows(&mut self.labels, &range);
+        keep_rows(&mut self.records, &range);
+        self.batch_size = range.len();
+        self.cut = None;
+        self
+    }
+}
+
+/// The items of a spectrogram batch are its sounds.
+#[cfg(feature = "media")]
+impl HostBatch for zephon_media::MelBatch {
+    fn num_items(&self) -> usize {
+        self.batch_size
+    }
+    fn keep(mut self, range: Range<usize>) -> Self {
+        if range == (0..self.batch_size) {
+            return self;
+        }
+        let per = self.channels as usize * self.n_mels * self.frames;
+        self.values.truncate(range.end * per);
+        self.values.drain(..range.start * per);
+        keep_rows(&mut self.lengths, &range);
+        keep_rows(&mut self.labels, &range);
+        keep_rows(&mut self.records, &range);
+        self.batch_size = range.len();
+        self.cut = None;
+        self
+    }
+}
+
+/// Keeps `range` of a per-item vector; one without an entry per item (no
+/// labels) stays empty.
+#[cfg(feature = "media")]
+fn keep_rows<T>(v: &mut Vec<T>, range: &Range<usize>) {
+    if v.is_empty() {
+        return;
+    }
+    v.truncate(range.end);
+    v.drain(..range.start.min(v.len()));
+}
