@@ -267,3 +267,20 @@ fn the_shipped_image_config_parses() {
     let cfg = TimingConfig::from_file(&path).unwrap();
     assert_eq!(cfg.model_name(), "image_classifier");
 }
+
+#[test]
+fn each_epoch_gets_fresh_crops_and_the_same_epoch_the_same() {
+    let store = InMemoryShards::default();
+    let d = data(60, 40, 8, 2);
+    let ds = d.dataset(&store).unwrap();
+    let digests = |epoch: usize| -> Vec<u64> {
+        // One work source for both epochs: only the augmentations differ.
+        let ws = d.work_source(ds.clone(), 0).unwrap();
+        d.pipeline_on(ws, epoch)
+            .unwrap()
+            .map(|b| b.unwrap().digest())
+            .collect()
+    };
+    assert_eq!(digests(0), digests(0));
+    assert_ne!(digests(0), digests(1));
+}

@@ -366,17 +366,24 @@ impl ImageData {
             .build()
     }
 
-    /// The pipeline on `ws`: fetch -> `decode_image` (RGB) ->
-    /// `random_resized_crop` (area 8-100%, aspect 3/4 to 4/3) -> `flip`
-    /// (probability 1/2) -> batch -> `collate_images` (N×C×H×W, labels from
-    /// `cls`) -> prefetch.
-    pub fn pipeline_on(&self, ws: WorkSource) -> zephon_core::Result<BlockingIter<ImageBatch>> {
+    /// The pipeline of epoch `epoch` on `ws`: fetch -> `decode_image`
+    /// (RGB) -> `random_resized_crop` (area 8-100%, aspect 3/4 to 4/3) ->
+    /// `flip` (probability 1/2) -> batch -> `collate_images` (N×C×H×W,
+    /// labels from `cls`) -> prefetch. Crops and flips are seeded by
+    /// `seed + epoch`: the augmentations' seeds do not hold the pass, so
+    /// without it every epoch would see the same crops.
+    pub fn pipeline_on(
+        &self,
+        ws: WorkSource,
+        epoch: usize,
+    ) -> zephon_core::Result<BlockingIter<ImageBatch>> {
         let s = self.image_size;
+        let seed = self.seed.wrapping_add(epoch as u64);
         ws.stream()
             .fetch(self.decode_workers)
             .decode_image(DecodeConfig::new(IMAGE_FIELD), self.decode_workers)
-            .random_resized_crop(RandomResizedCrop::new(s, s).seed(self.seed), self.workers)
-            .flip(Flip::new(0.5, self.seed), self.workers)
+            .random_resized_crop(RandomResizedCrop::new(s, s).seed(seed), self.workers)
+            .flip(Flip::new(0.5, seed), self.workers)
             .batch(self.batch_size)
             .collate_images(CollateConfig::new(Layout::Chw).label(LABEL_FIELD))
             .prefetch_batches(4)
@@ -391,8 +398,9 @@ impl ImageData {
         let dataset = self.dataset(store)?;
         let batches = dataset.num_samples().div_ceil(self.batch_size as u64) as usize;
         let data = self.clone();
-        let build: BuildImages =
-            Box::new(move |epoch| data.pipeline_on(data.work_source(dataset.clone(), epoch)?));
+        let build: BuildImages = Box::new(move |epoch| {
+            data.pipeline_on(data.work_source(dataset.clone(), epoch)?, epoch)
+        });
         Ok(ImageSource {
             inner: PipelineSource::new(build).with_batches_per_epoch(batches),
             num_classes: self.num_classes,
