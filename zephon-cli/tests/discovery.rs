@@ -133,3 +133,28 @@ fn build_index_writes_only_inside_the_folder_it_is_given() {
         std::fs::remove_file(data.join(name)).unwrap();
     }
 }
+
+/// `build-index` records per-chunk sums of the shards it reads; flat token
+/// files, counted from their size, get them (and a SHA-256) only with
+/// `--checksums`.
+#[test]
+fn build_index_checksums_reads_token_files_too() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("tok");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("a.bin"), vec![1u8; 3 << 20]).unwrap();
+    let manifest = |args: &[&str]| {
+        let (ok, out, err) = zephon(args);
+        assert!(ok, "{out}{err}");
+        let m: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("index.json")).unwrap()).unwrap();
+        m["shards"][0].clone()
+    };
+    let uri = dir.display().to_string();
+    let plain = manifest(&["build-index", &uri]);
+    assert!(plain.get("chunks").is_none() && plain.get("sha256").is_none(), "{plain}");
+    let full = manifest(&["build-index", &uri, "--checksums"]);
+    assert_eq!(full["chunks"]["bytes"], 1 << 20, "{full}");
+    assert_eq!(full["chunks"]["crc32c"].as_array().unwrap().len(), 3, "{full}");
+    assert!(full["sha256"].is_string(), "{full}");
+}

@@ -263,6 +263,18 @@ pub fn crc32c(data: &[u8]) -> u32 {
     ::crc32c::crc32c(data)
 }
 
+/// The CRC32C of the bytes `crc` is the CRC32C of followed by `data`, so a
+/// sum can be computed piece by piece: `crc32c_append(crc32c(a), b)` is
+/// `crc32c` of `a` then `b`.
+///
+/// ```
+/// use zephon_core::hash::{crc32c, crc32c_append};
+/// assert_eq!(crc32c_append(crc32c(b"zeph"), b"on"), crc32c(b"zephon"));
+/// ```
+pub fn crc32c_append(crc: u32, data: &[u8]) -> u32 {
+    ::crc32c::crc32c_append(crc, data)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,9 +8,14 @@
 //!
 //! A shard no larger than one block is one block, downloaded whole and
 //! checked against the manifest's size and SHA-256. A larger shard's blocks
-//! are range reads whose length is checked; the whole-shard SHA-256 cannot
-//! be checked block by block. Every block, once downloaded, carries a CRC32C
-//! in the disk tier that is checked when it is read back.
+//! are range reads whose length is checked, and whose bytes are checked
+//! against the manifest's [`ChunkSums`](crate::manifest::ChunkSums) where
+//! it has them (`zephon build-index` and `zephon prepare` write them; the
+//! whole-shard SHA-256 cannot be checked block by block): a block of other
+//! bytes is downloaded again, as a failed request is retried, and is an
+//! error naming the shard, the block and the chunk once the retries are
+//! spent, never cached. Every block, once downloaded, carries a CRC32C in
+//! the disk tier that is checked when it is read back.
 //!
 //! The shard is read at one version: the first read records it (by a stat:
 //! its ETag, else its modification time and size), every block request is
@@ -73,11 +78,25 @@ impl BlockFile {
         cache: Arc<ShardCache>,
         metrics: Arc<CacheMetrics>,
     ) -> Self {
+        let block = cache.block_bytes();
+        if let Some(sums) = &entry.chunks
+            && !sums.verifies_blocks_of(block)
+            && entry.bytes > block
+        {
+            tracing::warn!(
+                "dataset `{dataset}`, shard `{}`: blocks of {block} bytes hold no whole chunk \
+                 of the manifest's {} bytes, so they are checked by their length only; a \
+                 block size of {} bytes or a multiple of it verifies every block",
+                backend.uri_of(&entry.path),
+                sums.bytes,
+                sums.bytes
+            );
+        }
         BlockFile {
             dataset: dataset.into(),
             uri: backend.uri_of(&entry.path),
             key: key.to_owned(),
-            block: cache.block_bytes(),
+            block,
             entry,
             backend,
             cache,
@@ -249,6 +268,22 @@ impl BlockFile {
             if (b.len() as u64) < to - from && self.backend.retry_short(attempt).await {
                 attempt += 1;
                 continue;
+            }
+            // Bytes other than the shard's under the asked range (a proxy
+            // or a store answering wrongly) are tried again too, and never
+            // cached: the download fails before the cache keeps them.
+            if b.len() as u64 == to - from
+                && let Some(sums) = &self.entry.chunks
+                && let Err(m) = sums.verify(from, &b, self.entry.bytes)
+            {
+                if self.backend.retry_short(attempt).await {
+                    attempt += 1;
+                    continue;
+                }
+                return Err(fail(format!(
+                    "{m}: the server sent other bytes than the shard's, on every try; \
+                     nothing of them was cached"
+                )));
             }
             break b;
         };

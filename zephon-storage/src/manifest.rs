@@ -122,6 +122,158 @@ pub struct ShardEntry {
     /// index of a JSONL shard (see [`encode_index`]) or a Megatron `.idx`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub index: Option<String>,
+    /// A CRC32C of every chunk of the stored object, which each block of a
+    /// remote shard read through the block cache is checked against as it
+    /// downloads (the SHA-256 covers the whole object only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunks: Option<ChunkSums>,
+}
+
+/// The CRC32C of each `bytes`-sized chunk of a shard's stored bytes (the
+/// last chunk may be shorter), in order: what lets a block be verified
+/// alone. Written by `zephon build-index` and `zephon prepare`.
+///
+/// A block of the cache is verified when it holds whole chunks, so when the
+/// cache's block size is a multiple of `bytes` (both are powers of two:
+/// the block at least the chunk); a smaller block is checked by its length
+/// only, and a warning says so.
+///
+/// ```
+/// use zephon_storage::manifest::ChunkSums;
+/// let data = vec![7u8; 200_000];
+/// let sums = ChunkSums::of(&data, 64 << 10);
+/// assert_eq!(sums.crc32c.len(), 4);
+/// // Block 1 of 128 KiB: bytes 131072..200000, chunks 2 and 3.
+/// assert!(sums.verify(128 << 10, &data[128 << 10..], 200_000).is_ok());
+/// let mut lie = data[128 << 10..].to_vec();
+/// lie[5] ^= 1;
+/// let err = sums.verify(128 << 10, &lie, 200_000).unwrap_err();
+/// assert!(err.contains("chunk 2"), "{err}");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkSums {
+    /// The chunk size: a power of two within [`CHUNK_BYTES_RANGE`].
+    pub bytes: u64,
+    /// One CRC32C per chunk.
+    pub crc32c: Vec<u32>,
+}
+
+/// The chunk size `build-index` and `prepare` write: 1 MiB, which keeps a
+/// manifest near 10 bytes per MiB of data and divides every block size of
+/// 1 MiB and more (the cache's default is 4 MiB).
+pub const CHUNK_BYTES: u64 = 1 << 20;
+
+/// Allowed values of [`ChunkSums::bytes`]: the cache's block sizes, 64 KiB
+/// to 256 MiB (powers of two).
+pub const CHUNK_BYTES_RANGE: std::ops::RangeInclusive<u64> = (64 << 10)..=(256 << 20);
+
+impl ChunkSums {
+    /// The sums of `data` in chunks of `bytes`.
+    pub fn of(data: &[u8], bytes: u64) -> ChunkSums {
+        let mut sums = ChunkSummer::new(bytes);
+        sums.update(data);
+        sums.finish()
+    }
+
+    /// Checks `data`, the bytes at offset `from` of a shard of `len` bytes,
+    /// against the chunks it holds whole; `Err` names the first chunk that
+    /// differs, with both sums. Chunks only partly inside `data` are not
+    /// checked.
+    pub fn verify(&self, from: u64, data: &[u8], len: u64) -> Result<(), String> {
+        let to = from + data.len() as u64;
+        for c in from.div_ceil(self.bytes).. {
+            let lo = c * self.bytes;
+            let hi = ((c + 1) * self.bytes).min(len);
+            let Some(&want) = self.crc32c.get(c as usize) else {
+                break;
+            };
+            if hi > to || lo >= hi {
+                break;
+            }
+            let got = zephon_core::hash::crc32c(&data[(lo - from) as usize..(hi - from) as usize]);
+            if got != want {
+                return Err(format!(
+                    "chunk {c} (bytes {lo}..{hi}) has CRC32C {got:08x}, the manifest's is {want:08x}"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether blocks of `block` bytes hold whole chunks (so every block is
+    /// verified).
+    pub fn verifies_blocks_of(&self, block: u64) -> bool {
+        block >= self.bytes && block.is_multiple_of(self.bytes)
+    }
+
+    /// Checks the sums against the entry's size: a chunk size in
+    /// [`CHUNK_BYTES_RANGE`], a power of two, one sum per chunk.
+    fn check(&self, bytes: u64) -> Result<(), String> {
+        if !CHUNK_BYTES_RANGE.contains(&self.bytes) || !self.bytes.is_power_of_two() {
+            return Err(format!(
+                "chunks.bytes {} is not a power of two within {}..={}",
+                self.bytes,
+                CHUNK_BYTES_RANGE.start(),
+                CHUNK_BYTES_RANGE.end()
+            ));
+        }
+        let want = bytes.div_ceil(self.bytes);
+        if self.crc32c.len() as u64 != want {
+            return Err(format!(
+                "chunks.crc32c holds {} sums; {bytes} bytes in chunks of {} take {want}",
+                self.crc32c.len(),
+                self.bytes
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// [`ChunkSums`] computed as the bytes come, in pieces of any size.
+#[derive(Clone, Debug)]
+pub struct ChunkSummer {
+    bytes: u64,
+    sums: Vec<u32>,
+    /// The running CRC of the chunk being filled and how much it holds.
+    crc: u32,
+    filled: u64,
+}
+
+impl ChunkSummer {
+    /// Sums in chunks of `bytes` (a power of two within [`CHUNK_BYTES_RANGE`]).
+    pub fn new(bytes: u64) -> ChunkSummer {
+        ChunkSummer {
+            bytes,
+            sums: Vec::new(),
+            crc: 0,
+            filled: 0,
+        }
+    }
+
+    /// Adds the next bytes.
+    pub fn update(&mut self, mut data: &[u8]) {
+        while !data.is_empty() {
+            let take = ((self.bytes - self.filled) as usize).min(data.len());
+            self.crc = zephon_core::hash::crc32c_append(self.crc, &data[..take]);
+            self.filled += take as u64;
+            data = &data[take..];
+            if self.filled == self.bytes {
+                self.sums.push(self.crc);
+                (self.crc, self.filled) = (0, 0);
+            }
+        }
+    }
+
+    /// The sums, the last (shorter) chunk included.
+    pub fn finish(mut self) -> ChunkSums {
+        if self.filled > 0 {
+            self.sums.push(self.crc);
+        }
+        ChunkSums {
+            bytes: self.bytes,
+            crc32c: self.sums,
+        }
+    }
 }
 
 impl ShardEntry {
@@ -145,6 +297,7 @@ impl ShardEntry {
             uncompressed_bytes: None,
             sha256: None,
             index: None,
+            chunks: None,
         }
     }
 
@@ -210,6 +363,9 @@ impl Manifest {
             if let Some(side) = &e.index {
                 check_relative(side)
                     .map_err(|m| format!("{entry}: the index sidecar {side:?} {m}"))?;
+            }
+            if let Some(sums) = &e.chunks {
+                sums.check(e.bytes).map_err(|m| format!("{entry}: {m}"))?;
             }
             if let Some(first) = seen.insert(&e.path, i) {
                 return Err(format!(

@@ -85,10 +85,12 @@ pub struct StorageOptions {
     /// mend on another try: a connection refused or reset, a timeout
     /// (`timeout`, `io_timeout`), a status 429, 500, 502, 503 or 504, a
     /// body cut short, a `206` of fewer bytes than asked, or one whose
-    /// `Content-Range` is not the range asked. Not retried: a body slower
-    /// than `min_rate`, an object that changed during the run, a missing
-    /// object or a refused credential, and a broken multipart answer (its
-    /// ranges are then refused by name).
+    /// `Content-Range` is not the range asked, a broken multipart answer
+    /// (a part cut short or not asked for), and a block whose bytes differ
+    /// from the manifest's per-chunk sums. Not retried: a body slower than
+    /// `min_rate`, an object that changed during the run, a missing object
+    /// or a refused credential. Once the retries are spent, the read is an
+    /// error naming the shard and the range.
     ///
     /// What the defaults cover: 3 retries after delays of 100, 200 and
     /// 400 ms (doubling from `retry_min_delay`, each lengthened by a random

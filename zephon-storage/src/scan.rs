@@ -9,7 +9,9 @@ use crate::format::detect::{Detected, DetectedShard};
 use crate::format::jsonl::{LineIndex, parse_line};
 use crate::format::tokens::{FlatTokens, MegatronIndex};
 use crate::format::{FormatOptions, FormatSpec, ShardIndex, detect, open_index};
-use crate::manifest::{MANIFEST, Manifest, ShardEntry, encode_index, index_path};
+use crate::manifest::{
+    CHUNK_BYTES, ChunkSums, MANIFEST, Manifest, ShardEntry, encode_index, index_path,
+};
 use crate::metrics::CacheMetrics;
 use crate::root::check_relative;
 use futures::TryStreamExt;
@@ -273,6 +275,7 @@ async fn scan_format_shard(
     format: &FormatSpec,
     shard: &DetectedShard,
     metrics: &CacheMetrics,
+    checksums: Checksums,
 ) -> Result<ShardEntry> {
     let uri = backend.uri_of(&shard.path);
     let mut entry = ShardEntry::new(&shard.path, 0, shard.bytes);
@@ -307,10 +310,17 @@ async fn scan_format_shard(
             entry.sha256 = Some(sha256);
             if Compression::from_path(&shard.path) != Compression::None {
                 entry.uncompressed_bytes = Some(data.len() as u64);
+            } else {
+                entry.chunks = Some(ChunkSums::of(&data, CHUNK_BYTES));
             }
             open_index(format, &data, None).map_err(bad)?.len()
         }
     };
+    if checksums == Checksums::Always && entry.sha256.is_none() {
+        let (data, sha256) = download_hashed(backend, dataset, &entry, metrics).await?;
+        entry.sha256 = Some(sha256);
+        entry.chunks = Some(ChunkSums::of(&data, CHUNK_BYTES));
+    }
     Ok(entry)
 }
 
@@ -351,6 +361,9 @@ async fn scan_jsonl(
         uncompressed_bytes: compressed.then_some(data.len() as u64),
         sha256: Some(raw_sha),
         index: (!compressed).then(|| index_path(path)),
+        // A compressed shard is downloaded whole and checked by its SHA-256:
+        // it is never read by blocks.
+        chunks: (!compressed).then(|| ChunkSums::of(&data, CHUNK_BYTES)),
     };
     Ok((entry, index))
 }
@@ -386,7 +399,9 @@ pub async fn scan(
             entry.index = None;
             shards.push(entry);
         } else {
-            shards.push(scan_format_shard(backend, dataset, &found.format, s, metrics).await?);
+            let checksums = Checksums::WhereRead;
+            let entry = scan_format_shard(backend, dataset, &found.format, s, metrics, checksums);
+            shards.push(entry.await?);
         }
     }
     let mut m = Manifest::new(shards);
@@ -411,6 +426,44 @@ pub async fn build_index_with(
     backend: &Backend,
     dataset: &str,
     opts: &FormatOptions,
+) -> Result<Manifest> {
+    build_index_checked(backend, dataset, opts, Checksums::WhereRead).await
+}
+
+/// What [`build_index_checked`] reads to record checksums.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Checksums {
+    /// The SHA-256 and [`ChunkSums`] of the shards it reads anyway (every
+    /// format but flat token files and Megatron `.bin`s, which are counted
+    /// from their size and `.idx`).
+    #[default]
+    WhereRead,
+    /// Every shard's, reading those too (`zephon build-index --checksums`),
+    /// so every block of every remote read is verified.
+    Always,
+}
+
+/// [`build_index_with`], recording the checksums `checksums` asks for.
+///
+/// ```
+/// use zephon_storage::backend::runtime;
+/// use zephon_storage::scan::{Checksums, build_index_checked};
+/// use zephon_storage::{Backend, FormatOptions};
+/// # runtime::block_on(async {
+/// let dir = tempfile::tempdir().unwrap();
+/// std::fs::write(dir.path().join("0.bin"), vec![0u8; 64]).unwrap();
+/// let backend = Backend::open("d", &dir.path().display().to_string(), &Default::default())?;
+/// let opts = FormatOptions::default();
+/// let m = build_index_checked(&backend, "d", &opts, Checksums::Always).await?;
+/// assert!(m.shards[0].sha256.is_some() && m.shards[0].chunks.is_some());
+/// # Ok::<_, zephon_core::Error>(())
+/// # }).unwrap();
+/// ```
+pub async fn build_index_checked(
+    backend: &Backend,
+    dataset: &str,
+    opts: &FormatOptions,
+    checksums: Checksums,
 ) -> Result<Manifest> {
     if !backend.can_list {
         return Err(shard_error(
@@ -446,7 +499,8 @@ pub async fn build_index_with(
             }
             shards.push(entry);
         } else {
-            shards.push(scan_format_shard(backend, dataset, &found.format, s, &metrics).await?);
+            let entry = scan_format_shard(backend, dataset, &found.format, s, &metrics, checksums);
+            shards.push(entry.await?);
         }
     }
     let mut manifest = Manifest::new(shards);

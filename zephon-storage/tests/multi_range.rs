@@ -2,8 +2,9 @@
 //! nginx and against a small HTTP server on 127.0.0.1 that answers
 //! multi-range requests badly on purpose: fewer requests, the same records
 //! in the same order; a server that ignores or merges the ranges is still
-//! read right; a broken multipart answer is an error naming the dataset,
-//! the shard's URI and the range.
+//! read right; a broken multipart answer is asked again, and is an error
+//! naming the dataset, the shard's URI and the range once the retries are
+//! spent.
 
 use crate::common;
 
@@ -152,6 +153,9 @@ enum Multi {
     ShortPart,
     /// A multipart body whose last part is a range nobody asked for.
     Foreign,
+    /// [`Multi::ShortPart`] for the first multi-range request, a right
+    /// multipart body after.
+    ShortOnce,
 }
 
 /// An HTTP/1.1 server on 127.0.0.1 serving the files of `root`: single
@@ -244,7 +248,10 @@ fn answer(
                 )
             }
             (n, bad) => {
-                seen.fetch_add(1, Ordering::SeqCst);
+                let bad = match (bad, seen.fetch_add(1, Ordering::SeqCst)) {
+                    (Multi::ShortOnce, 0) => Multi::ShortPart,
+                    (bad, _) => bad,
+                };
                 let mut body = Vec::new();
                 for (i, &(a, b)) in ranges.iter().enumerate() {
                     let last = i == n - 1;
@@ -343,8 +350,9 @@ fn ranges_read_again_one_by_one_merge_within_range_gap() {
 }
 
 /// A multipart answer with a part cut short, or a part of bytes nobody
-/// asked for: an error naming the dataset, the shard's URI and the range,
-/// never a short or shifted sample.
+/// asked for, on every try: an error naming the dataset, the shard's URI
+/// and the range once the retries are spent (2, so 3 requests), never a
+/// short or shifted sample.
 #[test]
 fn a_broken_multipart_answer_is_an_error_naming_the_uri_and_the_range() {
     let t = tempfile::tempdir().unwrap();
@@ -365,6 +373,25 @@ fn a_broken_multipart_answer_is_an_error_naming_the_uri_and_the_range() {
             err.contains(&file) && err.contains(says) && err.contains("`d`"),
             "{multi:?}: {err}"
         );
-        assert_eq!(seen.load(Ordering::SeqCst), 1, "{multi:?}");
+        assert_eq!(seen.load(Ordering::SeqCst), 3, "{multi:?}");
     }
+}
+
+/// A multipart answer broken once is asked again, and the ranges read right.
+#[test]
+fn a_multipart_answer_broken_once_is_asked_again() {
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    token_dataset(&data, 100);
+    let local = Dataset::from_path_with("d", &data, &format()).unwrap();
+    let want = tokens(&runtime::block_on(local.shards()[0].read_indices(&WANTED)).unwrap());
+    let (uri, seen, singles) = serve(data.clone(), Multi::ShortOnce);
+    let rd = RemoteDataset::open("d", &uri, &opts(t.path(), 256)).unwrap();
+    let shard = rd.dataset().shards()[0].clone();
+    let got = runtime::block_on(shard.read_indices(&WANTED))
+        .unwrap_or_else(|e| panic!("a broken answer a retry mends failed the read: {e}"));
+    assert_eq!(tokens(&got), want);
+    assert_eq!(seen.load(Ordering::SeqCst), 2, "asked once again");
+    assert_eq!(singles.load(Ordering::SeqCst), 0, "no range read alone");
+    assert!(rd.backend_stats().retries >= 1, "{:?}", rd.backend_stats());
 }

@@ -2,8 +2,9 @@
 //! per-shard line-offset indexes of a local or S3 dataset.
 
 use anyhow::Result;
-use zephon_storage::StorageOptions;
 use zephon_storage::backend::{Backend, runtime};
+use zephon_storage::scan::{Checksums, build_index_checked};
+use zephon_storage::{FormatOptions, StorageOptions};
 
 /// Options of `zephon build-index`.
 #[derive(Debug, clap::Args)]
@@ -16,9 +17,15 @@ pub struct Args {
     /// S3 region (else `AWS_REGION`).
     #[arg(long)]
     pub region: Option<String>,
+    /// Also read flat token files and Megatron `.bin`s (counted from their
+    /// size and `.idx` otherwise) to record their SHA-256 and per-chunk
+    /// CRC32Cs, so remote reads verify every block of them too.
+    #[arg(long)]
+    pub checksums: bool,
 }
 
-/// Scans every shard (downloading each once) and writes the manifest.
+/// Scans every shard (downloading each once where counting needs it, or
+/// `--checksums` asks) and writes the manifest.
 pub fn run(args: Args) -> Result<()> {
     let opts = StorageOptions {
         endpoint: args.endpoint,
@@ -26,7 +33,13 @@ pub fn run(args: Args) -> Result<()> {
         ..StorageOptions::default()
     };
     let backend = Backend::open("build-index", &args.uri, &opts)?;
-    let manifest = runtime::block_on(zephon_storage::scan::build_index(&backend, "build-index"))?;
+    let checksums = match args.checksums {
+        true => Checksums::Always,
+        false => Checksums::WhereRead,
+    };
+    let opts = FormatOptions::default();
+    let built = build_index_checked(&backend, "build-index", &opts, checksums);
+    let manifest = runtime::block_on(built)?;
     for s in &manifest.shards {
         println!(
             "{:<40} {:>10} samples {:>14} bytes",

@@ -171,7 +171,8 @@ impl Read {
         group: Vec<(u64, u64)>,
     ) -> Result<Vec<(u64, Bytes)>> {
         let asked: Vec<(u64, u64)> = group.iter().copied().filter(|(f, t)| f < t).collect();
-        if let (Some(h), false) = (multi, asked.is_empty()) {
+        let mut attempt = 0;
+        while let (Some(h), false) = (multi, asked.is_empty()) {
             match h.fetch(&self.path, &asked, &self.version).await {
                 Ok(Answer::Chunks(chunks)) => {
                     let mut chunks = chunks.into_iter();
@@ -185,6 +186,14 @@ impl Read {
                 }
                 Ok(Answer::Retry(why)) => {
                     tracing::debug!(uri = %self.uri, %why, "multi-range request unusable; reading its ranges one by one");
+                    break;
+                }
+                // A broken answer (a part cut short, a part not asked for)
+                // is asked again, as a failed request is retried, under
+                // the same policy; its bytes are never used.
+                Err(why) if self.backend.retry_short(attempt).await => {
+                    tracing::debug!(uri = %self.uri, %why, attempt, "broken multi-range answer; asking again");
+                    attempt += 1;
                 }
                 Err(e) => {
                     let (first, last) = (asked[0].0, asked[asked.len() - 1].1);
@@ -192,8 +201,10 @@ impl Read {
                         &self.dataset,
                         &self.uri,
                         format!(
-                            "multi-range read of {} ranges in bytes {first}..{last}: {e}",
-                            asked.len()
+                            "multi-range read of {} ranges in bytes {first}..{last}: {e} \
+                             (on each of {} tries)",
+                            asked.len(),
+                            attempt + 1
                         ),
                     ));
                 }

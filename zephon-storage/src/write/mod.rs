@@ -48,7 +48,7 @@ use crate::backend::{Backend, runtime};
 use crate::download::shard_error;
 use crate::format::tokens::encode_megatron;
 use crate::format::{FormatSpec, TokenDtype};
-use crate::manifest::{MANIFEST, Manifest, ShardEntry, sha256_hex};
+use crate::manifest::{CHUNK_BYTES, ChunkSums, MANIFEST, Manifest, ShardEntry, sha256_hex};
 use crate::options::StorageOptions;
 use journal::{Finished, JOURNAL, Journal, Position, put};
 use zephon_core::{Error, Record, Result};
@@ -639,6 +639,9 @@ impl DatasetWriter {
         let mut entry = ShardEntry::new(path.clone(), samples, data.len() as u64);
         if self.opts.zstd.is_some() {
             entry.uncompressed_bytes = Some(raw);
+        } else {
+            // What a remote reader verifies each block against.
+            entry.chunks = Some(ChunkSums::of(&data, CHUNK_BYTES));
         }
         entry.sha256 = Some(sha256_hex(&data));
         let mut index_sha256 = None;

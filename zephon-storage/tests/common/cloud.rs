@@ -154,13 +154,19 @@ impl ObjectServer for GcsEmulator {
     }
 
     /// Media downloads: `GET /storage/v1/b/B/o/KEY?alt=media`, the key's
-    /// slashes escaped.
+    /// slashes escaped, with or without the version they are conditional
+    /// on (`&ifGenerationMatch=N`).
     fn downloads(&self, bucket: &str, key: &str) -> usize {
         let want = format!(
             "/storage/v1/b/{bucket}/o/{}?alt=media",
             key.replace('/', "%2F")
         );
-        count(&self.log, |m, p, s| m == "GET" && p == want && s == "200")
+        count(&self.log, |m, p, s| {
+            let conditional = p
+                .strip_prefix(want.as_str())
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with("&ifGenerationMatch="));
+            m == "GET" && conditional && s == "200"
+        })
     }
 
     fn reads(&self, needle: &str) -> usize {

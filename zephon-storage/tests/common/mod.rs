@@ -161,6 +161,20 @@ pub fn fields(records: &[Record]) -> Vec<String> {
     records.iter().map(|r| format!("{:?}", r.fields)).collect()
 }
 
+/// Gives every shard of the manifest in `dir` per-chunk sums of 64 KiB
+/// chunks (one per block of [`small_cache`], so every block is verified),
+/// or none.
+pub fn set_sums(dir: &Path, sums: bool) {
+    use zephon_storage::manifest::{ChunkSums, MANIFEST, Manifest};
+    let path = dir.join(MANIFEST);
+    let mut m = Manifest::parse(&std::fs::read(&path).unwrap()).unwrap();
+    for e in &mut m.shards {
+        let data = std::fs::read(dir.join(&e.path)).unwrap();
+        e.chunks = sums.then(|| ChunkSums::of(&data, 64 << 10));
+    }
+    std::fs::write(&path, m.to_json()).unwrap();
+}
+
 /// A fresh cache folder under `dir`, small but big enough for test shards.
 pub fn cache_opts(dir: &Path) -> StorageOptions {
     StorageOptions::default()
