@@ -152,9 +152,16 @@ fn build_index_checksums_reads_token_files_too() {
     };
     let uri = dir.display().to_string();
     let plain = manifest(&["build-index", &uri]);
-    assert!(plain.get("chunks").is_none() && plain.get("sha256").is_none(), "{plain}");
+    assert!(
+        plain.get("chunks").is_none() && plain.get("sha256").is_none(),
+        "{plain}"
+    );
     let full = manifest(&["build-index", &uri, "--checksums"]);
     assert_eq!(full["chunks"]["bytes"], 1 << 20, "{full}");
-    assert_eq!(full["chunks"]["crc32c"].as_array().unwrap().len(), 3, "{full}");
+    assert_eq!(
+        full["chunks"]["crc32c"].as_array().unwrap().len(),
+        3,
+        "{full}"
+    );
     assert!(full["sha256"].is_string(), "{full}");
 }
