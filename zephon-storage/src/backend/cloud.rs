@@ -27,6 +27,7 @@ pub(super) fn split_root<'a>(
     Ok((first, prefix))
 }
 
+#[cfg(feature = "gcs")]
 /// `STORAGE_EMULATOR_HOST` as Google's client libraries take it: `host:port`
 /// or a URL.
 fn with_scheme(host: String) -> String {
@@ -44,6 +45,7 @@ fn with_scheme(host: String) -> String {
 /// Credentials: `GOOGLE_APPLICATION_CREDENTIALS`, the gcloud default
 /// credentials file, or the metadata server on Google Cloud; none with
 /// `opts.anonymous` (public buckets).
+#[cfg(feature = "gcs")]
 pub(super) fn gcs(bucket: &str, prefix: &str, opts: &StorageOptions) -> opendal::Result<Operator> {
     let mut b = services::Gcs::default()
         .bucket(bucket)
@@ -71,6 +73,7 @@ pub(super) fn gcs(bucket: &str, prefix: &str, opts: &StorageOptions) -> opendal:
 /// without either, the Azure credential chain (Entra ID, managed identity)
 /// is asked; `opts.anonymous` signs nothing (public containers). Options
 /// override the environment.
+#[cfg(feature = "azblob")]
 pub(super) fn azblob(
     container: &str,
     prefix: &str,

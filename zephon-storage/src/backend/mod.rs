@@ -11,6 +11,7 @@
 //! | `memory://name` | process memory, one store per URI (tests) |
 //! | `hf://datasets/org/name` | Hugging Face (feature `hf`; `HF_TOKEN`, `HF_ENDPOINT` for a mirror; built in CI, not tested against a hub) |
 
+#[cfg(any(feature = "gcs", feature = "azblob"))]
 mod cloud;
 pub(crate) mod content_range;
 pub(crate) mod pace;
@@ -161,6 +162,7 @@ impl Backend {
                 };
                 (op, true)
             }
+            #[cfg(feature = "s3")]
             "s3" => {
                 let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
                 if bucket.is_empty() {
@@ -211,15 +213,18 @@ impl Backend {
                 }
                 (Operator::new(b).map_err(ext)?, true)
             }
+            #[cfg(feature = "gcs")]
             "gs" | "gcs" => {
                 let (bucket, prefix) = cloud::split_root(&scheme, "bucket", rest).map_err(err)?;
                 (cloud::gcs(bucket, prefix, opts).map_err(ext)?, true)
             }
+            #[cfg(feature = "azblob")]
             "azblob" => {
                 let (container, prefix) =
                     cloud::split_root(&scheme, "container", rest).map_err(err)?;
                 (cloud::azblob(container, prefix, opts).map_err(err)?, true)
             }
+            #[cfg(feature = "http")]
             "http" | "https" => {
                 let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
                 if host.is_empty() {
@@ -261,9 +266,15 @@ impl Backend {
                 (Operator::new(b).map_err(ext)?, true)
             }
             other => {
+                if let Some(feature) = feature_of(other) {
+                    return Err(err(format!(
+                        "`{other}://` needs zephon-storage's feature `{feature}`, which this \
+                         build leaves out (it is on by default)"
+                    )));
+                }
                 return Err(err(format!(
-                    "unsupported scheme `{other}://` (supported: file, s3, gs, azblob, http, https, memory{})",
-                    if cfg!(feature = "hf") { ", hf" } else { "" }
+                    "unsupported scheme `{other}://` (supported: {})",
+                    supported_schemes().join(", ")
                 )));
             }
         };
@@ -428,4 +439,82 @@ pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
         cur = c.source();
     }
     s
+}
+
+/// The feature of zephon-storage that reads `scheme://` URIs, for the
+/// remote schemes that have one.
+fn feature_of(scheme: &str) -> Option<&'static str> {
+    match scheme {
+        "s3" => Some("s3"),
+        "gs" | "gcs" => Some("gcs"),
+        "azblob" => Some("azblob"),
+        "http" | "https" => Some("http"),
+        "hf" => Some("hf"),
+        _ => None,
+    }
+}
+
+/// The URI schemes this build reads, by the features it was built with.
+///
+/// ```
+/// let schemes = zephon_storage::backend::supported_schemes();
+/// assert!(schemes.contains(&"file") && schemes.contains(&"memory"));
+/// // The default features bring every remote store but Hugging Face.
+/// assert!(schemes.contains(&"s3") && schemes.contains(&"https"));
+/// ```
+pub fn supported_schemes() -> Vec<&'static str> {
+    let mut out = vec!["file"];
+    if cfg!(feature = "s3") {
+        out.push("s3");
+    }
+    if cfg!(feature = "gcs") {
+        out.push("gs");
+    }
+    if cfg!(feature = "azblob") {
+        out.push("azblob");
+    }
+    if cfg!(feature = "http") {
+        out.extend(["http", "https"]);
+    }
+    out.push("memory");
+    if cfg!(feature = "hf") {
+        out.push("hf");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A remote scheme this build leaves out is an error naming the feature
+    /// that reads it; one it has opens (no request is sent at open).
+    #[test]
+    fn a_scheme_whose_feature_is_off_names_the_feature() {
+        let opts = StorageOptions::default().endpoint("http://127.0.0.1:9");
+        for (uri, scheme) in [
+            ("s3://bkt/ds", "s3"),
+            ("gs://bkt/ds", "gs"),
+            ("azblob://box/ds", "azblob"),
+            ("http://127.0.0.1:9/ds", "http"),
+        ] {
+            let feature = feature_of(scheme).unwrap();
+            let got = Backend::open("d", uri, &opts);
+            if supported_schemes().contains(&scheme) {
+                if let Err(e) = got {
+                    assert!(!e.to_string().contains("feature"), "{uri}: {e}");
+                }
+            } else {
+                let e = got.unwrap_err().to_string();
+                assert!(e.contains(&format!("feature `{feature}`")), "{uri}: {e}");
+            }
+        }
+        let e = Backend::open("d", "ftp://x/y", &opts)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("unsupported scheme") && e.contains("file"),
+            "{e}"
+        );
+    }
 }
