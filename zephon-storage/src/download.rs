@@ -33,7 +33,7 @@ pub fn shard_error(dataset: &str, uri: &str, message: impl Into<String>) -> Erro
 /// taken from input can neither drive a terminal nor split a log line.
 ///
 /// ```
-/// use zephon_storage::download::escape_controls;
+/// use zephon_storage::escape_controls;
 /// assert_eq!(escape_controls("a\x1b[2Jb\n"), "a\\u{1b}[2Jb\\n");
 /// assert_eq!(escape_controls("plain \"text\""), "plain \"text\"");
 /// ```
@@ -50,40 +50,15 @@ pub fn escape_controls(s: &str) -> std::borrow::Cow<'_, str> {
         .into()
 }
 
-/// Downloads `entry` and returns its decompressed bytes. The stored size
-/// must equal `entry.bytes` and, when the entry has one, the SHA-256 must
-/// match. A compressed shard is streamed into a temporary file as it
-/// arrives and decoded into another, which is mapped (both files unnamed,
-/// in the temporary folder, `TMPDIR`):
-/// neither its compressed nor its decoded bytes are held in the process's
-/// memory, however large the shard.
-pub async fn download(
-    backend: &Backend,
-    dataset: &str,
-    entry: &ShardEntry,
-    metrics: &CacheMetrics,
-) -> Result<Bytes> {
-    download_capped(backend, dataset, entry, metrics, None).await
-}
-
-/// As [`download`], for the shard cache: a compressed shard whose manifest
-/// entry does not give its decoded size is decoded up to `cap` bytes (what
-/// the cache's disk tier holds, when it has one) and refused past it,
-/// naming the limit, rather than decoded whole and then found too large to
-/// cache.
-pub async fn download_capped(
-    backend: &Backend,
-    dataset: &str,
-    entry: &ShardEntry,
-    metrics: &CacheMetrics,
-    cap: Option<u64>,
-) -> Result<Bytes> {
-    download_checked(backend, dataset, entry, metrics, cap, None).await
-}
-
-/// As [`download`], every request conditional on `version` (the one the
-/// shard was opened at): a shard replaced meanwhile is an error naming it
-/// and both versions, never bytes of the new version taken for the old.
+/// Downloads `entry` and returns its decompressed bytes, every request
+/// conditional on `version` (the one the shard was opened at): a shard
+/// replaced meanwhile is an error naming it and both versions, never bytes
+/// of the new version taken for the old. The stored size must equal
+/// `entry.bytes` and, when the entry has one, the SHA-256 must match. A
+/// compressed shard is streamed into a temporary file as it arrives and
+/// decoded into another, which is mapped (both files unnamed, in the
+/// temporary folder, `TMPDIR`): neither its compressed nor its decoded
+/// bytes are held in the process's memory, however large the shard.
 pub(crate) async fn download_at(
     backend: &Backend,
     dataset: &str,
@@ -94,7 +69,7 @@ pub(crate) async fn download_at(
     download_checked(backend, dataset, entry, metrics, None, version).await
 }
 
-/// The download of [`download_capped`] and [`download_at`]: fetched into
+/// The download of [`download_at`]: fetched into
 /// the temporary folder, checked, decoded.
 async fn download_checked(
     backend: &Backend,
@@ -134,7 +109,7 @@ pub(crate) async fn read_failed(
     }
 }
 
-/// As [`download_capped`], for the shard cache: a compressed shard comes
+/// As [`download_at`], for the shard cache: a compressed shard comes
 /// back downloaded and checked but not decoded, for the cache to decode
 /// into the file it publishes.
 ///

@@ -4,7 +4,8 @@
 //!
 //! A manifest is input like any other: [`Manifest::parse`] (and serde, for
 //! code that deserializes one directly) refuses entries that leave the
-//! dataset root (see [`check_relative`]), the same shard listed twice, and
+//! dataset root (a plain relative path: no `..`, absolute path or URI, no
+//! empty, `.` or padded name), the same shard listed twice, and
 //! sample counts that cannot be right.
 
 use crate::download::escape_controls;

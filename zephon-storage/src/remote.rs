@@ -38,7 +38,7 @@ fn check_indices(dataset: &str, shard: &str, len: u64, indices: &[u64]) -> Resul
 /// pass over its blocks, and a read fetches the blocks covering its lines.
 /// Otherwise it is downloaded whole (`.zst` and `.gz` through files in the
 /// temporary folder, decoded into one that is mapped: see
-/// [`download`](crate::download::download)), indexed, then parsed line by
+/// `download_at` in the download module), indexed, then parsed line by
 /// line.
 #[derive(Debug)]
 pub struct CachedShard {

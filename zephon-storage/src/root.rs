@@ -16,14 +16,6 @@
 /// absolute, not a URI; no backslashes, control characters, or names with
 /// leading or trailing whitespace. The error says what is wrong, without the path
 /// (callers name it, with the manifest or listing it came from).
-///
-/// ```
-/// use zephon_storage::root::check_relative;
-/// assert!(check_relative("train/000.jsonl").is_ok());
-/// assert!(check_relative("../secret.jsonl").unwrap_err().contains("leaves the dataset root"));
-/// assert!(check_relative("/etc/passwd").is_err());
-/// assert!(check_relative("s3://other-bucket/x.jsonl").is_err());
-/// ```
 pub fn check_relative(path: &str) -> Result<(), String> {
     let outside = "leaves the dataset root; a manifest names objects under its dataset's root only";
     if path.is_empty() {

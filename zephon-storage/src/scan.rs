@@ -224,7 +224,8 @@ impl LocalWalk<'_> {
 /// Lists the dataset's files and tells its format from their names (see
 /// [`detect()`]); no shards, or several formats, is an error listing what
 /// was found. A listed shard or sidecar whose
-/// key is not a plain relative path (see [`check_relative`]) is an error
+/// key is not a plain relative path under the root (no `..`, absolute
+/// path, URI, empty or padded name) is an error
 /// naming it: opening it could read another object than the one listed.
 pub async fn detect_remote(
     backend: &Backend,

@@ -6,7 +6,7 @@ use clap::Parser;
 use serde::Serialize;
 use zephon_core::settings::SEQ_LEN;
 use zephon_core::{Dataset, Record, Value};
-use zephon_storage::download::escape_controls;
+use zephon_storage::escape_controls;
 use zephon_storage::format::{FormatOptions, TokenDtype};
 use zephon_storage::local::open_local_detected;
 use zephon_storage::open::local_dir;

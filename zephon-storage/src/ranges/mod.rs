@@ -23,15 +23,7 @@ use zephon_core::Result;
 /// request's end joins it while the request stays within `max_span` bytes
 /// (a single range longer than that is one request of its own). Every range
 /// lies wholly inside the last request starting at or before it.
-///
-/// ```
-/// use zephon_storage::ranges::plan_spans;
-/// // Adjacent ranges merge; one 10 bytes away does not with a gap of 4.
-/// assert_eq!(plan_spans([(0, 4), (4, 8), (18, 20)], 4, 1 << 20), vec![(0, 8), (18, 20)]);
-/// // A span stops growing at max_span.
-/// assert_eq!(plan_spans([(0, 4), (4, 8), (8, 12)], 0, 8), vec![(0, 8), (8, 12)]);
-/// ```
-pub fn plan_spans(
+pub(crate) fn plan_spans(
     ranges: impl IntoIterator<Item = (u64, u64)>,
     gap: u64,
     max_span: u64,
@@ -305,5 +297,24 @@ mod tests {
         }
         let big = [(0, 5 << 20), (6 << 20, 11 << 20), (12 << 20, 12 << 20)];
         assert_eq!(pack(&big, 256).len(), 2);
+    }
+}
+
+#[cfg(test)]
+mod plan_tests {
+    use super::plan_spans;
+
+    #[test]
+    fn neighbours_merge_within_the_gap_and_the_span() {
+        // Adjacent ranges merge; one 10 bytes away does not with a gap of 4.
+        assert_eq!(
+            plan_spans([(0, 4), (4, 8), (18, 20)], 4, 1 << 20),
+            vec![(0, 8), (18, 20)]
+        );
+        // A span stops growing at max_span.
+        assert_eq!(
+            plan_spans([(0, 4), (4, 8), (8, 12)], 0, 8),
+            vec![(0, 8), (8, 12)]
+        );
     }
 }
