@@ -45,7 +45,7 @@ cargo test --workspace
 # The guide examples, one per tuning topic, each a small runnable program,
 # run from the binaries the test build made: `cargo run -p zephon-examples`
 # resolves the workspace's features otherwise and built every crate again.
-for example in fetch_and_batch enable_observability prefetch_shards operator_parallelism prefetch_batches async_loop; do
+for example in fetch_and_batch enable_observability prefetch_shards operator_parallelism prefetch_batches async_loop autotune; do
     echo "== example $example"
     "${CARGO_TARGET_DIR:-target}"/debug/examples/"$example" > /dev/null
 done

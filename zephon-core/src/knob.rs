@@ -124,6 +124,30 @@ impl Knob {
         to
     }
 
+    /// How `explain()` names a tuned operator's knob: `, tuned by knob
+    /// `NAME` (1 to MAX): 2 changes, last 1 -> 2 at 0.8 s: ...`.
+    ///
+    /// ```
+    /// use zephon_core::knob::Knob;
+    /// let knob = Knob::parallelism("map_par", 1, 4)?;
+    /// assert_eq!(knob.explain(), ", tuned by knob `map_par` (1 to 4): no change yet");
+    /// knob.set(2, "busy 99% of 1 worker");
+    /// assert!(knob.explain().contains("1 change, last 1 -> 2 at "));
+    /// # Ok::<(), zephon_core::Error>(())
+    /// ```
+    pub fn explain(&self) -> String {
+        let changes = self.changes();
+        let head = format!(", tuned by knob `{}` (1 to {})", self.name(), self.max());
+        match changes.last() {
+            None => format!("{head}: no change yet"),
+            Some(last) => format!(
+                "{head}: {} change{}, last {last}",
+                changes.len(),
+                if changes.len() == 1 { "" } else { "s" }
+            ),
+        }
+    }
+
     /// Every change so far, oldest first.
     pub fn changes(&self) -> Vec<Change> {
         self.0

@@ -237,6 +237,44 @@ fn the_tuner_adds_workers_where_the_consumer_waits_on_a_busy_operator() {
     assert!(report.contains("the consumer waiting"), "{report}");
 }
 
+/// A tuned operator's metrics give the workers it has now, and its
+/// `explain()` line names the knob and its last change.
+#[test]
+fn metrics_and_explain_show_what_the_knob_says_now() {
+    let knob = Knob::parallelism("map_par", 1, 4).unwrap();
+    let pipeline = |knob: &Knob| {
+        futures::stream::iter((0..200u64).map(Ok::<_, zephon_core::Error>))
+            .map_par(Ok, 1)
+            .tuned(knob)
+    };
+    let explained = |knob: &Knob| pipeline(knob).explain(Runner::threads()).to_string();
+    let mut it = pipeline(&knob)
+        .into_blocking_iter(Runner::threads())
+        .unwrap();
+    let obs = it.enable_observability(Tracking::Operator);
+    let parallelism = |obs: &zephon_core::Observer| {
+        let m = obs.metrics_snapshot();
+        let op = m.operators.iter().find(|o| o.name == "map_par").cloned();
+        op.unwrap().parallelism
+    };
+    let first: Vec<u64> = it.by_ref().take(10).map(Result::unwrap).collect();
+    assert_eq!(parallelism(&obs), 1);
+    let before = explained(&knob);
+    assert!(
+        before.contains("tuned by knob `map_par` (1 to 4): no change yet"),
+        "{before}"
+    );
+    knob.set(3, "busy 99% of 1 worker, the consumer waiting 90%");
+    let rest: Vec<u64> = it.by_ref().map(Result::unwrap).collect();
+    assert_eq!([first, rest].concat(), (0..200).collect::<Vec<_>>());
+    assert_eq!(parallelism(&obs), 3);
+    let after = explained(&knob);
+    assert!(
+        after.contains("1 change, last 1 -> 3 at ") && after.contains("busy 99%"),
+        "{after}"
+    );
+}
+
 #[test]
 fn the_tuner_takes_workers_back_when_the_consumer_is_the_limit() {
     let (knob, mut it) = slow_pipeline(300, 3, 3, 0);

@@ -3,7 +3,7 @@
 use crate::context::{CutRole, Joined, PipelineContext};
 use crate::error::Result;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 use zephon_metrics::{Counter, DurationCounter, MaxGauge, OperatorMetrics};
 
@@ -16,8 +16,11 @@ pub const SAMPLE_EVERY: u32 = 64;
 pub struct OpStats {
     /// Operator name.
     pub name: &'static str,
-    /// Its parallelism.
+    /// Its parallelism when it was registered (see
+    /// [`parallelism_now`](OpStats::parallelism_now) for a tuned one's).
     pub parallelism: usize,
+    /// Its parallelism now: a tuned operator's moves with its knob.
+    current: AtomicUsize,
     /// Its queue capacity, if any.
     pub capacity: Option<u64>,
     /// Elements consumed.
@@ -55,6 +58,7 @@ impl OpStats {
         OpStats {
             name,
             parallelism,
+            current: AtomicUsize::new(parallelism),
             capacity,
             elements_in: Counter::default(),
             elements_out: Counter::default(),
@@ -69,6 +73,18 @@ impl OpStats {
             ticks: AtomicU64::new(0),
             live: AtomicU32::new(1),
         }
+    }
+
+    /// Its parallelism now.
+    pub fn parallelism_now(&self) -> usize {
+        self.current.load(Ordering::Relaxed)
+    }
+
+    /// Records a change of its parallelism while it runs (a tuned
+    /// operator's knob moved), so snapshots give the workers it has now
+    /// and its busy share of them.
+    pub fn set_parallelism(&self, k: usize) {
+        self.current.store(k, Ordering::Relaxed);
     }
 
     /// A shared counter for sampling decisions made on worker threads.
@@ -100,10 +116,11 @@ impl OpStats {
             .get()
             .map_or(0.0, |t| t.elapsed().as_secs_f64());
         let wait = self.wait_input_ns.get() as f64 / 1e9;
+        let parallelism = self.parallelism_now();
         OperatorMetrics {
             position,
             name: self.name.to_owned(),
-            parallelism: self.parallelism,
+            parallelism,
             elements_in: self.elements_in.get(),
             elements_out: self.elements_out.get(),
             bytes_in: self.bytes_in.get(),
@@ -122,7 +139,7 @@ impl OpStats {
                 0.0
             },
             busy_ratio: if elapsed > 0.0 {
-                (busy.total_s / (elapsed * self.parallelism.max(1) as f64)).min(1.0)
+                (busy.total_s / (elapsed * parallelism.max(1) as f64)).min(1.0)
             } else {
                 0.0
             },

@@ -238,6 +238,9 @@ where
             if k != *this.k {
                 *this.k = k;
                 this.group.set_limit(k);
+                if let Some(s) = this.probe.stats() {
+                    s.set_parallelism(k);
+                }
             }
         }
         loop {
@@ -330,7 +333,13 @@ impl<S: Explain, T, U> Explain for MapPar<S, T, U> {
             Some((self.queue_depth() * self.k * self.micro) as u64),
             crate::settings::explain_detail(
                 self.invalid.as_ref(),
-                format!("micro-batches of {}, {order}", self.micro),
+                format!(
+                    "micro-batches of {}, {order}{}",
+                    self.micro,
+                    self.knob
+                        .as_ref()
+                        .map_or(String::new(), crate::knob::Knob::explain)
+                ),
             ),
         ));
     }

@@ -147,6 +147,9 @@ where
             if k != *this.k {
                 *this.k = k;
                 this.gate.set_limit(k);
+                if let Some(s) = this.probe.stats() {
+                    s.set_parallelism(k);
+                }
             }
         }
         loop {

@@ -277,10 +277,14 @@ impl<S: Explain> Explain for Tokenize<S> {
         self.enc.get_ref().describe(out);
         let detail = match &self.enc.prepared {
             Ok(p) => format!(
-                "`{}` -> `{}`, micro-batches of {}",
+                "`{}` -> `{}`, micro-batches of {}{}",
                 p.config.field,
                 fields::INPUT_IDS,
-                p.config.micro_batch
+                p.config.micro_batch,
+                self.enc
+                    .knob
+                    .as_ref()
+                    .map_or(String::new(), zephon_core::knob::Knob::explain)
             ),
             Err(e) => zephon_core::settings::explain_detail(
                 e.as_ref(),
