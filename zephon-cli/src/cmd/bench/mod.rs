@@ -5,6 +5,9 @@ use clap::Subcommand;
 /// The benchmarks.
 #[derive(Debug, Subcommand)]
 pub enum Bench {
+    /// Audio: decode WAV clips, resample, mix to mono, crop and collate,
+    /// beside a plain loop of the same decoder and steps on every core.
+    Audio(audio::Args),
     /// The tuner on W1: parallelism 1, the hand-tuned best and tuned, then
     /// a slow consumer; one JSON line of ratios and CPU seconds.
     Autotune(autotune::Args),
@@ -32,6 +35,7 @@ pub enum Bench {
     Tokens(Box<tokens::Args>),
 }
 
+pub mod audio;
 pub mod autotune;
 pub mod engine;
 pub mod fetch;
@@ -48,6 +52,7 @@ pub mod tokens_remote;
 /// Runs a benchmark.
 pub fn run(b: Bench) -> anyhow::Result<()> {
     match b {
+        Bench::Audio(a) => audio::run(a),
         Bench::Autotune(a) => autotune::run(a),
         Bench::Engine(a) => engine::run(a),
         Bench::Fetch(a) => fetch::run(a),
