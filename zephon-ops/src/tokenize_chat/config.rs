@@ -32,6 +32,7 @@ pub struct ChatTokenizeConfig {
     pub(super) micro_batch: usize,
     pub(super) vars: BTreeMap<String, serde_json::Value>,
     pub(super) raw: bool,
+    pub(super) fuel: u64,
 }
 
 impl fmt::Debug for ChatTokenizeConfig {
@@ -45,6 +46,7 @@ impl fmt::Debug for ChatTokenizeConfig {
             .field("mask_field", &self.mask_field)
             .field("max_length", &self.max_length)
             .field("loss_on_last_turn_only", &self.last_turn_only)
+            .field("template_fuel", &self.fuel)
             .finish_non_exhaustive()
     }
 }
@@ -87,6 +89,7 @@ impl ChatTokenizeConfig {
             micro_batch: DEFAULT_MICRO_BATCH,
             vars: BTreeMap::new(),
             raw: false,
+            fuel: super::TEMPLATE_FUEL,
         }
     }
 
@@ -302,6 +305,18 @@ impl ChatTokenizeConfig {
         self
     }
 
+    /// The budget of one rendering of the chat template, in the template
+    /// engine's fuel (about one an instruction and one per 64 bytes of
+    /// text), in [`TEMPLATE_FUEL_RANGE`](super::TEMPLATE_FUEL_RANGE)
+    /// (checked when the operator starts); by default
+    /// [`TEMPLATE_FUEL`](super::TEMPLATE_FUEL), which conversations of up
+    /// to about 25 MB stay within. A rendering past it is an error naming
+    /// the sample and this setting.
+    pub fn template_fuel(mut self, fuel: u64) -> Self {
+        self.fuel = fuel;
+        self
+    }
+
     /// Checks the configuration: the template compiles (a syntax error names
     /// its line), the special tokens are in the vocabulary, lengths are in
     /// range.
@@ -321,6 +336,12 @@ impl ChatTokenizeConfig {
     pub(super) fn prepare(&self) -> crate::Result<Prepared> {
         let config = |key, message| Error::Config { key, message };
         Error::in_range(MICRO_BATCH, "tokenize_chat.micro_batch", self.micro_batch)?;
+        if !super::TEMPLATE_FUEL_RANGE.contains(self.fuel) {
+            return Err(config(
+                "tokenize_chat.template_fuel",
+                super::TEMPLATE_FUEL_RANGE.message(self.fuel),
+            ));
+        }
         if let Some(m) = self.max_length {
             Error::in_range(SEQ_LEN, "tokenize_chat.max_length", m)?;
             if m < 2 {
@@ -369,7 +390,8 @@ impl ChatTokenizeConfig {
                 ));
             }
             (false, Some(source)) => Some(
-                ChatTemplate::new(source).map_err(|m| config("tokenize_chat.chat_template", m))?,
+                ChatTemplate::new(source, self.fuel)
+                    .map_err(|m| config("tokenize_chat.chat_template", m))?,
             ),
         };
         let id = |key, token: &Option<String>| -> crate::Result<Option<u32>> {

@@ -19,13 +19,14 @@ use zephon_core::{Record, Result};
 mod config;
 mod limits;
 mod prepared;
+mod stack;
 mod template;
 mod tojson;
 
 pub use config::{ChatTokenizeConfig, LOSS_MASK, MESSAGES};
 pub use limits::{MAX_FILTER_CHAIN, MAX_TEMPLATE_BYTES, MAX_VALUE_DEPTH, MAX_VALUE_ELEMENTS};
 use prepared::Prepared;
-pub use template::TEMPLATE_FUEL;
+pub use template::{TEMPLATE_FUEL, TEMPLATE_FUEL_RANGE};
 
 /// Renders the conversation of every record (a list of `{role, content}`
 /// messages in [`MESSAGES`]) with the chat template, tokenizes it once, and

@@ -316,7 +316,31 @@ impl Prepared {
         Ok(Encoded::Tokens(ids, mask))
     }
 
+    /// Encodes a micro-batch, on a stack sized for the template's budget
+    /// (one thread for the micro-batch, not one per rendering).
     pub(super) fn encode_chunk(
+        &self,
+        items: Vec<Result<Record>>,
+        stats: &TextStats,
+    ) -> Vec<Result<Record>> {
+        let Some(fuel) = self.template.as_ref().map(ChatTemplate::fuel) else {
+            return self.encode_chunk_here(items, stats);
+        };
+        let first = items
+            .iter()
+            .find_map(|r| r.as_ref().ok().and_then(|r| r.source().copied()));
+        super::stack::with_stack(fuel, || self.encode_chunk_here(items, stats)).unwrap_or_else(
+            |message| {
+                vec![Err(Error::Chat {
+                    ptr: PtrDisplay(first),
+                    message,
+                }
+                .into())]
+            },
+        )
+    }
+
+    fn encode_chunk_here(
         &self,
         items: Vec<Result<Record>>,
         stats: &TextStats,

@@ -4,10 +4,12 @@
 //! byte spans of the output.
 
 use super::limits::check_value;
+use super::stack;
 use minijinja::syntax::SyntaxConfig;
 use minijinja::{Environment, ErrorKind, Value};
 use std::collections::BTreeMap;
 use std::fmt;
+use zephon_core::settings::Range;
 
 const NAME: &str = "chat_template";
 const FILTER: &str = "zephon_generation";
@@ -20,6 +22,7 @@ const CLOSE: char = '\u{F8F1}';
 /// A compiled chat template.
 pub(super) struct ChatTemplate {
     env: Environment<'static>,
+    fuel: u64,
     /// Whether the source marks assistant output with `{% generation %}`.
     pub(super) tagged: bool,
 }
@@ -69,15 +72,26 @@ fn rewrite_generation(source: &str) -> (String, bool) {
     (out, tagged)
 }
 
-/// "line N: message" for a minijinja error, the line in the template source.
-/// The most work one rendering of the chat template may do, in the
-/// template engine's fuel: about one unit per instruction and per 64 bytes
-/// of text made or processed, so it bounds both the time (a loop of loops
-/// ran for hours) and the memory (about 640 MB) a template from a
-/// tokenizer's configuration can take. The ChatML and Llama 3 templates of
-/// the parity tests take 74,000 to 82,000 for a conversation of 1 MB, so
-/// conversations up to about 100 MB render within it.
-pub const TEMPLATE_FUEL: u64 = 10_000_000;
+/// The most work one rendering of the chat template may do by default, in
+/// the template engine's fuel: about one unit per instruction and per 64
+/// bytes of text made or processed, so it bounds the time (a loop of loops
+/// ran for hours), the memory (about 130 MB) and the depth of what a
+/// template from a tokenizer's configuration can build. The ChatML and
+/// Llama 3 templates of the parity tests take 74,000 to 82,000 for a
+/// conversation of 1 MB, so conversations up to about 25 MB render within
+/// it. Set per operator with
+/// [`ChatTokenizeConfig::template_fuel`](super::ChatTokenizeConfig::template_fuel),
+/// in [`TEMPLATE_FUEL_RANGE`].
+pub const TEMPLATE_FUEL: u64 = 2_000_000;
+
+/// The allowed budgets of one rendering: a rendering runs on a stack
+/// reserved in proportion to its budget (see `stack`), so the largest is
+/// bounded too.
+pub const TEMPLATE_FUEL_RANGE: Range = Range::new(
+    10_000,
+    10_000_000,
+    "a rendering's stack is reserved in proportion to its budget",
+);
 
 /// Widest field of Python's `str.format` a template may ask for: its
 /// padding is made outside the template's budget, so `'{:>100000000000}'`
@@ -102,12 +116,15 @@ fn widest_format_field(s: &str) -> Option<u64> {
         .find(|&n| n > MAX_FORMAT_WIDTH)
 }
 
-pub(super) fn describe(e: &minijinja::Error) -> String {
+/// "template line N: message" for a minijinja error, the line in the
+/// template source; `fuel` is the budget it ran under.
+pub(super) fn describe(e: &minijinja::Error, fuel: u64) -> String {
     let detail = match e.kind() {
         ErrorKind::OutOfFuel => format!(
-            "the template ran past its budget of {TEMPLATE_FUEL} steps (about one an \
-             instruction and one per 64 bytes of text): a loop without end, or output \
-             far larger than the conversation"
+            "the chat template ran past its budget of {fuel} steps \
+             (tokenize_chat.template_fuel; about one an instruction and one per 64 bytes \
+             of text): a loop without end, a structure built far deeper or larger than \
+             any conversation needs, or output far larger than the conversation"
         ),
         _ => e
             .detail()
@@ -120,8 +137,9 @@ pub(super) fn describe(e: &minijinja::Error) -> String {
 }
 
 impl ChatTemplate {
-    /// Compiles `source`; a syntax error names its line.
-    pub(super) fn new(source: &str) -> Result<Self, String> {
+    /// Compiles `source` to render within `fuel` (in
+    /// [`TEMPLATE_FUEL_RANGE`]); a syntax error names its line.
+    pub(super) fn new(source: &str, fuel: u64) -> Result<Self, String> {
         super::limits::check_source(source)?;
         let (rewritten, tagged) = rewrite_generation(source);
         let mut env = Environment::new();
@@ -129,9 +147,9 @@ impl ChatTemplate {
             .trim_blocks(true)
             .lstrip_blocks(true)
             .build()
-            .map_err(|e| describe(&e))?;
+            .map_err(|e| describe(&e, fuel))?;
         env.set_syntax(syntax);
-        env.set_fuel(Some(TEMPLATE_FUEL));
+        env.set_fuel(Some(fuel));
         env.set_unknown_method_callback(|state, value, method, args| {
             if method == "format"
                 && let Some(width) = value.as_str().and_then(widest_format_field)
@@ -183,13 +201,31 @@ impl ChatTemplate {
             },
         );
         env.add_template_owned(NAME, rewritten)
-            .map_err(|e| describe(&e))?;
-        Ok(ChatTemplate { env, tagged })
+            .map_err(|e| describe(&e, fuel))?;
+        Ok(ChatTemplate { env, fuel, tagged })
+    }
+
+    /// The budget of one rendering.
+    pub(super) fn fuel(&self) -> u64 {
+        self.fuel
     }
 
     /// Renders `messages`; returns the text and the byte spans of its
-    /// generation blocks.
+    /// generation blocks. Runs on a stack sized for the budget (in place
+    /// under [`stack::with_stack`] for it, as micro-batches are).
     pub(super) fn render(
+        &self,
+        messages: &serde_json::Value,
+        add_generation_prompt: bool,
+        special: &BTreeMap<&'static str, String>,
+        vars: &BTreeMap<String, serde_json::Value>,
+    ) -> Result<(String, Vec<(usize, usize)>), String> {
+        stack::with_stack(self.fuel, || {
+            self.render_here(messages, add_generation_prompt, special, vars)
+        })?
+    }
+
+    fn render_here(
         &self,
         messages: &serde_json::Value,
         add_generation_prompt: bool,
@@ -207,8 +243,13 @@ impl ChatTemplate {
             .map_err(|e| format!("messages: {e}"))?;
         ctx.insert("messages", messages);
         ctx.insert("add_generation_prompt", Value::from(add_generation_prompt));
-        let tmpl = self.env.get_template(NAME).map_err(|e| describe(&e))?;
-        let raw = tmpl.render(Value::from(ctx)).map_err(|e| describe(&e))?;
+        let tmpl = self
+            .env
+            .get_template(NAME)
+            .map_err(|e| describe(&e, self.fuel))?;
+        let raw = tmpl
+            .render(Value::from(ctx))
+            .map_err(|e| describe(&e, self.fuel))?;
         if !raw.contains([OPEN, CLOSE]) {
             return Ok((raw, Vec::new()));
         }
@@ -249,7 +290,12 @@ mod tests {
         src: &str,
         messages: serde_json::Value,
     ) -> Result<(String, Vec<(usize, usize)>), String> {
-        ChatTemplate::new(src)?.render(&messages, false, &BTreeMap::new(), &BTreeMap::new())
+        ChatTemplate::new(src, TEMPLATE_FUEL)?.render(
+            &messages,
+            false,
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+        )
     }
 
     #[test]
@@ -349,7 +395,7 @@ mod tests {
 
     #[test]
     fn errors_name_the_template_line() {
-        let e = ChatTemplate::new("ok\n{% if %}").unwrap_err();
+        let e = ChatTemplate::new("ok\n{% if %}", TEMPLATE_FUEL).unwrap_err();
         assert!(e.starts_with("template line 2:"), "{e}");
         let e = render(
             "a\nb\n{{ raise_exception('roles must alternate') }}",
@@ -408,17 +454,117 @@ mod tests {
         assert_eq!(text, "[[[[]]]]");
     }
 
+    /// Structures nested as deep as the budget allows are dropped, compared
+    /// and printed through `~` by recursion in the engine: each of these
+    /// overflowed the stack of the thread rendering it (an abort, not an
+    /// error) before renderings ran on a stack sized for their budget.
+    #[test]
+    fn structures_nested_as_deep_as_the_budget_allows_end_in_an_error_or_text() {
+        let list = "{% set ns = namespace(x=[]) %}{% for i in range(20000) %}\
+                    {% set ns.x = [ns.x] %}{% endfor %}";
+        let dict = "{% set ns = namespace(x={}) %}{% for i in range(100000) %}\
+                    {% set ns.x = {'a': ns.x} %}{% endfor %}";
+        for build in [list, dict] {
+            for print in ["{{ ns.x }}", "{{ ns.x|tojson }}"] {
+                let e = render(&format!("{build}{print}"), serde_json::json!([])).unwrap_err();
+                assert!(e.contains("nested more than"), "{print}: {e}");
+            }
+            // Built and never printed: dropped when the rendering ends.
+            let (text, _) = render(&format!("{build}done"), serde_json::json!([])).unwrap();
+            assert_eq!(text, "done");
+        }
+        // As deep as a small budget allows: sixty levels an instruction or
+        // so, in loops that run until the budget ends, then the error.
+        let fuel = 100_000;
+        let open = "[".repeat(60);
+        let close = "]".repeat(60);
+        let src = format!(
+            "{{% set ns = namespace(x=[], y=[]) %}}{{% for i in range(100000) %}}\
+             {{% for j in range(100000) %}}{{% set ns.x = {open}ns.x{close} %}}\
+             {{% endfor %}}{{% endfor %}}"
+        );
+        let e = ChatTemplate::new(&src, fuel)
+            .unwrap()
+            .render(
+                &serde_json::json!([]),
+                false,
+                &BTreeMap::new(),
+                &BTreeMap::new(),
+            )
+            .unwrap_err();
+        assert!(
+            e.contains("budget of 100000") && e.contains("tokenize_chat.template_fuel"),
+            "{e}"
+        );
+        // The deepest pair that fits, compared, and one printed through `~`
+        // (a string conversion the printing bounds do not see).
+        let src = format!(
+            "{{% set ns = namespace(x=[], y=[]) %}}{{% for i in range(400) %}}\
+             {{% set ns.x = {open}ns.x{close} %}}{{% set ns.y = {open}ns.y{close} %}}\
+             {{% endfor %}}{{{{ ns.x == ns.y }}}} {{{{ (ns.x ~ '')|length }}}}"
+        );
+        let (text, _) = ChatTemplate::new(&src, fuel)
+            .unwrap()
+            .render(
+                &serde_json::json!([]),
+                false,
+                &BTreeMap::new(),
+                &BTreeMap::new(),
+            )
+            .unwrap();
+        assert_eq!(text, format!("True {}", 2 * 400 * 60 + 2));
+    }
+
+    #[test]
+    fn the_budget_is_a_setting_checked_against_its_range() {
+        let json = include_bytes!("../../tests/fixtures/tokenizer.json");
+        let chatml = "{% for m in messages %}{{ m.content }}{% endfor %}\
+                      {% if add_generation_prompt %}A:{% endif %}";
+        let config = super::super::ChatTokenizeConfig::from_bytes(json)
+            .unwrap()
+            .chat_template(chatml);
+        for fuel in [0, TEMPLATE_FUEL_RANGE.min - 1, TEMPLATE_FUEL_RANGE.max + 1] {
+            let e = config.clone().template_fuel(fuel).check().unwrap_err();
+            assert!(e.to_string().contains("tokenize_chat.template_fuel"), "{e}");
+        }
+        for fuel in [TEMPLATE_FUEL_RANGE.min, TEMPLATE_FUEL] {
+            config.clone().template_fuel(fuel).check().unwrap();
+        }
+        // A rendering past its budget names the budget and the setting.
+        let e = ChatTemplate::new(
+            "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+            TEMPLATE_FUEL_RANGE.min,
+        )
+        .unwrap()
+        .render(
+            &serde_json::json!([]),
+            false,
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+        )
+        .unwrap_err();
+        assert!(
+            e.contains(&format!("budget of {}", TEMPLATE_FUEL_RANGE.min))
+                && e.contains("tokenize_chat.template_fuel"),
+            "{e}"
+        );
+    }
+
     #[test]
     fn long_filter_chains_and_huge_sources_are_refused_at_compile_time() {
         let src = format!("{{{{ 'x'{} }}}}", "|trim".repeat(100_000));
-        let e = ChatTemplate::new(&src).unwrap_err();
+        let e = ChatTemplate::new(&src, TEMPLATE_FUEL).unwrap_err();
         assert!(
             e.contains("template line 1") && e.contains("filters in one expression"),
             "{e}"
         );
         let src = format!("{{{{ 'x'{} }}}}", "|trim".repeat(10));
         assert_eq!(render(&src, serde_json::json!([])).unwrap().0, "x");
-        let e = ChatTemplate::new(&"x".repeat(super::super::MAX_TEMPLATE_BYTES + 1)).unwrap_err();
+        let e = ChatTemplate::new(
+            &"x".repeat(super::super::MAX_TEMPLATE_BYTES + 1),
+            TEMPLATE_FUEL,
+        )
+        .unwrap_err();
         assert!(e.contains("bytes, more than"), "{e}");
     }
 }
