@@ -5,6 +5,7 @@ mod check;
 use crate::device::{DeviceChoice, Precision};
 use crate::error::{Error, Result};
 use crate::harness::{self, HarnessConfig, ScalerConfig, SummaryFile, TimingRun};
+pub use crate::limits::{LAYERS, MODEL_DIM, SAMPLES, VOCAB_SIZE};
 use crate::models::autoencoder::{Autoencoder, AutoencoderConfig, DummyData};
 #[cfg(feature = "media")]
 use crate::models::image_classifier::{
@@ -12,9 +13,7 @@ use crate::models::image_classifier::{
 };
 use crate::models::lm::{LmConfig, TextData, TransformerLm};
 use burn::optim::{AdamConfig, AdamWConfig, ModuleOptimizer, SgdConfig};
-pub(crate) use check::in_range;
 use check::key_inside_section;
-pub use check::{LAYERS, MODEL_DIM, SAMPLES, VOCAB_SIZE};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 

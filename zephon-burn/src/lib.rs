@@ -9,6 +9,8 @@ pub mod device;
 pub mod error;
 #[cfg(feature = "harness")]
 pub mod harness;
+#[cfg(feature = "harness")]
+mod limits;
 #[cfg(feature = "media")]
 pub mod media;
 #[cfg(feature = "harness")]

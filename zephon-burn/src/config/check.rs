@@ -1,33 +1,13 @@
-//! The documented ranges of the timing configuration's values, and where
-//! inside a section a parse error sits.
+//! The timing configuration's values checked against their documented
+//! ranges ([`limits`](crate::limits)), and where inside a section a parse
+//! error sits.
 
 use super::{DataConfig, ModelConfig, TimingConfig};
 use crate::error::{Error, Result};
+use crate::limits::{LAYERS, MODEL_DIM, VOCAB_SIZE, in_range};
 use crate::models::autoencoder::{AutoencoderConfig, DummyData};
 use crate::models::lm::{LmConfig, TextData};
-use zephon_core::settings::{Range, SEQ_LEN};
-
-/// Model widths (input, hidden, latent, `d_model`, `d_ff`, heads): a weight
-/// matrix is width by width, so 65,536 is already 16 GiB of f32.
-pub const MODEL_DIM: Range = Range::new(1, 65_536, "a weight matrix is width by width");
-
-/// Vocabulary size: the embedding and output layers are `vocab_size` rows.
-pub const VOCAB_SIZE: Range = Range::new(1, 1 << 24, "the embedding has a row per id");
-
-/// Transformer layers.
-pub const LAYERS: Range = Range::new(1, 1024, "every layer holds its weights");
-
-/// `Ok` if `v` lies in `r`, else a config error naming `key` and the range.
-pub(crate) fn in_range(key: &str, v: usize, r: Range) -> Result<()> {
-    if r.contains(v as u64) {
-        Ok(())
-    } else {
-        Err(Error::config(key, r.message(v)))
-    }
-}
-
-/// Samples or documents of the synthetic data, generated in memory.
-pub const SAMPLES: Range = Range::new(1, 1 << 24, "the data is generated in memory");
+use zephon_core::settings::SEQ_LEN;
 
 impl TimingConfig {
     /// Sizes, dimensions, dropout and the loss scaler against their

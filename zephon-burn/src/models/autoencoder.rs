@@ -143,10 +143,10 @@ impl DummyData {
     /// were generated in memory).
     pub fn validate(&self) -> Result<()> {
         use zephon_core::settings::{BATCH_SIZE, PARALLELISM};
-        crate::config::in_range("data.num_samples", self.num_samples, crate::config::SAMPLES)?;
-        crate::config::in_range("data.batch_size", self.batch_size, BATCH_SIZE)?;
-        crate::config::in_range("data.input_dim", self.input_dim, crate::config::MODEL_DIM)?;
-        crate::config::in_range("data.workers", self.workers, PARALLELISM)
+        crate::limits::in_range("data.num_samples", self.num_samples, crate::limits::SAMPLES)?;
+        crate::limits::in_range("data.batch_size", self.batch_size, BATCH_SIZE)?;
+        crate::limits::in_range("data.input_dim", self.input_dim, crate::limits::MODEL_DIM)?;
+        crate::limits::in_range("data.workers", self.workers, PARALLELISM)
     }
 
     /// Batches per epoch.

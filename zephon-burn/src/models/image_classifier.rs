@@ -285,7 +285,7 @@ impl ImageData {
     /// `num_classes` in [`MODEL_DIM`](crate::config::MODEL_DIM), the
     /// generated count in [`SAMPLES`](crate::config::SAMPLES).
     pub fn validate(&self) -> Result<()> {
-        use crate::config::{MODEL_DIM, SAMPLES, in_range};
+        use crate::limits::{MODEL_DIM, SAMPLES, in_range};
         use zephon_core::settings::{BATCH_SIZE, PARALLELISM, Range};
         const SIDE: Range = Range::new(1, 8192, "an image is allocated whole");
         in_range("data.image_size", self.image_size as usize, SIDE)?;

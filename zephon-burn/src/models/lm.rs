@@ -200,10 +200,10 @@ impl TextData {
     /// comes from a timing config or is built in code.
     pub fn validate(&self) -> Result<()> {
         use zephon_core::settings::{BATCH_SIZE, PARALLELISM, SEQ_LEN};
-        crate::config::in_range("data.num_docs", self.num_docs, crate::config::SAMPLES)?;
-        crate::config::in_range("data.seq_len", self.seq_len, SEQ_LEN)?;
-        crate::config::in_range("data.batch_size", self.batch_size, BATCH_SIZE)?;
-        crate::config::in_range("data.workers", self.workers, PARALLELISM)
+        crate::limits::in_range("data.num_docs", self.num_docs, crate::limits::SAMPLES)?;
+        crate::limits::in_range("data.seq_len", self.seq_len, SEQ_LEN)?;
+        crate::limits::in_range("data.batch_size", self.batch_size, BATCH_SIZE)?;
+        crate::limits::in_range("data.workers", self.workers, PARALLELISM)
     }
 
     fn documents(&self) -> zephon_core::Result<Dataset> {
