@@ -161,6 +161,11 @@ impl ChatTemplate {
                     ),
                 ));
             }
+            // Python's methods turn their receiver and arguments into text
+            // (`'{}'.format(x)`, `', '.join(x)`): measured as printing is.
+            for v in std::iter::once(value).chain(args) {
+                check_value(v, &format!(".{method}()"))?;
+            }
             minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
         });
         env.add_function(
@@ -439,6 +444,9 @@ mod tests {
                 "{{ ns.v|tojson }}",
                 "{{ ns.v|pprint }}",
                 "{{ ns.v|string }}",
+                // Ran until memory ended: Python's methods print too.
+                "{{ '{}'.format(ns.v) }}",
+                "{{ ', '.join([ns.v]) }}",
             ] {
                 let src = format!("{build}{print}");
                 let e = render(&src, serde_json::json!([])).unwrap_err();

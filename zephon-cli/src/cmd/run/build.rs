@@ -267,6 +267,9 @@ pub fn build(recipe: &Recipe, base: &Path) -> Result<Built> {
                 if let Some(n) = t.max_length {
                     cfg = cfg.max_length(n);
                 }
+                if let Some(n) = t.template_fuel {
+                    cfg = cfg.template_fuel(n);
+                }
                 cfg = cfg
                     .field(t.field.clone())
                     .mask_field(t.mask_field.clone())

@@ -558,6 +558,9 @@ pub struct TokenizeChatSpec {
     pub raw_content: bool,
     /// A system message for conversations that have none.
     pub system_prompt: Option<String>,
+    /// The budget of one rendering of the template, in the template
+    /// engine's fuel (10,000 to 10 million; default 2 million).
+    pub template_fuel: Option<u64>,
     /// Variables the template reads, the same for every conversation
     /// (e.g. `enable_thinking = false`).
     #[serde(default)]
