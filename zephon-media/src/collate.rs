@@ -9,9 +9,10 @@ use std::fmt;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use zephon_core::checkpoint::Delivered;
 use zephon_core::checkpoint::cut::LaneCut;
 use zephon_core::obs::{Explain, Probe, StageDescription};
-use zephon_core::{Batch, LaneId, Record, Value};
+use zephon_core::{Batch, LaneId, Laned, Record, Value};
 
 /// One batch of images as one array: `batch_size` images of `height ×
 /// width × channels`, laid out N×H×W×C or N×C×H×W ([`Layout`]), 8-bit or
@@ -369,5 +370,30 @@ impl<S: Explain> Explain for CollateImages<S> {
             )
             .with_data(&self.config),
         );
+    }
+}
+
+/// A batch knows its lane, so batches of several lanes can be split and
+/// merged as text batches are (a multi-lane pipeline collates after
+/// `lane_mux`).
+impl Laned for ImageBatch {
+    fn lane(&self) -> LaneId {
+        self.lane
+    }
+}
+
+/// What a checkpointed loop counts of a batch: its images, its place in its
+/// lane and the lane's cut after it, so an image pipeline resumes exactly.
+impl Delivered for ImageBatch {
+    fn delivered_items(&self) -> u64 {
+        self.batch_size as u64
+    }
+
+    fn cut(&self) -> Option<&Arc<LaneCut>> {
+        self.cut.as_ref()
+    }
+
+    fn lane_index(&self) -> Option<u64> {
+        Some(self.index)
     }
 }

@@ -1,9 +1,11 @@
 //! The batch sequence is the same for every parallelism, runner and rank
-//! count: every random choice comes from the seed and the sample's identity.
+//! count, and after a checkpoint restore: every random choice comes from the
+//! seed and the sample's identity.
 
 use super::common::encoded;
 use proptest::prelude::*;
 use std::collections::BTreeMap;
+use zephon_core::checkpoint::{Checkpoint, CheckpointedExt, Progress, Recipe, ResumeExt};
 use zephon_core::{Dataset, PipelineExt, Record, Runner, Value, WorkSource};
 use zephon_media::{
     CollateConfig, DecodeConfig, Flip, ImageBatch, Layout, MediaPipelineExt, Normalize, OnError,
@@ -79,6 +81,36 @@ fn run(ws: WorkSource, p: usize, runner: Runner, seed: u64, fused: bool) -> Vec<
     out.unwrap()
 }
 
+/// One rank from `progress`, augmentations inside decode: the first `take`
+/// batches (all if `None`) and the checkpoint after them.
+fn run_checkpointed(
+    ws: &WorkSource,
+    progress: Progress,
+    p: usize,
+    seed: u64,
+    take: Option<usize>,
+) -> (Vec<ImageBatch>, Checkpoint) {
+    let mut progress = progress;
+    let crop = RandomResizedCrop::new(20, 16).seed(seed);
+    let decode = DecodeConfig::new("img").on_error(OnError::Skip);
+    let batches = ws
+        .stream()
+        .fetch(p)
+        .decode_image(decode.then(crop).then(Flip::new(0.5, seed)), p)
+        .batch(3)
+        .resume(&mut progress)
+        .collate_images(CollateConfig::new(Layout::Chw).label("cls"))
+        .into_blocking_iter(Runner::Threads { workers: 2 })
+        .unwrap();
+    let mut it = batches.checkpointed(progress);
+    let out: Vec<ImageBatch> = it
+        .by_ref()
+        .take(take.unwrap_or(usize::MAX))
+        .map(Result::unwrap)
+        .collect();
+    (out, it.checkpoint())
+}
+
 fn checksum(batches: &[ImageBatch]) -> u64 {
     batches
         .iter()
@@ -119,6 +151,28 @@ proptest! {
             ranks.extend(by_lane(run(work(ds.clone(), seed, r, 4), 2, Runner::threads(), seed, fused)));
         }
         prop_assert_eq!(ranks, by_lane(base));
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 8, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Checkpointed after a random number of batches, restored through the
+    /// checkpoint's bytes at another parallelism: the batches of an
+    /// uninterrupted run, crops and flips included.
+    #[test]
+    fn a_restored_run_goes_on_with_the_batches_of_an_uninterrupted_one(
+        seed in 0u64..1000, salt in 0u64..1000, per in 6u64..14, stop in 1usize..5, p in 1usize..4,
+    ) {
+        let ws = work(dataset(2, per, salt), seed, 0, 1);
+        let recipe = Recipe::new(&ws).setting("images", (seed, 20, 16));
+        let (all, _) = run_checkpointed(&ws, recipe.start(&ws), 2, seed, None);
+        let (head, ckpt) = run_checkpointed(&ws, recipe.start(&ws), p, seed, Some(stop));
+        let ckpt = Checkpoint::from_bytes(&ckpt.to_bytes()).unwrap();
+        let (rest, _) = run_checkpointed(&ws, recipe.resume(&ws, &ckpt).unwrap(), 3 - p % 2, seed, None);
+        prop_assert_eq!(head.len(), stop.min(all.len()));
+        let joined: Vec<u64> = head.iter().chain(&rest).map(ImageBatch::digest).collect();
+        prop_assert_eq!(joined, all.iter().map(ImageBatch::digest).collect::<Vec<_>>());
     }
 }
 
