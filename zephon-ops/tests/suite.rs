@@ -8,8 +8,12 @@
 //! `checkpoint` installs a counting global allocator, so it keeps a binary of
 //! its own.
 
+mod hostile;
+
 mod adapter_api;
 mod chat_parity;
+mod hostile_templates;
+mod hostile_tokenizers;
 mod observe;
 mod pack_loss_mask;
 mod pack_props;
