@@ -462,6 +462,14 @@ fn run_timing_inner(
         if trace.is_dir() {
             return Err(Error::output(trace, "is a folder, not a trace file"));
         }
+        // A FIFO or a device there would be met only once the run ended.
+        if let Ok(m) = std::fs::metadata(trace)
+            && !m.is_file()
+        {
+            let why = zephon_core::output::check_destination(trace).err();
+            let why = why.map_or_else(|| "not a regular file".to_owned(), |e| e.to_string());
+            return Err(Error::output(trace, format!("{why}, not a trace file")));
+        }
         harness::check_writable(folder)
             .map_err(|_| Error::output(trace, "its folder is not there or cannot be written"))?;
     }

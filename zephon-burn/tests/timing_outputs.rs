@@ -357,5 +357,19 @@ fn an_output_place_that_cannot_be_written_is_refused_before_the_run() {
         err.contains(&trace.display().to_string()) && err.contains("cannot be written"),
         "{err}"
     );
+    // A FIFO as the trace: refused before the run, not waited on after it.
+    let fifo = dir.path().join("trace.fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let err = run_timing(&opts(dir.path().join("out2"), Some(fifo.clone())))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&fifo.display().to_string()) && err.contains("FIFO"),
+        "{err}"
+    );
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "mine");
 }

@@ -50,5 +50,7 @@ pub fn write_chrome_trace(timings: &[BatchTiming], path: &Path) -> Result<()> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(|e| Error::output(parent, e))?;
     }
-    std::fs::write(path, text).map_err(|e| Error::output(path, e))
+    // Written beside its name and renamed: a failed write (a full disk)
+    // leaves the trace that was there, and nothing half-written.
+    zephon_core::output::write_atomic(path, text.as_bytes()).map_err(|e| Error::output(path, e))
 }
