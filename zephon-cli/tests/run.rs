@@ -235,3 +235,55 @@ fn a_scheduled_recipe_runs_and_shows_its_schedule() {
         "{stderr}"
     );
 }
+
+/// `--tuning auto` (or `tuning = "auto"` in `[run]`): a tuner moves the
+/// tokenizer's parallelism while the run goes; the run delivers what the
+/// fixed one does, and lists what the tuner changed. Its budget is checked
+/// against its range, and only goes with `auto`.
+#[test]
+fn a_tuned_run_delivers_what_a_fixed_one_does_and_says_what_changed() {
+    let run = |extra: &[&str]| {
+        let out = zephon()
+            .args(["run", "--json"])
+            .arg(recipe("tokenize_pack.toml"))
+            .args(extra)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.success(), stdout, stderr)
+    };
+    let lines = |stdout: &str| -> Vec<serde_json::Value> {
+        stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let (ok, fixed, err) = run(&[]);
+    assert!(ok, "{err}");
+    let (ok, tuned, err) = run(&["--tuning", "auto", "--tuning-cores", "2"]);
+    assert!(ok, "{err}");
+    let summary = |l: &[serde_json::Value]| {
+        let s = l.iter().find_map(|l| l.get("summary")).unwrap().clone();
+        (
+            s["batches"].clone(),
+            s["samples"].clone(),
+            s["tokens"].clone(),
+        )
+    };
+    let (fixed, tuned) = (lines(&fixed), lines(&tuned));
+    assert_eq!(summary(&fixed), summary(&tuned));
+    assert!(fixed.iter().all(|l| l.get("tuning").is_none()));
+    let report = tuned
+        .iter()
+        .find_map(|l| l.get("tuning"))
+        .expect("a tuning line");
+    assert!(!report.as_array().unwrap().is_empty(), "{report}");
+    let (ok, _, err) = run(&["--tuning", "auto", "--tuning-cores", "0"]);
+    assert!(!ok && err.contains("run.tuning_cores"), "{err}");
+    let (ok, _, err) = run(&["--tuning-cores", "2"]);
+    assert!(!ok && err.contains("only with tuning"), "{err}");
+    // The recipe's parallelism 2 cannot start above a budget of 1.
+    let (ok, _, err) = run(&["--tuning", "auto", "--tuning-cores", "1"]);
+    assert!(!ok && err.contains("above run.tuning_cores 1"), "{err}");
+}

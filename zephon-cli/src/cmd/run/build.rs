@@ -1,7 +1,7 @@
 //! Turns a recipe into a running pipeline: each operator checks that it gets
 //! the element type it needs, so a misplaced operator is an error naming it.
 
-use super::recipe::{OpSpec, Recipe, RunnerKind, resolve};
+use super::recipe::{OpSpec, Recipe, RunnerKind, TuningKind, resolve};
 use anyhow::{Context, Result, bail};
 use futures::{Stream, StreamExt};
 use std::path::Path;
@@ -80,6 +80,28 @@ pub struct Built {
     /// What the recipe's `tokenize_chat` operators count into (one set for
     /// all of them), when it has any: the conversations they dropped.
     pub chat_stats: Option<Arc<TextStats>>,
+    /// The knobs of the tuned operators (`tuning = "auto"`), and the cores
+    /// they may use together.
+    pub tuning: Option<(Vec<zephon_core::knob::Knob>, usize)>,
+}
+
+/// The cores the tuned operators of `recipe` may use together, checked
+/// against their range; `None` when the recipe does not tune.
+fn tuning_cores(recipe: &Recipe) -> Result<Option<usize>> {
+    let r = &recipe.run;
+    match (r.tuning, r.tuning_cores) {
+        (TuningKind::Fixed, Some(_)) => {
+            bail!("run.tuning_cores: only with tuning = \"auto\"")
+        }
+        (TuningKind::Fixed, None) => Ok(None),
+        (TuningKind::Auto, cores) => {
+            let cores = cores.unwrap_or_else(zephon_core::runner::num_cpus);
+            zephon_core::settings::PARALLELISM
+                .check_usize("run.tuning_cores", cores)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            Ok(Some(cores))
+        }
+    }
 }
 
 /// Builds the work source of a recipe.
@@ -170,6 +192,8 @@ pub fn build(recipe: &Recipe, base: &Path) -> Result<Built> {
     };
     let lanes = ws.owned_lanes();
     let seed = recipe.work_source.seed;
+    let cores = tuning_cores(recipe)?;
+    let mut knobs = Vec::new();
     let pointers = ws.stream();
     let mut stage = Stage::Pointers(boxed(pointers), ws.catalog().clone());
     let mut chat_stats: Option<Arc<TextStats>> = None;
@@ -228,7 +252,26 @@ pub fn build(recipe: &Recipe, base: &Path) -> Result<Built> {
                 // the special tokens in max_length) is checked here, before
                 // any dataset is read, as tokenize_chat's is.
                 cfg.check().with_context(at)?;
-                Stage::Records(boxed(s.tokenize(cfg, t.parallelism)))
+                let tokenize = s.tokenize(cfg, t.parallelism);
+                match cores {
+                    // The tuner matches a knob to the operator of its name;
+                    // a second `tokenize` keeps its own parallelism.
+                    Some(cores) if knobs.is_empty() => {
+                        anyhow::ensure!(
+                            t.parallelism <= cores,
+                            "{}: parallelism {} is above run.tuning_cores {cores}, the budget it is tuned within",
+                            at(),
+                            t.parallelism
+                        );
+                        let knob =
+                            zephon_core::knob::Knob::parallelism("tokenize", t.parallelism, cores)
+                                .with_context(at)?;
+                        let tuned = tokenize.tuned(&knob);
+                        knobs.push(knob);
+                        Stage::Records(boxed(tuned))
+                    }
+                    _ => Stage::Records(boxed(tokenize)),
+                }
             }
             (OpSpec::TokenizeChat(t), Stage::Records(s)) => {
                 let path =
@@ -390,5 +433,6 @@ pub fn build(recipe: &Recipe, base: &Path) -> Result<Built> {
         samples,
         catalog,
         chat_stats,
+        tuning: cores.filter(|_| !knobs.is_empty()).map(|c| (knobs, c)),
     })
 }

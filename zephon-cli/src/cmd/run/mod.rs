@@ -45,6 +45,15 @@ pub struct Args {
     /// (0.1 to 86400), so a scraper reads the final figures.
     #[arg(long, value_name = "SECONDS", value_parser = super::flags::seconds, requires = "metrics_addr")]
     pub metrics_hold: Option<f64>,
+    /// `auto`: a tuner moves the `tokenize` operator's parallelism while
+    /// the run goes (the batches do not change); over the recipe's
+    /// `run.tuning`.
+    #[arg(long, value_enum, value_name = "fixed|auto")]
+    pub tuning: Option<recipe::TuningKind>,
+    /// Workers the tuned operators may use together (1 to 4096; default:
+    /// the machine's cores); over the recipe's `run.tuning_cores`.
+    #[arg(long, value_name = "N")]
+    pub tuning_cores: Option<usize>,
     /// Storage settings, over the recipe's `[storage]`.
     #[command(flatten)]
     pub storage: StorageFlags,
@@ -119,6 +128,12 @@ pub struct Summary {
 pub fn run(args: Args) -> Result<()> {
     let mut recipe = recipe::Recipe::load(&args.recipe)?;
     args.storage.apply(&mut recipe.storage);
+    if let Some(t) = args.tuning {
+        recipe.run.tuning = t;
+    }
+    if args.tuning_cores.is_some() {
+        recipe.run.tuning_cores = args.tuning_cores;
+    }
     let base = args
         .recipe
         .parent()
@@ -142,8 +157,25 @@ pub fn run(args: Args) -> Result<()> {
     }
     let max_batches = args.max_batches.or(recipe.run.max_batches);
     let mut it = BlockingIter::new(built.stream, built.runner)?;
-    let observer = (args.observe.is_some() || args.metrics_addr.is_some())
-        .then(|| it.enable_observability(recipe.run.tracking.into()));
+    // The tuner reads the operators' metrics: per operator, whatever the
+    // recipe's tracking for `--observe`.
+    let tracking = match built.tuning {
+        Some(_) => zephon_core::Tracking::Operator,
+        None => recipe.run.tracking.into(),
+    };
+    let observer =
+        (args.observe.is_some() || args.metrics_addr.is_some() || built.tuning.is_some())
+            .then(|| it.enable_observability(tracking));
+    let tuner = match (&built.tuning, &observer) {
+        (Some((knobs, cores)), Some(obs)) => {
+            let config = zephon_core::tune::TunerConfig {
+                cores: *cores,
+                ..Default::default()
+            };
+            Some(zephon_core::tune::Tuner::start(obs, knobs.clone(), config)?)
+        }
+        _ => None,
+    };
     let metrics = match (&args.metrics_addr, &observer) {
         (Some(addr), Some(obs)) => {
             let exposure = match args.metrics_public {
@@ -255,8 +287,17 @@ pub fn run(args: Args) -> Result<()> {
     s.tokens_per_s = s.tokens as f64 / s.seconds;
     s.batches_per_s = s.batches as f64 / s.seconds;
     s.chat_dropped = built.chat_stats.as_ref().map(|c| c.chat_dropped.get());
+    let tuning = tuner.map(|t| {
+        let report = t.report();
+        drop(t);
+        report
+    });
     if args.json {
         println!("{}", serde_json::json!({ "summary": &s }));
+        if let Some(report) = &tuning {
+            let lines: Vec<&str> = report.lines().collect();
+            println!("{}", serde_json::json!({ "tuning": lines }));
+        }
         if let Some(obs) = observer.as_ref().filter(|_| args.observe.is_some()) {
             print_snapshots(obs, true);
             println!(
@@ -283,6 +324,12 @@ pub fn run(args: Args) -> Result<()> {
                 "conversations"
             };
             println!("{n} {noun} dropped by tokenize_chat (nothing to supervise)");
+        }
+        if let Some(report) = &tuning {
+            println!("tuning:");
+            for line in report.lines() {
+                println!("  {line}");
+            }
         }
         if let Some(obs) = observer.as_ref().filter(|_| args.observe.is_some()) {
             print_snapshots(obs, false);

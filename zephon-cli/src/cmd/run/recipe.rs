@@ -121,6 +121,26 @@ pub struct RunSpec {
     /// together (default 128 MiB; 1 MiB to 1 TiB): see
     /// `zephon_storage::format::parquet::set_decoded_budget`.
     pub parquet_decoded_bytes: Option<u64>,
+    /// `fixed` (default): every operator keeps the parallelism the recipe
+    /// gives it. `auto`: a tuner moves the parallelism of the `tokenize`
+    /// operators while the run goes, from their live metrics, starting
+    /// from the recipe's values, within `tuning_cores`; it cannot change
+    /// the batches, and the run's summary lists what it changed.
+    pub tuning: TuningKind,
+    /// Workers the tuned operators may use together (1 to 4096; default:
+    /// the machine's cores); only with `tuning = "auto"`.
+    pub tuning_cores: Option<usize>,
+}
+
+/// `[run] tuning`.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum TuningKind {
+    /// The recipe's parallelisms, as written.
+    #[default]
+    Fixed,
+    /// Tuned while the pipeline runs.
+    Auto,
 }
 
 impl Default for RunSpec {
@@ -131,6 +151,8 @@ impl Default for RunSpec {
             max_batches: None,
             tracking: ObserveLevel::Operator,
             parquet_decoded_bytes: None,
+            tuning: TuningKind::Fixed,
+            tuning_cores: None,
         }
     }
 }
