@@ -326,3 +326,64 @@ fn inspect_and_run_agree_on_a_dataset_without_samples() {
     assert!(!run.status.success());
     assert!(String::from_utf8_lossy(&run.stderr).contains("no samples"));
 }
+
+/// A WebDataset of JPEGs and PNGs of known sizes, and one member that is
+/// no image: `inspect` gives each image field's formats and sizes, from
+/// the headers of the first `--image-samples` samples.
+#[test]
+fn inspect_describes_the_images_of_a_webdataset() {
+    use image::ImageEncoder;
+    let t = tempfile::tempdir().unwrap();
+    let mut b = tar::Builder::new(Vec::new());
+    for i in 0..10u32 {
+        let (w, h) = (20 + 10 * i, 10 + i);
+        let pixels = vec![(i * 20) as u8; (w * h * 3) as usize];
+        let mut img = Vec::new();
+        if i % 2 == 0 {
+            image::codecs::jpeg::JpegEncoder::new(&mut img)
+                .write_image(&pixels, w, h, image::ExtendedColorType::Rgb8)
+                .unwrap();
+        } else {
+            image::codecs::png::PngEncoder::new(&mut img)
+                .write_image(&pixels, w, h, image::ExtendedColorType::Rgb8)
+                .unwrap();
+        }
+        if i == 9 {
+            img = b"not an image at all".to_vec();
+        }
+        for (e, data) in [("img", img), ("cls", i.to_string().into_bytes())] {
+            let mut header = tar::Header::new_gnu();
+            header.set_size(data.len() as u64);
+            header.set_mode(0o644);
+            header.set_cksum();
+            b.append_data(&mut header, format!("k{i:03}.{e}"), data.as_slice())
+                .unwrap();
+        }
+    }
+    std::fs::write(t.path().join("shard-0.tar"), b.into_inner().unwrap()).unwrap();
+    let dir = t.path().display().to_string();
+    let (ok, out, err) = inspect(&[&dir, "--json"]);
+    assert!(ok, "{err}");
+    let r: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let images = r["images"].as_array().expect("an images section");
+    assert_eq!(images.len(), 1, "{images:?}");
+    let f = &images[0];
+    assert_eq!(f["field"], "img");
+    assert_eq!(f["formats"]["jpeg"], 5);
+    assert_eq!(f["formats"]["png"], 4);
+    assert_eq!(f["unreadable"], 1);
+    // Widths 20..100 of the nine images, heights 10..18.
+    assert_eq!(f["width"], serde_json::json!([20, 60, 100]));
+    assert_eq!(f["height"], serde_json::json!([10, 14, 18]));
+    assert_eq!(r["image_samples"], 10);
+    let (ok, text, _) = inspect(&[&dir]);
+    assert!(ok);
+    assert!(
+        text.contains("images   `img` in the first 10 samples: 5 jpeg, 4 png, 1 unreadable"),
+        "{text}"
+    );
+    let (ok, out, _) = inspect(&[&dir, "--json", "--image-samples", "0"]);
+    assert!(ok);
+    let r: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(r.get("images").is_none(), "{r}");
+}

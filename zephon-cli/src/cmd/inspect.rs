@@ -36,6 +36,11 @@ pub struct Args {
     /// Parquet columns to read (comma-separated; default all).
     #[arg(long, value_delimiter = ',')]
     pub columns: Option<Vec<String>>,
+    /// Samples whose image fields (bytes that hold a JPEG, PNG or WebP)
+    /// are described: formats and sizes, from the headers (0 to 100,000;
+    /// 0: none).
+    #[arg(long, default_value_t = 256, value_parser = ranged::<usize>(PRINTED_SAMPLES))]
+    pub image_samples: usize,
     /// S3, GCS or Azure Blob endpoint (else `AWS_ENDPOINT_URL`,
     /// `STORAGE_EMULATOR_HOST`, `AZURE_STORAGE_CONNECTION_STRING`).
     #[arg(long)]
@@ -68,6 +73,63 @@ pub struct Field {
     pub kind: &'static str,
 }
 
+/// The images of one bytes field over the samples looked at.
+#[derive(Debug, Serialize)]
+pub struct ImageField {
+    /// Field name.
+    pub field: String,
+    /// Values that are images, by format (`jpeg`, `png`, `webp`).
+    pub formats: std::collections::BTreeMap<&'static str, u64>,
+    /// Values whose bytes are no image a decoder reads.
+    pub unreadable: u64,
+    /// Widths in pixels: min, median, max.
+    pub width: [u32; 3],
+    /// Heights in pixels: min, median, max.
+    pub height: [u32; 3],
+}
+
+/// The image fields of `records`: every bytes field one of whose values
+/// is an image, described from the headers.
+fn image_fields(records: &[Record]) -> Vec<ImageField> {
+    let mut by_field: std::collections::BTreeMap<String, (ImageField, Vec<u32>, Vec<u32>)> =
+        Default::default();
+    for r in records {
+        for (k, v) in r.fields.iter() {
+            let Value::Bytes(b) = v else { continue };
+            let entry = by_field.entry(k.to_string()).or_insert_with(|| {
+                let f = ImageField {
+                    field: k.to_string(),
+                    formats: Default::default(),
+                    unreadable: 0,
+                    width: [0; 3],
+                    height: [0; 3],
+                };
+                (f, Vec::new(), Vec::new())
+            });
+            match zephon_media::probe_image(b) {
+                Ok(info) => {
+                    *entry.0.formats.entry(info.format).or_default() += 1;
+                    entry.1.push(info.width);
+                    entry.2.push(info.height);
+                }
+                Err(_) => entry.0.unreadable += 1,
+            }
+        }
+    }
+    let spread = |mut v: Vec<u32>| {
+        v.sort_unstable();
+        [v[0], v[v.len() / 2], v[v.len() - 1]]
+    };
+    by_field
+        .into_values()
+        .filter(|(_, w, _)| !w.is_empty())
+        .map(|(mut f, w, h)| {
+            (f.width, f.height) = (spread(w), spread(h));
+            f
+        })
+        .collect()
+}
+
 /// What `zephon inspect` reports.
 #[derive(Debug, Serialize)]
 pub struct Report {
@@ -88,6 +150,12 @@ pub struct Report {
     /// Row groups of a local Parquet dataset, from the shards' footers.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub row_groups: Option<RowGroups>,
+    /// The image fields of the first `--image-samples` samples.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<ImageField>,
+    /// The samples the image fields were described from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image_samples: Option<usize>,
     /// The process's own memory around opening the dataset (Linux only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<Memory>,
@@ -258,16 +326,31 @@ pub fn inspect(args: &Args) -> Result<Report> {
     // Reads run in place on a current-thread runtime, as under the inline
     // runner.
     let rt = zephon_core::Runner::Inline.runtime()?;
-    for s in ds.shards() {
-        // At least one sample, so the fields are known even with `-n 0`.
-        let want = args.samples.max(1).saturating_sub(first.len()) as u64;
-        if want == 0 {
-            break;
+    // At least one sample, so the fields are known even with `-n 0`; more
+    // for the image fields only where the first sample has bytes (a token
+    // file's samples are not read further to find none).
+    let read_up_to = |want: usize, first: &mut Vec<Record>| -> Result<()> {
+        let mut skip = first.len() as u64;
+        for s in ds.shards() {
+            let left = want.saturating_sub(first.len()) as u64;
+            if left == 0 {
+                break;
+            }
+            let from = skip.min(s.len());
+            skip -= from;
+            let n = left.min(s.len() - from);
+            if n > 0 {
+                first.extend(rt.block_on(s.read_run(from, n))?);
+            }
         }
-        let n = want.min(s.len());
-        if n > 0 {
-            first.extend(rt.block_on(s.read_run(0, n))?);
-        }
+        Ok(())
+    };
+    read_up_to(args.samples.max(1), &mut first)?;
+    let has_bytes = first
+        .first()
+        .is_some_and(|r| r.fields.iter().any(|(_, v)| matches!(v, Value::Bytes(_))));
+    if has_bytes {
+        read_up_to(args.image_samples, &mut first)?;
     }
     let fields = first.first().map_or_else(Vec::new, |r| {
         r.fields
@@ -278,6 +361,8 @@ pub fn inspect(args: &Args) -> Result<Report> {
             })
             .collect()
     });
+    let looked = first.len().min(args.image_samples);
+    let images = image_fields(&first[..looked]);
     let first = first
         .iter()
         .take(args.samples)
@@ -297,6 +382,8 @@ pub fn inspect(args: &Args) -> Result<Report> {
         fields,
         first,
         row_groups,
+        image_samples: (!images.is_empty()).then_some(looked),
+        images,
         memory,
     })
 }
@@ -340,6 +427,26 @@ pub fn run(args: Args) -> Result<()> {
              mapped shards are page cache, not counted",
             m.rss_anon_after_open as f64 / 1048576.0,
             m.rss_anon_before_open as f64 / 1048576.0
+        );
+    }
+    for f in &r.images {
+        let formats: Vec<String> = f.formats.iter().map(|(k, n)| format!("{n} {k}")).collect();
+        println!(
+            "images   `{}` in the first {} samples: {}{}; width {}..{} (median {}), height {}..{} (median {})",
+            escape_controls(&f.field),
+            r.image_samples.unwrap_or(0),
+            formats.join(", "),
+            if f.unreadable > 0 {
+                format!(", {} unreadable", f.unreadable)
+            } else {
+                String::new()
+            },
+            f.width[0],
+            f.width[2],
+            f.width[1],
+            f.height[0],
+            f.height[2],
+            f.height[1]
         );
     }
     println!("fields   (first sample)");
