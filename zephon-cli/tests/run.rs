@@ -287,3 +287,101 @@ fn a_tuned_run_delivers_what_a_fixed_one_does_and_says_what_changed() {
     let (ok, _, err) = run(&["--tuning", "auto", "--tuning-cores", "1"]);
     assert!(!ok && err.contains("above run.tuning_cores 1"), "{err}");
 }
+
+/// The image recipe over WebDataset shards written here: every image
+/// decoded, cropped and collated, the plan naming the operators, and the
+/// same images at parallelism 1 and 2 (the crops are seeded per sample).
+/// Bad image settings are named.
+#[test]
+fn the_image_recipe_decodes_crops_and_collates() {
+    use image::ImageEncoder;
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("images");
+    std::fs::create_dir_all(&data).unwrap();
+    for s in 0..2 {
+        let mut b = tar::Builder::new(Vec::new());
+        for i in 0..20u32 {
+            let (w, h) = (70 + 3 * i, 66 + i);
+            let pixels: Vec<u8> = (0..w * h * 3)
+                .map(|p| ((p * (i + 1)) % 251) as u8)
+                .collect();
+            let mut jpg = Vec::new();
+            image::codecs::jpeg::JpegEncoder::new(&mut jpg)
+                .write_image(&pixels, w, h, image::ExtendedColorType::Rgb8)
+                .unwrap();
+            for (e, d) in [("jpg", jpg), ("cls", (i % 10).to_string().into_bytes())] {
+                let mut header = tar::Header::new_gnu();
+                header.set_size(d.len() as u64);
+                header.set_mode(0o644);
+                header.set_cksum();
+                b.append_data(&mut header, format!("s{s}-{i:03}.{e}"), d.as_slice())
+                    .unwrap();
+            }
+        }
+        std::fs::write(data.join(format!("shard-{s}.tar")), b.into_inner().unwrap()).unwrap();
+    }
+    let text = std::fs::read_to_string(recipe("images.toml"))
+        .unwrap()
+        .replace(
+            "../../results/data/timing_images",
+            &data.display().to_string(),
+        );
+    let run = |text: &str| {
+        let path = t.path().join("r.toml");
+        std::fs::write(&path, text).unwrap();
+        let out = zephon()
+            .args(["run", "--json"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, out, err) = run(&text);
+    assert!(ok, "{err}");
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let plan = lines
+        .iter()
+        .find_map(|l| l.get("plan"))
+        .unwrap()
+        .to_string();
+    for op in ["decode_image", "collate_images"] {
+        assert!(plan.contains(op), "{op} not in {plan}");
+    }
+    let summary = lines.iter().find_map(|l| l.get("summary")).unwrap();
+    assert_eq!(summary["samples"], 40, "{summary}");
+    assert_eq!(
+        summary["batches"], 2,
+        "two lanes of 20, one batch each: {summary}"
+    );
+    // Parallelism 1 gives the same run.
+    let (ok, one, err) = run(&text.replace("parallelism = 2", "parallelism = 1"));
+    assert!(ok, "{err}");
+    let one: Vec<serde_json::Value> = one
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        one.iter().find_map(|l| l.get("summary")).unwrap()["samples"],
+        40
+    );
+    for (bad, says) in [
+        ("random_crop = 64 ", "random_crop = 64\ncenter_crop = 32 "),
+        ("flip = 0.5", "flip = 1.5"),
+        ("random_crop = 64", "random_crop = 0"),
+    ] {
+        let (ok, _, err) = run(&text.replacen(bad, says, 1));
+        assert!(!ok, "{says}: ran");
+        assert!(err.contains("ops[1] (`decode_image`)"), "{says}: {err}");
+    }
+    // A collate before any batch of images is named.
+    let misplaced = text.replace("op = \"batch\"\nsize = 32", "op = \"lane_mux\"");
+    let (ok, _, err) = run(&misplaced);
+    assert!(!ok && err.contains("collate_images"), "{err}");
+}

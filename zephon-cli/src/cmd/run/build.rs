@@ -10,6 +10,7 @@ use zephon_core::obs::{BoxPipeline, Explain, PlanDescription};
 use zephon_core::{
     Batch, Catalog, PipelineExt, Record, Runner, SamplePtr, WorkSource, WorkSourceBuilder,
 };
+use zephon_media::{ImageBatch, ImageSample, MediaPipelineExt};
 use zephon_ops::{
     ChatTokenizeConfig, MixtureConfig, OnMissing, Overflow, PackAlgorithm, PackConfig,
     PositionMode, SpecialTokens, TextPipelineExt, TextStats, TokenizeConfig, TrainingBatch,
@@ -31,6 +32,12 @@ pub enum Stage {
     Batches(Boxed<Batch<Record>>),
     /// Collated training batches.
     Training(Boxed<TrainingBatch>),
+    /// Decoded images.
+    Images(Boxed<ImageSample>),
+    /// Batches of decoded images.
+    ImageBatches(Boxed<Batch<ImageSample>>),
+    /// Collated image batches.
+    Collated(Boxed<ImageBatch>),
 }
 
 /// One delivered element, sized for the progress line.
@@ -41,6 +48,12 @@ pub enum Item {
     Batch(Batch<Record>),
     /// A training batch.
     Training(TrainingBatch),
+    /// A decoded image (counted, then dropped: nothing downstream reads it).
+    Image,
+    /// A batch of decoded images.
+    ImageBatch(Batch<ImageSample>),
+    /// A collated image batch.
+    Collated(ImageBatch),
 }
 
 impl Item {
@@ -54,6 +67,9 @@ impl Item {
             Item::Record(r) => (1, toks(r)),
             Item::Batch(b) => (b.len() as u64, b.items.iter().map(toks).sum()),
             Item::Training(t) => (t.batch_size as u64, t.num_tokens() as u64),
+            Item::Image => (1, 0),
+            Item::ImageBatch(b) => (b.len() as u64, 0),
+            Item::Collated(b) => (b.batch_size as u64, 0),
         }
     }
 }
@@ -371,6 +387,22 @@ pub fn build(recipe: &Recipe, base: &Path) -> Result<Built> {
             (OpSpec::Batch(b), Stage::Records(s)) => {
                 Stage::Batches(boxed(s.batch_with(b.size, b.drop_last)))
             }
+            (OpSpec::DecodeImage(d), Stage::Records(s)) => {
+                let config = d.config(seed, &at())?;
+                Stage::Images(boxed(s.decode_image(config, d.parallelism)))
+            }
+            (OpSpec::Batch(b), Stage::Images(s)) => {
+                Stage::ImageBatches(boxed(s.batch_with(b.size, b.drop_last)))
+            }
+            (OpSpec::LaneMux(_), Stage::Images(s)) => {
+                Stage::Images(boxed(s.lane_mux(lanes.clone())))
+            }
+            (OpSpec::LaneMux(_), Stage::ImageBatches(s)) => {
+                Stage::ImageBatches(boxed(s.lane_mux(lanes.clone())))
+            }
+            (OpSpec::CollateImages(c), Stage::ImageBatches(s)) => {
+                Stage::Collated(boxed(s.collate_images(c.config(&at())?)))
+            }
             (OpSpec::LaneMux(_), Stage::Records(s)) => {
                 Stage::Records(boxed(s.lane_mux(lanes.clone())))
             }
@@ -394,6 +426,9 @@ pub fn build(recipe: &Recipe, base: &Path) -> Result<Built> {
                 Stage::Records(s) => Stage::Records(boxed(s.prefetch_batches(p.depth))),
                 Stage::Batches(s) => Stage::Batches(boxed(s.prefetch_batches(p.depth))),
                 Stage::Training(s) => Stage::Training(boxed(s.prefetch_batches(p.depth))),
+                Stage::Images(s) => Stage::Images(boxed(s.prefetch_batches(p.depth))),
+                Stage::ImageBatches(s) => Stage::ImageBatches(boxed(s.prefetch_batches(p.depth))),
+                Stage::Collated(s) => Stage::Collated(boxed(s.prefetch_batches(p.depth))),
             },
             (op, stage) => {
                 let have = match stage {
@@ -401,19 +436,24 @@ pub fn build(recipe: &Recipe, base: &Path) -> Result<Built> {
                     Stage::Records(_) => "records",
                     Stage::Batches(_) => "batches",
                     Stage::Training(_) => "training batches",
+                    Stage::Images(_) => "decoded images",
+                    Stage::ImageBatches(_) => "batches of images",
+                    Stage::Collated(_) => "collated image batches",
                 };
                 let want = match op {
                     OpSpec::Prefetch(_) | OpSpec::Fetch(_) => {
                         "pointers (put it right after the work source)"
                     }
-                    OpSpec::Batch(_)
-                    | OpSpec::Tokenize(_)
+                    OpSpec::Batch(_) => "records or decoded images (after fetch or decode_image)",
+                    OpSpec::DecodeImage(_) => "records (after fetch)",
+                    OpSpec::CollateImages(_) => "batches of images (decode_image, then batch)",
+                    OpSpec::Tokenize(_)
                     | OpSpec::TokenizeChat(_)
                     | OpSpec::Shuffle(_)
                     | OpSpec::Pack(_)
                     | OpSpec::EnsureMixture(_) => "records (after fetch, before batch)",
                     OpSpec::ToTraining(_) => "batches (after batch)",
-                    OpSpec::LaneMux(_) => "records or batches",
+                    OpSpec::LaneMux(_) => "records, images or batches",
                     OpSpec::PrefetchBatches(_) => "anything",
                 };
                 return Err(wrong(have, want));
@@ -425,6 +465,12 @@ pub fn build(recipe: &Recipe, base: &Path) -> Result<Built> {
         Stage::Records(s) => (s.explain(runner), s.map(|r| r.map(Item::Record)).boxed()),
         Stage::Batches(s) => (s.explain(runner), s.map(|r| r.map(Item::Batch)).boxed()),
         Stage::Training(s) => (s.explain(runner), s.map(|r| r.map(Item::Training)).boxed()),
+        Stage::Images(s) => (s.explain(runner), s.map(|r| r.map(|_| Item::Image)).boxed()),
+        Stage::ImageBatches(s) => (
+            s.explain(runner),
+            s.map(|r| r.map(Item::ImageBatch)).boxed(),
+        ),
+        Stage::Collated(s) => (s.explain(runner), s.map(|r| r.map(Item::Collated)).boxed()),
     };
     Ok(Built {
         stream,

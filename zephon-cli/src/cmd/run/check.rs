@@ -301,7 +301,8 @@ pub fn check(recipe: &Recipe, lines: &KeyLines<'_>) -> Result<()> {
                 one_of("position_mode", &t.position_mode, &["document", "sequence"])?;
             }
             OpSpec::PrefetchBatches(p) => check("depth", p.depth, PREFETCH_DEPTH)?,
-            OpSpec::LaneMux(_) => {}
+            OpSpec::LaneMux(_) | OpSpec::CollateImages(_) => {}
+            OpSpec::DecodeImage(d) => check("parallelism", d.parallelism, PARALLELISM)?,
         }
     }
     Ok(())

@@ -3,6 +3,7 @@
 
 pub mod build;
 pub mod check;
+pub mod media;
 pub mod recipe;
 
 use anyhow::{Context, Result};

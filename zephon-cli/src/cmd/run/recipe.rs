@@ -467,6 +467,10 @@ pub enum OpSpec {
     ToTraining(TrainingSpec),
     /// Finished elements buffered ahead of the consumer.
     PrefetchBatches(PrefetchBatchesSpec),
+    /// Decode an image field, with its augmentations.
+    DecodeImage(super::media::DecodeImageSpec),
+    /// Collate batches of images into one array each.
+    CollateImages(super::media::CollateImagesSpec),
 }
 
 impl OpSpec {
@@ -484,6 +488,8 @@ impl OpSpec {
             OpSpec::LaneMux(_) => "lane_mux",
             OpSpec::ToTraining(_) => "to_training",
             OpSpec::PrefetchBatches(_) => "prefetch_batches",
+            OpSpec::DecodeImage(_) => "decode_image",
+            OpSpec::CollateImages(_) => "collate_images",
         }
     }
 }
