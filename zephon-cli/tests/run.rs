@@ -289,9 +289,9 @@ fn a_tuned_run_delivers_what_a_fixed_one_does_and_says_what_changed() {
 }
 
 /// The image recipe over WebDataset shards written here: every image
-/// decoded, cropped and collated, the plan naming the operators, and the
-/// same images at parallelism 1 and 2 (the crops are seeded per sample).
-/// Bad image settings are named.
+/// decoded, cropped and collated, the plan naming the operators, and every
+/// image at parallelism 1 too (that the batches are the same is the media
+/// crate's property tests' to show). Bad image settings are named.
 #[test]
 fn the_image_recipe_decodes_crops_and_collates() {
     use image::ImageEncoder;
