@@ -175,6 +175,22 @@ pub fn set_sums(dir: &Path, sums: bool) {
     std::fs::write(&path, m.to_json()).unwrap();
 }
 
+/// What `read` gives once two reads 50 ms apart agree (at most a second):
+/// nginx logs a request after it has sent the answer, so a count taken as
+/// soon as the client has the bytes may miss the last requests.
+fn settled<T: PartialEq>(read: impl Fn() -> T) -> T {
+    let mut last = read();
+    for _ in 0..20 {
+        std::thread::sleep(Duration::from_millis(50));
+        let now = read();
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+    last
+}
+
 /// A fresh cache folder under `dir`, small but big enough for test shards.
 pub fn cache_opts(dir: &Path) -> StorageOptions {
     StorageOptions::default()
@@ -435,22 +451,28 @@ impl Nginx {
     }
 
     pub fn gets(&self, needle: &str) -> usize {
-        count_gets(&self.log, needle)
+        settled(|| count_gets(&self.log, needle))
     }
 
     /// Range GETs (status 206) the server logged for paths containing `needle`.
     pub fn range_gets(&self, needle: &str) -> usize {
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| l.contains("\"GET ") && l.contains(needle) && l.contains("\" 206 "))
-            .count()
+        settled(|| {
+            std::fs::read_to_string(&self.log)
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.contains("\"GET ") && l.contains(needle) && l.contains("\" 206 "))
+                .count()
+        })
     }
 
     /// Body bytes of the range GETs (status 206) the server logged for
     /// paths containing `needle`, multipart boundaries and part headers
     /// included.
     pub fn range_bytes(&self, needle: &str) -> u64 {
+        settled(|| self.logged_range_bytes(needle))
+    }
+
+    fn logged_range_bytes(&self, needle: &str) -> u64 {
         std::fs::read_to_string(&self.log)
             .unwrap_or_default()
             .lines()
