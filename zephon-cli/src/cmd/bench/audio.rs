@@ -161,31 +161,15 @@ fn measure_raw(a: &Args, recs: &[Record]) -> Result<Run> {
         .collect::<zephon_core::Result<_>>()?;
     let (config, steps) = (AudioDecodeConfig::new("wav"), steps(a));
     let threads = a.parallelism.unwrap_or_else(cores);
-    let per = records.len().div_ceil(threads).max(1);
     let peak = PeakRss::start();
     let start = Instant::now();
-    let done: usize = std::thread::scope(|s| {
-        let handles: Vec<_> = records
-            .chunks(per)
-            .map(|chunk| {
-                let (config, steps) = (&config, &steps);
-                s.spawn(move || -> Result<usize> {
-                    for r in chunk {
-                        let Some(Value::Bytes(bytes)) = r.get("wav") else {
-                            anyhow::bail!("a clip without `wav` bytes");
-                        };
-                        let audio = config.decode(bytes).map_err(|e| anyhow::anyhow!("{e:?}"))?;
-                        let out = steps.apply(AudioSample::new(audio, r.clone()))?;
-                        std::hint::black_box(&out);
-                    }
-                    Ok(chunk.len())
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("a raw decode thread panicked"))
-            .sum::<Result<usize>>()
+    let done = super::on_threads(&records, threads, |r| {
+        let Some(Value::Bytes(bytes)) = r.get("wav") else {
+            anyhow::bail!("a clip without `wav` bytes");
+        };
+        let audio = config.decode(bytes).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        std::hint::black_box(steps.apply(AudioSample::new(audio, r.clone()))?);
+        Ok(())
     })?;
     let seconds = start.elapsed().as_secs_f64();
     let peak_anon = peak.stop().unwrap_or(0);

@@ -133,35 +133,19 @@ fn measure_raw(a: &Args) -> Result<Run> {
         Flip::new(0.5, a.seed),
     );
     let threads = a.parallelism.unwrap_or_else(cores);
-    let per = records.len().div_ceil(threads).max(1);
     let peak = PeakRss::start();
     let start = Instant::now();
-    let done: usize = std::thread::scope(|s| {
-        let handles: Vec<_> = records
-            .chunks(per)
-            .map(|chunk| {
-                let (config, crop, flip) = (&config, &crop, &flip);
-                s.spawn(move || -> Result<usize> {
-                    for r in chunk {
-                        let Some(zephon_core::Value::Bytes(bytes)) = r.get("jpg") else {
-                            anyhow::bail!("a sample without `jpg` bytes");
-                        };
-                        let image = config.decode(bytes).map_err(|e| anyhow::anyhow!("{e:?}"))?;
-                        let s = ImageSample {
-                            image,
-                            record: r.clone(),
-                        };
-                        let s = flip.apply(crop.apply(s)?)?;
-                        std::hint::black_box(&s);
-                    }
-                    Ok(chunk.len())
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("a raw decode thread panicked"))
-            .sum::<Result<usize>>()
+    let done = super::on_threads(&records, threads, |r| {
+        let Some(zephon_core::Value::Bytes(bytes)) = r.get("jpg") else {
+            anyhow::bail!("a sample without `jpg` bytes");
+        };
+        let image = config.decode(bytes).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        let s = ImageSample {
+            image,
+            record: r.clone(),
+        };
+        std::hint::black_box(flip.apply(crop.apply(s)?)?);
+        Ok(())
     })?;
     let seconds = start.elapsed().as_secs_f64();
     let peak_anon = peak.stop().unwrap_or(0);

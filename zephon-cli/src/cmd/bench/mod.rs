@@ -75,3 +75,31 @@ fn print_report(as_json: bool, json: impl FnOnce() -> serde_json::Value, lines: 
         }
     }
 }
+
+/// Runs `work` on every record of `records`, split into `threads` runs of
+/// neighbours, each on a thread of its own; returns how many were done.
+/// The plain-loop ceilings of the media benchmarks: no pipeline between
+/// the bytes and the decoder.
+fn on_threads<T: Sync>(
+    records: &[T],
+    threads: usize,
+    work: impl Fn(&T) -> anyhow::Result<()> + Sync,
+) -> anyhow::Result<usize> {
+    let per = records.len().div_ceil(threads.max(1)).max(1);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = records
+            .chunks(per)
+            .map(|chunk| {
+                let work = &work;
+                s.spawn(move || -> anyhow::Result<usize> {
+                    chunk.iter().try_for_each(work)?;
+                    Ok(chunk.len())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a plain-loop thread panicked"))
+            .sum()
+    })
+}
