@@ -31,12 +31,9 @@ fn number() -> impl Strategy<Value = String> {
     .prop_map(str::to_owned)
 }
 
-// Left out: `~` and the filters that turn any value into text (`upper`,
-// `lower`, `trim`, `title`, `capitalize`, `replace`, `join`, `indent`,
-// `safe`). The engine prints a value through them without a bound, so a
-// list holding itself twice, doubled forty times, runs until memory ends
-// there; the printing bounds cover `{{ }}`, `tojson`, `pprint`, `string`
-// and Python's methods.
+// `~` and the filters that turn any value into text are in: each measures
+// what it prints (a list holding itself twice, doubled forty times, ran
+// until memory ended there before).
 fn filter() -> impl Strategy<Value = String> {
     let plain = prop::sample::select(vec![
         "tojson",
@@ -54,6 +51,18 @@ fn filter() -> impl Strategy<Value = String> {
         "count",
         "default('d')",
         "tojson(indent=2)",
+        "upper",
+        "lower",
+        "title",
+        "capitalize",
+        "trim",
+        "safe",
+        "escape",
+        "join",
+        "join(', ')",
+        "indent(2)",
+        "replace('a', 'bb')",
+        "format",
     ])
     .prop_map(str::to_owned);
     prop_oneof![
@@ -89,6 +98,7 @@ fn expr() -> impl Strategy<Value = String> {
             (inner.clone(), number()).prop_map(|(a, n)| format!("({a}) * {n}")),
             (inner.clone(), inner.clone()).prop_map(|(a, b)| format!("({a}) == ({b})")),
             (inner.clone(), inner.clone()).prop_map(|(a, b)| format!("({a}) + ({b})")),
+            (inner.clone(), inner.clone()).prop_map(|(a, b)| format!("({a}) ~ ({b})")),
             (inner.clone(), number()).prop_map(|(a, n)| format!("'{{:>{n}}}'.format({a})")),
             inner.clone().prop_map(|a| format!("({a}).strip()")),
             inner.clone().prop_map(|a| format!("({a}).split()")),
@@ -227,4 +237,150 @@ fn real_templates_with_mutated_bytes() {
         judge(&src, zephon_ops::tokenize_chat::TEMPLATE_FUEL)
     });
     tally.finish();
+}
+
+/// Renders one conversation with `source` under `fuel`: the error's text,
+/// or `None` when it rendered.
+fn render_error(source: &str, fuel: u64) -> Option<String> {
+    let config = ChatTokenizeConfig::from_bytes(include_bytes!("fixtures/tokenizer.json"))
+        .unwrap()
+        .chat_template(format!(
+            "{source}{{% if add_generation_prompt %}}<|im_start|>assistant\n{{% endif %}}"
+        ))
+        .eos_token("<|endoftext|>")
+        .template_fuel(fuel);
+    if let Err(e) = config.check() {
+        return Some(e.to_string());
+    }
+    let out: Vec<_> = futures::stream::iter([Ok(conversation())])
+        .tokenize_chat(config, 1)
+        .into_blocking_iter(Runner::Inline)
+        .unwrap()
+        .collect();
+    out.into_iter().find_map(|r| r.err()).map(|e| e.to_string())
+}
+
+/// Each of these made text without a bound: a structure of forty
+/// instructions printed as terabytes through `~` or a filter taking text,
+/// a string doubled or grown by a filter past what the budget could see
+/// coming, or output written in a loop. Each now ends within seconds in an
+/// error naming what was refused.
+#[test]
+fn text_bombs_are_refused_naming_the_bound() {
+    let fuel = zephon_ops::tokenize_chat::TEMPLATE_FUEL;
+    let max_fuel = zephon_ops::tokenize_chat::TEMPLATE_FUEL_RANGE.max;
+    let shared = "{% set ns = namespace(x=[1]) %}{% for i in range(40) %}\
+                  {% set ns.x = [ns.x, ns.x] %}{% endfor %}";
+    let mut cases: Vec<(String, u64, &str)> = vec![
+        (
+            format!("{shared}{{{{ (ns.x ~ '')|length }}}}"),
+            fuel,
+            "~: a value of more than",
+        ),
+        (
+            format!("{shared}{{{{ ('' ~ ns.x)|length }}}}"),
+            fuel,
+            "~: a value of more than",
+        ),
+        (
+            format!("{shared}{{{{ [ns.x]|join|length }}}}"),
+            fuel,
+            "|join: a value of more than",
+        ),
+        (
+            format!("{shared}{{{{ 'x'|replace('x', ns.x) }}}}"),
+            fuel,
+            "|replace: a value of",
+        ),
+        (
+            format!("{shared}{{{{ '%s'|format(ns.x) }}}}"),
+            fuel,
+            "|format: a value of",
+        ),
+        // Real strings doubled, and grown by filters.
+        (
+            "{% set ns = namespace(s='x' * 10000000) %}{% for i in range(40) %}\
+             {% set ns.s = ns.s + ns.s %}{% endfor %}"
+                .into(),
+            max_fuel,
+            "+: text of more than 67108864 bytes",
+        ),
+        (
+            "{% set ns = namespace(s='x' * 10000000) %}{% for i in range(40) %}\
+             {% set ns.s = ns.s ~ ns.s %}{% endfor %}"
+                .into(),
+            max_fuel,
+            "~: text of more than 67108864 bytes",
+        ),
+        ("{{ 'x' * 100000000 }}".into(), fuel, "*: text of more than"),
+        (
+            "{{ ('x' * 1000)|replace('x', 'y' * 100000)|length }}".into(),
+            fuel,
+            "|replace: text of more than",
+        ),
+        (
+            "{{ ('x\n' * 1000)|indent(100000)|length }}".into(),
+            fuel,
+            "|indent: text of more than",
+        ),
+        (
+            "{% set s = 'x' * 10000000 %}{{ [s, s, s, s, s, s, s, s]|join|length }}".into(),
+            fuel,
+            "|join: a value holding more than 67108864 bytes of text",
+        ),
+        (
+            "{{ range(100000)|join('y' * 1000)|length }}".into(),
+            fuel,
+            "|join: text of more than",
+        ),
+        (
+            "{{ '%100000000s'|format('x') }}".into(),
+            fuel,
+            "characters wide",
+        ),
+        // Output: printed in a loop, and raw text in a loop.
+        (
+            "{% for i in range(100000) %}{{ 'x' * 10000000 }}{% endfor %}".into(),
+            max_fuel,
+            "passed 67108864 bytes (tokenize_chat::MAX_RENDER_BYTES)",
+        ),
+        (
+            format!(
+                "{{% for i in range(1000) %}}{{% for j in range(100) %}}{}{{% endfor %}}{{% endfor %}}",
+                "x".repeat(1000)
+            ),
+            max_fuel,
+            "passed 67108864 bytes",
+        ),
+        // The names the guards call are reserved.
+        ("{% set __zephon_add = 1 %}".into(), fuel, "reserved"),
+    ];
+    for filter in [
+        "upper",
+        "lower",
+        "title",
+        "capitalize",
+        "trim",
+        "safe",
+        "escape",
+        "e",
+        "indent",
+        "replace('1', '2')",
+    ] {
+        cases.push((
+            format!("{shared}{{{{ ns.x|{filter}|length }}}}"),
+            fuel,
+            "a value of more than 1048576 elements",
+        ));
+    }
+    for (src, fuel, says) in cases {
+        let t = std::time::Instant::now();
+        let e = render_error(&src, fuel).unwrap_or_else(|| panic!("rendered: {src}"));
+        assert!(e.contains(says), "{src}: {e}");
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(20),
+            "{src}: {:?}",
+            t.elapsed()
+        );
+    }
 }

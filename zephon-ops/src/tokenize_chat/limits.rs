@@ -3,11 +3,22 @@
 //! list that holds itself twice, nested forty times, is forty instructions
 //! and 2^40 elements to print, and a list nested a hundred thousand deep,
 //! built by a loop, overflows the stack of whatever walks it. So each value
-//! that leaves the template (`{{ }}`, `tojson`, `pprint`, `string`) is
+//! that leaves the template (`{{ }}`, `tojson`, `pprint`, `string`, `~`, the
+//! filters taking text, Python's methods) is
 //! measured first, without recursion, and refused past these bounds.
+//!
+//! The fuel charges a string once it is made, so one operation could still
+//! ask for gigabytes at once (`~` of a list holding itself twice forty
+//! times over, `replace` with a long replacement): the text that operators
+//! and filters make is bounded by [`MAX_STRING_BYTES`] where it is asked
+//! for (see `operators` and `filters`), and what a rendering writes by
+//! [`MAX_RENDER_BYTES`].
 
 use minijinja::value::ValueKind;
 use minijinja::{Error, ErrorKind, Value};
+use std::borrow::Cow;
+use std::fmt::{self, Write as _};
+use std::io;
 
 /// The largest chat template source, in bytes (real ones are a few KB).
 pub const MAX_TEMPLATE_BYTES: usize = 1 << 20;
@@ -23,7 +34,18 @@ pub const MAX_VALUE_DEPTH: usize = 256;
 /// a template prints may hold.
 pub const MAX_VALUE_ELEMENTS: u64 = 1 << 20;
 
-fn refused(message: String) -> Error {
+/// The longest text, in bytes, that one operator (`+`, `~`, `*`) or
+/// filter of a template may make, and the most text a list or map it
+/// prints may hold. Real templates make strings the size of the
+/// conversation.
+pub const MAX_STRING_BYTES: usize = 64 << 20;
+
+/// The most text, in bytes, that one rendering of a chat template may
+/// write: a conversation of more than this is refused (16 Mi tokens, the
+/// longest `max_length`, are about this much text).
+pub const MAX_RENDER_BYTES: usize = 64 << 20;
+
+pub(super) fn refused(message: String) -> Error {
     Error::new(ErrorKind::InvalidOperation, message)
 }
 
@@ -63,7 +85,8 @@ pub(super) fn check_source(source: &str) -> Result<(), String> {
 }
 
 /// Refuses `value` when it nests deeper than [`MAX_VALUE_DEPTH`] or holds
-/// more than [`MAX_VALUE_ELEMENTS`]; `what` names the use in the error.
+/// more than [`MAX_VALUE_ELEMENTS`] or [`MAX_STRING_BYTES`] of strings;
+/// `what` names the use in the error.
 pub(super) fn check_value(value: &Value, what: &str) -> Result<(), Error> {
     // Plain values, the common case, cost one match.
     if !matches!(
@@ -74,8 +97,17 @@ pub(super) fn check_value(value: &Value, what: &str) -> Result<(), Error> {
     }
     let mut todo = vec![(value.clone(), 0usize)];
     let mut elements: u64 = 0;
+    let mut bytes: usize = 0;
     while let Some((v, depth)) = todo.pop() {
         elements += 1;
+        if let Some(s) = v.as_str() {
+            bytes = bytes.saturating_add(s.len());
+            if bytes > MAX_STRING_BYTES {
+                return Err(refused(format!(
+                    "{what}: a value holding more than {MAX_STRING_BYTES} bytes of text"
+                )));
+            }
+        }
         if elements > MAX_VALUE_ELEMENTS {
             return Err(refused(format!(
                 "{what}: a value of more than {MAX_VALUE_ELEMENTS} elements"
@@ -109,4 +141,68 @@ pub(super) fn check_value(value: &Value, what: &str) -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+/// A string that refuses to grow past a bound.
+struct Capped {
+    text: String,
+    cap: usize,
+}
+
+impl fmt::Write for Capped {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        if self.text.len() + s.len() > self.cap {
+            return Err(fmt::Error);
+        }
+        self.text.push_str(s);
+        Ok(())
+    }
+}
+
+/// `value` as the text that `~` and the filters taking text make of it
+/// (its `Display`): measured by [`check_value`] first (the engine prints a
+/// structure by recursion), then written into a string that stops at
+/// [`MAX_STRING_BYTES`], so a structure of a few elements that prints as
+/// terabytes ends at the bound.
+pub(super) fn text_of<'a>(value: &'a Value, what: &str) -> Result<Cow<'a, str>, Error> {
+    if let Some(s) = value.as_str() {
+        return Ok(Cow::Borrowed(s));
+    }
+    check_value(value, what)?;
+    let mut out = Capped {
+        text: String::new(),
+        cap: MAX_STRING_BYTES,
+    };
+    write!(out, "{value}").map_err(|_| too_long(what))?;
+    Ok(Cow::Owned(out.text))
+}
+
+/// The error for text past [`MAX_STRING_BYTES`] made by `what`.
+pub(super) fn too_long(what: &str) -> Error {
+    refused(format!(
+        "{what}: text of more than {MAX_STRING_BYTES} bytes (tokenize_chat::MAX_STRING_BYTES)"
+    ))
+}
+
+/// The writer a rendering writes into: it fails past [`MAX_RENDER_BYTES`],
+/// which ends the rendering (`passed` tells the error apart).
+#[derive(Default)]
+pub(super) struct RenderBuffer {
+    pub(super) bytes: Vec<u8>,
+    pub(super) passed: bool,
+}
+
+impl io::Write for RenderBuffer {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.bytes.len() + buf.len() > MAX_RENDER_BYTES {
+            self.passed = true;
+            return Err(io::Error::other("past MAX_RENDER_BYTES"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }

@@ -17,14 +17,22 @@ use zephon_core::settings::PARALLELISM;
 use zephon_core::{Record, Result};
 
 mod config;
+mod filters;
+mod guard;
+#[cfg(test)]
+mod guard_props;
 mod limits;
+mod operators;
 mod prepared;
 mod stack;
 mod template;
 mod tojson;
 
 pub use config::{ChatTokenizeConfig, LOSS_MASK, MESSAGES};
-pub use limits::{MAX_FILTER_CHAIN, MAX_TEMPLATE_BYTES, MAX_VALUE_DEPTH, MAX_VALUE_ELEMENTS};
+pub use limits::{
+    MAX_FILTER_CHAIN, MAX_RENDER_BYTES, MAX_STRING_BYTES, MAX_TEMPLATE_BYTES, MAX_VALUE_DEPTH,
+    MAX_VALUE_ELEMENTS,
+};
 use prepared::Prepared;
 pub use template::{TEMPLATE_FUEL, TEMPLATE_FUEL_RANGE};
 
@@ -36,7 +44,10 @@ pub use template::{TEMPLATE_FUEL, TEMPLATE_FUEL_RANGE};
 /// output itself; without them, each assistant turn is what rendering it
 /// adds after the generation prompt (two renderings of a prefix per turn,
 /// at most 4 GiB of text in all for one conversation: past it, an error
-/// naming the sample). A conversation left with fewer than
+/// naming the sample). One rendering writes at most [`MAX_RENDER_BYTES`],
+/// and one operator or filter of the template makes at most
+/// [`MAX_STRING_BYTES`] of text (see [`MAX_VALUE_ELEMENTS`] for the
+/// structures it prints). A conversation left with fewer than
 /// two ids or nothing supervised is dropped (counted in
 /// [`TextStats::chat_dropped`]); one that cannot be rendered is an error
 /// naming the sample and the template line. Up to `parallelism`

@@ -3,8 +3,8 @@
 //! methods, `raise_exception`, and `{% generation %}` blocks recorded as
 //! byte spans of the output.
 
-use super::limits::check_value;
-use super::stack;
+use super::limits::{MAX_RENDER_BYTES, RenderBuffer, check_value};
+use super::{filters, guard, operators, stack};
 use minijinja::syntax::SyntaxConfig;
 use minijinja::{Environment, ErrorKind, Value};
 use std::collections::BTreeMap;
@@ -141,6 +141,12 @@ impl ChatTemplate {
     /// [`TEMPLATE_FUEL_RANGE`]); a syntax error names its line.
     pub(super) fn new(source: &str, fuel: u64) -> Result<Self, String> {
         super::limits::check_source(source)?;
+        if source.contains(guard::PREFIX) {
+            return Err(format!(
+                "the template names `{}`, a prefix reserved for the engine's guards",
+                guard::PREFIX
+            ));
+        }
         let (rewritten, tagged) = rewrite_generation(source);
         let mut env = Environment::new();
         let syntax = SyntaxConfig::builder()
@@ -148,7 +154,10 @@ impl ChatTemplate {
             .lstrip_blocks(true)
             .build()
             .map_err(|e| describe(&e, fuel))?;
+        let rewritten = guard::rewrite(&rewritten, syntax.clone());
         env.set_syntax(syntax);
+        operators::register(&mut env);
+        filters::register(&mut env);
         env.set_fuel(Some(fuel));
         env.set_unknown_method_callback(|state, value, method, args| {
             if method == "format"
@@ -252,9 +261,17 @@ impl ChatTemplate {
             .env
             .get_template(NAME)
             .map_err(|e| describe(&e, self.fuel))?;
-        let raw = tmpl
-            .render(Value::from(ctx))
-            .map_err(|e| describe(&e, self.fuel))?;
+        let mut out = RenderBuffer::default();
+        let rendered = tmpl.render_captured_to(Value::from(ctx), &mut out);
+        if out.passed {
+            return Err(format!(
+                "the rendered text passed {MAX_RENDER_BYTES} bytes \
+                 (tokenize_chat::MAX_RENDER_BYTES)"
+            ));
+        }
+        rendered.map_err(|e| describe(&e, self.fuel))?;
+        let raw = String::from_utf8(out.bytes)
+            .map_err(|_| "the rendered text is not UTF-8".to_owned())?;
         if !raw.contains([OPEN, CLOSE]) {
             return Ok((raw, Vec::new()));
         }
@@ -504,23 +521,26 @@ mod tests {
             e.contains("budget of 100000") && e.contains("tokenize_chat.template_fuel"),
             "{e}"
         );
-        // The deepest pair that fits, compared, and one printed through `~`
-        // (a string conversion the printing bounds do not see).
-        let src = format!(
+        // The deepest pair that fits, compared (by recursion, on the
+        // rendering's stack), and printed through `~`: measured first like
+        // any printing since `~` is bounded (see `guard`).
+        let build = format!(
             "{{% set ns = namespace(x=[], y=[]) %}}{{% for i in range(400) %}}\
              {{% set ns.x = {open}ns.x{close} %}}{{% set ns.y = {open}ns.y{close} %}}\
-             {{% endfor %}}{{{{ ns.x == ns.y }}}} {{{{ (ns.x ~ '')|length }}}}"
+             {{% endfor %}}"
         );
-        let (text, _) = ChatTemplate::new(&src, fuel)
-            .unwrap()
-            .render(
+        let render = |src: String| {
+            ChatTemplate::new(&src, fuel).unwrap().render(
                 &serde_json::json!([]),
                 false,
                 &BTreeMap::new(),
                 &BTreeMap::new(),
             )
-            .unwrap();
-        assert_eq!(text, format!("True {}", 2 * 400 * 60 + 2));
+        };
+        let (text, _) = render(format!("{build}{{{{ ns.x == ns.y }}}}")).unwrap();
+        assert_eq!(text, "True");
+        let e = render(format!("{build}{{{{ (ns.x ~ '')|length }}}}")).unwrap_err();
+        assert!(e.contains("~: a value nested more than 256 deep"), "{e}");
     }
 
     #[test]

@@ -1,0 +1,145 @@
+//! The guards change no rendering within their bounds: random small
+//! templates of strings, numbers, lists, `+`, `~`, `*`, parentheses,
+//! filters and methods render to the same text, or the same error, with
+//! the guards (`guard`, `operators`, `filters`) as in the engine alone
+//! under the same settings. An error in an expression written over several
+//! lines may be put on another of its lines (the engine names the line of
+//! the instruction that failed, and a call starts where its operator's left
+//! operand did), so those are compared without the line.
+
+use super::template::{ChatTemplate, TEMPLATE_FUEL, describe};
+use minijinja::Environment;
+use minijinja::syntax::SyntaxConfig;
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+
+fn space(newlines: bool) -> impl Strategy<Value = &'static str> {
+    match newlines {
+        true => prop::sample::select(vec!["", " ", "\n"]),
+        false => prop::sample::select(vec!["", " ", "  "]),
+    }
+}
+
+fn leaf() -> impl Strategy<Value = String> {
+    prop::sample::select(vec![
+        "'a'",
+        "'ab c'",
+        "'é'",
+        "''",
+        "' x\\n y '",
+        "0",
+        "1",
+        "2",
+        "3",
+        "-1",
+        "40",
+        "0.5",
+        "none",
+        "true",
+        "[1, 'a']",
+        "[]",
+        "(1, 2)",
+        "{'k': 'v'}",
+        "range(3)",
+        "x",
+        "9223372036854775807",
+    ])
+    .prop_map(str::to_owned)
+}
+
+fn filter() -> impl Strategy<Value = &'static str> {
+    prop::sample::select(vec![
+        "upper",
+        "lower",
+        "title",
+        "capitalize",
+        "trim",
+        "safe",
+        "escape",
+        "join",
+        "join(', ')",
+        "indent(2)",
+        "indent(2, true)",
+        "replace('a', 'bb')",
+        "replace('', '-')",
+        "format(1)",
+        "length",
+        "string",
+        "list",
+        "first",
+        "reverse",
+        "default('d')",
+    ])
+}
+
+fn expr(newlines: bool) -> impl Strategy<Value = String> {
+    leaf().prop_recursive(4, 24, 2, move |inner| {
+        let space = || space(newlines);
+        let op = prop::sample::select(vec!["+", "~", "*"]);
+        prop_oneof![
+            (inner.clone(), space(), op, space(), inner.clone())
+                .prop_map(|(a, s, o, t, b)| format!("{a}{s}{o}{t}{b}")),
+            (space(), inner.clone(), space()).prop_map(|(s, a, t)| format!("({s}{a}{t})")),
+            (inner.clone(), filter()).prop_map(|(a, f)| format!("({a})|{f}")),
+            (inner.clone(), inner.clone()).prop_map(|(a, b)| format!("[{a}, {b}]")),
+            inner.clone().prop_map(|a| format!("({a}).upper()")),
+            (inner.clone(), inner).prop_map(|(a, b)| format!("{a} if {b} else 'n'")),
+        ]
+    })
+}
+
+fn template(newlines: bool) -> impl Strategy<Value = String> {
+    (expr(newlines), expr(newlines), expr(newlines)).prop_map(|(a, b, c)| {
+        format!(
+            "{{% set x = 'q' %}}{{{{ {a} }}}}|{{% set v = {b} %}}{{{{ v }}}}\n\
+             {{% for x in [{c}] %}}{{{{ x ~ loop.index }}}}{{% endfor %}}\
+             {{% macro m(p={a}) %}}{{{{ p }}}}{{% endmacro %}}{{{{ m() }}}}"
+        )
+    })
+}
+
+/// `src` rendered by the engine alone, with the settings of `ChatTemplate`.
+fn unguarded(src: &str) -> Result<String, String> {
+    let mut env = Environment::new();
+    let syntax = SyntaxConfig::builder()
+        .trim_blocks(true)
+        .lstrip_blocks(true)
+        .build()
+        .unwrap();
+    env.set_syntax(syntax);
+    env.set_fuel(Some(TEMPLATE_FUEL));
+    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.add_template_owned("chat_template", src.to_owned())
+        .map_err(|e| describe(&e, TEMPLATE_FUEL))?;
+    let ctx = minijinja::context! { messages => Vec::<i32>::new(), add_generation_prompt => false };
+    env.get_template("chat_template")
+        .unwrap()
+        .render(ctx)
+        .map_err(|e| describe(&e, TEMPLATE_FUEL))
+}
+
+fn guarded(src: &str) -> Result<String, String> {
+    let t = ChatTemplate::new(src, TEMPLATE_FUEL)?;
+    t.render(
+        &serde_json::json!([]),
+        false,
+        &BTreeMap::new(),
+        &BTreeMap::new(),
+    )
+    .map(|(text, _)| text)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 150, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn guarded_templates_render_as_the_engine_does(src in template(false)) {
+        prop_assert_eq!(guarded(&src), unguarded(&src), "{}", src);
+    }
+
+    #[test]
+    fn guarded_templates_over_several_lines_render_as_the_engine_does(src in template(true)) {
+        let unlined = |r: Result<String, String>| r.map_err(|e| e.split_once(": ").map_or(e.clone(), |(_, d)| d.to_owned()));
+        prop_assert_eq!(unlined(guarded(&src)), unlined(unguarded(&src)), "{}", src);
+    }
+}
