@@ -169,6 +169,73 @@ fn tokenize_pack_raw_counts_the_same_tokens_as_the_pipeline_and_reports_memory()
 }
 
 #[test]
+fn tokenize_pack_runs_a_peer_beside_it_and_refuses_one_that_delivered_other_tokens() {
+    let dir = corpus(120);
+    let corpus = dir.path().to_str().unwrap();
+    let base = [
+        "bench",
+        "tokenize-pack",
+        "--corpus",
+        corpus,
+        "--tokenizer",
+        TOKENIZER,
+        "--seq-len",
+        "64",
+        "--batch",
+        "2",
+    ];
+    let (ok, stdout, stderr) = zephon(&base);
+    assert!(ok, "{stdout}\n{stderr}");
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
+    let tokens = v["tokens"].as_u64().unwrap();
+    // A peer that takes 0.4 s for the same tokens, holding 48 MB in a
+    // child process: its line comes first, then the ratios to it.
+    let scripts = tempfile::tempdir().unwrap();
+    let peer = |n: u64| {
+        let script = scripts.path().join(format!("peer-{n}.sh"));
+        std::fs::write(
+            &script,
+            format!(
+                "python3 -c 'import time; b = b\"x\" * (48 << 20); time.sleep(0.4)' & wait\n\
+                 echo '{{\"system\": \"slow\", \"tokens\": {n}, \"seconds\": 0.4}}'\n"
+            ),
+        )
+        .unwrap();
+        format!("sh {}", script.display())
+    };
+    let cmd = peer(tokens);
+    let mut args = base.to_vec();
+    args.extend(["--peer", &cmd]);
+    let (ok, stdout, stderr) = zephon(&args);
+    assert!(ok, "{stdout}\n{stderr}");
+    let lines: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON lines"))
+        .collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    assert_eq!(lines[0]["system"], "slow", "{stdout}");
+    let peak = lines[0]["peak_rss_anon_mb"].as_f64().unwrap();
+    assert!(peak >= 45.0, "the child's memory counts: {stdout}");
+    let ratio = lines[1]["tokens_per_s_ratio_to_slow"].as_f64().unwrap();
+    let seconds = lines[1]["seconds"].as_f64().unwrap();
+    assert!(
+        (ratio - 0.4 / seconds).abs() < 0.01 * ratio + 0.002,
+        "{stdout}"
+    );
+    assert!(
+        lines[1]["peak_rss_anon_ratio_to_slow"].as_f64().unwrap() > 0.0,
+        "{stdout}"
+    );
+    // One token more than the pipeline delivered: not the same work.
+    let cmd = peer(tokens + 1);
+    let mut args = base.to_vec();
+    args.extend(["--peer", &cmd]);
+    let (ok, stdout, stderr) = zephon(&args);
+    assert!(!ok, "{stdout}");
+    assert!(stderr.contains("tokens, the pipeline"), "{stderr}");
+}
+
+#[test]
 fn tokenize_pack_refuses_a_document_without_text_and_says_where() {
     let dir = corpus(10);
     std::fs::write(

@@ -294,32 +294,9 @@ fn a_tuned_run_delivers_what_a_fixed_one_does_and_says_what_changed() {
 /// crate's property tests' to show). Bad image settings are named.
 #[test]
 fn the_image_recipe_decodes_crops_and_collates() {
-    use image::ImageEncoder;
     let t = tempfile::tempdir().unwrap();
     let data = t.path().join("images");
-    std::fs::create_dir_all(&data).unwrap();
-    for s in 0..2 {
-        let mut b = tar::Builder::new(Vec::new());
-        for i in 0..20u32 {
-            let (w, h) = (70 + 3 * i, 66 + i);
-            let pixels: Vec<u8> = (0..w * h * 3)
-                .map(|p| ((p * (i + 1)) % 251) as u8)
-                .collect();
-            let mut jpg = Vec::new();
-            image::codecs::jpeg::JpegEncoder::new(&mut jpg)
-                .write_image(&pixels, w, h, image::ExtendedColorType::Rgb8)
-                .unwrap();
-            for (e, d) in [("jpg", jpg), ("cls", (i % 10).to_string().into_bytes())] {
-                let mut header = tar::Header::new_gnu();
-                header.set_size(d.len() as u64);
-                header.set_mode(0o644);
-                header.set_cksum();
-                b.append_data(&mut header, format!("s{s}-{i:03}.{e}"), d.as_slice())
-                    .unwrap();
-            }
-        }
-        std::fs::write(data.join(format!("shard-{s}.tar")), b.into_inner().unwrap()).unwrap();
-    }
+    image_shards(&data, false);
     let text = std::fs::read_to_string(recipe("images.toml"))
         .unwrap()
         .replace(
@@ -384,4 +361,112 @@ fn the_image_recipe_decodes_crops_and_collates() {
     let misplaced = text.replace("op = \"batch\"\nsize = 32", "op = \"lane_mux\"");
     let (ok, _, err) = run(&misplaced);
     assert!(!ok && err.contains("collate_images"), "{err}");
+}
+
+/// Two WebDataset shards of 20 JPEGs each (`KEY.jpg`, `KEY.cls`), with a
+/// caption (`KEY.txt`) when `captions`.
+fn image_shards(data: &std::path::Path, captions: bool) {
+    use image::ImageEncoder;
+    std::fs::create_dir_all(data).unwrap();
+    for s in 0..2 {
+        let mut b = tar::Builder::new(Vec::new());
+        for i in 0..20u32 {
+            let (w, h) = (70 + 3 * i, 66 + i);
+            let pixels: Vec<u8> = (0..w * h * 3)
+                .map(|p| ((p * (i + 1)) % 251) as u8)
+                .collect();
+            let mut jpg = Vec::new();
+            image::codecs::jpeg::JpegEncoder::new(&mut jpg)
+                .write_image(&pixels, w, h, image::ExtendedColorType::Rgb8)
+                .unwrap();
+            let mut members = vec![("jpg", jpg), ("cls", (i % 10).to_string().into_bytes())];
+            if captions {
+                let words = ["a", "photo", "of", "the", "garden", "at", "dusk"];
+                let caption: Vec<&str> = (0..3 + (i as usize + s) % 5)
+                    .map(|k| words[(k * 3 + i as usize) % words.len()])
+                    .collect();
+                members.push(("txt", caption.join(" ").into_bytes()));
+            }
+            for (e, d) in members {
+                let mut header = tar::Header::new_gnu();
+                header.set_size(d.len() as u64);
+                header.set_mode(0o644);
+                header.set_cksum();
+                b.append_data(&mut header, format!("s{s}-{i:03}.{e}"), d.as_slice())
+                    .unwrap();
+            }
+        }
+        std::fs::write(data.join(format!("shard-{s}.tar")), b.into_inner().unwrap()).unwrap();
+    }
+}
+
+/// Runs `zephon run --json` on a recipe text written into `dir`; the
+/// summary line, or the error output.
+fn run_summary(dir: &std::path::Path, text: &str) -> Result<serde_json::Value, String> {
+    let path = dir.join("r.toml");
+    std::fs::write(&path, text).unwrap();
+    let out = zephon()
+        .args(["run", "--json"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find_map(|l| l.get("summary").cloned())
+        .expect("a summary line"))
+}
+
+#[test]
+fn the_image_text_recipe_carries_the_captions_tokens_with_the_images() {
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("pairs");
+    image_shards(&data, true);
+    let tokenizer = recipe("../data/tokenizer.json");
+    let text = std::fs::read_to_string(recipe("image_text.toml"))
+        .unwrap()
+        .replace("\"/tmp/w3\"", &format!("{:?}", data.display().to_string()))
+        .replace(
+            "\"../data/tokenizer.json\"",
+            &format!("{:?}", tokenizer.display().to_string()),
+        );
+    let pairs = run_summary(t.path(), &text).unwrap();
+    assert_eq!(pairs["samples"], 40, "{pairs}");
+    assert_eq!(pairs["batches"], 3, "40 pairs in batches of 16: {pairs}");
+    let tokens = pairs["tokens"].as_u64().unwrap();
+    assert!(
+        tokens >= 40 * 3,
+        "every caption has three words or more: {pairs}"
+    );
+    // The captions alone, tokenized without any image: the same tokens.
+    let start = text.find("[[ops]]\nop = \"decode_image\"").unwrap();
+    let end = text.find("[[ops]]\nop = \"batch\"").unwrap();
+    let text_only = format!("{}{}", &text[..start], &text[end..]).replace(
+        "[[ops]]\nop = \"collate_images\"\nlayout = \"chw\"\nlabel = \"cls\"\n",
+        "",
+    );
+    let captions = run_summary(t.path(), &text_only).unwrap();
+    assert_eq!(captions["samples"], 40, "{captions}");
+    assert_eq!(
+        captions["tokens"].as_u64(),
+        Some(tokens),
+        "{captions} against {pairs}"
+    );
+    // One worker per operator: the same pairs.
+    let one = run_summary(
+        t.path(),
+        &text.replace("parallelism = 2", "parallelism = 1"),
+    )
+    .unwrap();
+    assert_eq!(one["tokens"].as_u64(), Some(tokens), "{one}");
+    // A caption field the shards lack is named.
+    let err = run_summary(
+        t.path(),
+        &text.replace("field = \"txt\"", "field = \"caption\""),
+    )
+    .unwrap_err();
+    assert!(err.contains("caption"), "{err}");
 }

@@ -18,6 +18,65 @@ use std::time::Duration;
 /// microseconds) not to show in the throughput it sits beside.
 const EVERY: Duration = Duration::from_millis(5);
 
+/// Samples between two listings of a sampled tree's processes.
+const RESCAN: u64 = 20;
+
+/// The `/proc/PID/status` paths of every descendant of the process whose
+/// status is `root` (not the root itself), found through each process's
+/// parent in `/proc/PID/stat`.
+fn descendants(root: &Path) -> Vec<PathBuf> {
+    let Some(root_pid) = root
+        .parent()
+        .and_then(|d| d.file_name())
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.parse::<u32>().ok())
+    else {
+        return Vec::new();
+    };
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut parent_of = Vec::new();
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if let Some(ppid) = std::fs::read_to_string(entry.path().join("stat"))
+            .ok()
+            .and_then(|s| parse_ppid(&s))
+        {
+            parent_of.push((pid, ppid));
+        }
+    }
+    let mut found = vec![root_pid];
+    let mut i = 0;
+    while i < found.len() {
+        let p = found[i];
+        found.extend(
+            parent_of
+                .iter()
+                .filter(|&&(_, pp)| pp == p)
+                .map(|&(c, _)| c),
+        );
+        i += 1;
+    }
+    found[1..]
+        .iter()
+        .map(|p| PathBuf::from(format!("/proc/{p}/status")))
+        .collect()
+}
+
+/// The parent pid of a `/proc/PID/stat` line: the second field after the
+/// command, which is in parentheses and may itself hold spaces and `)`.
+fn parse_ppid(stat: &str) -> Option<u32> {
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// Current `RssAnon` of this process in bytes; `None` where it cannot be
 /// read (not Linux).
 pub fn rss_anon() -> Option<u64> {
@@ -45,6 +104,8 @@ fn parse_rss_anon(status: &str) -> Option<u64> {
 #[derive(Debug)]
 pub struct PeakRss {
     status: PathBuf,
+    /// Whether the figure sums the process and all its descendants.
+    tree: bool,
     stop: Arc<AtomicBool>,
     peak: Arc<AtomicU64>,
     thread: Option<JoinHandle<()>>,
@@ -53,16 +114,26 @@ pub struct PeakRss {
 impl PeakRss {
     /// Starts sampling this process.
     pub fn start() -> Self {
-        Self::sampling(PathBuf::from("/proc/self/status"))
+        Self::sampling(PathBuf::from("/proc/self/status"), false)
     }
 
-    /// Starts sampling another process (a peer the benchmark runs); once
-    /// it has exited, its last sample stands.
+    /// Starts sampling another process alone; once it has exited, its last
+    /// sample stands.
+    #[cfg(test)]
     pub fn of_process(pid: u32) -> Self {
-        Self::sampling(PathBuf::from(format!("/proc/{pid}/status")))
+        Self::sampling(PathBuf::from(format!("/proc/{pid}/status")), false)
     }
 
-    fn sampling(status: PathBuf) -> Self {
+    /// Starts sampling another process together with every process it
+    /// starts: a peer with worker processes (a Pillow pool, Grain's
+    /// workers) holds its memory in them, so each sample is the sum over
+    /// the tree at that moment. Once the root has exited, its last sample
+    /// stands.
+    pub fn of_tree(pid: u32) -> Self {
+        Self::sampling(PathBuf::from(format!("/proc/{pid}/status")), true)
+    }
+
+    fn sampling(status: PathBuf, tree: bool) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let peak = Arc::new(AtomicU64::new(rss_anon_of(&status).unwrap_or(0)));
         let thread = {
@@ -70,11 +141,22 @@ impl PeakRss {
             std::thread::Builder::new()
                 .name("rss-sampler".into())
                 .spawn(move || {
+                    let mut members = Vec::new();
+                    let mut n = 0u64;
                     while !stop.load(Ordering::Relaxed) {
-                        match rss_anon_of(&status) {
-                            Some(v) => peak.fetch_max(v, Ordering::Relaxed),
-                            None => break,
+                        // Listing every process costs far more than one
+                        // read, so the tree is found again only every
+                        // RESCAN samples; a worker younger than that is
+                        // counted from the next listing on.
+                        if tree && n.is_multiple_of(RESCAN) {
+                            members = descendants(&status);
+                        }
+                        n += 1;
+                        let Some(root) = rss_anon_of(&status) else {
+                            break;
                         };
+                        let rest: u64 = members.iter().filter_map(|p| rss_anon_of(p)).sum();
+                        peak.fetch_max(root + rest, Ordering::Relaxed);
                         std::thread::sleep(EVERY);
                     }
                 })
@@ -82,6 +164,7 @@ impl PeakRss {
         };
         Self {
             status,
+            tree,
             stop,
             peak,
             thread,
@@ -94,7 +177,15 @@ impl PeakRss {
         // One last sample, so a run shorter than the period still counts
         // its end state.
         if let Some(v) = rss_anon_of(&self.status) {
-            self.peak.fetch_max(v, Ordering::Relaxed);
+            let rest: u64 = if self.tree {
+                descendants(&self.status)
+                    .iter()
+                    .filter_map(|p| rss_anon_of(p))
+                    .sum()
+            } else {
+                0
+            };
+            self.peak.fetch_max(v + rest, Ordering::Relaxed);
         }
         self.finish();
         match self.peak.load(Ordering::Relaxed) {
@@ -143,6 +234,35 @@ mod tests {
         assert_eq!(parse_rss_anon("RssAnon:\t12 MB\n"), None);
         assert_eq!(parse_rss_anon("RssAnon:\tmany kB\n"), None);
         assert_eq!(parse_rss_anon("VmRSS:\t1 kB\n"), None);
+    }
+
+    #[test]
+    fn finds_the_parent_in_a_stat_line() {
+        assert_eq!(parse_ppid("42 (a) b) S 7 42 42 0"), Some(7));
+        assert_eq!(parse_ppid("42 (sh) R 1 42"), Some(1));
+        assert_eq!(parse_ppid("garbage"), None);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_tree_counts_the_memory_of_the_children() {
+        // A shell whose child holds 64 MiB: the tree sees it, the shell
+        // alone does not.
+        let child = std::process::Command::new("sh")
+            .args([
+                "-c",
+                "python3 -c 'import time; b = b\"x\" * (64 << 20); time.sleep(1.5)' & wait",
+            ])
+            .spawn()
+            .expect("sh and python3");
+        let tree = PeakRss::of_tree(child.id());
+        let alone = PeakRss::of_process(child.id());
+        std::thread::sleep(Duration::from_millis(1200));
+        let (tree, alone) = (tree.stop(), alone.stop());
+        let _ = child.wait_with_output();
+        let tree = tree.expect("a peak");
+        assert!(tree >= 60 << 20, "tree peak {tree} B");
+        assert!(alone.unwrap_or(0) < 32 << 20, "shell alone {alone:?} B");
     }
 
     #[cfg(target_os = "linux")]

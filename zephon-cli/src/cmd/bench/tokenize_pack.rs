@@ -53,6 +53,13 @@ pub struct Args {
     /// rounds of the ratio within a round (`observed_ratio_median`).
     #[arg(long)]
     pub observe: bool,
+    /// A peer command on the same corpus (e.g. `python3 peers.py grain DIR
+    /// TOKENIZER`), run once a round after the pipeline, printing one JSON
+    /// line with `system`, `tokens`, `seconds` and `tokens_per_s`; its
+    /// token count must equal the pipeline's. Its memory is sampled over
+    /// its whole process tree.
+    #[arg(long)]
+    pub peer: Vec<String>,
 }
 
 /// One measured run of one side: delivered tokens, seconds, peak RssAnon.
@@ -126,6 +133,7 @@ pub fn run(a: Args) -> Result<()> {
     let (mut plain, mut observed, mut raw_runs) =
         (Runs::default(), Runs::default(), Runs::default());
     let rounds = a.repeat.max(1);
+    let mut peers: Vec<Option<super::tokens::Run>> = vec![None; a.peer.len()];
     for round in 0..rounds {
         let mut order = sides.clone();
         order.rotate_left(round % sides.len());
@@ -135,6 +143,9 @@ pub fn run(a: Args) -> Result<()> {
                 Side::Observed => observed.0.push(pipeline(&a, cores, k, Tracking::Operator)?),
                 Side::Raw => raw_runs.0.push(raw(&a)?),
             }
+        }
+        for (p, slot) in a.peer.iter().zip(peers.iter_mut()) {
+            super::tokens::keep(slot, super::tokens::measure_peer(p)?);
         }
     }
     // Both sides must have delivered the same tokens, or the ratio compares
@@ -179,6 +190,23 @@ pub fn run(a: Args) -> Result<()> {
         line["ratio_to_raw"] = stats::round3(to_raw.median).into();
         line["ratio_to_raw_range"] = to_raw.range_json();
         line["ratio_to_raw_best"] = stats::round3(best.tps() / r.tps()).into();
+    }
+    for (cmd, peer) in a.peer.iter().zip(peers.into_iter().flatten()) {
+        let tokens = peer.line["tokens"].as_u64();
+        anyhow::ensure!(
+            tokens == Some(best.tokens),
+            "peer `{cmd}` delivered {tokens:?} tokens, the pipeline {} \
+             (same corpus, tokenizer, --seq-len and --batch)",
+            best.tokens
+        );
+        println!("{}", peer.line);
+        let name = peer.line["system"].as_str().unwrap_or("peer").to_owned();
+        line[format!("tokens_per_s_ratio_to_{name}")] =
+            stats::round3(best.tps() / (best.tokens as f64 / peer.seconds)).into();
+        if let Some(ours) = plain.peak().filter(|_| peer.peak_anon > 0) {
+            line[format!("peak_rss_anon_ratio_to_{name}")] =
+                stats::round3(ours as f64 / peer.peak_anon as f64).into();
+        }
     }
     println!("{line}");
     Ok(())

@@ -385,7 +385,7 @@ pub(super) fn measure_peer(cmd: &str) -> Result<Run> {
         .stderr(std::process::Stdio::inherit())
         .spawn()
         .with_context(|| format!("starting peer `{cmd}`"))?;
-    let sampler = PeakRss::of_process(child.id());
+    let sampler = PeakRss::of_tree(child.id());
     let out = child
         .wait_with_output()
         .with_context(|| format!("running peer `{cmd}`"))?;

@@ -48,8 +48,9 @@ pub enum Item {
     Batch(Batch<Record>),
     /// A training batch.
     Training(TrainingBatch),
-    /// A decoded image (counted, then dropped: nothing downstream reads it).
-    Image,
+    /// A decoded image (counted, then dropped: nothing downstream reads
+    /// it), with the tokens its record carries (a tokenized caption).
+    Image(u64),
     /// A batch of decoded images.
     ImageBatch(Batch<ImageSample>),
     /// A collated image batch.
@@ -67,9 +68,13 @@ impl Item {
             Item::Record(r) => (1, toks(r)),
             Item::Batch(b) => (b.len() as u64, b.items.iter().map(toks).sum()),
             Item::Training(t) => (t.batch_size as u64, t.num_tokens() as u64),
-            Item::Image => (1, 0),
-            Item::ImageBatch(b) => (b.len() as u64, 0),
-            Item::Collated(b) => (b.batch_size as u64, 0),
+            Item::Image(tokens) => (1, *tokens),
+            // Image-text pairs: a caption tokenized before the decode.
+            Item::ImageBatch(b) => (
+                b.len() as u64,
+                b.items.iter().map(|i| toks(&i.record)).sum(),
+            ),
+            Item::Collated(b) => (b.batch_size as u64, b.records.iter().map(toks).sum()),
         }
     }
 }
@@ -465,7 +470,19 @@ pub fn build(recipe: &Recipe, base: &Path) -> Result<Built> {
         Stage::Records(s) => (s.explain(runner), s.map(|r| r.map(Item::Record)).boxed()),
         Stage::Batches(s) => (s.explain(runner), s.map(|r| r.map(Item::Batch)).boxed()),
         Stage::Training(s) => (s.explain(runner), s.map(|r| r.map(Item::Training)).boxed()),
-        Stage::Images(s) => (s.explain(runner), s.map(|r| r.map(|_| Item::Image)).boxed()),
+        Stage::Images(s) => (
+            s.explain(runner),
+            s.map(|r| {
+                r.map(|i| {
+                    let tokens = i
+                        .record
+                        .token_ids(zephon_ops::fields::INPUT_IDS)
+                        .map_or(0, |t| t.len() as u64);
+                    Item::Image(tokens)
+                })
+            })
+            .boxed(),
+        ),
         Stage::ImageBatches(s) => (
             s.explain(runner),
             s.map(|r| r.map(Item::ImageBatch)).boxed(),
