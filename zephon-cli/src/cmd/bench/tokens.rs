@@ -90,9 +90,9 @@ pub struct Args {
     /// Directives of the `http` block of the nginx that `--serve http`
     /// starts. nginx writes each part of a multi-range answer with a
     /// system call of its own; `sendfile off; output_buffers 32 8k;
-    /// postpone_output 65536;` has it write them 64 KB at a time, and
-    /// Debian's `sendfile on; tcp_nopush on;` is much slower here (see the
-    /// README's byte-range figures).
+    /// postpone_output 65536;` has it write them 64 KB at a time; with
+    /// Debian's `sendfile on; tcp_nopush on;` the parts of a multi-range
+    /// answer wait on the socket (the guide's byte-range section says why).
     #[arg(long, default_value = super::servers::NGINX_HTTP, value_parser = super::servers::nginx_directives)]
     pub nginx_http: String,
     /// S3 endpoint of `--uri s3://...` (default: the environment's).
