@@ -5,16 +5,17 @@
 //! `a * b` of the source becomes a call of a function that measures its
 //! operands first. The source is parsed with the engine's own parser, and
 //! only the operator and its operands' bounds are edited, so every other
-//! byte, and every line, stays where it was.
+//! byte, and every line, stays where it was. A chain of one operator is
+//! nested calls, or one call when long (see [`MAX_NESTED_CHAIN`]).
 
-use minijinja::machinery::ast::{BinOpKind, CallArg, Expr, Stmt};
+use minijinja::machinery::ast::{BinOp, BinOpKind, CallArg, Expr, Spanned, Stmt};
 use minijinja::syntax::SyntaxConfig;
 
 /// The reserved prefix of the functions calls are rewritten to; a source
 /// that names it is refused (it could shadow them).
 pub(super) const PREFIX: &str = "__zephon_";
 
-/// The function each rewritten operator calls, and the operator's token.
+/// The functions that `+`, `~` and `*` become.
 pub(super) const ADD: &str = "__zephon_add";
 pub(super) const CONCAT: &str = "__zephon_concat";
 pub(super) const MUL: &str = "__zephon_mul";
@@ -153,6 +154,95 @@ fn args(list: &[CallArg<'_>], src: &str, edits: &mut Vec<Edit>) {
     }
 }
 
+/// The function and token of an operator that is rewritten.
+fn rewritten(op: BinOpKind) -> Option<(&'static str, char)> {
+    match op {
+        BinOpKind::Add => Some((ADD, '+')),
+        BinOpKind::Concat => Some((CONCAT, '~')),
+        BinOpKind::Mul => Some((MUL, '*')),
+        _ => None,
+    }
+}
+
+/// The longest chain (`a + b + c`) of one operator rewritten as nested
+/// calls, `__zephon_add(__zephon_add(a, b), c)`; a longer one becomes one
+/// call `__zephon_add(a, b, c, ...)`. Nested calls fail as the operators
+/// would (the first failing operation names its error); one call evaluates
+/// all operands first, but nested as deep as a long chain they would pass
+/// the parser's limit on nesting, which a chain does not count.
+const MAX_NESTED_CHAIN: usize = 16;
+
+/// The left operand of `b` when it continues `b`'s chain: the same
+/// operator, not in parentheses.
+fn chain_left<'x, 'a>(b: &'x BinOp<'a>, start: u32) -> Option<&'x Spanned<BinOp<'a>>> {
+    match &b.left {
+        Expr::BinOp(l)
+            if rewritten(b.op).is_some()
+                && std::mem::discriminant(&l.op) == std::mem::discriminant(&b.op)
+                && l.span().start_offset == start =>
+        {
+            Some(l)
+        }
+        _ => None,
+    }
+}
+
+/// Rewrites `b` (`in_chain`: `b` is the left operand of a chain rewritten
+/// as one call).
+fn binop(b: &Spanned<BinOp<'_>>, src: &str, edits: &mut Vec<Edit>, in_chain: bool) {
+    let this = rewritten(b.op);
+    let span = b.span();
+    let flat = in_chain || {
+        let mut len = 1;
+        let mut link: &BinOp<'_> = b;
+        while let Some(l) = chain_left(link, span.start_offset) {
+            len += 1;
+            link = l;
+        }
+        len > MAX_NESTED_CHAIN
+    };
+    match chain_left(b, span.start_offset) {
+        Some(l) if flat => binop(l, src, edits, true),
+        _ => expr(&b.left, src, edits),
+    }
+    expr(&b.right, src, edits);
+    let Some((name, token)) = this else {
+        return;
+    };
+    let (start, end) = (span.start_offset as usize, span.end_offset as usize);
+    // The operator is the first of its kind after the left operand: only
+    // closing parentheses and space lie between.
+    let after_left = b.left.span().end_offset as usize;
+    let Some(op) = src[after_left..end].find(token).map(|i| after_left + i) else {
+        return;
+    };
+    edits.push(Edit {
+        at: op,
+        rank: (1, 0),
+        text: ",",
+        skip: 1,
+    });
+    if in_chain {
+        return;
+    }
+    // At one offset: calls opened outermost first, closed innermost first.
+    let size = (end - start) as u64;
+    for text in [name, "("] {
+        edits.push(Edit {
+            at: start,
+            rank: (2, u64::MAX - size),
+            text,
+            skip: 0,
+        });
+    }
+    edits.push(Edit {
+        at: end,
+        rank: (0, size),
+        text: ")",
+        skip: 0,
+    });
+}
+
 fn expr(x: &Expr<'_>, src: &str, edits: &mut Vec<Edit>) {
     match x {
         Expr::Var(_) | Expr::Const(_) => {}
@@ -163,51 +253,7 @@ fn expr(x: &Expr<'_>, src: &str, edits: &mut Vec<Edit>) {
             }
         }
         Expr::UnaryOp(u) => expr(&u.expr, src, edits),
-        Expr::BinOp(b) => {
-            expr(&b.left, src, edits);
-            expr(&b.right, src, edits);
-            let (name, token) = match b.op {
-                BinOpKind::Add => (ADD, '+'),
-                BinOpKind::Concat => (CONCAT, '~'),
-                BinOpKind::Mul => (MUL, '*'),
-                _ => return,
-            };
-            let span = b.span();
-            let (start, end) = (span.start_offset as usize, span.end_offset as usize);
-            // The operator is the first of its kind after the left operand:
-            // only closing parentheses and space lie between.
-            let after_left = b.left.span().end_offset as usize;
-            let Some(op) = src[after_left..end].find(token).map(|i| after_left + i) else {
-                return;
-            };
-            let size = (end - start) as u64;
-            // At one offset: calls opened outermost first, closed innermost
-            // first.
-            edits.push(Edit {
-                at: start,
-                rank: (2, u64::MAX - size),
-                text: name,
-                skip: 0,
-            });
-            edits.push(Edit {
-                at: start,
-                rank: (2, u64::MAX - size),
-                text: "(",
-                skip: 0,
-            });
-            edits.push(Edit {
-                at: op,
-                rank: (1, 0),
-                text: ",",
-                skip: 1,
-            });
-            edits.push(Edit {
-                at: end,
-                rank: (0, size),
-                text: ")",
-                skip: 0,
-            });
-        }
+        Expr::BinOp(b) => binop(b, src, edits, false),
         Expr::Compare(c) => {
             expr(&c.expr, src, edits);
             for op in &c.ops {
@@ -266,6 +312,17 @@ mod tests {
             "{{ __zephon_concat((a) , __zephon_mul((b|upper) , 2)) }}"
         );
         assert_eq!(rw("{{ a+b+c }}"), "{{ __zephon_add(__zephon_add(a,b),c) }}");
+        // A long chain is one call; parentheses and other operators end it.
+        let chain = vec!["a"; 20].join("+");
+        let call = format!("__zephon_add({})", vec!["a"; 20].join(","));
+        assert_eq!(
+            rw(&format!("{{{{ {chain} }}}}")),
+            format!("{{{{ {call} }}}}")
+        );
+        assert_eq!(
+            rw(&format!("{{{{ ({chain})+c ~ d }}}}")),
+            format!("{{{{ __zephon_add(({call}),__zephon_concat(c , d)) }}}}")
+        );
         assert_eq!(
             rw("{% for x in y if x ~ 'é' %}\n{{ f(k=x*2)|join(x+'\n') }}{% endfor %}"),
             "{% for x in y if __zephon_concat(x , 'é') %}\n\

@@ -129,6 +129,14 @@ fn guarded(src: &str) -> Result<String, String> {
     .map(|(text, _)| text)
 }
 
+/// A chain of one operator longer than `guard`'s nested calls allow.
+fn long_chain() -> impl Strategy<Value = String> {
+    let operand = prop::sample::select(vec!["'a'", "'é'", "1", "2", "x", "[1]"]);
+    let op = prop::sample::select(vec!["+", "~", "*"]);
+    (prop::collection::vec(operand, 17..40), op)
+        .prop_map(|(operands, op)| format!("{{% set x = 'q' %}}{{{{ {} }}}}", operands.join(op)))
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 150, failure_persistence: None, ..ProptestConfig::default() })]
 
@@ -137,9 +145,99 @@ proptest! {
         prop_assert_eq!(guarded(&src), unguarded(&src), "{}", src);
     }
 
+    /// A long chain is one call, whose operands are all evaluated first:
+    /// the same text, or an error (which one may differ).
+    #[test]
+    fn long_chains_render_as_the_engine_does(src in long_chain()) {
+        match unguarded(&src) {
+            Ok(text) => prop_assert_eq!(guarded(&src), Ok(text), "{}", src),
+            Err(_) => prop_assert!(guarded(&src).is_err(), "{}", src),
+        }
+    }
+
     #[test]
     fn guarded_templates_over_several_lines_render_as_the_engine_does(src in template(true)) {
         let unlined = |r: Result<String, String>| r.map_err(|e| e.split_once(": ").map_or(e.clone(), |(_, d)| d.to_owned()));
         prop_assert_eq!(unlined(guarded(&src)), unlined(unguarded(&src)), "{}", src);
+    }
+}
+
+/// What the guards cost a rendering: the parity templates on a
+/// conversation of 40 turns, rendered by `ChatTemplate` and by the engine
+/// alone doing what `render_here` does besides (the context converted, the
+/// text scanned for generation marks). Prints the ratio; run with
+/// `cargo test -p zephon-ops --release --lib guard_cost -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn guard_cost() {
+    let fixture: serde_json::Value =
+        serde_json::from_str(include_str!("../../tests/fixtures/chat_parity.json")).unwrap();
+    let turn = "the quick brown fox jumps over the lazy dog ".repeat(5);
+    let messages: Vec<serde_json::Value> = (0..40)
+        .map(|i| {
+            let role = if i % 2 == 0 { "user" } else { "assistant" };
+            serde_json::json!({"role": role, "content": turn})
+        })
+        .collect();
+    let messages = serde_json::json!(messages);
+    let special: BTreeMap<&'static str, String> = [
+        ("bos_token", "<s>".to_owned()),
+        ("eos_token", "</s>".to_owned()),
+    ]
+    .into();
+    for name in ["chatml", "chatml_json", "llama3"] {
+        let src = fixture["templates"][name].as_str().unwrap();
+        let guarded = ChatTemplate::new(src, TEMPLATE_FUEL).unwrap();
+        let mut env = Environment::new();
+        let syntax = SyntaxConfig::builder()
+            .trim_blocks(true)
+            .lstrip_blocks(true)
+            .build()
+            .unwrap();
+        env.set_syntax(syntax);
+        env.set_fuel(Some(TEMPLATE_FUEL));
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_filter("zephon_generation", |b: String| {
+            format!("\u{F8F0}{b}\u{F8F1}")
+        });
+        let plain_src = src
+            .replace("{% generation %}", "{% filter zephon_generation %}")
+            .replace("{% endgeneration %}", "{% endfilter %}");
+        env.add_template_owned("t", plain_src).unwrap();
+        let plain = env.get_template("t").unwrap();
+        let render_plain = || {
+            let mut ctx: BTreeMap<&str, minijinja::Value> = BTreeMap::new();
+            let m = <minijinja::Value as serde::Deserialize>::deserialize(&messages).unwrap();
+            ctx.insert("messages", m);
+            ctx.insert("add_generation_prompt", false.into());
+            ctx.extend(special.iter().map(|(k, v)| (*k, v.as_str().into())));
+            let raw = plain.render(minijinja::Value::from(ctx)).unwrap();
+            let text: String = raw
+                .chars()
+                .filter(|c| !matches!(c, '\u{F8F0}' | '\u{F8F1}'))
+                .collect();
+            std::hint::black_box(text);
+        };
+        let render_guarded = || {
+            let out = guarded.render(&messages, false, &special, &BTreeMap::new());
+            std::hint::black_box(out.unwrap());
+        };
+        let time = |f: &dyn Fn()| {
+            let start = std::time::Instant::now();
+            (0..500).for_each(|_| f());
+            start.elapsed()
+        };
+        let (mut a, mut b) = (std::time::Duration::ZERO, std::time::Duration::ZERO);
+        super::stack::with_stack(TEMPLATE_FUEL, || {
+            time(&render_plain);
+            time(&render_guarded);
+            for _ in 0..5 {
+                a += time(&render_plain);
+                b += time(&render_guarded);
+            }
+        })
+        .unwrap();
+        let ratio = b.as_secs_f64() / a.as_secs_f64();
+        println!("{name}: engine alone {a:?}, guarded {b:?}: {ratio:.2}x");
     }
 }

@@ -14,6 +14,8 @@
 //! for (see `operators` and `filters`), and what a rendering writes by
 //! [`MAX_RENDER_BYTES`].
 
+use minijinja::machinery::Token;
+use minijinja::syntax::SyntaxConfig;
 use minijinja::value::ValueKind;
 use minijinja::{Error, ErrorKind, Value};
 use std::borrow::Cow;
@@ -26,6 +28,13 @@ pub const MAX_TEMPLATE_BYTES: usize = 1 << 20;
 /// The most filters one expression of a template may chain
 /// (`x | f | g | ...`): the engine compiles a chain by recursion.
 pub const MAX_FILTER_CHAIN: usize = 256;
+
+/// The most binary operators (`+ - * / % ~ and or`, outside string
+/// literals) one tag of a template may hold: the engine parses a chain of
+/// them into a tree as deep as the chain and compiles and drops it by
+/// recursion (twenty thousand `+` overflowed the stack of the thread
+/// compiling it).
+pub const MAX_OPERATOR_CHAIN: usize = 256;
 
 /// The deepest nesting of lists and maps a template may print.
 pub const MAX_VALUE_DEPTH: usize = 256;
@@ -75,6 +84,40 @@ pub(super) fn check_source(source: &str) -> Result<(), String> {
                 if chain > MAX_FILTER_CHAIN {
                     return Err(format!(
                         "template line {line}: more than {MAX_FILTER_CHAIN} filters in one expression"
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a tag of `source` with more than [`MAX_OPERATOR_CHAIN`]
+/// operators, counted with the engine's own lexer; a source it cannot read
+/// is left for the compiler to report.
+pub(super) fn check_operators(source: &str, syntax: SyntaxConfig) -> Result<(), String> {
+    let mut operators = 0;
+    for token in minijinja::machinery::tokenize(source, false, syntax) {
+        let Ok((token, span)) = token else {
+            return Ok(());
+        };
+        match token {
+            Token::VariableStart | Token::BlockStart => operators = 0,
+            Token::Plus
+            | Token::Minus
+            | Token::Mul
+            | Token::Div
+            | Token::FloorDiv
+            | Token::Mod
+            | Token::Pow
+            | Token::Tilde
+            | Token::Ident("and" | "or") => {
+                operators += 1;
+                if operators > MAX_OPERATOR_CHAIN {
+                    return Err(format!(
+                        "template line {}: more than {MAX_OPERATOR_CHAIN} operators in one tag",
+                        span.start_line
                     ));
                 }
             }

@@ -6,7 +6,7 @@
 
 use super::guard::{ADD, CONCAT, MUL};
 use super::limits::{MAX_STRING_BYTES, text_of, too_long};
-use minijinja::value::ValueKind;
+use minijinja::value::{Rest, ValueKind};
 use minijinja::{Environment, Error, Expression, State, Value};
 use std::sync::LazyLock;
 
@@ -23,11 +23,26 @@ static ENGINE_MUL: LazyLock<Expression<'static, 'static>> = LazyLock::new(|| {
         .expect("a valid expression")
 });
 
-/// Registers the functions of the rewritten operators in `env`.
+/// Registers the functions of the rewritten operators in `env`: each
+/// takes the operands of a chain (`a + b + c`) and folds them from the left,
+/// as the operator does.
 pub(super) fn register(env: &mut Environment<'_>) {
-    env.add_function(ADD, add);
-    env.add_function(CONCAT, concat);
-    env.add_function(MUL, mul);
+    env.add_function(ADD, |s: &State, v: Rest<Value>| fold(s, v, add));
+    env.add_function(CONCAT, |s: &State, v: Rest<Value>| fold(s, v, concat));
+    env.add_function(MUL, |s: &State, v: Rest<Value>| fold(s, v, mul));
+}
+
+fn fold(
+    state: &State,
+    operands: Rest<Value>,
+    op: fn(&State, &Value, &Value) -> Result<Value, Error>,
+) -> Result<Value, Error> {
+    let mut operands = operands.0.into_iter();
+    let mut acc = operands.next().unwrap_or_default();
+    for next in operands {
+        acc = op(state, &acc, &next)?;
+    }
+    Ok(acc)
 }
 
 /// Refuses, as the engine does before it allocates, a result of `bytes`

@@ -154,6 +154,7 @@ impl ChatTemplate {
             .lstrip_blocks(true)
             .build()
             .map_err(|e| describe(&e, fuel))?;
+        super::limits::check_operators(&rewritten, syntax.clone())?;
         let rewritten = guard::rewrite(&rewritten, syntax.clone());
         env.set_syntax(syntax);
         operators::register(&mut env);
@@ -588,6 +589,19 @@ mod tests {
         );
         let src = format!("{{{{ 'x'{} }}}}", "|trim".repeat(10));
         assert_eq!(render(&src, serde_json::json!([])).unwrap().0, "x");
+        // Twenty thousand `+` (or `and`) in one tag overflowed the stack
+        // of the thread compiling it; within the bound, compiled.
+        for op in [" + ", " and "] {
+            let src = format!("x\n{{{{ {} }}}}", vec!["1"; 20_000].join(op));
+            let e = ChatTemplate::new(&src, TEMPLATE_FUEL).unwrap_err();
+            assert!(
+                e.contains("template line 2") && e.contains("more than 256 operators in one tag"),
+                "{e}"
+            );
+        }
+        // Within it, with operators in strings not counted, as one call.
+        let src = format!("{{{{ {} }}}}", vec!["'-+~'"; 250].join(" ~ "));
+        assert_eq!(render(&src, serde_json::json!([])).unwrap().0.len(), 750);
         let e = ChatTemplate::new(
             &"x".repeat(super::super::MAX_TEMPLATE_BYTES + 1),
             TEMPLATE_FUEL,
