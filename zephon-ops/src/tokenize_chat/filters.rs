@@ -15,26 +15,27 @@ use minijinja::{Environment, Error, ErrorKind, Value};
 /// made at once).
 const MAX_PRINTF_WIDTH: usize = 4096;
 
-/// The engine's filters that make text of their arguments.
-const TEXT_FILTERS: &[&str] = &[
-    "upper",
-    "lower",
-    "title",
-    "capitalize",
-    "trim",
-    "safe",
-    "escape",
-    "e",
-    "replace",
-    "indent",
-    "join",
-    "format",
+/// The engine's filters that make text of their arguments, and the name
+/// errors give each.
+const TEXT_FILTERS: &[(&str, &str)] = &[
+    ("upper", "|upper"),
+    ("lower", "|lower"),
+    ("title", "|title"),
+    ("capitalize", "|capitalize"),
+    ("trim", "|trim"),
+    ("safe", "|safe"),
+    ("escape", "|escape"),
+    ("e", "|e"),
+    ("replace", "|replace"),
+    ("indent", "|indent"),
+    ("join", "|join"),
+    ("format", "|format"),
 ];
 
 /// Registers the bounded filters in `env`, over the engine's.
 pub(super) fn register(env: &mut Environment<'_>) {
-    for &name in TEXT_FILTERS {
-        env.add_filter(name, move |args: Rest<Value>| bounded(name, args.0));
+    for &(name, what) in TEXT_FILTERS {
+        env.add_filter(name, move |args: Rest<Value>| bounded(name, what, args.0));
     }
 }
 
@@ -61,22 +62,21 @@ fn as_text(v: Value, what: &str) -> Result<Value, Error> {
     })
 }
 
-fn bounded(name: &'static str, mut args: Vec<Value>) -> Result<Value, Error> {
-    let what = format!("|{name}");
+fn bounded(name: &str, what: &str, mut args: Vec<Value>) -> Result<Value, Error> {
     for (i, a) in args.iter_mut().enumerate() {
         if a.is_kwargs() {
             for key in a.try_iter()? {
-                text_len(&a.get_item(&key)?, &what)?;
+                text_len(&a.get_item(&key)?, what)?;
             }
         } else if i == 0 && (name == "join" || name == "format") {
             // A list to join, a format string: taken as they are.
-            check_value(a, &what)?;
+            check_value(a, what)?;
         } else {
-            *a = as_text(std::mem::take(a), &what)?;
+            *a = as_text(std::mem::take(a), what)?;
         }
     }
-    if most_bytes(name, &args, &what)? > MAX_STRING_BYTES as u64 {
-        return Err(too_long(&what));
+    if most_bytes(name, &args, what)? > MAX_STRING_BYTES as u64 {
+        return Err(too_long(what));
     }
     ENGINE.empty_state().apply_filter(name, &args)
 }
