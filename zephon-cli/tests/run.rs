@@ -303,20 +303,7 @@ fn the_image_recipe_decodes_crops_and_collates() {
             "../../results/data/timing_images",
             &data.display().to_string(),
         );
-    let run = |text: &str| {
-        let path = t.path().join("r.toml");
-        std::fs::write(&path, text).unwrap();
-        let out = zephon()
-            .args(["run", "--json"])
-            .arg(&path)
-            .output()
-            .unwrap();
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let run = |text: &str| run_json(t.path(), text);
     let (ok, out, err) = run(&text);
     assert!(ok, "{err}");
     let lines: Vec<serde_json::Value> = out
@@ -400,9 +387,9 @@ fn image_shards(data: &std::path::Path, captions: bool) {
     }
 }
 
-/// Runs `zephon run --json` on a recipe text written into `dir`; the
-/// summary line, or the error output.
-fn run_summary(dir: &std::path::Path, text: &str) -> Result<serde_json::Value, String> {
+/// Runs `zephon run --json` on a recipe text written into `dir`: whether
+/// it succeeded, its output and its errors.
+fn run_json(dir: &std::path::Path, text: &str) -> (bool, String, String) {
     let path = dir.join("r.toml");
     std::fs::write(&path, text).unwrap();
     let out = zephon()
@@ -410,10 +397,20 @@ fn run_summary(dir: &std::path::Path, text: &str) -> Result<serde_json::Value, S
         .arg(&path)
         .output()
         .unwrap();
-    if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The summary line of [`run_json`], or the error output.
+fn run_summary(dir: &std::path::Path, text: &str) -> Result<serde_json::Value, String> {
+    let (ok, out, err) = run_json(dir, text);
+    if !ok {
+        return Err(err);
     }
-    Ok(String::from_utf8_lossy(&out.stdout)
+    Ok(out
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .find_map(|l| l.get("summary").cloned())

@@ -98,8 +98,8 @@ fn template(newlines: bool) -> impl Strategy<Value = String> {
     })
 }
 
-/// `src` rendered by the engine alone, with the settings of `ChatTemplate`.
-fn unguarded(src: &str) -> Result<String, String> {
+/// The engine alone, with the settings of `ChatTemplate` and no guards.
+fn plain_env() -> Environment<'static> {
     let mut env = Environment::new();
     let syntax = SyntaxConfig::builder()
         .trim_blocks(true)
@@ -109,6 +109,12 @@ fn unguarded(src: &str) -> Result<String, String> {
     env.set_syntax(syntax);
     env.set_fuel(Some(TEMPLATE_FUEL));
     env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env
+}
+
+/// `src` rendered by the engine alone, with the settings of `ChatTemplate`.
+fn unguarded(src: &str) -> Result<String, String> {
+    let mut env = plain_env();
     env.add_template_owned("chat_template", src.to_owned())
         .map_err(|e| describe(&e, TEMPLATE_FUEL))?;
     let ctx = minijinja::context! { messages => Vec::<i32>::new(), add_generation_prompt => false };
@@ -188,15 +194,7 @@ fn guard_cost() {
     for name in ["chatml", "chatml_json", "llama3"] {
         let src = fixture["templates"][name].as_str().unwrap();
         let guarded = ChatTemplate::new(src, TEMPLATE_FUEL).unwrap();
-        let mut env = Environment::new();
-        let syntax = SyntaxConfig::builder()
-            .trim_blocks(true)
-            .lstrip_blocks(true)
-            .build()
-            .unwrap();
-        env.set_syntax(syntax);
-        env.set_fuel(Some(TEMPLATE_FUEL));
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        let mut env = plain_env();
         env.add_filter("zephon_generation", |b: String| {
             format!("\u{F8F0}{b}\u{F8F1}")
         });

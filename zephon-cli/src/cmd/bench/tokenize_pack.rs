@@ -201,8 +201,9 @@ pub fn run(a: Args) -> Result<()> {
         );
         println!("{}", peer.line);
         let name = peer.line["system"].as_str().unwrap_or("peer").to_owned();
+        // The same tokens on both sides: the rates' ratio is the times'.
         line[format!("tokens_per_s_ratio_to_{name}")] =
-            stats::round3(best.tps() / (best.tokens as f64 / peer.seconds)).into();
+            stats::round3(peer.seconds / best.secs).into();
         if let Some(ours) = plain.peak().filter(|_| peer.peak_anon > 0) {
             line[format!("peak_rss_anon_ratio_to_{name}")] =
                 stats::round3(ours as f64 / peer.peak_anon as f64).into();

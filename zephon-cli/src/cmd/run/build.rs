@@ -60,23 +60,28 @@ pub enum Item {
 impl Item {
     /// (samples, tokens) in this element.
     pub fn counts(&self) -> (u64, u64) {
-        let toks = |r: &Record| {
-            r.token_ids(zephon_ops::fields::INPUT_IDS)
-                .map_or(0, |t| t.len() as u64)
-        };
         match self {
-            Item::Record(r) => (1, toks(r)),
-            Item::Batch(b) => (b.len() as u64, b.items.iter().map(toks).sum()),
+            Item::Record(r) => (1, input_tokens(r)),
+            Item::Batch(b) => (b.len() as u64, b.items.iter().map(input_tokens).sum()),
             Item::Training(t) => (t.batch_size as u64, t.num_tokens() as u64),
             Item::Image(tokens) => (1, *tokens),
             // Image-text pairs: a caption tokenized before the decode.
             Item::ImageBatch(b) => (
                 b.len() as u64,
-                b.items.iter().map(|i| toks(&i.record)).sum(),
+                b.items.iter().map(|i| input_tokens(&i.record)).sum(),
             ),
-            Item::Collated(b) => (b.batch_size as u64, b.records.iter().map(toks).sum()),
+            Item::Collated(b) => (
+                b.batch_size as u64,
+                b.records.iter().map(input_tokens).sum(),
+            ),
         }
     }
+}
+
+/// The tokens of a record's `input_ids` (0 without them).
+fn input_tokens(r: &Record) -> u64 {
+    r.token_ids(zephon_ops::fields::INPUT_IDS)
+        .map_or(0, |t| t.len() as u64)
 }
 
 fn boxed<S, T>(s: S) -> Boxed<T>
@@ -472,16 +477,8 @@ pub fn build(recipe: &Recipe, base: &Path) -> Result<Built> {
         Stage::Training(s) => (s.explain(runner), s.map(|r| r.map(Item::Training)).boxed()),
         Stage::Images(s) => (
             s.explain(runner),
-            s.map(|r| {
-                r.map(|i| {
-                    let tokens = i
-                        .record
-                        .token_ids(zephon_ops::fields::INPUT_IDS)
-                        .map_or(0, |t| t.len() as u64);
-                    Item::Image(tokens)
-                })
-            })
-            .boxed(),
+            s.map(|r| r.map(|i| Item::Image(input_tokens(&i.record))))
+                .boxed(),
         ),
         Stage::ImageBatches(s) => (
             s.explain(runner),
