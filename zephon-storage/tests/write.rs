@@ -209,6 +209,34 @@ fn a_run_stopped_anywhere_and_started_again_writes_the_same_bytes() {
 }
 
 #[test]
+fn a_run_killed_after_a_shard_was_renamed_but_before_the_journal_listed_it_resumes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let n = docs().len();
+    for (k, opts) in formats().into_iter().enumerate() {
+        let reference = tmp.path().join(format!("ref-{k}"));
+        whole(&reference, &opts);
+        let want = files(&reference);
+        let first = want
+            .keys()
+            .find(|name| !matches!(name.as_str(), "index.json" | "prepare.json"))
+            .unwrap_or_else(|| panic!("format {k}: no shard"))
+            .clone();
+        let dir = tmp.path().join(format!("run-{k}"));
+        let (w, _) = DatasetWriter::create("out", dir.to_str().unwrap(), opts.clone()).unwrap();
+        drop(w);
+        // The first shard in place under its name, the journal not yet
+        // listing it: what a kill between the two leaves.
+        std::fs::write(dir.join(&first), b"a shard the journal never listed").unwrap();
+        let (mut w, resume) =
+            DatasetWriter::create("out", dir.to_str().unwrap(), opts.clone()).unwrap();
+        assert_eq!(resume.documents, 0, "format {k}: {resume:?}");
+        push(&mut w, &opts, 0, n);
+        w.finish().unwrap();
+        assert_eq!(files(&dir), want, "format {k}");
+    }
+}
+
+#[test]
 fn a_changed_finished_shard_is_redone_with_those_after_it() {
     let tmp = tempfile::tempdir().unwrap();
     let opts = formats().remove(0);

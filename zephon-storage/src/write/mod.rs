@@ -361,6 +361,12 @@ impl DatasetWriter {
                         ),
                     ));
                 }
+                // The journal exists before the first shard does: a run
+                // killed after a shard's rename but before the journal
+                // listed it leaves a destination this writer recognises as
+                // its own (the unlisted shard is written again), never one
+                // that looks foreign.
+                fresh.write(&backend, dataset)?;
                 fresh
             }
             Some(j) if j.settings != settings => {
