@@ -4,6 +4,7 @@
 mod adapter;
 pub mod checkpoint;
 pub mod context;
+pub mod cut;
 pub mod dataset;
 pub mod error;
 pub mod ext;

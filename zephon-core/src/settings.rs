@@ -142,6 +142,12 @@ pub const TOKEN_SAMPLES: Range = Range::new(1, 1 << 20, "records read per datase
 /// mistake in units.
 pub const MAX_TOKENS_PER_SAMPLE: f64 = 4_294_967_296.0;
 
+/// Number of cores available to this process: what a `0` for
+/// [`WORKERS`] (and the other "one per core" settings) stands for.
+pub fn num_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

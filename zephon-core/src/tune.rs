@@ -38,7 +38,7 @@ pub struct TunerConfig {
 impl Default for TunerConfig {
     fn default() -> Self {
         TunerConfig {
-            cores: crate::runner::num_cpus(),
+            cores: crate::settings::num_cpus(),
             interval: Duration::from_millis(250),
             wait_high: 0.05,
             wait_low: 0.01,

@@ -815,7 +815,7 @@ fn an_uncuttable_operator_makes_the_lanes_replay() {
     use std::pin::Pin;
     use std::task::{Context, Poll};
     use zephon_core::context::CutRole;
-    use zephon_core::obs::Probe;
+    use zephon_core::context::Probe;
 
     struct Opaque<S> {
         inner: S,

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use zephon_core::checkpoint::Delivered;
 use zephon_core::checkpoint::cut::LaneCut;
-use zephon_core::obs::{Explain, Probe, StageDescription};
+use zephon_core::context::Probe;
+use zephon_core::obs::{Explain, StageDescription};
 use zephon_core::{Batch, LaneId, Laned, Record, Value};
 
 /// One batch of images as one array: `batch_size` images of `height ×

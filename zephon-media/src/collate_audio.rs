@@ -12,7 +12,8 @@ use std::fmt;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use zephon_core::Batch;
-use zephon_core::obs::{Explain, Probe, StageDescription};
+use zephon_core::context::Probe;
+use zephon_core::obs::{Explain, StageDescription};
 
 /// How [`CollateAudio`] builds batches.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

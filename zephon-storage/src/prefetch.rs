@@ -15,7 +15,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
-use zephon_core::obs::Probe;
+use zephon_core::context::Probe;
 use zephon_core::settings::{BUFFER_SIZE, PARALLELISM};
 use zephon_core::{Catalog, Catalogued, Error, Observer, Result, SamplePtr, Shard};
 

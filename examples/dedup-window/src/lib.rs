@@ -56,8 +56,9 @@ use zephon_core::checkpoint::cut::{
     Arrival, CutContext, CutSource, InFlightJournal, OpLaneCut, OpState, Preamble, Restoring,
     element_pointer, register_state_check,
 };
+use zephon_core::context::Probe;
 use zephon_core::context::{CutRole, Joined};
-use zephon_core::obs::{Explain, Probe, StageDescription};
+use zephon_core::obs::{Explain, StageDescription};
 use zephon_core::{Error, Identity, LaneId, Record, Result, SamplePtr};
 
 /// The name the operator registers under, and its cuts carry.

@@ -118,9 +118,7 @@
 
 mod chain;
 mod compact;
-pub mod cut;
 mod form;
-mod listed;
 mod progress;
 mod recipe;
 mod resume;
@@ -129,9 +127,10 @@ mod state;
 mod stream;
 mod validate;
 
+pub use crate::cut;
+pub use crate::cut::{CutContext, CutSource, LaneCut, OpLaneCut, OpState, Preamble};
+pub use crate::cut::{PtrJournal, PtrList};
 pub use chain::CHAIN_PREFIX;
-pub use cut::{CutContext, CutSource, LaneCut, OpLaneCut, OpState, Preamble};
-pub use listed::{PtrJournal, PtrList};
 pub use progress::{Checkpointed, CheckpointedExt, Delivered, Progress};
 pub use recipe::{Recipe, SHARD_PREFIX};
 pub use resume::{ResumeExt, ResumeFrom};

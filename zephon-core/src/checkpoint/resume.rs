@@ -3,9 +3,10 @@
 
 use super::cut::Board;
 use super::progress::{Delivered, Progress};
+use crate::context::Probe;
 use crate::context::{Layered, PipelineContext};
 use crate::error::{Error, Result};
-use crate::obs::{Explain, Probe, StageDescription};
+use crate::obs::{Explain, StageDescription};
 use crate::ops::lane_mux::LaneMux;
 use crate::pointer::{LaneId, Laned};
 use futures::Stream;

@@ -2,9 +2,9 @@
 //! run restores from it: its fields must agree with each other, whatever a
 //! hand-made or damaged file says.
 
-use super::cut::{LaneCut, state_check};
 use super::recipe::fingerprint_of;
 use super::state::{Checkpoint, err};
+use crate::cut::{LaneCut, StateCheck, registered_state_check};
 use crate::error::Result;
 use crate::pointer::LaneId;
 
@@ -126,4 +126,14 @@ fn check_cut(lane: LaneId, cut: &LaneCut) -> std::result::Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The check registered for `op`: one of zephon-core's own operators', or
+/// one registered with [`register_state_check`](crate::cut::register_state_check).
+fn state_check(op: &str) -> Option<StateCheck> {
+    crate::ops::STATE_CHECKS
+        .iter()
+        .find(|(name, _)| *name == op)
+        .map(|(_, c)| *c)
+        .or_else(|| registered_state_check(op))
 }

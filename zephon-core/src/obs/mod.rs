@@ -40,8 +40,7 @@
 mod explain;
 mod explain_foreign;
 mod fetch_stats;
-mod observed;
-mod probe;
+mod op_stats;
 #[cfg(feature = "prometheus")]
 mod prometheus;
 mod report;
@@ -49,8 +48,7 @@ mod report;
 pub use explain::{Explain, PlanDescription, StageDescription};
 pub use explain_foreign::{BoxPipeline, ExplainStream};
 pub use fetch_stats::{FetchStats, GroupRecord};
-pub use observed::Observed;
-pub use probe::{OpStats, Probe, SAMPLE_EVERY};
+pub use op_stats::{OpStats, SAMPLE_EVERY};
 #[cfg(feature = "prometheus")]
 pub use prometheus::{Exposure, MetricsServer};
 pub use report::ReporterGuard;
@@ -161,17 +159,6 @@ impl Observer {
     /// The tracking level.
     pub fn tracking(&self) -> Tracking {
         self.0.tracking
-    }
-
-    /// The observer of the pipeline being polled on this task, if any (see
-    /// [`PipelineContext`](crate::context::PipelineContext)).
-    pub fn current() -> Option<Observer> {
-        crate::context::PipelineContext::current().and_then(|c| c.observer().cloned())
-    }
-
-    /// Wraps a stream so that it is polled under this observer.
-    pub fn observe<S>(&self, stream: S) -> Observed<S> {
-        Observed::new(stream, self.clone())
     }
 
     /// Registers an operator; its stats when per-operator tracking is on.
@@ -373,7 +360,7 @@ impl Observer {
             &self.metrics_snapshot(),
             Some(&self.fetch_timing_snapshot()),
             Some(&prefetch),
-            crate::runner::num_cpus(),
+            crate::settings::num_cpus(),
         )
     }
 }

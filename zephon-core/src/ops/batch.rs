@@ -1,11 +1,10 @@
 //! `batch`: group elements of one lane into batches.
 
-use crate::checkpoint::cut::{
-    Arrival, Board, CutContext, CutSource, LaneCut, OpLaneCut, Restoring,
-};
+use crate::context::Probe;
 use crate::context::{CutRole, Joined};
+use crate::cut::{Arrival, Board, CutContext, CutSource, LaneCut, OpLaneCut, Restoring};
 use crate::error::{Error, Result};
-use crate::obs::{Explain, Probe, StageDescription};
+use crate::obs::{Explain, StageDescription};
 use crate::pointer::{Identity, LaneId, Laned};
 use crate::record::Record;
 use crate::settings::BATCH_SIZE;

@@ -1,7 +1,8 @@
 //! `lane_mux`: the tail multiplexer, owned lanes in strict round robin.
 
+use crate::context::Probe;
 use crate::error::{Error, Result};
-use crate::obs::{Explain, Probe, StageDescription};
+use crate::obs::{Explain, StageDescription};
 use crate::pointer::{LaneId, Laned};
 use crate::settings::CANONICAL_LANES;
 use futures::Stream;

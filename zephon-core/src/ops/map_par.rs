@@ -1,8 +1,9 @@
 //! `map_par`: a CPU-heavy closure over each element, `k` micro-batches at
 //! work at once and as many queued behind them (an [`OffloadGroup`]).
 
+use crate::context::Probe;
 use crate::error::{Error, Result};
-use crate::obs::{Explain, Probe, StageDescription};
+use crate::obs::{Explain, StageDescription};
 use crate::ops::micro_batch::take_ready;
 use crate::runner::{OffloadGroup, in_flight_per_worker, offload};
 use crate::settings::{MICRO_BATCH, PARALLELISM};

@@ -1,7 +1,7 @@
 //! Gathering a micro-batch for operators that hand work to worker threads
 //! (`map_par` here, `tokenize` in zephon-ops).
 
-use crate::obs::Probe;
+use crate::context::Probe;
 use futures::Stream;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -14,7 +14,7 @@ use std::task::{Context, Poll};
 /// ```
 /// use futures::stream;
 /// use std::task::Context;
-/// use zephon_core::obs::Probe;
+/// use zephon_core::context::Probe;
 /// use zephon_core::ops::micro_batch::take_ready;
 /// let mut s = stream::iter(0..5);
 /// let (mut pending, mut done, mut probe) = (Vec::new(), false, Probe::default());

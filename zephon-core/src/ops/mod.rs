@@ -10,7 +10,7 @@ pub mod prefetch_batches;
 pub mod shuffle;
 
 /// The checks of zephon-core's own operators' cut states that need no
-/// operator (see [`StateCheck`](crate::checkpoint::cut::StateCheck)): run on
+/// operator (see [`StateCheck`](crate::cut::StateCheck)): run on
 /// every checkpoint loaded.
-pub(crate) const STATE_CHECKS: &[(&str, crate::checkpoint::cut::StateCheck)] =
+pub(crate) const STATE_CHECKS: &[(&str, crate::cut::StateCheck)] =
     &[(shuffle::NAME, shuffle::check_state)];

@@ -1,7 +1,8 @@
 //! `prefetch_batches`: finished elements buffered ahead of the consumer.
 
+use crate::context::Probe;
 use crate::error::{Error, Result};
-use crate::obs::{Explain, Probe, StageDescription};
+use crate::obs::{Explain, StageDescription};
 use futures::{FutureExt, Stream, StreamExt};
 use std::fmt;
 use std::pin::Pin;

@@ -129,10 +129,7 @@ impl std::fmt::Display for Runner {
     }
 }
 
-/// Number of cores available to this process.
-pub fn num_cpus() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
+pub use crate::settings::num_cpus;
 
 /// Runs CPU-heavy `f` off the async reactor when the current runtime has
 /// worker threads (the threads runner), in place under a current-thread

@@ -1,12 +1,12 @@
 //! The work source's side of a restore from lane cuts: per lane, the
 //! identity check of where the lane stopped, the preamble of pointers the
 //! stateful operators take back (each operator says what its own is, see
-//! [`CutSource::restore_preamble`](crate::checkpoint::cut::CutSource::restore_preamble)),
+//! [`CutSource::restore_preamble`](crate::cut::CutSource::restore_preamble)),
 //! and the lane position where the lane continues.
 
 use super::Plan;
 use super::shuffle::PassLayout;
-use crate::checkpoint::cut::{Board, CutSource, LaneCut, LaneInput};
+use crate::cut::{Board, CutSource, LaneCut, LaneInput};
 use crate::pointer::{LaneId, SamplePtr};
 use crate::record::lineage_identity;
 use std::collections::VecDeque;

@@ -203,7 +203,7 @@ impl PointerStream {
     #[inline(never)]
     fn look_for_restore(&mut self) {
         self.board_looked = true;
-        let Some(board) = crate::checkpoint::cut::Board::current() else {
+        let Some(board) = crate::cut::Board::current() else {
             return;
         };
         if board.restoring().is_empty() || board.replaying_all() {

@@ -20,8 +20,9 @@ use std::pin::Pin;
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
 use zephon_core::checkpoint::cut::{Arrival, CutSource, Restoring};
+use zephon_core::context::Probe;
 use zephon_core::context::{CutRole, Joined};
-use zephon_core::obs::{Explain, Probe, StageDescription};
+use zephon_core::obs::{Explain, StageDescription};
 use zephon_core::settings::BUFFER_SIZE;
 use zephon_core::{Identity, Record, Result};
 

@@ -5,7 +5,8 @@ use futures::Stream;
 use pin_project::pin_project;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use zephon_core::obs::{Explain, Probe, StageDescription};
+use zephon_core::context::Probe;
+use zephon_core::obs::{Explain, StageDescription};
 use zephon_core::settings::SEQ_LEN;
 use zephon_core::{Record, Result, Value};
 

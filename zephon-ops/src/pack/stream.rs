@@ -11,8 +11,9 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Context, Poll};
 use zephon_core::checkpoint::cut::{Arrival, CutSource, Restoring};
+use zephon_core::context::Probe;
 use zephon_core::context::{CutRole, Joined};
-use zephon_core::obs::{Explain, Probe, StageDescription};
+use zephon_core::obs::{Explain, StageDescription};
 use zephon_core::{LaneId, Record, Result};
 
 /// Packs tokenized records into rows of at most `max_length` tokens with a

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use zephon_core::obs::Probe;
+use zephon_core::context::Probe;
 use zephon_core::ops::micro_batch::take_ready;
 use zephon_core::runner::offload;
 use zephon_core::{Record, Result};

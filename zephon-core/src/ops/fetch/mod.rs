@@ -4,9 +4,10 @@ mod read;
 
 use read::{Chunks, Instruments, read_window};
 
+use crate::context::Probe;
 use crate::dataset::Catalog;
 use crate::error::{Error, Result};
-use crate::obs::{Explain, Observer, Probe, StageDescription};
+use crate::obs::{Explain, Observer, StageDescription};
 use crate::ops::batch::{Batcher, Ready};
 use crate::pointer::SamplePtr;
 use crate::record::Record;

@@ -2,12 +2,12 @@
 //! it read to pass how many, so a cut can say where the work source resumes
 //! a lane whose elements were filtered.
 
-use crate::checkpoint::cut::{
+use crate::context::Probe;
+use crate::context::{CutRole, Joined};
+use crate::cut::{
     Arrival, CutContext, CutSource, OpLaneCut, OpState, Restoring, element_key, keyed_type,
 };
-use crate::context::{CutRole, Joined};
 use crate::error::Result;
-use crate::obs::Probe;
 use crate::pointer::LaneId;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};

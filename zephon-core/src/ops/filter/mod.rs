@@ -2,8 +2,9 @@
 
 mod cut;
 
+use crate::context::Probe;
 use crate::error::Result;
-use crate::obs::{Explain, Probe, StageDescription};
+use crate::obs::{Explain, StageDescription};
 use cut::{FilterCut, Gate};
 use futures::Stream;
 use pin_project::pin_project;

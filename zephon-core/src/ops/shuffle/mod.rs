@@ -2,12 +2,13 @@
 
 mod cut;
 
-use crate::checkpoint::PtrJournal;
-use crate::checkpoint::cut::{Arrival, CutSource, Restoring};
+use crate::context::Probe;
 use crate::context::{CutRole, Joined};
+use crate::cut::PtrJournal;
+use crate::cut::{Arrival, CutSource, Restoring};
 use crate::error::{Error, Result};
 use crate::hash::{combine, key};
-use crate::obs::{Explain, Probe, StageDescription};
+use crate::obs::{Explain, StageDescription};
 use crate::pointer::{Identity, LaneId, Laned};
 use crate::settings::BUFFER_SIZE;
 use cut::{Core, LaneRestore, Restored};

@@ -11,8 +11,8 @@ mod take;
 pub(super) use restore::Restored;
 
 use super::ShuffleMode;
-use crate::checkpoint::cut::{InFlightJournal, OpLaneCut, Preamble, element_pointer};
-use crate::checkpoint::{PtrJournal, PtrList};
+use crate::cut::{InFlightJournal, OpLaneCut, Preamble, element_pointer};
+use crate::cut::{PtrJournal, PtrList};
 use crate::error::Error;
 use crate::pointer::LaneId;
 use crate::pointer::SamplePtr;
@@ -58,7 +58,7 @@ pub(super) struct ShuffleState {
 
 /// A shuffle's cut state that contradicts itself or its preamble: what is
 /// wrong. Run on every checkpoint loaded (see
-/// [`StateCheck`](crate::checkpoint::cut::StateCheck)), and on restore.
+/// [`StateCheck`](crate::cut::StateCheck)), and on restore.
 pub(crate) fn check_state(lane: LaneId, cut: &OpLaneCut) -> std::result::Result<(), String> {
     let s: ShuffleState = cut.check_decode(lane, NAME, STATE_VERSION)?;
     check(&s, &cut.preamble)

@@ -2,7 +2,7 @@
 //! source's pointers, on a restore.
 
 use super::ShuffleState;
-use crate::checkpoint::cut::LaneInput;
+use crate::cut::LaneInput;
 use crate::ops::shuffle::{ShuffleMode, block_bounds, permute_by_identity, reservoir_slot};
 use crate::pointer::Identity;
 use crate::pointer::SamplePtr;

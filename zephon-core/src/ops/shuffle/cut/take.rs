@@ -3,10 +3,8 @@
 use super::recompute::contents;
 use super::restore::same_settings;
 use super::{Core, NAME, STATE_VERSION, ShuffleState, check_state, pointers};
-use crate::checkpoint::PtrList;
-use crate::checkpoint::cut::{
-    CutContext, CutSource, FILTER_OPS, LaneInput, OpLaneCut, OpState, Preamble,
-};
+use crate::cut::PtrList;
+use crate::cut::{CutContext, CutSource, FILTER_OPS, LaneInput, OpLaneCut, OpState, Preamble};
 use crate::pointer::SamplePtr;
 use crate::pointer::{Identity, LaneId, Laned};
 use std::sync::Arc;

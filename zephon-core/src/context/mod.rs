@@ -4,12 +4,12 @@
 //! A pipeline runs inside a [`PipelineContext`] that carries its observer
 //! (metrics, when observability is on) and its checkpoint [`Board`] (lane
 //! cuts, when the pipeline is checkpointed). Each operator attaches once,
-//! through its [`Probe`](crate::obs::Probe), with its name, parallelism,
+//! through its [`Probe`], with its name, parallelism,
 //! queue capacity and, for a stateful one, its [`CutSource`]; that single
 //! registration feeds the metrics and the checkpoint cuts alike.
 //!
 //! The context travels with the task that polls the pipeline: the blocking
-//! iterator, [`Observed`](crate::obs::Observed) and
+//! iterator, [`Observed`] and
 //! [`ResumeFrom`](crate::checkpoint::ResumeFrom) enter it around every poll,
 //! so an operator first polled late (the second half of a `chain`, a stream
 //! a `flat_map` creates as it goes) joins it too. Tasks the pipeline spawns
@@ -34,7 +34,13 @@
 //! assert_eq!(names, ["batch"]);
 //! ```
 
-use crate::checkpoint::cut::{Board, CutSource, RestorePlan};
+mod observed;
+mod probe;
+
+pub use observed::Observed;
+pub use probe::Probe;
+
+use crate::cut::{Board, CutSource, RestorePlan};
 use crate::error::Result;
 use crate::obs::{Observer, OpStats, Tracking};
 use futures::Stream;
@@ -328,5 +334,14 @@ impl Layered {
             self.built = Some(build(self.outer.as_ref()));
         }
         self.built.as_ref().expect("built above")
+    }
+}
+
+// The board lives below the context that carries it.
+impl Board {
+    /// The board of the pipeline being polled, if it is checkpointed (it
+    /// travels in the [`PipelineContext`]).
+    pub fn current() -> Option<Arc<Board>> {
+        PipelineContext::current().and_then(|c| c.board().cloned())
     }
 }

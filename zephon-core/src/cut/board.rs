@@ -51,12 +51,6 @@ impl Board {
         })
     }
 
-    /// The board of the pipeline being polled, if it is checkpointed (it
-    /// travels in the [`PipelineContext`](crate::context::PipelineContext)).
-    pub fn current() -> Option<Arc<Board>> {
-        crate::context::PipelineContext::current().and_then(|c| c.board().cloned())
-    }
-
     /// Registers a stateful operator (in first-poll order, which is pipeline
     /// order from the consumer's end) and returns what it restores. An
     /// operator registered with `None` cannot be cut: lanes are replayed.

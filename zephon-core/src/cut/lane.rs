@@ -2,7 +2,7 @@
 //! [`Preamble`], and every operator's cut of a lane ([`LaneCut`]).
 
 use super::OpState;
-use crate::checkpoint::PtrList;
+use crate::cut::PtrList;
 use serde::{Deserialize, Serialize};
 
 /// The pointers an operator needs back first on a restore (its preamble),

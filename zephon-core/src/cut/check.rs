@@ -27,16 +27,8 @@ pub fn register_state_check(op: &str, check: StateCheck) {
         .insert(op.to_owned(), check);
 }
 
-/// The check registered for `op`: one of zephon-core's own operators', or
-/// one registered with [`register_state_check`].
-pub(crate) fn state_check(op: &str) -> Option<StateCheck> {
-    if let Some(check) = crate::ops::STATE_CHECKS
-        .iter()
-        .find(|(name, _)| *name == op)
-        .map(|(_, c)| *c)
-    {
-        return Some(check);
-    }
+/// The check registered for `op` with [`register_state_check`].
+pub(crate) fn registered_state_check(op: &str) -> Option<StateCheck> {
     STATE_CHECKS
         .read()
         .unwrap_or_else(|e| e.into_inner())

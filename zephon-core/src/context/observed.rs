@@ -1,7 +1,7 @@
 //! `Observed`: polls a pipeline under an observer.
 
-use super::Observer;
-use crate::context::Layered;
+use super::{Layered, PipelineContext};
+use crate::obs::Observer;
 use futures::Stream;
 use pin_project::pin_project;
 use std::fmt;
@@ -97,7 +97,7 @@ impl<S: Stream> Stream for Observed<S> {
         let observer = &*this.observer;
         let ctx = this.ctx.get(|outer| match outer {
             Some(o) => o.with_observer(observer.clone()),
-            None => crate::context::PipelineContext::observing(observer),
+            None => PipelineContext::observing(observer),
         });
         let out = ctx.enter(|| inner.poll_next(cx));
         if *this.time_consumer
@@ -118,8 +118,23 @@ impl<S: Stream> Stream for Observed<S> {
 }
 
 // Observing adds no stage: the plan is the inner pipeline's.
-impl<S: super::Explain> super::Explain for Observed<S> {
-    fn describe(&self, out: &mut Vec<super::StageDescription>) {
+impl<S: crate::obs::Explain> crate::obs::Explain for Observed<S> {
+    fn describe(&self, out: &mut Vec<crate::obs::StageDescription>) {
         self.inner.describe(out);
+    }
+}
+
+// The observer lives below the context; finding the current one and
+// wrapping a stream both go through the context, so they are defined here.
+impl Observer {
+    /// The observer of the pipeline being polled on this task, if any (see
+    /// [`PipelineContext`]).
+    pub fn current() -> Option<Observer> {
+        PipelineContext::current().and_then(|c| c.observer().cloned())
+    }
+
+    /// Wraps a stream so that it is polled under this observer.
+    pub fn observe<S>(&self, stream: S) -> Observed<S> {
+        Observed::new(stream, self.clone())
     }
 }

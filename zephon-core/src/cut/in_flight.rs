@@ -165,7 +165,7 @@ impl InFlightJournal {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checkpoint::cut::Preamble;
+    use crate::cut::Preamble;
 
     fn p(i: u64) -> SamplePtr {
         SamplePtr {
@@ -237,7 +237,7 @@ mod tests {
         let cut = OpLaneCut::new("op", 10)
             .with_emitted(7)
             .with_preamble(Preamble {
-                listed: crate::checkpoint::PtrList::new(vec![p(5), p(6)]),
+                listed: crate::cut::PtrList::new(vec![p(5), p(6)]),
                 computed: 0,
                 in_flight: 2,
             });

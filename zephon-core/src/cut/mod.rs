@@ -10,7 +10,7 @@
 //!
 //! 1. On its first poll, before polling its input, registers a
 //!    [`CutSource`] on the pipeline's [`Board`] under its name: through
-//!    [`Probe::join`](crate::obs::Probe::join) with
+//!    [`Probe::join`](crate::context::Probe::join) with
 //!    [`CutRole::Source`](crate::context::CutRole::Source), which attaches it
 //!    to the [pipeline context](crate::context) for metrics and `explain()`
 //!    in the same call, or directly ([`Board::current`], [`Board::register`]); operators register in pipeline
@@ -29,7 +29,7 @@
 //!    itself ([`OpState`]: a JSON value and a layout version of the
 //!    operator's choosing). `None` means the lane cannot be cut now: a
 //!    restore replays it. The board asks at every lane-batch: a cut should
-//!    cost little (a [`PtrJournal`](super::PtrJournal) shares a long list
+//!    cost little (a [`PtrJournal`] shares a long list
 //!    between cuts).
 //! 3. On a restore, classifies every element it receives with
 //!    [`Restoring::arrive`]: [`Arrival::Pass`] elements belong to operators
@@ -55,7 +55,7 @@
 //! operator gets back the elements, not just pointers.
 //!
 //! A preamble is usually listed in the cut ([`Preamble::listed`], a
-//! [`PtrList`](super::PtrList)). An operator that can compute it instead
+//! [`PtrList`]). An operator that can compute it instead
 //! from the work source's pointers (shuffle recomputes its buffer from the
 //! positions it consumed) says how many it computes
 //! ([`Preamble::computed`]) and overrides [`CutSource::restore_preamble`],
@@ -72,7 +72,7 @@
 //! count what it emitted leaves `emitted` at `None`. An [`InFlightJournal`]
 //! per lane keeps the count and the pointers still in flight.
 //!
-//! The checks on load ([`Checkpoint`](super::Checkpoint)'s) cover every
+//! The checks on load ([`Checkpoint`](crate::checkpoint::Checkpoint)'s) cover every
 //! field of this layout: the listed pointers belong to the lane, the counts
 //! agree, the state holds no float (an exact restore stores `f64::to_bits`).
 //! What only the operator understands it checks when it takes its state
@@ -83,7 +83,7 @@
 //! say how many elements they read to pass what went downstream (see
 //! [`FILTER_OPS`]). Below a filter, positions are no longer the work
 //! source's, so a shuffle lists the pointers it holds (kept as a journal,
-//! see [`PtrJournal`](super::PtrJournal)) instead of leaving them to be
+//! see [`PtrJournal`]) instead of leaving them to be
 //! recomputed ([`CutContext::list`] says so). Where a check fails, or where
 //! an operator that cannot be cut sits in the pipeline (a filter between two
 //! stateful operators, or an operator of another crate attached as
@@ -105,7 +105,7 @@
 //!     Arrival, CutContext, CutSource, OpLaneCut, OpState, Restoring,
 //! };
 //! use zephon_core::context::{CutRole, Joined};
-//! use zephon_core::obs::Probe;
+//! use zephon_core::context::Probe;
 //! use zephon_core::checkpoint::{Checkpoint, CheckpointedExt, Recipe, ResumeExt};
 //! use zephon_core::{
 //!     Dataset, Identity, LaneId, PipelineExt, Record, Result, Runner, ShuffleMode, Tracking, Value,
@@ -220,14 +220,16 @@ mod check;
 mod element;
 mod in_flight;
 mod lane;
+mod listed;
 mod source;
 mod state;
 
 pub use board::{Arrival, Board, LaneRestore, RestorePlan, Restoring};
-pub(crate) use check::state_check;
+pub(crate) use check::registered_state_check;
 pub use check::{FILTER_OPS, StateCheck, register_state_check};
 pub use element::{element_key, element_pointer, keyed_type};
 pub use in_flight::InFlightJournal;
 pub use lane::{LaneCut, OpLaneCut, Preamble};
+pub use listed::{PtrJournal, PtrList};
 pub use source::{CutContext, CutSource, LaneInput};
 pub use state::OpState;
