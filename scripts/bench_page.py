@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Writes the table of guide/src/benchmarks.md from `zephon bench ... --json` output.
+"""Writes the table of guide/src/benchmarks.md from `zephon-bench ... --json` output.
 
 Usage:
-    zephon bench engine --json > engine.json
-    zephon bench formats --json > formats.json
-    zephon bench tokens --file FILE --peer "..." > tokens.json
+    zephon-bench engine --json > engine.json
+    zephon-bench formats --json > formats.json
+    zephon-bench tokens --file FILE --peer "..." > tokens.json
     python3 scripts/bench_page.py engine.json formats.json tokens.json \
         [--machine "2-core AMD EPYC"] [--date 2026-12-06] [--page guide/src/benchmarks.md]
 
@@ -86,7 +86,7 @@ def machine():
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("inputs", nargs="+", help="files of `zephon bench ... --json` output")
+    ap.add_argument("inputs", nargs="+", help="files of `zephon-bench ... --json` output")
     ap.add_argument("--machine", default=None, help="the machine, in words (default: from /proc/cpuinfo)")
     ap.add_argument("--date", default=datetime.date.today().isoformat())
     ap.add_argument("--page", default=os.path.join(os.path.dirname(__file__), "..", "guide", "src", "benchmarks.md"))
@@ -107,7 +107,7 @@ def main():
                 table.append(f"| `{source}` | {label} | `{key}` | {value:.3f} |")
                 n += 1
     if n == 0:
-        sys.exit("no ratio fields in the inputs: give files of `zephon bench ... --json` output")
+        sys.exit("no ratio fields in the inputs: give files of `zephon-bench ... --json` output")
     block = "\n".join(table)
     if a.stdout:
         print(block)

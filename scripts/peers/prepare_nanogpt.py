@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A nanoGPT-style `prepare.py`, the peer of `zephon bench prepare`.
+"""A nanoGPT-style `prepare.py`, the peer of `zephon-bench prepare`.
 
 Reads every `*.jsonl` shard of CORPUS (sorted by name) for its `text`
 field, tokenizes with the Hugging Face `tokenizers` library's

@@ -2,6 +2,7 @@
 #![warn(missing_docs)]
 
 mod histogram;
+pub mod memory;
 mod primitives;
 pub mod report;
 pub mod snapshot;

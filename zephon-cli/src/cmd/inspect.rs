@@ -299,10 +299,10 @@ fn open(args: &Args) -> Result<(Dataset, String, u64, Option<RowGroups>)> {
 
 /// Builds the report: reads only the first samples (from the first shards).
 pub fn inspect(args: &Args) -> Result<Report> {
-    let before = crate::cmd::bench::mem::rss_anon();
+    let before = zephon_metrics::memory::rss_anon();
     let (ds, format, bytes, row_groups) = open(args)?;
     let memory = before
-        .zip(crate::cmd::bench::mem::rss_anon())
+        .zip(zephon_metrics::memory::rss_anon())
         .map(|(before, after)| Memory {
             rss_anon_before_open: before,
             rss_anon_after_open: after,

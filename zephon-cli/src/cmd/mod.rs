@@ -1,6 +1,5 @@
 //! One module per subcommand.
 
-pub mod bench;
 pub mod build_index;
 pub mod demo;
 pub mod flags;

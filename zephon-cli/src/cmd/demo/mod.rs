@@ -182,7 +182,7 @@ pub fn run_pipeline(
         .lane_mux(lanes)
         .prefetch_batches(8);
     let mut it = pipeline.into_blocking_iter(runner)?;
-    // Cheap enough to leave on: `zephon bench engine` measures it.
+    // Cheap enough to leave on: `zephon-bench engine` measures it.
     let obs = it.enable_observability(Tracking::Operator);
     let mut stats = RunStats {
         batches: 0,

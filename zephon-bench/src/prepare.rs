@@ -1,4 +1,4 @@
-//! `zephon bench prepare`: tokenizing a JSONL corpus into a flat token file
+//! `zephon-bench prepare`: tokenizing a JSONL corpus into a flat token file
 //! with `zephon prepare`, beside the tokenizer's own `encode_batch_fast`
 //! over the same texts already in memory, all cores, in this process (the
 //! ceiling), and any peer commands (e.g. `scripts/peers/prepare_nanogpt.py`,
@@ -11,14 +11,14 @@
 use super::mem::PeakRss;
 use super::stats::round3;
 use super::tokens::{Run, keep, mb, measure_peer};
-use crate::cmd::flags::{AT_LEAST_ONE, ranged};
-use crate::cmd::prepare::{self, Format};
 use anyhow::{Context, Result, ensure};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
+use zephon_cli::cmd::flags::{AT_LEAST_ONE, ranged};
+use zephon_cli::cmd::prepare::{self, Format};
 use zephon_core::settings::WORKERS;
 
-/// Options of `zephon bench prepare`.
+/// Options of `zephon-bench prepare`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Folder of `*.jsonl` shards with a `text` field (the W1 corpus).

@@ -1,10 +1,31 @@
-//! `zephon bench ...`: one module per benchmark.
+//! `zephon-bench`: the side-by-side benchmarks of the Zephon data loader,
+//! one module per benchmark, and the servers (nginx, moto_server) they
+//! start. Kept out of the `zephon` binary a user installs; run with
+//! `cargo run --release -p zephon-bench -- <benchmark> ...`, and
+//! `zephon-bench --help` lists them.
 
-use clap::Subcommand;
+// The same allocator as the `zephon` binary (see its `main.rs`): the
+// figures are the ones a user of that binary sees.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "zephon-bench", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    bench: Bench,
+}
+
+fn main() -> std::process::ExitCode {
+    zephon_cli::start_process();
+    zephon_cli::finish(run(Cli::parse().bench))
+}
 
 /// The benchmarks.
 #[derive(Debug, Subcommand)]
-pub enum Bench {
+enum Bench {
     /// Audio: decode WAV clips, resample, mix to mono, crop and collate,
     /// beside a plain loop of the same decoder and steps on every core.
     Audio(audio::Args),
@@ -35,22 +56,22 @@ pub enum Bench {
     Tokens(Box<tokens::Args>),
 }
 
-pub mod audio;
-pub mod autotune;
-pub mod engine;
-pub mod fetch;
-pub mod formats;
-pub mod images;
-pub mod mem;
-pub mod prepare;
-pub mod servers;
-pub mod stats;
-pub mod tokenize_pack;
-pub mod tokens;
-pub mod tokens_remote;
+mod audio;
+mod autotune;
+mod engine;
+mod fetch;
+mod formats;
+mod images;
+mod mem;
+mod prepare;
+mod servers;
+mod stats;
+mod tokenize_pack;
+mod tokens;
+mod tokens_remote;
 
 /// Runs a benchmark.
-pub fn run(b: Bench) -> anyhow::Result<()> {
+fn run(b: Bench) -> anyhow::Result<()> {
     match b {
         Bench::Audio(a) => audio::run(a),
         Bench::Autotune(a) => autotune::run(a),

@@ -1,4 +1,4 @@
-//! `zephon bench images` on WebDataset shards written here: one JSON line
+//! `zephon-bench images` on WebDataset shards written here: one JSON line
 //! per system, the same batch checksum at any parallelism, and the raw
 //! ceiling beside it.
 
@@ -34,8 +34,8 @@ fn shards(dir: &Path) {
 }
 
 fn bench(dir: &Path, extra: &[&str]) -> Vec<serde_json::Value> {
-    let out = Command::new(env!("CARGO_BIN_EXE_zephon"))
-        .args(["bench", "images", "--dir"])
+    let out = Command::new(env!("CARGO_BIN_EXE_zephon-bench"))
+        .args(["images", "--dir"])
         .arg(dir)
         .args(["--size", "32", "--batch", "5"])
         .args(extra)

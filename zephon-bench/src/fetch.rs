@@ -1,4 +1,4 @@
-//! `zephon bench fetch`: reading one dataset from local disk and from S3
+//! `zephon-bench fetch`: reading one dataset from local disk and from S3
 //! (cold cache with and without prefetch, warm cache, byte ranges, and byte
 //! ranges with fetch reading windows across shards) and HTTP (cold cache
 //! with prefetch, both byte-range passes), reported as ratios to local
@@ -11,17 +11,17 @@ use super::servers::{
     upload,
 };
 use super::{mem, stats};
-use crate::cmd::flags::{AT_LEAST_ONE, GENERATED_RECORDS, GENERATED_SHARDS, ranged};
 use anyhow::{Result, bail};
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
+use zephon_cli::cmd::flags::{AT_LEAST_ONE, GENERATED_RECORDS, GENERATED_SHARDS, ranged};
 use zephon_core::settings::{BATCH_SIZE, BUFFER_SIZE, PARALLELISM};
 use zephon_core::{Dataset, PipelineExt, Runner, WorkSource};
 use zephon_storage::backend::{Backend, runtime};
 use zephon_storage::{CacheOptions, DatasetExt, PrefetchExt, RemoteDataset, StorageOptions};
 
-/// Options of `zephon bench fetch`.
+/// Options of `zephon-bench fetch`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Shards in the generated dataset.
@@ -62,7 +62,7 @@ pub struct Args {
     pub s3_server: S3Server,
 }
 
-/// An S3 server `zephon bench fetch` can start, as `--s3-server` names it.
+/// An S3 server `zephon-bench fetch` can start, as `--s3-server` names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum S3Server {
     /// moto_server (PyPI `moto[server]`), objects kept in its memory.

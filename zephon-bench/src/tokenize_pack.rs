@@ -1,4 +1,4 @@
-//! `zephon bench tokenize-pack`: workload W1 of the side-by-side benchmark.
+//! `zephon-bench tokenize-pack`: workload W1 of the side-by-side benchmark.
 //!
 //! One pass over every `*.jsonl` shard of a folder; each document's `text`
 //! tokenized without special tokens, EOS appended; the token stream cut into
@@ -7,16 +7,16 @@
 //! Prints one JSON line with the keys of `peers.py`.
 
 use super::{mem, stats};
-use crate::cmd::flags::{AT_LEAST_ONE, ranged};
 use anyhow::{Context, Result};
 use std::path::Path;
 use std::time::Instant;
+use zephon_cli::cmd::flags::{AT_LEAST_ONE, ranged};
 use zephon_core::settings::{BATCH_SIZE, SEQ_LEN, WORKERS};
 use zephon_core::{Dataset, PipelineExt, Runner, Tracking, WorkSource};
 use zephon_ops::{PackAlgorithm, PackConfig, SpecialTokens, TextPipelineExt, TokenizeConfig};
 use zephon_storage::DatasetExt;
 
-/// Options of `zephon bench tokenize-pack`.
+/// Options of `zephon-bench tokenize-pack`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Folder of `*.jsonl` shards with a `text` field.

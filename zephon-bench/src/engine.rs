@@ -1,4 +1,4 @@
-//! `zephon bench engine`: the stream machinery's own overhead, and the cost
+//! `zephon-bench engine`: the stream machinery's own overhead, and the cost
 //! of observability, each as a ratio to a baseline measured in the same run.
 //!
 //! Each pipeline time is paired with the plain loop measured in the same
@@ -14,13 +14,13 @@
 //! by up to 4% either way, more than what is being measured.
 
 use super::{mem, stats};
-use crate::cmd::flags::{AT_LEAST_ONE, GENERATED_RECORDS, ranged};
 use anyhow::{Context, Result, bail};
 use std::time::Instant;
+use zephon_cli::cmd::flags::{AT_LEAST_ONE, GENERATED_RECORDS, ranged};
 use zephon_core::settings::BATCH_SIZE;
 use zephon_core::{Dataset, PipelineExt, Record, Runner, Tracking, Value, WorkSource};
 
-/// Options of `zephon bench engine`.
+/// Options of `zephon-bench engine`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Records in the in-memory shard.
@@ -202,7 +202,7 @@ fn measure_here(args: &Args, i: usize) -> Result<Measured> {
 fn measure_isolated(args: &Args, i: usize) -> Result<Measured> {
     let exe = std::env::current_exe().context("the path of this binary")?;
     let out = std::process::Command::new(exe)
-        .args(["bench", "engine", "--records"])
+        .args(["engine", "--records"])
         .arg(args.records.to_string())
         .arg("--batch")
         .arg(args.batch.to_string())

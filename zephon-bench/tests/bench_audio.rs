@@ -1,21 +1,12 @@
-//! `zephon bench audio` on clips it makes: the plain loop's line, then
+//! `zephon-bench audio` on clips it makes: the plain loop's line, then
 //! Zephon's with its ratio to it, and one batch checksum at any
 //! parallelism (another seed, other crops and order).
 
 use std::process::Command;
 
 fn bench(extra: &[&str]) -> Vec<serde_json::Value> {
-    let out = Command::new(env!("CARGO_BIN_EXE_zephon"))
-        .args([
-            "bench",
-            "audio",
-            "--clips",
-            "24",
-            "--seconds",
-            "1",
-            "--batch",
-            "5",
-        ])
+    let out = Command::new(env!("CARGO_BIN_EXE_zephon-bench"))
+        .args(["audio", "--clips", "24", "--seconds", "1", "--batch", "5"])
         .args(extra)
         .output()
         .unwrap();

@@ -1,4 +1,4 @@
-//! `zephon bench autotune`: the W1 pipeline (tokenize, wrap-pack, batch)
+//! `zephon-bench autotune`: the W1 pipeline (tokenize, wrap-pack, batch)
 //! with the tokenizer's parallelism fixed at 1 (a bad start), fixed at one
 //! per core (the hand-tuned best), and tuned (starting at 1, the tuner
 //! moving it within the cores), each in the same invocation; then the same
@@ -11,17 +11,17 @@
 //! consumer each side's CPU seconds and the consumer's wait share.
 
 use super::stats::round3;
-use crate::cmd::flags::{AT_LEAST_ONE, ranged};
 use anyhow::{Context, Result};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+use zephon_cli::cmd::flags::{AT_LEAST_ONE, ranged};
 use zephon_core::knob::Knob;
 use zephon_core::tune::{Tuner, TunerConfig};
 use zephon_core::{Dataset, PipelineExt, Runner, Tracking, WorkSource};
 use zephon_ops::{PackAlgorithm, PackConfig, SpecialTokens, TextPipelineExt, TokenizeConfig};
 use zephon_storage::DatasetExt;
 
-/// Options of `zephon bench autotune`.
+/// Options of `zephon-bench autotune`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Folder of `*.jsonl` shards with a `text` field (the W1 corpus).

@@ -1,4 +1,4 @@
-//! `zephon bench tokens --uri URI | --serve http|s3`: the W2 workload read
+//! `zephon-bench tokens --uri URI | --serve http|s3`: the W2 workload read
 //! from a remote copy of the token file, beside the local file in the same
 //! round. A global shuffle reads windows by byte range (many requests in
 //! flight, neighbours coalesced); a block shuffle reads through the block
@@ -193,7 +193,7 @@ fn spawn_pass(
 ) -> Result<Pass> {
     let exe = std::env::current_exe().context("the path of this binary")?;
     let mut cmd = std::process::Command::new(exe);
-    cmd.arg("bench").arg("tokens").arg("--file").arg(&a.file);
+    cmd.arg("tokens").arg("--file").arg(&a.file);
     for (flag, v) in [
         ("--seq-len", a.seq_len.to_string()),
         ("--batch", a.batch.to_string()),

@@ -1,4 +1,4 @@
-//! `zephon bench audio`: audio clips decoded, resampled, mixed to mono,
+//! `zephon-bench audio`: audio clips decoded, resampled, mixed to mono,
 //! cropped at random and collated, beside a plain loop of the same decoder
 //! and steps on every core.
 //!
@@ -15,9 +15,9 @@
 use super::mem::PeakRss;
 use super::stats::round3;
 use super::tokens::{Run, keep};
-use crate::cmd::flags::{AT_LEAST_ONE, ranged};
 use anyhow::{Result, ensure};
 use std::time::Instant;
+use zephon_cli::cmd::flags::{AT_LEAST_ONE, ranged};
 use zephon_core::settings::{BATCH_SIZE, WORKERS};
 use zephon_core::{Dataset, PipelineExt, Record, Runner, Value, WorkSource};
 use zephon_media::{
@@ -25,7 +25,7 @@ use zephon_media::{
     CropAudio, Remix, Resample,
 };
 
-/// Options of `zephon bench audio`.
+/// Options of `zephon-bench audio`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Clips made (1 to 1,000,000).

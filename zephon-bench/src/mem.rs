@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
+use zephon_metrics::memory::rss_anon_of;
 
 /// How often the sampler reads `/proc`: often enough to see a buffer that
 /// lives a few tens of milliseconds, rarely enough (a read costs tens of
@@ -75,26 +76,6 @@ fn descendants(root: &Path) -> Vec<PathBuf> {
 fn parse_ppid(stat: &str) -> Option<u32> {
     let after = &stat[stat.rfind(')')? + 1..];
     after.split_whitespace().nth(1)?.parse().ok()
-}
-
-/// Current `RssAnon` of this process in bytes; `None` where it cannot be
-/// read (not Linux).
-pub fn rss_anon() -> Option<u64> {
-    rss_anon_of(Path::new("/proc/self/status"))
-}
-
-/// `RssAnon` of the process whose `/proc/PID/status` is `status`, in bytes.
-fn rss_anon_of(status: &Path) -> Option<u64> {
-    parse_rss_anon(&std::fs::read_to_string(status).ok()?)
-}
-
-/// The `RssAnon:` line of a `/proc/PID/status` text, in bytes.
-fn parse_rss_anon(status: &str) -> Option<u64> {
-    let line = status.lines().find(|l| l.starts_with("RssAnon:"))?;
-    let mut f = line["RssAnon:".len()..].split_whitespace();
-    let n: u64 = f.next()?.parse().ok()?;
-    // The kernel prints this field in kB (KiB) always.
-    (f.next()? == "kB").then_some(n * 1024)
 }
 
 /// A background sampler of this process's `RssAnon`; [`PeakRss::stop`]
@@ -228,15 +209,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_the_status_line_in_kib() {
-        let s = "Name:\tx\nVmRSS:\t  9000 kB\nRssAnon:\t    1234 kB\nRssFile:\t 7 kB\n";
-        assert_eq!(parse_rss_anon(s), Some(1234 * 1024));
-        assert_eq!(parse_rss_anon("RssAnon:\t12 MB\n"), None);
-        assert_eq!(parse_rss_anon("RssAnon:\tmany kB\n"), None);
-        assert_eq!(parse_rss_anon("VmRSS:\t1 kB\n"), None);
-    }
-
-    #[test]
     fn finds_the_parent_in_a_stat_line() {
         assert_eq!(parse_ppid("42 (a) b) S 7 42 42 0"), Some(7));
         assert_eq!(parse_ppid("42 (sh) R 1 42"), Some(1));
@@ -268,7 +240,7 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn sees_a_buffer_held_during_the_run() {
-        let before = rss_anon().expect("RssAnon on Linux");
+        let before = zephon_metrics::memory::rss_anon().expect("RssAnon on Linux");
         let sampler = PeakRss::start();
         // 64 MiB written page by page, so it is resident, held for several
         // sampling periods, then freed before stop().

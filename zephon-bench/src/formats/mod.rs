@@ -1,4 +1,4 @@
-//! `zephon bench formats`: samples/s reading each shard format from local
+//! `zephon-bench formats`: samples/s reading each shard format from local
 //! disk through `fetch -> batch`, beside a plain loop over the same bytes
 //! with the format's own crate (or, where the format has no Rust crate, the
 //! few lines its layout needs), in the same run. The plain loop runs on one
@@ -7,10 +7,10 @@
 //! and with `--parallelism` threads beside it.
 
 use super::{mem, stats};
-use crate::cmd::flags::{AT_LEAST_ONE, GENERATED_RECORDS, GENERATED_SHARDS, ranged};
 use anyhow::Result;
 use std::path::Path;
 use std::time::Instant;
+use zephon_cli::cmd::flags::{AT_LEAST_ONE, GENERATED_RECORDS, GENERATED_SHARDS, ranged};
 use zephon_core::settings::{BATCH_SIZE, PARALLELISM, SEQ_LEN};
 use zephon_core::{Dataset, PipelineExt, Runner, WorkSource};
 use zephon_storage::DatasetExt;
@@ -23,7 +23,7 @@ mod plain;
 /// The seed of both shuffled sides, the plain loop's and Zephon's.
 const SEED: u64 = 1;
 
-/// Options of `zephon bench formats`.
+/// Options of `zephon-bench formats`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Samples per format.

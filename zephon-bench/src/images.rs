@@ -1,4 +1,4 @@
-//! `zephon bench images`: workload W3, images. A folder of WebDataset
+//! `zephon-bench images`: workload W3, images. A folder of WebDataset
 //! shards (`KEY.jpg`, `KEY.cls`), one pass in a seeded shuffled order, each
 //! JPEG decoded to RGB, a random resized crop (area 8-100%, aspect 3/4 to
 //! 4/3) scaled to `--size` bilinear, mirrored with probability 1/2, batches
@@ -15,10 +15,10 @@
 use super::mem::PeakRss;
 use super::stats::round3;
 use super::tokens::{Run, keep, measure_peer};
-use crate::cmd::flags::{AT_LEAST_ONE, ranged};
 use anyhow::{Context, Result, ensure};
 use std::path::PathBuf;
 use std::time::Instant;
+use zephon_cli::cmd::flags::{AT_LEAST_ONE, ranged};
 use zephon_core::settings::{BATCH_SIZE, WORKERS};
 use zephon_core::{Dataset, PipelineExt, Record, Runner, WorkSource};
 use zephon_media::{
@@ -27,7 +27,7 @@ use zephon_media::{
 };
 use zephon_storage::DatasetExt;
 
-/// Options of `zephon bench images`.
+/// Options of `zephon-bench images`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Folder of WebDataset `.tar` shards (`gen_images.py` makes them).

@@ -1,4 +1,4 @@
-//! `zephon bench tokens`: workload W2 of the side-by-side benchmark,
+//! `zephon-bench tokens`: workload W2 of the side-by-side benchmark,
 //! pre-tokenized reads.
 //!
 //! A flat token file (nanoGPT's `train.bin` layout) cut into non-overlapping
@@ -17,11 +17,11 @@
 
 use super::mem::PeakRss;
 use super::stats::round3;
-use crate::cmd::flags::{AT_LEAST_ONE, ranged};
 use anyhow::{Context, Result, bail, ensure};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
+use zephon_cli::cmd::flags::{AT_LEAST_ONE, ranged};
 use zephon_core::record::{TokenWidth, Tokens};
 use zephon_core::settings::{BATCH_SIZE, BUFFER_SIZE, SEQ_LEN, WORKERS};
 use zephon_core::{BlockShuffle, Dataset, PipelineExt, Runner, WorkSource};
@@ -31,7 +31,7 @@ use zephon_storage::format::{FormatShard, FormatSpec, TokenDtype};
 use zephon_storage::options::BLOCK_BYTES;
 use zephon_storage::options::{RANGE_CONCURRENCY, RANGE_GAP, RANGE_PARTS};
 
-/// Options of `zephon bench tokens`.
+/// Options of `zephon-bench tokens`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The flat token file.

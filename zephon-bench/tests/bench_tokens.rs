@@ -1,10 +1,10 @@
-//! `zephon bench tokens` (workload W2) on small token files written here.
+//! `zephon-bench tokens` (workload W2) on small token files written here.
 
 use std::process::Command;
 
 fn bench(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_zephon"))
-        .args(["bench", "tokens"])
+    let out = Command::new(env!("CARGO_BIN_EXE_zephon-bench"))
+        .args(["tokens"])
         .args(args)
         .output()
         .unwrap();

@@ -1,13 +1,12 @@
-//! `zephon bench engine` end to end: its configurations run in processes of
+//! `zephon-bench engine` end to end: its configurations run in processes of
 //! their own and come back as one line each.
 
 use std::process::Command;
 
 #[test]
 fn bench_engine_reports_every_configuration_from_separate_processes() {
-    let out = Command::new(env!("CARGO_BIN_EXE_zephon"))
+    let out = Command::new(env!("CARGO_BIN_EXE_zephon-bench"))
         .args([
-            "bench",
             "engine",
             "--records",
             "3000",
@@ -69,8 +68,8 @@ fn bench_engine_reports_every_configuration_from_separate_processes() {
 
 #[test]
 fn bench_engine_refuses_an_unknown_child_configuration() {
-    let out = Command::new(env!("CARGO_BIN_EXE_zephon"))
-        .args(["bench", "engine", "--child", "9"])
+    let out = Command::new(env!("CARGO_BIN_EXE_zephon-bench"))
+        .args(["engine", "--child", "9"])
         .output()
         .expect("zephon runs");
     assert!(!out.status.success());
@@ -81,8 +80,8 @@ fn bench_engine_refuses_an_unknown_child_configuration() {
     );
 }
 
-fn zephon(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_zephon"))
+fn zephon_bench(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_zephon-bench"))
         .args(args)
         .output()
         .expect("zephon runs");
@@ -120,8 +119,7 @@ const TOKENIZER: &str = concat!(
 fn tokenize_pack_raw_counts_the_same_tokens_as_the_pipeline_and_reports_memory() {
     let dir = corpus(300);
     let corpus = dir.path().to_str().unwrap();
-    let (ok, stdout, stderr) = zephon(&[
-        "bench",
+    let (ok, stdout, stderr) = zephon_bench(&[
         "tokenize-pack",
         "--corpus",
         corpus,
@@ -173,7 +171,6 @@ fn tokenize_pack_runs_a_peer_beside_it_and_refuses_one_that_delivered_other_toke
     let dir = corpus(120);
     let corpus = dir.path().to_str().unwrap();
     let base = [
-        "bench",
         "tokenize-pack",
         "--corpus",
         corpus,
@@ -184,7 +181,7 @@ fn tokenize_pack_runs_a_peer_beside_it_and_refuses_one_that_delivered_other_toke
         "--batch",
         "2",
     ];
-    let (ok, stdout, stderr) = zephon(&base);
+    let (ok, stdout, stderr) = zephon_bench(&base);
     assert!(ok, "{stdout}\n{stderr}");
     let v: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
     let tokens = v["tokens"].as_u64().unwrap();
@@ -206,7 +203,7 @@ fn tokenize_pack_runs_a_peer_beside_it_and_refuses_one_that_delivered_other_toke
     let cmd = peer(tokens);
     let mut args = base.to_vec();
     args.extend(["--peer", &cmd]);
-    let (ok, stdout, stderr) = zephon(&args);
+    let (ok, stdout, stderr) = zephon_bench(&args);
     assert!(ok, "{stdout}\n{stderr}");
     let lines: Vec<serde_json::Value> = stdout
         .lines()
@@ -230,7 +227,7 @@ fn tokenize_pack_runs_a_peer_beside_it_and_refuses_one_that_delivered_other_toke
     let cmd = peer(tokens + 1);
     let mut args = base.to_vec();
     args.extend(["--peer", &cmd]);
-    let (ok, stdout, stderr) = zephon(&args);
+    let (ok, stdout, stderr) = zephon_bench(&args);
     assert!(!ok, "{stdout}");
     assert!(stderr.contains("tokens, the pipeline"), "{stderr}");
 }
@@ -243,8 +240,7 @@ fn tokenize_pack_refuses_a_document_without_text_and_says_where() {
         "{\"text\": \"fine\"}\n{\"body\": 3}\n",
     )
     .unwrap();
-    let (ok, stdout, stderr) = zephon(&[
-        "bench",
+    let (ok, stdout, stderr) = zephon_bench(&[
         "tokenize-pack",
         "--corpus",
         dir.path().to_str().unwrap(),
@@ -263,8 +259,7 @@ fn tokenize_pack_refuses_a_document_without_text_and_says_where() {
 
 #[test]
 fn bench_formats_compares_one_thread_with_one_thread_and_reports_memory() {
-    let (ok, stdout, stderr) = zephon(&[
-        "bench",
+    let (ok, stdout, stderr) = zephon_bench(&[
         "formats",
         "--samples",
         "400",
@@ -309,8 +304,7 @@ fn bench_formats_compares_one_thread_with_one_thread_and_reports_memory() {
 /// and the JSON carries both baselines' ratios.
 #[test]
 fn bench_formats_json_compares_every_format_with_both_plain_orders() {
-    let (ok, stdout, stderr) = zephon(&[
-        "bench",
+    let (ok, stdout, stderr) = zephon_bench(&[
         "formats",
         "--samples",
         "301",
@@ -358,8 +352,7 @@ fn bench_formats_json_compares_every_format_with_both_plain_orders() {
 
 #[test]
 fn bench_engine_json_carries_ratios_and_peaks() {
-    let (ok, stdout, stderr) = zephon(&[
-        "bench",
+    let (ok, stdout, stderr) = zephon_bench(&[
         "engine",
         "--records",
         "2000",
@@ -411,8 +404,8 @@ fn bench_engine_json_carries_ratios_and_peaks() {
 #[test]
 fn bench_fetch_without_its_s3_server_says_which_and_how_to_get_it() {
     let empty = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_zephon"))
-        .args(["bench", "fetch", "--shards", "1", "--records", "10"])
+    let out = Command::new(env!("CARGO_BIN_EXE_zephon-bench"))
+        .args(["fetch", "--shards", "1", "--records", "10"])
         .args(["--repeat", "1", "--s3-server", "s3s"])
         .env("PATH", empty.path())
         .output()
@@ -423,19 +416,18 @@ fn bench_fetch_without_its_s3_server_says_which_and_how_to_get_it() {
     assert!(stderr.contains("cargo install s3s-fs"), "{stderr}");
     assert!(stderr.contains("--endpoint"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
-    let (ok, _, stderr) = zephon(&["bench", "fetch", "--s3-server", "minio"]);
+    let (ok, _, stderr) = zephon_bench(&["fetch", "--s3-server", "minio"]);
     assert!(!ok && stderr.contains("--s3-server"), "{stderr}");
 }
 
 #[test]
 fn benches_refuse_zero_sizes_with_an_error_naming_the_option() {
     for (args, option) in [
-        (&["bench", "engine", "--batch", "0"][..], "--batch"),
-        (&["bench", "formats", "--shards", "0"][..], "--shards"),
-        (&["bench", "fetch", "--records", "0"][..], "--records"),
+        (&["engine", "--batch", "0"][..], "--batch"),
+        (&["formats", "--shards", "0"][..], "--shards"),
+        (&["fetch", "--records", "0"][..], "--records"),
         (
             &[
-                "bench",
                 "tokenize-pack",
                 "--corpus",
                 ".",
@@ -447,7 +439,7 @@ fn benches_refuse_zero_sizes_with_an_error_naming_the_option() {
             "--seq-len",
         ),
     ] {
-        let (ok, stdout, stderr) = zephon(args);
+        let (ok, stdout, stderr) = zephon_bench(args);
         assert!(!ok, "{args:?}: {stdout}");
         assert!(stderr.contains(option), "{args:?}: {stderr}");
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
@@ -458,15 +450,8 @@ fn benches_refuse_zero_sizes_with_an_error_naming_the_option() {
 fn bench_prepare_writes_the_tokenizers_own_ids_and_refuses_a_peer_that_does_not() {
     let dir = corpus(300);
     let corpus = dir.path().to_str().unwrap();
-    let base = [
-        "bench",
-        "prepare",
-        "--corpus",
-        corpus,
-        "--tokenizer",
-        TOKENIZER,
-    ];
-    let (ok, stdout, stderr) = zephon(&[&base[..], &["--repeat", "2"]].concat());
+    let base = ["prepare", "--corpus", corpus, "--tokenizer", TOKENIZER];
+    let (ok, stdout, stderr) = zephon_bench(&[&base[..], &["--repeat", "2"]].concat());
     assert!(ok, "{stdout}\n{stderr}");
     let v: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
     assert_eq!(v["ids_equal"], true, "{v}");
@@ -477,7 +462,7 @@ fn bench_prepare_writes_the_tokenizers_own_ids_and_refuses_a_peer_that_does_not(
     }
     // A peer whose file holds other ids is refused, by its command.
     let peer = r#"sh -c 'printf "\001\000\002\000" > {out}; echo "{\"system\":\"wrong\",\"tokens\":2,\"seconds\":0.1}"'"#;
-    let (ok, stdout, stderr) = zephon(&[&base[..], &["--peer", peer]].concat());
+    let (ok, stdout, stderr) = zephon_bench(&[&base[..], &["--peer", peer]].concat());
     assert!(!ok, "{stdout}");
     assert!(stderr.contains("other token ids"), "{stderr}");
 }
@@ -486,8 +471,7 @@ fn bench_prepare_writes_the_tokenizers_own_ids_and_refuses_a_peer_that_does_not(
 fn bench_autotune_reports_each_side_on_the_same_tokens() {
     let dir = corpus(600);
     let corpus = dir.path().to_str().unwrap();
-    let (ok, stdout, stderr) = zephon(&[
-        "bench",
+    let (ok, stdout, stderr) = zephon_bench(&[
         "autotune",
         "--corpus",
         corpus,
