@@ -5,7 +5,9 @@ use crate::pack::PackConfig;
 use crate::pack::flat::PackFlat;
 use crate::pack::stream::PackSequences;
 use crate::to_training::{ToTraining, TrainingConfig};
+#[cfg(feature = "tokenize")]
 use crate::tokenize::{Tokenize, TokenizeConfig};
+#[cfg(feature = "tokenize")]
 use crate::tokenize_chat::{ChatTokenizeConfig, TokenizeChat};
 use futures::Stream;
 use zephon_core::{Batch, Record, Result};
@@ -27,6 +29,7 @@ use zephon_core::{Batch, Record, Result};
 /// # Ok::<(), zephon_core::Error>(())
 /// ```
 pub trait TextPipelineExt: Stream + Sized {
+    #[cfg(feature = "tokenize")]
     /// Tokenizes a text field with up to `parallelism` micro-batches
     /// encoding at once (1 to 4096; otherwise the first item is an error
     /// naming it); output order equals input order. See [`Tokenize`].
@@ -50,6 +53,7 @@ pub trait TextPipelineExt: Stream + Sized {
         Tokenize::new(self, config, parallelism)
     }
 
+    #[cfg(feature = "tokenize")]
     /// Renders and tokenizes the conversation of each record with a chat
     /// template, writing ids and an assistant-only loss mask, with up to
     /// `parallelism` micro-batches encoding at once (1 to 4096; otherwise

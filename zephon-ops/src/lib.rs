@@ -8,13 +8,17 @@ pub mod fields;
 pub mod pack;
 pub mod stats;
 pub mod to_training;
+#[cfg(feature = "tokenize")]
 pub mod tokenize;
+#[cfg(feature = "tokenize")]
 pub mod tokenize_chat;
+#[cfg(feature = "tokenize")]
 pub mod tokenizer_file;
 pub mod training;
 
 /// The Hugging Face `tokenizers` crate, re-exported for
 /// [`TokenizeConfig::from_tokenizer`] and [`TokenizeConfig::tokenizer`].
+#[cfg(feature = "tokenize")]
 pub use tokenizers;
 
 pub use ensure_mixture::{EnsureMixture, MixtureConfig, WeightBy};
@@ -25,7 +29,9 @@ pub use pack::stream::PackSequences;
 pub use pack::{MAX_GROUPS, OversizedPolicy, PackAlgorithm, PackConfig, Packer, Seq};
 pub use stats::{TextStats, TextStatsSnapshot};
 pub use to_training::{PositionMode, ToTraining, TrainingConfig};
+#[cfg(feature = "tokenize")]
 pub use tokenize::{OnMissing, Overflow, SpecialTokens, Tokenize, TokenizeConfig};
+#[cfg(feature = "tokenize")]
 pub use tokenize_chat::{ChatTokenizeConfig, TokenizeChat};
 pub use training::{IGNORE_INDEX, IdType, TokenIds, TrainingBatch};
 
