@@ -185,7 +185,7 @@ proptest! {
 
     /// Random bytes, and real encodings with bytes overwritten or cut off:
     /// the decoder returns (an image within the limit, of consistent size,
-    /// or an error), never panics.
+    /// or an error), never panics; nor does the header probe.
     #[test]
     fn mutated_bytes_decode_or_fail_cleanly(
         base in any_encoding(),
@@ -206,6 +206,18 @@ proptest! {
         }
         let config = DecodeConfig::new("x").max_pixels(1 << 16);
         let r = config.decode(&bytes);
+        // The header probe `zephon inspect` uses sees the same bytes: no
+        // panic either, and where both read them, the same size (the
+        // decoder turns it by any EXIF orientation).
+        let probed = zephon_media::probe_image(&bytes);
+        if let Err(m) = &probed {
+            prop_assert!(!m.starts_with("the decoder failed"), "{}", m);
+        }
+        if let (Ok(info), Ok(img)) = (&probed, &r) {
+            let (w, h) = (img.width, img.height);
+            prop_assert!((info.width, info.height) == (w, h) || (info.height, info.width) == (w, h),
+                "probe {:?}, decoded {}x{}", info, w, h);
+        }
         // `decode` turns a decoder's panic into this error: none may happen.
         if let Err(DecodeFailure::Corrupt(m)) = &r {
             prop_assert!(!m.starts_with("the decoder failed"), "{}", m);
