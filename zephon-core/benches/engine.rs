@@ -2,7 +2,7 @@
 //! in-memory shard, beside a plain loop that builds the same batches from a
 //! `Vec`. Run with `cargo bench -p zephon-core --bench engine`. Every sample
 //! checks that all records arrived. Divan times each function on its own;
-//! for ratios paired within a round (and memory), use `zephon bench engine`.
+//! for ratios paired within a round (and memory), use `zephon-bench engine`.
 
 use std::sync::LazyLock;
 use zephon_core::{Dataset, PipelineExt, Record, Runner, Tracking, Value, WorkSource};

@@ -31,9 +31,9 @@
 //!   polled late (the second half of a `chain`, one a `flat_map` creates as
 //!   it goes) is observed too.
 //!
-//! `zephon bench engine` measures the cost on the cheapest pipeline there is
+//! `zephon-bench engine` measures the cost on the cheapest pipeline there is
 //! (in-memory records, fetch and batch, each configuration in a process of
-//! its own), and `zephon bench tokenize-pack --observe` on a tokenizing one;
+//! its own), and `zephon-bench tokenize-pack --observe` on a tokenizing one;
 //! both report it as a ratio to the same pipeline with tracking off,
 //! measured in the same run.
 

@@ -8,7 +8,7 @@
 //! samples, a read of a few hundred of them) that costs more than the work
 //! itself, so handing every read over made `fetch` slower on two threads
 //! than on one; JSON lines, dearer per item, gain from a second core. The
-//! thresholds below sit between the two, as `zephon bench formats` (the
+//! thresholds below sit between the two, as `zephon-bench formats` (the
 //! one-thread and two-thread columns per format) measures them; the
 //! figures are on the guide's benchmarks page. Work measured to cost less
 //! than [`IN_PLACE_BELOW`] in all, or less than [`IN_PLACE_PER_ITEM`] an
@@ -34,7 +34,7 @@ pub const IN_PLACE_BELOW: Duration = Duration::from_micros(50);
 /// [`IN_PLACE_MOST`] a micro-batch: the items a pool thread makes are
 /// then read and freed on another core, a few cache misses each, which
 /// costs about as much again as such an item's work (an MDS or Parquet
-/// sample's, as `zephon bench formats` measures it), while a JSON line's
+/// sample's, as `zephon-bench formats` measures it), while a JSON line's
 /// dearer work gains from a second core.
 pub const IN_PLACE_PER_ITEM: Duration = Duration::from_nanos(150);
 

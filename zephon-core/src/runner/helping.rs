@@ -40,7 +40,7 @@ const OPENING_WORK_20THS: u32 = 3;
 /// ... if that work is at least this much an item: moving an item to
 /// another core and freeing it there costs a few microseconds a batch
 /// (compare a task running the pipeline ahead with the caller polling it:
-/// `zephon bench engine --only off`, threads runner against inline), more
+/// `zephon-bench engine --only off`, threads runner against inline), more
 /// than overlapping less work than this could save.
 const OPENING_WORK_LEAST: Duration = Duration::from_micros(5);
 

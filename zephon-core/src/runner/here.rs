@@ -5,7 +5,7 @@
 //! Each poll from the caller's thread enters the runtime's context first
 //! (operators look for it: `offload`, timers, I/O), and entering and
 //! leaving it cost more than half of what a delivery costs the caller of
-//! a cheap pipeline (measure with `zephon bench engine --only off --batch
+//! a cheap pipeline (measure with `zephon-bench engine --only off --batch
 //! 1`, a delivery per record). So while both the pipeline and the caller
 //! take little time per item, one entry polls several items, and the ones
 //! after the first wait here to be handed out. A slow pipeline or a slow

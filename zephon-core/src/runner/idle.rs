@@ -4,9 +4,9 @@
 //! (twice as many threads as workers); each new thread then spins a while
 //! looking for work, takes its first stack and allocator pages, and is
 //! joined again when the pipeline ends. A program that drives one pipeline
-//! after another (an epoch each, an evaluation between, `zephon bench`)
+//! after another (an epoch each, an evaluation between, `zephon-bench`)
 //! paid that every time, in time and context switches per pipeline, and
-//! the first items of each ran on cold threads (`zephon bench engine
+//! the first items of each ran on cold threads (`zephon-bench engine
 //! --records 1000 --passes 20` measures a short pipeline's cost). A
 //! runtime whose pipeline left no task behind is now kept, parked, for
 //! the next blocking iterator of the same worker count; one that still
