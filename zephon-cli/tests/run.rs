@@ -219,6 +219,62 @@ fn a_scheduled_recipe_runs_and_shows_its_schedule() {
     );
     assert!(stdout.contains("3 segment(s)"), "{stdout}");
     assert!(stdout.contains("120 batches"), "{stdout}");
+    // 120 lane-batches of 4 are 30 global batches: the third phase is on.
+    assert!(
+        stdout.contains("schedule: the work source is in phase 3 of 3 (from global batch 20"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("phase 2 from global batch 10: 160 samples handed out; web 50.0% (target 50.0%), code 50.0% (target 50.0%)"),
+        "{stdout}"
+    );
+
+    // The same figures as JSON: per phase its first global index, and per
+    // dataset its target share and the samples handed out.
+    let out = zephon()
+        .args(["run", "--json", "--max-batches", "120"])
+        .arg(recipe("schedule.toml"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let schedule: serde_json::Value = stdout
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find_map(|v| v.get("schedule").cloned())
+        .unwrap_or_else(|| panic!("no schedule line: {stdout}"));
+    assert_eq!(schedule["current"], 2, "{schedule}");
+    let phases = schedule["phases"].as_array().unwrap();
+    let starts: Vec<u64> = phases
+        .iter()
+        .map(|p| p["start"].as_u64().unwrap())
+        .collect();
+    assert_eq!(starts, [0, 160, 320]);
+    let figures = |p: usize| -> Vec<(String, f64, u64)> {
+        phases[p]["datasets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| {
+                (
+                    d["name"].as_str().unwrap().to_owned(),
+                    d["target"].as_f64().unwrap(),
+                    d["handed_out"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        figures(0),
+        [("web".to_owned(), 1.0, 160), ("code".to_owned(), 0.0, 0)]
+    );
+    assert_eq!(
+        figures(1),
+        [("web".to_owned(), 0.5, 80), ("code".to_owned(), 0.5, 80)]
+    );
+    let third = figures(2);
+    assert_eq!((third[0].1, third[0].2, third[1].1), (0.0, 0, 1.0));
+    // At least the 160 samples delivered in it; the queues may hold more.
+    assert!(third[1].2 >= 160, "{schedule}");
 
     let dir = tempfile::tempdir().unwrap();
     let text = std::fs::read_to_string(recipe("schedule.toml"))

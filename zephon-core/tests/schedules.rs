@@ -131,6 +131,65 @@ proptest! {
         }
     }
 
+    /// What the streams of 1, 2 or 4 ranks hand out (pointer by pointer,
+    /// or in runs as `fetch` takes them) is counted per phase and dataset
+    /// as the pointers alone say: summed over the ranks, every count is
+    /// that of the global indices they covered, and the current phase is
+    /// the one of the last of them.
+    #[test]
+    fn phase_shares_count_what_the_streams_handed_out(
+        schedule in schedules(),
+        per_rank in 0usize..1500,
+        world in prop::sample::select(vec![1u32, 2, 4]),
+        in_runs in prop::bool::ANY,
+    ) {
+        use zephon_core::Catalogued;
+        const LANES: u32 = 4;
+        let reference = work(&schedule, LANES, 0, 1);
+        let starts: Vec<u64> = reference.phase_shares().unwrap().phases.iter().map(|p| p.start).collect();
+        let phase_of = |g: u64| starts.partition_point(|&s| s <= g) - 1;
+        let mut expected = vec![[0u64; 3]; starts.len()];
+        let mut counted = vec![[0u64; 3]; starts.len()];
+        let mut last_g = None;
+        for r in 0..world {
+            let ws = work(&schedule, LANES, r, world);
+            let owned = ws.owned_lanes();
+            // Each stream is dropped before the counts are read: it adds
+            // what it counted then.
+            let got: Vec<_> = if in_runs {
+                let mut s = ws.stream();
+                let mut got = Vec::new();
+                while got.len() < per_rank {
+                    let want = (per_rank - got.len()).min(37);
+                    if std::pin::Pin::new(&mut s).next_pointers(&mut got, want) == Some(0) {
+                        break;
+                    }
+                }
+                got
+            } else {
+                ws.stream().pointers().take(per_rank).collect()
+            };
+            let mut globals = (0u64..).filter(|g| owned.contains(&((g % LANES as u64) as u32)));
+            for p in &got {
+                let g = globals.next().unwrap();
+                prop_assert_eq!(reference.pointer_at(g).dataset, p.dataset);
+                expected[phase_of(g)][p.dataset as usize] += 1;
+                last_g = last_g.max(Some(g));
+            }
+            let shares = ws.phase_shares().unwrap();
+            prop_assert_eq!(shares.phases.len(), starts.len());
+            for (i, ph) in shares.phases.iter().enumerate() {
+                for (d, ds) in ph.datasets.iter().enumerate() {
+                    counted[i][d] += ds.handed_out;
+                }
+            }
+            if world == 1 {
+                prop_assert_eq!(shares.current, last_g.map(phase_of));
+            }
+        }
+        prop_assert_eq!(counted, expected);
+    }
+
     /// In every phase of a piecewise-constant schedule, each dataset's
     /// share of the phase's global indices is its target share, within
     /// one chunk's rounding and the partial chunks at the phase's ends.

@@ -344,6 +344,7 @@ impl WorkSourceBuilder {
             .enumerate()
             .map(|(d, o)| limit(c, names[d], o.total))
             .collect::<Result<Vec<_>>>()?;
+        let mut tally = None;
         let schedule = match &c.mixture_schedule {
             None => Schedule::new(&weights, &names, c.chunk_size, &limits)?,
             Some(ms) => {
@@ -370,6 +371,14 @@ impl WorkSourceBuilder {
                     })?),
                     _ => None,
                 };
+                tally = Some(super::tally::Tally::new(
+                    ms.unit(),
+                    names.iter().map(|n| n.to_string()).collect(),
+                    phases
+                        .iter()
+                        .map(|p| (p.start, p.weights.clone()))
+                        .collect(),
+                ));
                 Schedule::phased(&phases, by_tokens, &names, c.chunk_size, &limits)?
             }
         };
@@ -416,6 +425,7 @@ impl WorkSourceBuilder {
                 tokens_per_sample: tokens,
                 epoch_len: end,
                 fingerprint: fp,
+                tally,
             }),
             next_global: 0,
         })

@@ -24,6 +24,7 @@ mod restore;
 mod shuffle;
 mod state;
 mod stream;
+mod tally;
 mod tokens;
 
 pub use builder::WorkSourceBuilder;
@@ -36,6 +37,7 @@ pub use policy::{ExhaustedPolicy, Segment};
 pub use shuffle::BlockShuffle;
 pub use state::{WORK_STATE_VERSION, WorkState};
 pub use stream::{Catalogued, PointerStream};
+pub use tally::{DatasetShare, PhaseShare, PhaseShares};
 pub use tokens::{ShareError, ShareReport, token_share_error};
 
 use crate::dataset::Catalog;
@@ -58,6 +60,8 @@ struct Plan {
     /// Global pointers of one run as configured (`end` of epoch 0).
     epoch_len: Option<u64>,
     fingerprint: u64,
+    /// Under a mixture schedule: what its streams handed out, per phase.
+    tally: Option<Arc<tally::Tally>>,
 }
 
 /// Decides what to train on: datasets, mixture, shuffles, passes and lanes.
@@ -124,6 +128,37 @@ impl WorkSource {
     /// weights are token shares, `None` when they are sample shares.
     pub fn tokens_per_sample(&self) -> Option<&[f64]> {
         self.plan.tokens_per_sample.as_deref()
+    }
+
+    /// Under a mixture schedule, per phase: the samples this work source's
+    /// streams (its clones', epochs' and lane parts' too, on this process)
+    /// have handed out of each dataset, beside the phase's target share,
+    /// and the phase of the last pointer handed out; `None` without a
+    /// schedule. Pointers still in a pipeline's queues count as handed
+    /// out, and each stream adds its counts every few thousand pointers
+    /// and when it is dropped.
+    ///
+    /// ```
+    /// use zephon_core::work::{MixtureSchedule, ScheduleUnit};
+    /// use zephon_core::{Dataset, Record, WorkSource};
+    /// let web = Dataset::in_memory("web", vec![vec![Record::new(); 1000]])?;
+    /// let code = Dataset::in_memory("code", vec![vec![Record::new(); 1000]])?;
+    /// let schedule = MixtureSchedule::phases(ScheduleUnit::GlobalBatches { size: 10 })
+    ///     .at(30, &[("web", 1.0), ("code", 1.0)]);
+    /// let ws = WorkSource::builder().dataset(web, 1.0).dataset(code, 0.0)
+    ///     .chunk_size(10).repeat().mixture_schedule(schedule).build()?;
+    /// assert_eq!(ws.stream().pointers().take(400).count(), 400);
+    /// let shares = ws.phase_shares().expect("a schedule");
+    /// assert_eq!(shares.current, Some(1));
+    /// let second = &shares.phases[1];
+    /// assert_eq!((second.start, second.handed_out()), (300, 100));
+    /// assert_eq!(second.shares(), [0.5, 0.5]);
+    /// assert_eq!(second.datasets[1].target, 0.5);
+    /// assert!(shares.to_string().contains("in phase 2 of 2 (from global batch 30"));
+    /// # Ok::<(), zephon_core::Error>(())
+    /// ```
+    pub fn phase_shares(&self) -> Option<PhaseShares> {
+        self.plan.tally.as_deref().map(tally::snapshot)
     }
 
     /// How far `delivered_tokens` (per dataset, catalog order) are from the
@@ -259,6 +294,7 @@ impl WorkSource {
             board_looked: false,
             resume: None,
             cursor: None,
+            tally: self.plan.tally.clone().map(tally::LocalTally::new),
         }
     }
 }

@@ -85,6 +85,9 @@ pub struct Segment {
     pub base: Vec<u64>,
     /// The mixture over `active`.
     pub mixture: Mixture,
+    /// The mixture schedule's phase the segment lies in (0 without a
+    /// schedule).
+    pub phase: usize,
 }
 
 /// The whole schedule: segments in global order and where the stream ends.
@@ -320,6 +323,7 @@ impl Schedule {
                 active: active_ids,
                 base: seg_base,
                 mixture,
+                phase,
             };
             match (end, switch) {
                 (Some(e), s) if s.is_none_or(|s| e <= s) => {

@@ -25,6 +25,8 @@ pub struct PointerStream {
     pub(super) resume: Option<restore::Resume>,
     /// Where `next` falls in the schedule, when it was last computed there.
     pub(super) cursor: Option<Cursor>,
+    /// Under a mixture schedule, the pointers handed out per phase.
+    pub(super) tally: Option<super::tally::LocalTally>,
 }
 
 impl PointerStream {
@@ -152,6 +154,9 @@ impl PointerStream {
         assert_eq!(made as u64, run, "a run locates one pointer per position");
         // SAFETY: the first `made` slots after `start` were written above.
         unsafe { out.set_len(start + made) };
+        if let Some(t) = &mut self.tally {
+            t.add(seg.phase, d, run);
+        }
         self.next += run;
         *c = Cursor::at(plan, self.next);
         run
@@ -189,6 +194,9 @@ impl PointerStream {
                     .as_ref()
                     .is_none_or(|r| c.round >= r.starts[lane as usize]);
             let p = take.then(|| self.plan.pointer_at_cursor(c, &mut self.cache));
+            if let (Some(t), Some(p)) = (&mut self.tally, &p) {
+                t.add(self.plan.schedule.segments[c.seg].phase, p.dataset, 1);
+            }
             c.advance(&self.plan);
             self.next += 1;
             if p.is_some() {

@@ -103,6 +103,8 @@ pub struct Built {
     pub samples: Option<u64>,
     /// The datasets, to name the dataset and shard of a failing sample.
     pub catalog: Catalog,
+    /// The work source, for what its mixture schedule handed out.
+    pub work_source: WorkSource,
     /// What the recipe's `tokenize_chat` operators count into (one set for
     /// all of them), when it has any: the conversations they dropped.
     pub chat_stats: Option<Arc<TextStats>>,
@@ -492,6 +494,7 @@ pub fn build(recipe: &Recipe, base: &Path) -> Result<Built> {
         runner,
         samples,
         catalog,
+        work_source: ws,
         chat_stats,
         tuning: cores.filter(|_| !knobs.is_empty()).map(|c| (knobs, c)),
     })

@@ -293,8 +293,14 @@ pub fn run(args: Args) -> Result<()> {
         drop(t);
         report
     });
+    // Every stream of the work source is dropped with the pipeline above,
+    // so its counts are all in.
+    let schedule = built.work_source.phase_shares();
     if args.json {
         println!("{}", serde_json::json!({ "summary": &s }));
+        if let Some(shares) = &schedule {
+            println!("{}", serde_json::json!({ "schedule": shares }));
+        }
         if let Some(report) = &tuning {
             let lines: Vec<&str> = report.lines().collect();
             println!("{}", serde_json::json!({ "tuning": lines }));
@@ -325,6 +331,9 @@ pub fn run(args: Args) -> Result<()> {
                 "conversations"
             };
             println!("{n} {noun} dropped by tokenize_chat (nothing to supervise)");
+        }
+        if let Some(shares) = &schedule {
+            print!("{shares}");
         }
         if let Some(report) = &tuning {
             println!("tuning:");
