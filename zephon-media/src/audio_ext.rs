@@ -54,6 +54,31 @@ pub trait AudioPipelineExt: Stream + Sized {
     /// Decodes an audio field of each record, up to `parallelism`
     /// micro-batches at once (1 to 4096; otherwise the first item is an
     /// error naming it). See [`DecodeAudio`].
+    ///
+    /// ```
+    /// use zephon_core::{PipelineExt, Record, Runner, Value};
+    /// use zephon_media::{AudioDecodeConfig, AudioPipelineExt, AudioSample};
+    /// // 8 kHz mono 16-bit PCM: 0, half scale, minus half scale.
+    /// # let mut wav = b"RIFF".to_vec();
+    /// # wav.extend((36 + 6u32).to_le_bytes());
+    /// # wav.extend(b"WAVEfmt \x10\0\0\0\x01\0\x01\0");
+    /// # wav.extend(8000u32.to_le_bytes());
+    /// # wav.extend(16_000u32.to_le_bytes());
+    /// # wav.extend(b"\x02\0\x10\0data");
+    /// # wav.extend(6u32.to_le_bytes());
+    /// # wav.extend([0i16, 16_384, -16_384].iter().flat_map(|v| v.to_le_bytes()));
+    /// let rec = Record::new().with("wav", Value::Bytes(wav.into())).with("cls", 3i64);
+    /// let out: Vec<AudioSample> = futures::stream::iter([Ok(rec)])
+    ///     .decode_audio(AudioDecodeConfig::new("wav"), 1)
+    ///     .into_blocking_iter(Runner::Inline)?.collect::<Result<_, _>>()?;
+    /// let a = &out[0].audio;
+    /// assert_eq!((a.sample_rate, a.channels, a.frames, out[0].length), (8000, 1, 3, 3));
+    /// assert_eq!(a.samples, [0.0, 0.5, -0.5]);
+    /// // The bytes are taken out of the record; the label stays.
+    /// assert!(out[0].record.get("wav").is_none());
+    /// assert_eq!(out[0].record.get("cls").and_then(Value::as_int), Some(3));
+    /// # Ok::<(), zephon_core::Error>(())
+    /// ```
     fn decode_audio(self, config: AudioDecodeConfig, parallelism: usize) -> DecodeAudio<Self>
     where
         Self: Stream<Item = Result<Record>>,
@@ -154,6 +179,20 @@ pub trait AudioPipelineExt: Stream + Sized {
     }
 
     /// Batches of audio samples to [`AudioBatch`]es. See [`CollateAudio`].
+    ///
+    /// ```
+    /// use zephon_core::{PipelineExt, Record, Runner};
+    /// use zephon_media::{Audio, AudioBatch, AudioCollateConfig, AudioPipelineExt, AudioSample};
+    /// let samples = (1..=3usize).map(|n| Ok(AudioSample::new(Audio::new(8000, 1, vec![1.0; n])?, Record::new().with("cls", n as i64))));
+    /// let batches: Vec<AudioBatch> = futures::stream::iter(samples)
+    ///     .batch(2)
+    ///     .collate_audio(AudioCollateConfig::new().frames(4).label("cls"))
+    ///     .into_blocking_iter(Runner::Inline)?.collect::<Result<_, _>>()?;
+    /// assert_eq!((batches[0].shape(), batches[1].shape()), ([2, 1, 4], [1, 1, 4]));
+    /// assert_eq!(batches[0].samples, [1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0]);
+    /// assert_eq!((batches[0].lengths.as_slice(), batches[1].labels.as_slice()), (&[1, 2][..], &[3][..]));
+    /// # Ok::<(), zephon_core::Error>(())
+    /// ```
     fn collate_audio(self, config: AudioCollateConfig) -> CollateAudio<Self>
     where
         Self: Stream<Item = Result<Batch<AudioSample>>>,
