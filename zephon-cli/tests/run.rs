@@ -218,6 +218,10 @@ fn a_scheduled_recipe_runs_and_shows_its_schedule() {
         "{stdout}"
     );
     assert!(stdout.contains("3 segment(s)"), "{stdout}");
+    assert!(
+        stdout.contains("from 20 {code 1}; at global index 0, in phase 1 of 3;"),
+        "{stdout}"
+    );
     assert!(stdout.contains("120 batches"), "{stdout}");
     // 120 lane-batches of 4 are 30 global batches: the third phase is on.
     assert!(

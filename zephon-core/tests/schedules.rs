@@ -244,6 +244,14 @@ fn three_phases_by_global_batch_with_a_dataset_entering_and_leaving() {
     assert_eq!(shares(10, 20), [40, 40, 80]);
     assert_eq!(shares(20, 30), [0, 0, 160]);
     assert_eq!(ws.segments().len(), 3);
+    // `explain()` says where the stream stands in the schedule.
+    let mut at = ws.clone();
+    at.seek(170);
+    let plan = at.stream().explain(Runner::Inline).to_string();
+    assert!(
+        plan.contains("from 20 {books 1}; at global index 170, in phase 2 of 3;"),
+        "{plan}"
+    );
 }
 
 #[test]

@@ -270,6 +270,29 @@ impl Stream for PointerStream {
     }
 }
 
+impl PointerStream {
+    /// Where the stream stands in its schedule's phases, for `explain()`.
+    fn phase_now(&self) -> String {
+        let (Some(t), Some(seg)) = (
+            &self.plan.tally,
+            self.plan
+                .schedule
+                .segments
+                .iter()
+                .rev()
+                .find(|s| s.start <= self.next),
+        ) else {
+            return String::new();
+        };
+        format!(
+            "; at global index {}, in phase {} of {}",
+            self.next,
+            seg.phase + 1,
+            t.phases()
+        )
+    }
+}
+
 impl crate::obs::Explain for PointerStream {
     fn describe(&self, out: &mut Vec<crate::obs::StageDescription>) {
         let c = &self.plan.config;
@@ -302,7 +325,7 @@ impl crate::obs::Explain for PointerStream {
                 self.plan.schedule.segments.len(),
                 c.mixture_schedule
                     .as_ref()
-                    .map(|s| format!("; schedule {s}"))
+                    .map(|s| format!("; schedule {s}{}", self.phase_now()))
                     .unwrap_or_default(),
                 c.lanes.owned_lanes(),
                 c.lanes.canonical_lanes

@@ -53,6 +53,11 @@ impl Tally {
         })
     }
 
+    /// How many phases the schedule has.
+    pub fn phases(&self) -> usize {
+        self.phases.len()
+    }
+
     fn snapshot(&self) -> PhaseShares {
         let counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
         let n = self.names.len();
