@@ -411,3 +411,54 @@ fn a_schedule_by_tokens_switches_where_the_estimated_tokens_reach_the_point() {
         "{e}"
     );
 }
+
+/// The observer of a scheduled pipeline carries what the work source
+/// handed out per phase: in its snapshots and in the Prometheus series.
+#[test]
+fn the_observer_shows_each_phases_target_and_handed_out_samples() {
+    let s = MixtureSchedule::phases(ScheduleUnit::GlobalBatches { size: 16 })
+        .at(0, &[("web", 1.0), ("code", 1.0)])
+        .at(10, &[("web", 1.0), ("code", 1.0), ("books", 2.0)])
+        .at(20, &[("books", 1.0)]);
+    let ws = work(&s, 1, 0, 1);
+    let mut it = ws
+        .stream()
+        .fetch(2)
+        .batch(16)
+        .into_blocking_iter(Runner::Inline)
+        .unwrap();
+    let obs = it.enable_observability(zephon_core::Tracking::Operator);
+    assert_eq!(it.by_ref().take(30).count(), 30);
+    // The stream adds its last counts when it is dropped.
+    drop(it);
+    let shares = obs.metrics_snapshot().schedule.expect("a schedule");
+    assert_eq!(shares, ws.phase_shares().unwrap());
+    assert_eq!(shares.current, Some(2));
+    let handed = |p: usize| -> Vec<u64> {
+        shares.phases[p]
+            .datasets
+            .iter()
+            .map(|d| d.handed_out)
+            .collect()
+    };
+    assert_eq!(handed(0), [80, 80, 0]);
+    assert_eq!(handed(1), [40, 40, 80]);
+    assert!(handed(2)[2] >= 160, "{shares:?}");
+    let shown = obs.metrics_snapshot().to_string();
+    assert!(
+        shown.contains("phase 2 from global batch 10: 160 samples handed out; web 25.0% (target 25.0%), code 25.0% (target 25.0%), books 50.0% (target 50.0%)"),
+        "{shown}"
+    );
+    #[cfg(feature = "prometheus")]
+    {
+        let text = obs.prometheus_text();
+        for line in [
+            "zephon_schedule_phase 3.0",
+            r#"zephon_schedule_target_share{phase="2",dataset="books"} 0.5"#,
+            r#"zephon_schedule_samples_total{phase="2",dataset="books"} 80"#,
+            r#"zephon_schedule_samples_total{phase="1",dataset="books"} 0"#,
+        ] {
+            assert!(text.contains(line), "{line}\n{text}");
+        }
+    }
+}

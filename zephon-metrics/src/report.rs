@@ -237,6 +237,7 @@ mod tests {
                 ..Default::default()
             },
             total_wait_ratio: wait / 10.0,
+            schedule: None,
         }
     }
 

@@ -75,6 +75,9 @@ pub struct MetricsSnapshot {
     pub startup: StartupSnapshot,
     /// Share of the time the consumer waited for the pipeline.
     pub total_wait_ratio: f64,
+    /// Under a mixture schedule: what the work source handed out per phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<crate::schedule::PhaseShares>,
 }
 
 /// Storage counters of the cache behind a dataset (or a shard).

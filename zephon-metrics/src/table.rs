@@ -80,7 +80,12 @@ impl fmt::Display for MetricsSnapshot {
             ms(s.interval_p99_s),
             s.consumer_wait_s,
             s.consumer_busy_s
-        )
+        )?;
+        match &self.schedule {
+            // The schedule's lines end in a newline of their own.
+            Some(schedule) => write!(f, "\n{}", schedule.to_string().trim_end()),
+            None => Ok(()),
+        }
     }
 }
 

@@ -92,6 +92,7 @@ impl std::str::FromStr for Tracking {
 }
 
 type PrefetchSource = Arc<dyn Fn() -> PrefetchTimingSnapshot + Send + Sync>;
+type ScheduleSource = Arc<dyn Fn() -> zephon_metrics::PhaseShares + Send + Sync>;
 
 struct Inner {
     tracking: Tracking,
@@ -100,6 +101,9 @@ struct Inner {
     ops: Mutex<Vec<Arc<OpStats>>>,
     fetch: Mutex<Vec<Arc<FetchStats>>>,
     prefetch: Mutex<Vec<PrefetchSource>>,
+    /// The first scheduled work source polled under this observer, by the
+    /// key it registered with.
+    schedule: Mutex<Option<(usize, ScheduleSource)>>,
     // Consumer side.
     first_ns: AtomicU64,
     last_ns: AtomicU64,
@@ -147,6 +151,7 @@ impl Observer {
             ops: Mutex::new(Vec::new()),
             fetch: Mutex::new(Vec::new()),
             prefetch: Mutex::new(Vec::new()),
+            schedule: Mutex::new(None),
             first_ns: AtomicU64::new(0),
             last_ns: AtomicU64::new(0),
             intervals: Histogram::default(),
@@ -208,6 +213,21 @@ impl Observer {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(Arc::new(source));
+    }
+
+    /// Registers what a scheduled work source handed out, for the
+    /// snapshots' `schedule`. The first work source to register stands
+    /// (its streams, on any lane, register under one `key`); another
+    /// pipeline's is not mixed in.
+    pub fn register_schedule(
+        &self,
+        key: usize,
+        source: impl Fn() -> zephon_metrics::PhaseShares + Send + Sync + 'static,
+    ) {
+        let mut s = self.0.schedule.lock().unwrap_or_else(|e| e.into_inner());
+        if s.is_none() {
+            *s = Some((key, Arc::new(source)));
+        }
     }
 
     fn now_ns(&self) -> u64 {
@@ -299,6 +319,13 @@ impl Observer {
             } else {
                 0.0
             },
+            schedule: self
+                .0
+                .schedule
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+                .map(|(_, source)| source()),
         }
     }
 

@@ -204,6 +204,46 @@ const IO_COUNTS: [(&str, &str, IoField<u64>); 6] = [
     ),
 ];
 
+/// A mixture schedule's series: the phase the work source is in, and per
+/// phase and dataset the target share and the samples handed out.
+fn schedule(e: &mut DescriptorEncoder<'_>, s: &zephon_metrics::PhaseShares) -> std::fmt::Result {
+    if let Some(c) = s.current {
+        gauge(
+            e,
+            "zephon_schedule_phase",
+            "The mixture schedule's phase the work source is in (from 1).",
+            &[(vec![], (c + 1) as f64)],
+        )?;
+    }
+    let cell = |p: usize, d: &zephon_metrics::DatasetShare| -> Labels {
+        vec![("phase", (p + 1).to_string()), ("dataset", d.name.clone())]
+    };
+    let targets: Vec<_> = s
+        .phases
+        .iter()
+        .enumerate()
+        .flat_map(|(p, ph)| ph.datasets.iter().map(move |d| (cell(p, d), d.target)))
+        .collect();
+    gauge(
+        e,
+        "zephon_schedule_target_share",
+        "A dataset's target share of a schedule phase's samples.",
+        &targets,
+    )?;
+    let handed: Vec<_> = s
+        .phases
+        .iter()
+        .enumerate()
+        .flat_map(|(p, ph)| ph.datasets.iter().map(move |d| (cell(p, d), d.handed_out)))
+        .collect();
+    counter(
+        e,
+        "zephon_schedule_samples",
+        "Samples of a dataset the work source handed out in a schedule phase.",
+        &handed,
+    )
+}
+
 impl Collector for Snapshots {
     fn encode(&self, mut e: DescriptorEncoder<'_>) -> std::fmt::Result {
         let m = self.0.metrics_snapshot();
@@ -294,6 +334,9 @@ impl Collector for Snapshots {
                 .map(|(d, v)| (vec![("dataset", (*d).to_owned())], v[i]))
                 .collect();
             counter(&mut e, name, help, &series)?;
+        }
+        if let Some(sch) = &m.schedule {
+            schedule(&mut e, sch)?;
         }
         let storage = |n: &String| -> Labels { vec![("storage", n.clone())] };
         for (name, help, v) in IO_COUNTS {

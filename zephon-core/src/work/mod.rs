@@ -37,8 +37,8 @@ pub use policy::{ExhaustedPolicy, Segment};
 pub use shuffle::BlockShuffle;
 pub use state::{WORK_STATE_VERSION, WorkState};
 pub use stream::{Catalogued, PointerStream};
-pub use tally::{DatasetShare, PhaseShare, PhaseShares};
 pub use tokens::{ShareError, ShareReport, token_share_error};
+pub use zephon_metrics::schedule::{DatasetShare, PhaseShare, PhaseShares};
 
 use crate::dataset::Catalog;
 use crate::error::{Error, Result};

@@ -211,6 +211,12 @@ impl PointerStream {
     #[inline(never)]
     fn look_for_restore(&mut self) {
         self.board_looked = true;
+        // The same first poll registers the schedule's figures with the
+        // pipeline's observer.
+        if let (Some(t), Some(obs)) = (&self.plan.tally, crate::obs::Observer::current()) {
+            let t = t.clone();
+            obs.register_schedule(Arc::as_ptr(&t) as usize, move || super::tally::snapshot(&t));
+        }
         let Some(board) = crate::cut::Board::current() else {
             return;
         };

@@ -3,8 +3,8 @@
 //! beside its target ([`WorkSource::phase_shares`](super::WorkSource::phase_shares)).
 
 use super::ScheduleUnit;
-use std::fmt;
 use std::sync::{Arc, Mutex};
+use zephon_metrics::schedule::{DatasetShare, PhaseShare, PhaseShares};
 
 /// Pointers a stream counts before it adds them to the shared figures: a
 /// lock per pointer would cost more than locating it.
@@ -79,8 +79,14 @@ impl Tally {
                     .collect(),
             })
             .collect();
+        let (unit, global_batch) = match self.unit {
+            ScheduleUnit::Samples => ("samples", None),
+            ScheduleUnit::GlobalBatches { size } => ("global_batches", Some(size)),
+            ScheduleUnit::Tokens => ("tokens", None),
+        };
         PhaseShares {
-            unit: self.unit,
+            unit: unit.to_owned(),
+            global_batch,
             phases,
             current: counts.last_phase,
         }
@@ -142,119 +148,4 @@ impl Drop for LocalTally {
 
 pub(super) fn snapshot(tally: &Tally) -> PhaseShares {
     tally.snapshot()
-}
-
-/// Per phase of a mixture schedule, the samples a work source handed out of
-/// each dataset beside the phase's target share (see
-/// [`WorkSource::phase_shares`](super::WorkSource::phase_shares)).
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
-pub struct PhaseShares {
-    /// The schedule's unit (what [`PhaseShare::start`] counts).
-    pub unit: ScheduleUnit,
-    /// Every phase, in order.
-    pub phases: Vec<PhaseShare>,
-    /// The phase of the last pointer handed out (`None` before the first).
-    pub current: Option<usize>,
-}
-
-/// One phase's figures.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
-pub struct PhaseShare {
-    /// The phase's first position: a global index (the samples before it,
-    /// all ranks together) or, for a schedule by tokens, a token position.
-    pub start: u64,
-    /// Every dataset of the work source, in catalog order.
-    pub datasets: Vec<DatasetShare>,
-}
-
-/// One dataset in one phase.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
-pub struct DatasetShare {
-    /// The dataset's name.
-    pub name: String,
-    /// Its target share of the phase's samples (0: out of the phase).
-    pub target: f64,
-    /// Samples of it handed out in the phase.
-    pub handed_out: u64,
-}
-
-impl PhaseShare {
-    /// Samples handed out in the phase, every dataset together.
-    pub fn handed_out(&self) -> u64 {
-        self.datasets.iter().map(|d| d.handed_out).sum()
-    }
-
-    /// Each dataset's share of the samples handed out in the phase (all 0
-    /// before the phase begins).
-    pub fn shares(&self) -> Vec<f64> {
-        let total = self.handed_out();
-        self.datasets
-            .iter()
-            .map(|d| match total {
-                0 => 0.0,
-                t => d.handed_out as f64 / t as f64,
-            })
-            .collect()
-    }
-}
-
-impl fmt::Display for PhaseShares {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let at = |start: u64| match self.unit {
-            ScheduleUnit::GlobalBatches { size } => format!("global batch {}", start / size.max(1)),
-            ScheduleUnit::Samples => format!("sample {start}"),
-            ScheduleUnit::Tokens => format!("token {start}"),
-        };
-        match self.current {
-            Some(c) => writeln!(
-                f,
-                "schedule: the work source is in phase {} of {} (from {}; the samples handed out include those still in the queues)",
-                c + 1,
-                self.phases.len(),
-                at(self.phases[c].start)
-            )?,
-            None => writeln!(f, "schedule: {} phases, none begun", self.phases.len())?,
-        }
-        // A linear schedule has one phase per step: the begun ones are
-        // listed, the first and last few when there are many.
-        let begun: Vec<(usize, &PhaseShare)> = self
-            .phases
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| p.handed_out() > 0)
-            .collect();
-        const SHOWN: usize = 8;
-        for (k, (i, p)) in begun.iter().enumerate() {
-            if begun.len() > SHOWN && k == SHOWN / 2 {
-                writeln!(f, "  ... {} more phases", begun.len() - SHOWN)?;
-            }
-            if begun.len() > SHOWN && k >= SHOWN / 2 && k < begun.len() - SHOWN / 2 {
-                continue;
-            }
-            let shares = p.shares();
-            let parts: Vec<String> = p
-                .datasets
-                .iter()
-                .zip(shares)
-                .filter(|(d, _)| d.target > 0.0 || d.handed_out > 0)
-                .map(|(d, s)| {
-                    format!(
-                        "{} {:.1}% (target {:.1}%)",
-                        d.name,
-                        100.0 * s,
-                        100.0 * d.target
-                    )
-                })
-                .collect();
-            writeln!(
-                f,
-                "  phase {} from {}: {} samples handed out; {}",
-                i + 1,
-                at(p.start),
-                p.handed_out(),
-                parts.join(", ")
-            )?;
-        }
-        Ok(())
-    }
 }
