@@ -92,7 +92,8 @@ impl Drop for RandomTuner {
 }
 
 /// Every batch of every lane the ranks own, from `progress` on, with the
-/// map's parallelism fixed at 2 (no knob) or moved by a random tuner.
+/// map's parallelism and fetch's reads in flight fixed at 2 (no knobs)
+/// or moved by random tuners.
 fn lanes(world: u32, runner: Runner, tuned: Option<u64>, from: Option<&Checkpoint>) -> Lanes {
     let mut out = Lanes::new();
     for rank in 0..world {
@@ -103,12 +104,24 @@ fn lanes(world: u32, runner: Runner, tuned: Option<u64>, from: Option<&Checkpoin
             None => recipe.start(&ws),
         };
         let knob = Knob::parallelism("map_par", 2, 8).unwrap();
-        let map = ws.stream().fetch(2).map_par(square, 2).micro_batch(3);
+        let reads = Knob::parallelism("fetch", 2, 8).unwrap();
+        let fetch = ws.stream().fetch(2).max_group(3);
+        let fetch = match tuned {
+            Some(_) => fetch.tuned(&reads),
+            None => fetch,
+        };
+        let map = fetch.map_par(square, 2).micro_batch(3);
         let map = match tuned {
             Some(_) => map.tuned(&knob),
             None => map,
         };
-        let _tuner = tuned.map(|seed| RandomTuner::start(&knob, seed + u64::from(rank)));
+        let _tuners = tuned.map(|seed| {
+            let seed = seed + u64::from(rank);
+            (
+                RandomTuner::start(&knob, seed),
+                RandomTuner::start(&reads, seed ^ 0x5eed),
+            )
+        });
         let it = map
             .shuffle(16, ShuffleMode::Reservoir, 9)
             .batch(4)

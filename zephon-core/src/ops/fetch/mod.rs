@@ -85,6 +85,8 @@ pub struct Fetch<S> {
     // Out-of-range settings, reported by the first poll (a chain method
     // cannot return them).
     invalid: Option<Error>,
+    /// Where the parallelism comes from, when a tuner may move it.
+    knob: Option<crate::knob::Knob>,
 }
 
 impl<S> Fetch<S> {
@@ -114,7 +116,41 @@ impl<S> Fetch<S> {
             done: false,
             probe: Probe::default(),
             inst: Instruments::default(),
+            knob: None,
         }
+    }
+
+    /// Takes the number of reads in flight from `knob` from now on, read
+    /// again on every poll: a tuner (or the user) may move it while the
+    /// pipeline runs. The records are the same, in the same order,
+    /// whatever the knob says and whenever it moves (reads complete in
+    /// any order; they are handed out in pointer order); the knob's
+    /// largest value sizes the operator's window.
+    ///
+    /// ```
+    /// use zephon_core::knob::Knob;
+    /// use zephon_core::{Dataset, PipelineExt, Record, Runner, WorkSource};
+    /// let ds = Dataset::in_memory("d", vec![(0..40).map(|i| Record::new().with("i", i)).collect(); 4])?;
+    /// let ws = WorkSource::builder().dataset(ds, 1.0).seed(3).build()?;
+    /// let knob = Knob::parallelism("fetch", 1, 8)?;
+    /// let mut it = ws.stream().fetch(1).max_group(4).tuned(&knob).into_blocking_iter(Runner::threads())?;
+    /// let mut got = Vec::new();
+    /// for (n, r) in it.by_ref().enumerate() {
+    ///     if n == 50 {
+    ///         knob.set(8, "more reads in flight");
+    ///     }
+    ///     got.push(r?.get("i").and_then(|v| v.as_int()).unwrap());
+    /// }
+    /// let fixed: Vec<i64> = ws.stream().fetch(3).into_blocking_iter(Runner::Inline)?
+    ///     .map(|r| r.map(|r| r.get("i").and_then(|v| v.as_int()).unwrap()))
+    ///     .collect::<Result<_, _>>()?;
+    /// assert_eq!(got, fixed);
+    /// # Ok::<(), zephon_core::Error>(())
+    /// ```
+    pub fn tuned(mut self, knob: &crate::knob::Knob) -> Self {
+        self.parallelism = knob.get();
+        self.knob = Some(knob.clone());
+        self
     }
 
     /// Sets the most pointers one read request carries, in
@@ -317,7 +353,8 @@ where
             *this.done = true;
             return Poll::Ready(Some(Err(e)));
         }
-        let window = (*this.parallelism * *this.max_group) as u64;
+        let most = this.knob.as_ref().map_or(*this.parallelism, |k| k.max());
+        let window = (most * *this.max_group) as u64;
         if !this.probe.attached() {
             this.probe.attach("fetch", *this.parallelism, Some(window));
             // Cloned once here and per read group below, never per element.
@@ -325,6 +362,15 @@ where
                 op: this.probe.shared(),
                 fetch: Observer::current().map(|o| o.fetch_stats(this.catalog.clone())),
             };
+        }
+        if let Some(knob) = this.knob.as_ref() {
+            let k = knob.get();
+            if k != *this.parallelism {
+                *this.parallelism = k;
+                if let Some(s) = this.probe.stats() {
+                    s.set_parallelism(k);
+                }
+            }
         }
         loop {
             // Elements are counted per read group (in when it is sent, out
@@ -471,19 +517,28 @@ where
 impl<S: Explain> Explain for Fetch<S> {
     fn describe(&self, out: &mut Vec<StageDescription>) {
         self.inner.describe(out);
+        let k = self.knob.as_ref().map_or(self.parallelism, |k| k.get());
+        let most = self.knob.as_ref().map_or(self.parallelism, |k| k.max());
+        let tuned = self
+            .knob
+            .as_ref()
+            .map_or(String::new(), crate::knob::Knob::explain);
         out.push(StageDescription::new(
             "fetch",
-            self.parallelism,
-            Some((self.parallelism * self.max_group) as u64),
+            k,
+            Some((most * self.max_group) as u64),
             crate::settings::explain_detail(
                 self.invalid.as_ref(),
                 if self.across_shards {
                     format!(
-                        "windows of up to {} samples, one read per shard in each",
+                        "windows of up to {} samples, one read per shard in each{tuned}",
                         self.max_group
                     )
                 } else {
-                    format!("reads of up to {} samples of one shard", self.max_group)
+                    format!(
+                        "reads of up to {} samples of one shard{tuned}",
+                        self.max_group
+                    )
                 },
             ),
         ));
