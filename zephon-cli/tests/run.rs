@@ -346,6 +346,15 @@ fn a_tuned_run_delivers_what_a_fixed_one_does_and_says_what_changed() {
     // The recipe's parallelism 2 cannot start above a budget of 1.
     let (ok, _, err) = run(&["--tuning", "auto", "--tuning-cores", "1"]);
     assert!(!ok && err.contains("above run.tuning_cores 1"), "{err}");
+    // A memory budget: checked against its range, only with `auto`; under
+    // one the process is above (1 MiB), the batches are still the same.
+    let (ok, _, err) = run(&["--tuning", "auto", "--tuning-memory", "1000"]);
+    assert!(!ok && err.contains("run.tuning_memory"), "{err}");
+    let (ok, _, err) = run(&["--tuning-memory", "1048576"]);
+    assert!(!ok && err.contains("only with tuning"), "{err}");
+    let (ok, held, err) = run(&["--tuning", "auto", "--tuning-memory", "1048576"]);
+    assert!(ok, "{err}");
+    assert_eq!(summary(&lines(&held)), summary(&fixed));
 }
 
 /// The image recipe over WebDataset shards written here: every image

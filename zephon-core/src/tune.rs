@@ -33,7 +33,17 @@ pub struct TunerConfig {
     pub wait_high: f64,
     /// Below it, the consumer is the limit (0 to `wait_high`; default 0.01).
     pub wait_low: f64,
+    /// Anonymous memory (`RssAnon`: heap, stacks, buffers) the process may
+    /// hold, in bytes (1 MiB to 1 PiB; default none): above it the tuner
+    /// adds no worker, and takes one back from the knob with the most at
+    /// each look until the process is under it again. Only where the
+    /// kernel reports `RssAnon` (Linux); elsewhere a budget is an error.
+    pub memory: Option<u64>,
 }
+
+/// The range of [`TunerConfig::memory`].
+pub const MEMORY: crate::settings::Range =
+    crate::settings::Range::new(1 << 20, 1 << 50, "bytes of anonymous memory");
 
 impl Default for TunerConfig {
     fn default() -> Self {
@@ -42,6 +52,7 @@ impl Default for TunerConfig {
             interval: Duration::from_millis(250),
             wait_high: 0.05,
             wait_low: 0.01,
+            memory: None,
         }
     }
 }
@@ -65,6 +76,15 @@ impl TunerConfig {
                     self.wait_low, self.wait_high
                 ),
             ));
+        }
+        if let Some(m) = self.memory {
+            MEMORY.check("tuner.memory", m)?;
+            if zephon_metrics::memory::rss_anon().is_none() {
+                return Err(Error::config(
+                    "tuner.memory",
+                    "this system does not report the process's anonymous memory (RssAnon): no budget can be kept",
+                ));
+            }
         }
         Ok(())
     }
@@ -182,6 +202,29 @@ fn run(obs: Observer, knobs: Vec<Knob>, config: TunerConfig, stop: Arc<AtomicBoo
             if span > 0.0 {
                 let waiting = ((now.1 - wait0) / span).clamp(0.0, 1.0);
                 let mut in_use: usize = knobs.iter().map(Knob::get).sum();
+                let over = config.memory.and_then(|budget| {
+                    zephon_metrics::memory::rss_anon()
+                        .filter(|&held| held > budget)
+                        .map(|held| (held, budget))
+                });
+                if let Some((held, budget)) = over {
+                    // Workers hold what they work on: the knob with the
+                    // most gives one back.
+                    if let Some(knob) = knobs.iter().filter(|k| k.get() > 1).max_by_key(|k| k.get())
+                    {
+                        let k = knob.get();
+                        knob.set(
+                            k - 1,
+                            format!(
+                                "anonymous memory {:.1} MB, above the budget of {:.1} MB",
+                                held as f64 / 1e6,
+                                budget as f64 / 1e6
+                            ),
+                        );
+                    }
+                    last = Some((now.0, now.1, seen));
+                    continue;
+                }
                 for ((knob, b), a) in knobs.iter().zip(&before).zip(&seen) {
                     let (Some(b), Some(a)) = (b, a) else { continue };
                     let k = knob.get();

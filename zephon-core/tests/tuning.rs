@@ -303,6 +303,28 @@ fn the_tuner_takes_workers_back_when_the_consumer_is_the_limit() {
     assert!(knob.get() < 3, "{}", tuner.report());
 }
 
+/// Under a memory budget the process is above (1 MiB: any test binary
+/// holds more), the tuner adds no worker where the consumer waits on a
+/// busy operator, and takes workers back, saying why; the output is the
+/// same.
+#[test]
+fn above_its_memory_budget_the_tuner_takes_workers_back_and_adds_none() {
+    let (knob, mut it) = slow_pipeline(300, 3, 4, 2000);
+    let obs = it.enable_observability(Tracking::Operator);
+    let budget = TunerConfig {
+        memory: Some(1 << 20),
+        ..config(4)
+    };
+    let tuner = Tuner::start(&obs, vec![knob.clone()], budget).unwrap();
+    let out: Vec<u64> = it.map(Result::unwrap).collect();
+    assert_eq!(out, (0..300).collect::<Vec<_>>());
+    let changes = knob.changes();
+    let report = tuner.report();
+    assert!(changes.iter().all(|c| c.to < c.from), "{report}");
+    assert!(!changes.is_empty(), "{report}");
+    assert!(report.contains("above the budget of 1.0 MB"), "{report}");
+}
+
 #[test]
 fn bad_knobs_and_tuner_settings_are_named() {
     for (made, want) in [
@@ -339,6 +361,13 @@ fn bad_knobs_and_tuner_settings_are_named() {
                 ..config(4)
             },
             "tuner.interval",
+        ),
+        (
+            TunerConfig {
+                memory: Some(1000),
+                ..config(4)
+            },
+            "tuner.memory",
         ),
         (
             TunerConfig {

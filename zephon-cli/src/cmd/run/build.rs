@@ -117,6 +117,17 @@ pub struct Built {
 /// against their range; `None` when the recipe does not tune.
 fn tuning_cores(recipe: &Recipe) -> Result<Option<usize>> {
     let r = &recipe.run;
+    match (r.tuning, r.tuning_memory) {
+        (TuningKind::Fixed, Some(_)) => {
+            bail!("run.tuning_memory: only with tuning = \"auto\"")
+        }
+        (_, Some(m)) => {
+            zephon_core::tune::MEMORY
+                .check("run.tuning_memory", m)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
+        (_, None) => {}
+    }
     match (r.tuning, r.tuning_cores) {
         (TuningKind::Fixed, Some(_)) => {
             bail!("run.tuning_cores: only with tuning = \"auto\"")

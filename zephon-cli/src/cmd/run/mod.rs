@@ -55,6 +55,10 @@ pub struct Args {
     /// the machine's cores); over the recipe's `run.tuning_cores`.
     #[arg(long, value_name = "N")]
     pub tuning_cores: Option<usize>,
+    /// Anonymous memory the tuned process may hold, in bytes (1 MiB to
+    /// 1 PiB); over the recipe's `run.tuning_memory`.
+    #[arg(long, value_name = "BYTES")]
+    pub tuning_memory: Option<u64>,
     /// Storage settings, over the recipe's `[storage]`.
     #[command(flatten)]
     pub storage: StorageFlags,
@@ -135,6 +139,9 @@ pub fn run(args: Args) -> Result<()> {
     if args.tuning_cores.is_some() {
         recipe.run.tuning_cores = args.tuning_cores;
     }
+    if args.tuning_memory.is_some() {
+        recipe.run.tuning_memory = args.tuning_memory;
+    }
     let base = args
         .recipe
         .parent()
@@ -171,6 +178,7 @@ pub fn run(args: Args) -> Result<()> {
         (Some((knobs, cores)), Some(obs)) => {
             let config = zephon_core::tune::TunerConfig {
                 cores: *cores,
+                memory: recipe.run.tuning_memory,
                 ..Default::default()
             };
             Some(zephon_core::tune::Tuner::start(obs, knobs.clone(), config)?)

@@ -130,6 +130,10 @@ pub struct RunSpec {
     /// Workers the tuned operators may use together (1 to 4096; default:
     /// the machine's cores); only with `tuning = "auto"`.
     pub tuning_cores: Option<usize>,
+    /// Anonymous memory (RssAnon) the process may hold while tuned, in
+    /// bytes (1 MiB to 1 PiB; default none): above it the tuner adds no
+    /// worker and takes workers back; only with `tuning = "auto"`.
+    pub tuning_memory: Option<u64>,
 }
 
 /// `[run] tuning`.
@@ -153,6 +157,7 @@ impl Default for RunSpec {
             parquet_decoded_bytes: None,
             tuning: TuningKind::Fixed,
             tuning_cores: None,
+            tuning_memory: None,
         }
     }
 }
