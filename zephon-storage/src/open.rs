@@ -1,15 +1,15 @@
 //! Opening a dataset from a URI: backend, discovery (manifest or listing),
 //! cache, and one shard object per shard.
 
-use crate::backend::{Backend, BackendStats, runtime};
 use crate::cache::ShardCache;
-use crate::download::shard_error;
+use crate::error::shard_error;
 use crate::format::compression::Compression;
 use crate::format::{FormatOptions, FormatShard, FormatSpec};
 use crate::manifest::{MANIFEST, Manifest};
 use crate::metrics::{CacheMetrics, CacheStats};
 use crate::options::StorageOptions;
 use crate::remote::{CachedShard, RangeShard};
+use crate::source::backend::{Backend, BackendStats, runtime};
 use std::path::PathBuf;
 use std::sync::Arc;
 use zephon_core::{Dataset, Result, Shard};

@@ -101,6 +101,15 @@ impl Room {
     }
 }
 
+/// Why writing a shard into the cache's disk tier failed: the disk tier (a write, the
+/// room, a rename), or the body's own writer (`E`: the shard cannot be
+/// decoded).
+#[derive(Debug)]
+pub(crate) enum Written<E> {
+    Disk(io::Error),
+    Body(E),
+}
+
 /// Why decoding into a temporary file failed.
 #[derive(Debug)]
 pub(crate) enum SpillError {

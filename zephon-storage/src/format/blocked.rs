@@ -16,7 +16,7 @@
 
 use super::{FormatSpec, ShardIndex};
 use crate::blocks::BlockFile;
-use crate::download::shard_error;
+use crate::error::shard_error;
 use bytes::Bytes;
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -2,15 +2,16 @@
 
 use super::tokens::MegatronIndex;
 use super::{FormatSpec, ShardIndex, open_index, open_index_in_place, open_range_index};
-use crate::backend::{Backend, runtime};
 use crate::blocks::BlockFile;
 use crate::cache::ShardCache;
-use crate::download::{download_to_temp, shard_error};
+use crate::error::shard_error;
 use crate::local::maps::LocalFile;
 use crate::manifest::ShardEntry;
 use crate::metrics::CacheMetrics;
-use crate::ranges::fetch_spans;
 use crate::remote::{CachedShard, Object, read_versioned};
+use crate::source::backend::{Backend, runtime};
+use crate::source::download::download_to_temp;
+use crate::source::ranges::fetch_spans;
 use bytes::Bytes;
 use futures::FutureExt;
 use futures::future::BoxFuture;

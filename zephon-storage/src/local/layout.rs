@@ -3,7 +3,7 @@
 //! input (a regular file, to a limit, no file named twice), or else the
 //! file names its listing finds.
 
-use crate::download::shard_error;
+use crate::error::shard_error;
 use crate::format::detect::DetectedShard;
 use crate::format::{FormatOptions, FormatSpec, detect};
 use crate::manifest::{MANIFEST, Manifest, ManifestError, RAISE_LIMIT};

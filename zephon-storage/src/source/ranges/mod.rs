@@ -7,11 +7,12 @@
 pub(crate) mod http;
 mod multipart;
 
-use crate::backend::version::Version;
-use crate::backend::{Backend, RangePlan, runtime};
-use crate::download::{read_failed, read_version, shard_error};
+use crate::error::shard_error;
 use crate::metrics::CacheMetrics;
 use crate::options::RANGE_SPAN;
+use crate::source::backend::version::Version;
+use crate::source::backend::{Backend, RangePlan, runtime};
+use crate::source::download::{read_failed, read_version};
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use http::{Answer, HttpRanges, MAX_RANGE_HEADER};

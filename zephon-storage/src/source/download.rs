@@ -2,53 +2,17 @@
 //! Anything that goes wrong is an error naming the shard's URI; nothing is
 //! returned (and so nothing cached) unless all checks passed.
 
-use crate::backend::Backend;
-use crate::backend::version::{self, Version};
-use crate::cache::Fetched;
-use crate::compressed::Compressed;
+use crate::compressed::{Compressed, Fetched};
+use crate::error::shard_error;
 use crate::format::compression::Compression;
 use crate::manifest::{ShardEntry, sha256_hex};
 use crate::metrics::CacheMetrics;
+use crate::source::backend::Backend;
+use crate::source::backend::version::{self, Version};
 use crate::spill::{self, Folder};
 use bytes::Bytes;
 use std::time::Instant;
 use zephon_core::{Error, Result};
-
-/// A shard error: names the dataset and the shard's URI. Control
-/// characters in the message (quoted from a shard or manifest, perhaps by
-/// a parser's own message) are escaped.
-pub fn shard_error(dataset: &str, uri: &str, message: impl Into<String>) -> Error {
-    let message = message.into();
-    Error::Dataset {
-        dataset: dataset.to_owned(),
-        location: uri.to_owned(),
-        message: match escape_controls(&message) {
-            std::borrow::Cow::Borrowed(_) => message,
-            escaped => escaped.into_owned(),
-        },
-    }
-}
-
-/// `s` with its control characters escaped (`\n`, `\u{1b}`), so text
-/// taken from input can neither drive a terminal nor split a log line.
-///
-/// ```
-/// use zephon_storage::escape_controls;
-/// assert_eq!(escape_controls("a\x1b[2Jb\n"), "a\\u{1b}[2Jb\\n");
-/// assert_eq!(escape_controls("plain \"text\""), "plain \"text\"");
-/// ```
-pub fn escape_controls(s: &str) -> std::borrow::Cow<'_, str> {
-    if !s.chars().any(char::is_control) {
-        return std::borrow::Cow::Borrowed(s);
-    }
-    s.chars()
-        .map(|c| match c {
-            c if c.is_control() => c.escape_default().to_string(),
-            c => c.to_string(),
-        })
-        .collect::<String>()
-        .into()
-}
 
 /// Downloads `entry` and returns its decompressed bytes, every request
 /// conditional on `version` (the one the shard was opened at): a shard

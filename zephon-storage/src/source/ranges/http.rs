@@ -6,10 +6,10 @@
 //! time, through the backend's operator.
 
 use super::multipart;
-use crate::backend::pace::{Pace, Pacing};
-use crate::backend::transport;
-use crate::backend::version::{Version, other_etag};
 use crate::options::StorageOptions;
+use crate::source::backend::pace::{Pace, Pacing};
+use crate::source::backend::transport;
+use crate::source::backend::version::{Version, other_etag};
 use bytes::{Bytes, BytesMut};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -81,7 +81,7 @@ impl HttpRanges {
                 } else {
                     timeouts(reqwest::Client::builder()).build()
                 }
-                .map_err(|e| crate::backend::error_chain(&e))
+                .map_err(|e| crate::source::backend::error_chain(&e))
             })
             .as_ref()
             .map_err(Clone::clone)
