@@ -4,6 +4,7 @@
 pub mod blocks;
 pub mod cache;
 mod compressed;
+mod dataset;
 mod error;
 mod fingerprint;
 pub mod format;
@@ -21,6 +22,7 @@ mod spill;
 pub mod write;
 
 pub use cache::ShardCache;
+pub use dataset::FormatShard;
 pub use error::escape_controls;
 pub use format::{FormatOptions, FormatSpec};
 pub use local::{DatasetExt, LocalJsonlShard};

@@ -2,9 +2,10 @@
 //! cache, and one shard object per shard.
 
 use crate::cache::ShardCache;
+use crate::dataset::FormatShard;
 use crate::error::shard_error;
 use crate::format::compression::Compression;
-use crate::format::{FormatOptions, FormatShard, FormatSpec};
+use crate::format::{FormatOptions, FormatSpec};
 use crate::manifest::{MANIFEST, Manifest};
 use crate::metrics::{CacheMetrics, CacheStats};
 use crate::options::StorageOptions;

@@ -22,10 +22,10 @@ pub mod compression;
 pub mod detect;
 pub mod jsonl;
 pub(crate) mod lines;
+pub(crate) mod maps;
 pub mod mds;
 #[cfg(feature = "parquet")]
 pub mod parquet;
-pub mod shard;
 pub mod text;
 pub mod tokens;
 pub mod webdataset;
@@ -38,7 +38,6 @@ use zephon_core::Record;
 use zephon_core::record::PointerChunks;
 
 pub use detect::{Detected, detect};
-pub use shard::FormatShard;
 pub use tokens::TokenDtype;
 
 /// What went wrong inside a shard; the shard reader wraps it in an error

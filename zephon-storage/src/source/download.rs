@@ -379,7 +379,7 @@ async fn download_into(
     if info.scheme() == "fs" {
         let path = std::path::Path::new(&info.root()).join(path);
         return off_io(move || {
-            let bytes = crate::format::shard::map_file(&path).map_err(|e| Error::Io {
+            let bytes = crate::format::maps::map_file(&path).map_err(|e| Error::Io {
                 path: path.display().to_string(),
                 source: e,
             })?;

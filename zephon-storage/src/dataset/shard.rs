@@ -1,11 +1,11 @@
 //! [`FormatShard`]: a shard of any non-JSONL format, local or remote.
 
-use super::tokens::MegatronIndex;
-use super::{FormatSpec, ShardIndex, open_index, open_index_in_place, open_range_index};
 use crate::blocks::BlockFile;
 use crate::cache::ShardCache;
 use crate::error::shard_error;
-use crate::local::maps::LocalFile;
+use crate::format::maps::{LocalFile, map_file, read_handle};
+use crate::format::tokens::MegatronIndex;
+use crate::format::{FormatSpec, ShardIndex, open_index, open_index_in_place, open_range_index};
 use crate::manifest::ShardEntry;
 use crate::metrics::CacheMetrics;
 use crate::remote::{CachedShard, Object, read_versioned};
@@ -75,38 +75,6 @@ pub struct FormatShard {
     objects: Option<Arc<ShardCache>>,
 }
 
-/// A handle of its own on a shard's bytes, for one read: the views its
-/// records keep (text, bytes and token fields) count on this handle, not
-/// on the shard's. Every thread that decodes the shard, and every thread
-/// that frees the records, would otherwise update that one count, a
-/// record at a time, and the cache line moving between cores made reads
-/// on two threads slower than on one (`zephon bench formats`, the `2t`
-/// columns). One allocation a read, a few hundred samples.
-pub(crate) fn read_handle(data: Bytes) -> Bytes {
-    if data.is_empty() {
-        return data;
-    }
-    Bytes::from_owner(data)
-}
-
-pub(crate) fn map_file(path: &Path) -> std::io::Result<Bytes> {
-    map_file_with_metadata(path).map(|(bytes, _)| bytes)
-}
-
-/// [`map_file`], with the metadata of the file mapped (the same open file,
-/// so the two describe one file even if the path is replaced meanwhile).
-pub(crate) fn map_file_with_metadata(path: &Path) -> std::io::Result<(Bytes, std::fs::Metadata)> {
-    let file = zephon_core::input::open_file(path)?;
-    let meta = file.metadata()?;
-    if meta.len() == 0 {
-        return Ok((Bytes::new(), meta));
-    }
-    // SAFETY: shards are read-only inputs; a file truncated underneath a
-    // running job is outside what any reader can defend against.
-    let map = unsafe { memmap2::Mmap::map(&file)? };
-    Ok((Bytes::from_owner(map), meta))
-}
-
 impl FormatShard {
     /// Opens a local shard (and its sidecar) and indexes it.
     pub fn open_local(
@@ -155,7 +123,7 @@ impl FormatShard {
     /// groups, from the footer read at open), without reading the shard
     /// again; `None` for formats without groups, or for a remote shard
     /// whose index is not built yet.
-    pub fn group_sizes(&self) -> Option<super::GroupSizes> {
+    pub fn group_sizes(&self) -> Option<crate::format::GroupSizes> {
         self.index.get().and_then(|i| i.group_sizes())
     }
 
@@ -265,9 +233,9 @@ impl FormatShard {
         metrics: Arc<CacheMetrics>,
     ) -> Option<Self> {
         if !(matches!(spec, FormatSpec::Tokens { .. } | FormatSpec::Megatron)
-            || super::blocked::indexed_by_blocks(&spec))
-            || super::compression::Compression::from_path(&entry.path)
-                != super::compression::Compression::None
+            || crate::format::blocked::indexed_by_blocks(&spec))
+            || crate::format::compression::Compression::from_path(&entry.path)
+                != crate::format::compression::Compression::None
         {
             return None;
         }
@@ -326,7 +294,7 @@ impl FormatShard {
         self.index
             .get_or_try_init(|| async {
                 if let Source::Blocks { file, .. } = &self.source
-                    && super::blocked::indexed_by_blocks(&self.spec)
+                    && crate::format::blocked::indexed_by_blocks(&self.spec)
                 {
                     let index =
                         super::blocked::open_index(&self.spec, file, &self.dataset, &self.name)
@@ -621,7 +589,7 @@ impl Shard for FormatShard {
                 let index = self.index(&Bytes::new()).await?;
                 match &self.spec {
                     FormatSpec::Parquet { .. } => {
-                        file.warm_ranges(super::blocked::all_group_ranges(index.as_ref()))
+                        file.warm_ranges(crate::format::blocked::all_group_ranges(index.as_ref()))
                             .await
                     }
                     _ => file.warm_share().await,
@@ -640,8 +608,11 @@ impl Shard for FormatShard {
             };
             let index = self.index(&Bytes::new()).await?;
             let wanted: Vec<u64> = indices.iter().copied().filter(|&i| i < self.len).collect();
-            file.warm_ranges(super::blocked::sample_ranges(index.as_ref(), &wanted))
-                .await
+            file.warm_ranges(crate::format::blocked::sample_ranges(
+                index.as_ref(),
+                &wanted,
+            ))
+            .await
         }
         .boxed()
     }
@@ -655,7 +626,7 @@ impl Shard for FormatShard {
             // columns a projection leaves out are never fetched.
             Source::Blocks { file, .. } => match (&self.spec, self.index.get()) {
                 (FormatSpec::Parquet { .. }, Some(index)) => {
-                    file.is_cached_range(&super::blocked::all_group_ranges(index.as_ref()))
+                    file.is_cached_range(&crate::format::blocked::all_group_ranges(index.as_ref()))
                 }
                 _ => (0..file.blocks()).all(|i| file.is_cached(i)),
             },
