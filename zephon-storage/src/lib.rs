@@ -1,25 +1,31 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
-pub mod blocks;
-pub mod cache;
-mod compressed;
-mod dataset;
+// The modules are layers, each importing only those before it: the leaves
+// (errors, fingerprints, metrics, roots), the formats, the manifest and
+// options, the sources of bytes, the caches, the datasets, then writing and
+// prefetch. The modules of the public paths are re-exported below.
 mod error;
 mod fingerprint;
-pub mod format;
-pub mod local;
-pub mod manifest;
 pub mod metrics;
-pub mod open;
-pub mod options;
-pub mod prefetch;
-pub mod remote;
 mod root;
-pub mod scan;
+
+pub mod format;
+pub mod manifest;
+pub mod options;
+
 mod source;
-mod spill;
+
+pub mod cache;
+
+mod dataset;
+
+pub mod prefetch;
 pub mod write;
+
+pub use cache::blocks;
+pub use dataset::{local, open, remote, scan};
+pub use source::backend;
 
 pub use cache::ShardCache;
 pub use dataset::FormatShard;
@@ -32,5 +38,4 @@ pub use open::{RemoteDataset, UriDatasetExt};
 pub use options::{CacheOptions, StorageOptions};
 pub use prefetch::{Prefetch, PrefetchExt};
 pub use remote::{CachedShard, RangeShard};
-pub use source::backend;
 pub use source::backend::{Backend, BackendStats};

@@ -21,7 +21,7 @@
 
 use super::lock::{self, FileLock};
 use super::room::Made;
-use crate::spill::Written;
+use crate::source::spill::Written;
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
 use std::fs::{self, File, OpenOptions};

@@ -2,7 +2,7 @@
 //! whole decoded shards for compressed ones, which cannot be read by range),
 //! in a foyer memory tier for hot entries and a disk tier under the cache
 //! root that survives restarts and that every process of a node shares.
-//! Entries are keyed by shard and block ([`crate::blocks`] builds the keys),
+//! Entries are keyed by shard and block ([`crate::cache::blocks`] builds the keys),
 //! so a shard of any size streams through both tiers, each bounded by its
 //! capacity; what follows says "shard" for an entry of either kind.
 //!
@@ -25,6 +25,7 @@
 //!   downloaded [`THRASH_DOWNLOADS`] times marks the cache as thrashing and
 //!   logs a warning once.
 
+pub mod blocks;
 mod disk;
 mod lock;
 mod open;
@@ -41,10 +42,10 @@ fn mkfifo(path: &Path) {
     assert!(made.success());
 }
 
-use crate::compressed::{Compressed, Fetched};
 use crate::metrics::{CacheMetrics, THRASH_DOWNLOADS};
+use crate::source::compressed::{Compressed, Fetched};
 use crate::source::download::decoded;
-use crate::spill::{Folder, Written};
+use crate::source::spill::{Folder, Written};
 use bytes::Bytes;
 use disk::{DiskTier, Lookup};
 use foyer_common::event::{Event, EventListener};

@@ -3,7 +3,7 @@
 //! a WebDataset tar's blocks, and a grouped format's samples read group by
 //! group (see [`crate::format::blocked`] for why each format is read so).
 
-use crate::blocks::BlockFile;
+use crate::cache::blocks::BlockFile;
 use crate::error::shard_error;
 use crate::format::{FormatSpec, ShardIndex};
 use bytes::Bytes;

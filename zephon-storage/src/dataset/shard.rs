@@ -1,14 +1,14 @@
 //! [`FormatShard`]: a shard of any non-JSONL format, local or remote.
 
-use crate::blocks::BlockFile;
 use crate::cache::ShardCache;
+use crate::cache::blocks::BlockFile;
+use crate::dataset::remote::{CachedShard, Object, read_versioned};
 use crate::error::shard_error;
 use crate::format::maps::{LocalFile, map_file, read_handle};
 use crate::format::tokens::MegatronIndex;
 use crate::format::{FormatSpec, ShardIndex, open_index, open_index_in_place, open_range_index};
 use crate::manifest::ShardEntry;
 use crate::metrics::CacheMetrics;
-use crate::remote::{CachedShard, Object, read_versioned};
 use crate::source::backend::{Backend, runtime};
 use crate::source::download::download_to_temp;
 use crate::source::ranges::fetch_spans;

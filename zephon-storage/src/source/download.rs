@@ -2,14 +2,14 @@
 //! Anything that goes wrong is an error naming the shard's URI; nothing is
 //! returned (and so nothing cached) unless all checks passed.
 
-use crate::compressed::{Compressed, Fetched};
 use crate::error::shard_error;
 use crate::format::compression::Compression;
 use crate::manifest::{ShardEntry, sha256_hex};
 use crate::metrics::CacheMetrics;
 use crate::source::backend::Backend;
 use crate::source::backend::version::{self, Version};
-use crate::spill::{self, Folder};
+use crate::source::compressed::{Compressed, Fetched};
+use crate::source::spill::{self, Folder};
 use bytes::Bytes;
 use std::time::Instant;
 use zephon_core::{Error, Result};

@@ -315,7 +315,7 @@ impl DatasetWriter {
     /// it). `dataset` names the output in errors.
     pub fn create(dataset: &str, dest: &str, opts: WriteOptions) -> Result<(Self, Resume)> {
         opts.check()?;
-        if let Some(dir) = crate::open::local_dir(dest) {
+        if let Some(dir) = crate::dataset::open::local_dir(dest) {
             std::fs::create_dir_all(&dir)
                 .map_err(|e| shard_error(dataset, dest, format!("cannot make the folder: {e}")))?;
         }

@@ -2,8 +2,8 @@
 //! shard cache (by blocks when uncompressed, whole when compressed);
 //! [`RangeShard`] reads just the bytes of the samples asked for, uncached.
 
-use crate::blocks::BlockFile;
 use crate::cache::ShardCache;
+use crate::cache::blocks::BlockFile;
 use crate::error::shard_error;
 use crate::format::compression::Compression;
 use crate::format::jsonl::{LineIndex, parse_line, parse_run};

@@ -12,7 +12,7 @@
 
 use crate::error::shard_error;
 use crate::format::compression::Compression;
-use crate::spill::{self, Folder, Room, SpillError, Written};
+use crate::source::spill::{self, Folder, Room, SpillError, Written};
 use bytes::Bytes;
 use std::fs::File;
 use zephon_core::{Error, Result};

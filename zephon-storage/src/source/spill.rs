@@ -1,7 +1,7 @@
 //! Compressed shards decoded into an unnamed file in the system's temporary
 //! folder (`TMPDIR`) and mapped, local or downloaded (a downloaded one read
 //! through a shard cache with a disk tier is decoded into the tier's file
-//! instead, [`crate::compressed`]): the decoded bytes are
+//! instead, [`crate::source::compressed`]): the decoded bytes are
 //! page cache, which the kernel can write out and drop, not the process's
 //! own memory, and the file goes when the last map of it does. The folder
 //! must hold the decoded size; where it is a tmpfs, that is memory.

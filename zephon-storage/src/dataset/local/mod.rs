@@ -360,7 +360,7 @@ fn open_local_shard(
 }
 
 /// The compressed shard at `path`, decoded into an unnamed temporary file
-/// and mapped ([`crate::spill`]), and checked against `want`, the decoded
+/// and mapped ([`crate::source::spill`]), and checked against `want`, the decoded
 /// size a followed manifest gives; the compressed file is read through a
 /// map too.
 fn decoded_to_disk(
@@ -374,7 +374,7 @@ fn decoded_to_disk(
         path: shown.clone(),
         source,
     })?;
-    crate::compressed::Compressed {
+    crate::source::compressed::Compressed {
         dataset: name.to_owned(),
         uri: shown,
         compression,
