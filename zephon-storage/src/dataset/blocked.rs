@@ -156,7 +156,7 @@ pub async fn read_groups(
                 }
             }
         };
-        super::shard::warn_once(index.as_ref(), dataset, name);
+        crate::format::warn_once(index.as_ref(), dataset, name);
         if records.len() != at.len() {
             return Err(fail(format!(
                 "group {g} gave {} samples for {} asked",

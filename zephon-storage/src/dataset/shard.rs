@@ -6,7 +6,9 @@ use crate::dataset::remote::{CachedShard, Object, read_versioned};
 use crate::error::shard_error;
 use crate::format::maps::{LocalFile, map_file, read_handle};
 use crate::format::tokens::MegatronIndex;
-use crate::format::{FormatSpec, ShardIndex, open_index, open_index_in_place, open_range_index};
+use crate::format::{
+    FormatSpec, ShardIndex, open_index, open_index_in_place, open_range_index, warn_once,
+};
 use crate::manifest::ShardEntry;
 use crate::metrics::CacheMetrics;
 use crate::source::backend::{Backend, runtime};
@@ -446,14 +448,6 @@ impl FormatShard {
             }
             (Err((e, ..)), _) => Err(e),
         }
-    }
-}
-
-/// Logs the warning `index` has about how its shard is read, if any (each
-/// is given once), naming the dataset and the shard.
-pub(super) fn warn_once(index: &dyn ShardIndex, dataset: &str, shard: &str) {
-    if let Some(w) = index.take_warning() {
-        tracing::warn!(dataset, shard, "{w}");
     }
 }
 

@@ -306,6 +306,14 @@ pub struct GroupSizes {
     pub decoded_bytes: u64,
 }
 
+/// Logs the warning `index` has about how its shard is read, if any (each
+/// is given once), naming the dataset and the shard.
+pub(crate) fn warn_once(index: &dyn ShardIndex, dataset: &str, shard: &str) {
+    if let Some(w) = index.take_warning() {
+        tracing::warn!(dataset, shard, "{w}");
+    }
+}
+
 /// The index of a shard read by byte range, built without its bytes: from
 /// its size (flat token files) or its sidecar (Megatron). `None` for
 /// formats that need the shard itself.
