@@ -25,9 +25,10 @@ use zephon_cli::cmd::flags::{AT_LEAST_ONE, ranged};
 use zephon_core::record::{TokenWidth, Tokens};
 use zephon_core::settings::{BATCH_SIZE, BUFFER_SIZE, SEQ_LEN, WORKERS};
 use zephon_core::{BlockShuffle, Dataset, PipelineExt, Runner, WorkSource};
+use zephon_storage::FormatShard;
 use zephon_storage::PrefetchExt;
 use zephon_storage::format::tokens::TOKENS_FIELD;
-use zephon_storage::format::{FormatShard, FormatSpec, TokenDtype};
+use zephon_storage::format::{FormatSpec, TokenDtype};
 use zephon_storage::options::BLOCK_BYTES;
 use zephon_storage::options::{RANGE_CONCURRENCY, RANGE_GAP, RANGE_PARTS};
 

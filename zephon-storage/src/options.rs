@@ -375,14 +375,6 @@ impl StorageOptions {
         CONCURRENCY.check_usize("concurrency", self.concurrency)?;
         Ok(())
     }
-
-    /// The slowest body accepted: `min_rate` over each `io_timeout`.
-    pub(crate) fn pacing(&self) -> crate::backend::pace::Pacing {
-        crate::backend::pace::Pacing {
-            min_rate: self.min_rate,
-            window: self.io_timeout,
-        }
-    }
 }
 
 /// Allowed values of [`StorageOptions::timeout`] and

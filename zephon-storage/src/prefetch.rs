@@ -4,8 +4,8 @@
 //! as many as a quarter of the cache holds (all of them for a shard that
 //! small), so warming never evicts blocks it warmed before they are read.
 
-use crate::backend::runtime;
 use crate::metrics::PrefetchMetrics;
+use crate::source::backend::runtime;
 use futures::stream::FuturesUnordered;
 use futures::{Stream, StreamExt};
 use pin_project::pin_project;

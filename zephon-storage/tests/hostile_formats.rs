@@ -16,8 +16,9 @@ use hostile::{Outcome, Tally, mutated};
 use proptest::prelude::*;
 use zephon_core::{Dataset, Shard};
 use zephon_storage::DatasetExt;
+use zephon_storage::FormatShard;
+use zephon_storage::format::FormatSpec;
 use zephon_storage::format::tokens::{TokenDtype, encode_megatron};
-use zephon_storage::format::{FormatShard, FormatSpec};
 
 /// Opens `data` as a shard of `spec` and reads every sample, whole and one
 /// at a time; an error must name the shard.

@@ -196,7 +196,8 @@ pub struct RowGroups {
 /// The row groups of a Parquet dataset's shards, from the footers its
 /// open has already parsed (each shard's index keeps them).
 fn row_groups(ds: &Dataset) -> RowGroups {
-    use zephon_storage::format::{FormatShard, parquet::decoded_budget};
+    use zephon_storage::FormatShard;
+    use zephon_storage::format::parquet::decoded_budget;
     let mut r = RowGroups {
         groups: 0,
         max_rows: 0,

@@ -21,6 +21,7 @@
 
 use super::lock::{self, FileLock};
 use super::room::Made;
+use crate::source::spill::Written;
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
 use std::fs::{self, File, OpenOptions};
@@ -81,15 +82,6 @@ pub(crate) struct Published {
     /// The body, mapped from the file written (entries of [`MAP_FROM`]
     /// bytes or more).
     pub(crate) mapped: Option<Bytes>,
-}
-
-/// Why [`DiskTier::publish_written`] failed: the disk tier (a write, the
-/// room, a rename), or the body's own writer (`E`: the shard cannot be
-/// decoded).
-#[derive(Debug)]
-pub(crate) enum Written<E> {
-    Disk(io::Error),
-    Body(E),
 }
 
 /// The shared folder of published shard files.

@@ -2,7 +2,7 @@
 //! whole decoded shards for compressed ones, which cannot be read by range),
 //! in a foyer memory tier for hot entries and a disk tier under the cache
 //! root that survives restarts and that every process of a node shares.
-//! Entries are keyed by shard and block ([`crate::blocks`] builds the keys),
+//! Entries are keyed by shard and block ([`crate::cache::blocks`] builds the keys),
 //! so a shard of any size streams through both tiers, each bounded by its
 //! capacity; what follows says "shard" for an entry of either kind.
 //!
@@ -25,6 +25,7 @@
 //!   downloaded [`THRASH_DOWNLOADS`] times marks the cache as thrashing and
 //!   logs a warning once.
 
+pub mod blocks;
 mod disk;
 mod lock;
 mod open;
@@ -41,12 +42,11 @@ fn mkfifo(path: &Path) {
     assert!(made.success());
 }
 
-use crate::compressed::Compressed;
-use crate::download::decoded;
 use crate::metrics::{CacheMetrics, THRASH_DOWNLOADS};
-use crate::spill::Folder;
+use crate::source::compressed::{Compressed, Fetched};
+use crate::source::download::decoded;
+use crate::source::spill::{Folder, Written};
 use bytes::Bytes;
-pub(crate) use disk::Written;
 use disk::{DiskTier, Lookup};
 use foyer_common::event::{Event, EventListener};
 use foyer_memory::Cache;
@@ -56,16 +56,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use zephon_core::{Error, Result};
-
-/// What a download hands the cache for one entry.
-pub(crate) enum Fetched {
-    /// The entry's bytes.
-    Bytes(Bytes),
-    /// A compressed shard, downloaded and checked, still to decode: where
-    /// it is published, it is decoded straight into the disk tier's file,
-    /// so its decoded bytes are written once.
-    Decode(Compressed),
-}
 
 /// Longest wait for another process's hold on an entry being evicted.
 const EVICT_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -293,7 +283,7 @@ impl ShardCache {
             }
             Err(e) => Err(Error::external(
                 context.to_owned(),
-                crate::backend::error_chain(&e),
+                crate::source::backend::error_chain(&e),
             )),
         }
     }

@@ -22,10 +22,10 @@ pub mod compression;
 pub mod detect;
 pub mod jsonl;
 pub(crate) mod lines;
+pub(crate) mod maps;
 pub mod mds;
 #[cfg(feature = "parquet")]
 pub mod parquet;
-pub mod shard;
 pub mod text;
 pub mod tokens;
 pub mod webdataset;
@@ -38,7 +38,6 @@ use zephon_core::Record;
 use zephon_core::record::PointerChunks;
 
 pub use detect::{Detected, detect};
-pub use shard::FormatShard;
 pub use tokens::TokenDtype;
 
 /// What went wrong inside a shard; the shard reader wraps it in an error
@@ -305,6 +304,14 @@ pub struct GroupSizes {
     /// the shard's metadata gives it: about what the shard takes decoded.
     /// Saturates rather than wraps: the metadata is input.
     pub decoded_bytes: u64,
+}
+
+/// Logs the warning `index` has about how its shard is read, if any (each
+/// is given once), naming the dataset and the shard.
+pub(crate) fn warn_once(index: &dyn ShardIndex, dataset: &str, shard: &str) {
+    if let Some(w) = index.take_warning() {
+        tracing::warn!(dataset, shard, "{w}");
+    }
 }
 
 /// The index of a shard read by byte range, built without its bytes: from

@@ -296,7 +296,7 @@ enum Idx {
     /// [`mapped_files`](crate::local::mapped_files)): held for the index's
     /// life, one map a shard would keep a folder of more shards than the
     /// kernel maps at once from opening.
-    File(crate::local::maps::LocalFile),
+    File(super::maps::LocalFile),
 }
 
 fn u64_at(b: &[u8], at: usize) -> u64 {
@@ -369,7 +369,7 @@ impl MegatronIndex {
 
     /// The same index, reading its `.idx` from `file` (the local file it
     /// was opened from) while it is mapped, instead of holding its bytes.
-    pub(crate) fn reading_from(mut self, file: crate::local::maps::LocalFile) -> Self {
+    pub(crate) fn reading_from(mut self, file: super::maps::LocalFile) -> Self {
         self.idx = Idx::File(file);
         self
     }

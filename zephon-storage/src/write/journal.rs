@@ -3,10 +3,10 @@
 //! finished shard with the input position it ends at, so a run started
 //! again with the same settings keeps those shards and redoes the rest.
 
-use crate::backend::{Backend, runtime};
-use crate::download::shard_error;
+use crate::error::shard_error;
 use crate::format::FormatSpec;
 use crate::manifest::ShardEntry;
+use crate::source::backend::{Backend, runtime};
 use serde::{Deserialize, Serialize};
 use zephon_core::Result;
 

@@ -44,12 +44,12 @@ mod encode;
 pub mod journal;
 mod samples;
 
-use crate::backend::{Backend, runtime};
-use crate::download::shard_error;
+use crate::error::shard_error;
 use crate::format::tokens::encode_megatron;
 use crate::format::{FormatSpec, TokenDtype};
 use crate::manifest::{CHUNK_BYTES, ChunkSums, MANIFEST, Manifest, ShardEntry, sha256_hex};
 use crate::options::StorageOptions;
+use crate::source::backend::{Backend, runtime};
 use journal::{Finished, JOURNAL, Journal, Position, put};
 use zephon_core::{Error, Record, Result};
 
@@ -315,7 +315,7 @@ impl DatasetWriter {
     /// it). `dataset` names the output in errors.
     pub fn create(dataset: &str, dest: &str, opts: WriteOptions) -> Result<(Self, Resume)> {
         opts.check()?;
-        if let Some(dir) = crate::open::local_dir(dest) {
+        if let Some(dir) = crate::dataset::open::local_dir(dest) {
             std::fs::create_dir_all(&dir)
                 .map_err(|e| shard_error(dataset, dest, format!("cannot make the folder: {e}")))?;
         }

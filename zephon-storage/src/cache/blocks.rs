@@ -23,13 +23,15 @@
 //! shard replaced during a run is an error naming it and both versions,
 //! never a mix, and a later run reads the new version's blocks afresh.
 
-use crate::backend::version::{self, Version};
-use crate::backend::{Backend, runtime};
 use crate::cache::ShardCache;
-use crate::download::{download_at, read_failed, read_version, shard_error};
+use crate::error::shard_error;
 use crate::format::jsonl::LineIndex;
 use crate::manifest::ShardEntry;
 use crate::metrics::CacheMetrics;
+use crate::source::backend::read::{read_failed, read_version};
+use crate::source::backend::version::{self, Version};
+use crate::source::backend::{Backend, runtime};
+use crate::source::download::download_at;
 use bytes::{Bytes, BytesMut};
 use futures::{StreamExt, TryStreamExt};
 use std::collections::HashMap;

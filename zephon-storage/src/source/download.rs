@@ -2,53 +2,18 @@
 //! Anything that goes wrong is an error naming the shard's URI; nothing is
 //! returned (and so nothing cached) unless all checks passed.
 
-use crate::backend::Backend;
-use crate::backend::version::{self, Version};
-use crate::cache::Fetched;
-use crate::compressed::Compressed;
+use crate::error::shard_error;
 use crate::format::compression::Compression;
 use crate::manifest::{ShardEntry, sha256_hex};
 use crate::metrics::CacheMetrics;
-use crate::spill::{self, Folder};
+use crate::source::backend::Backend;
+use crate::source::backend::read::{read_failed, read_version};
+use crate::source::backend::version::{self, Version};
+use crate::source::compressed::{Compressed, Fetched};
+use crate::source::spill::{self, Folder};
 use bytes::Bytes;
 use std::time::Instant;
 use zephon_core::{Error, Result};
-
-/// A shard error: names the dataset and the shard's URI. Control
-/// characters in the message (quoted from a shard or manifest, perhaps by
-/// a parser's own message) are escaped.
-pub fn shard_error(dataset: &str, uri: &str, message: impl Into<String>) -> Error {
-    let message = message.into();
-    Error::Dataset {
-        dataset: dataset.to_owned(),
-        location: uri.to_owned(),
-        message: match escape_controls(&message) {
-            std::borrow::Cow::Borrowed(_) => message,
-            escaped => escaped.into_owned(),
-        },
-    }
-}
-
-/// `s` with its control characters escaped (`\n`, `\u{1b}`), so text
-/// taken from input can neither drive a terminal nor split a log line.
-///
-/// ```
-/// use zephon_storage::escape_controls;
-/// assert_eq!(escape_controls("a\x1b[2Jb\n"), "a\\u{1b}[2Jb\\n");
-/// assert_eq!(escape_controls("plain \"text\""), "plain \"text\"");
-/// ```
-pub fn escape_controls(s: &str) -> std::borrow::Cow<'_, str> {
-    if !s.chars().any(char::is_control) {
-        return std::borrow::Cow::Borrowed(s);
-    }
-    s.chars()
-        .map(|c| match c {
-            c if c.is_control() => c.escape_default().to_string(),
-            c => c.to_string(),
-        })
-        .collect::<String>()
-        .into()
-}
 
 /// Downloads `entry` and returns its decompressed bytes, every request
 /// conditional on `version` (the one the shard was opened at): a shard
@@ -85,28 +50,6 @@ async fn download_checked(
     )
     .await?;
     decoded(fetched, metrics).await
-}
-
-/// The error of a failed read of `path` (`uri`) of `backend`: `what`
-/// failed, or, where the read was conditional on `version` and the object
-/// is no longer that version, what changed (both versions named).
-pub(crate) async fn read_failed(
-    backend: &Backend,
-    dataset: &str,
-    uri: &str,
-    path: &str,
-    version: Option<&Version>,
-    what: &str,
-    e: &std::io::Error,
-) -> Error {
-    match version.filter(|_| version::is_changed(e)) {
-        Some(v) => shard_error(
-            dataset,
-            uri,
-            format!("{what}: {}", version::changed(&backend.op, path, v).await),
-        ),
-        None => shard_error(dataset, uri, format!("{what} failed: {e}")),
-    }
 }
 
 /// As [`download_at`], for the shard cache: a compressed shard comes
@@ -255,62 +198,6 @@ async fn fetch_whole(
     out
 }
 
-/// Most of a read's buffer reserved before its bytes come: the size it is
-/// told is input (a manifest's), so more than this is grown into as the
-/// bytes arrive rather than reserved on trust.
-const RESERVE_AHEAD: u64 = 64 << 20;
-
-/// The bytes `range` of `path`, copied into one buffer as the response's
-/// chunks come, each freed once copied: a download holds its size once,
-/// where collecting the chunks and then joining them held it twice (a cold
-/// pass over the block cache, eight 4 MiB blocks in flight, had 44 MiB of
-/// response chunks beside 34 MiB of joined copies at its peak). Reading
-/// stops once more than `expect` bytes came; the caller checks the length.
-/// The request is conditional on `version` where given (see
-/// [`version::reader`]).
-pub(crate) async fn read_version(
-    op: &opendal::Operator,
-    path: &str,
-    range: impl std::ops::RangeBounds<u64>,
-    expect: u64,
-    version: Option<&Version>,
-) -> std::io::Result<Bytes> {
-    read_into(op, path, range, expect, expect.min(RESERVE_AHEAD), version).await
-}
-
-/// The whole object `path` if it has at most `limit` bytes; reading stops
-/// once more than `limit` came (the caller checks the length), with
-/// nothing reserved ahead: `limit` bounds an object of unknown size (a
-/// manifest), it is not its size.
-pub(crate) async fn read_at_most(
-    op: &opendal::Operator,
-    path: &str,
-    limit: u64,
-) -> std::io::Result<Bytes> {
-    read_into(op, path, .., limit, 0, None).await
-}
-
-async fn read_into(
-    op: &opendal::Operator,
-    path: &str,
-    range: impl std::ops::RangeBounds<u64>,
-    stop_past: u64,
-    reserve: u64,
-    version: Option<&Version>,
-) -> std::io::Result<Bytes> {
-    use futures::TryStreamExt;
-    let reader = version::reader(op, path, version).await?;
-    let mut body = reader.into_bytes_stream(range).await?;
-    let mut out = bytes::BytesMut::with_capacity(reserve as usize);
-    while let Some(chunk) = body.try_next().await? {
-        out.extend_from_slice(&chunk);
-        if out.len() as u64 > stop_past {
-            break;
-        }
-    }
-    Ok(out.freeze())
-}
-
 /// Runs `f`, CPU work (hashing, decoding), off the I/O threads.
 async fn off_io<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
     tokio::task::spawn_blocking(f)
@@ -415,7 +302,7 @@ async fn download_into(
     if info.scheme() == "fs" {
         let path = std::path::Path::new(&info.root()).join(path);
         return off_io(move || {
-            let bytes = crate::format::shard::map_file(&path).map_err(|e| Error::Io {
+            let bytes = crate::format::maps::map_file(&path).map_err(|e| Error::Io {
                 path: path.display().to_string(),
                 source: e,
             })?;

@@ -1,16 +1,19 @@
 //! [`FormatShard`]: a shard of any non-JSONL format, local or remote.
 
-use super::tokens::MegatronIndex;
-use super::{FormatSpec, ShardIndex, open_index, open_index_in_place, open_range_index};
-use crate::backend::{Backend, runtime};
-use crate::blocks::BlockFile;
 use crate::cache::ShardCache;
-use crate::download::{download_to_temp, shard_error};
-use crate::local::maps::LocalFile;
+use crate::cache::blocks::BlockFile;
+use crate::dataset::remote::{CachedShard, Object, read_versioned};
+use crate::error::shard_error;
+use crate::format::maps::{LocalFile, map_file, read_handle};
+use crate::format::tokens::MegatronIndex;
+use crate::format::{
+    FormatSpec, ShardIndex, open_index, open_index_in_place, open_range_index, warn_once,
+};
 use crate::manifest::ShardEntry;
 use crate::metrics::CacheMetrics;
-use crate::ranges::fetch_spans;
-use crate::remote::{CachedShard, Object, read_versioned};
+use crate::source::backend::{Backend, runtime};
+use crate::source::download::download_to_temp;
+use crate::source::ranges::fetch_spans;
 use bytes::Bytes;
 use futures::FutureExt;
 use futures::future::BoxFuture;
@@ -74,38 +77,6 @@ pub struct FormatShard {
     objects: Option<Arc<ShardCache>>,
 }
 
-/// A handle of its own on a shard's bytes, for one read: the views its
-/// records keep (text, bytes and token fields) count on this handle, not
-/// on the shard's. Every thread that decodes the shard, and every thread
-/// that frees the records, would otherwise update that one count, a
-/// record at a time, and the cache line moving between cores made reads
-/// on two threads slower than on one (`zephon bench formats`, the `2t`
-/// columns). One allocation a read, a few hundred samples.
-pub(crate) fn read_handle(data: Bytes) -> Bytes {
-    if data.is_empty() {
-        return data;
-    }
-    Bytes::from_owner(data)
-}
-
-pub(crate) fn map_file(path: &Path) -> std::io::Result<Bytes> {
-    map_file_with_metadata(path).map(|(bytes, _)| bytes)
-}
-
-/// [`map_file`], with the metadata of the file mapped (the same open file,
-/// so the two describe one file even if the path is replaced meanwhile).
-pub(crate) fn map_file_with_metadata(path: &Path) -> std::io::Result<(Bytes, std::fs::Metadata)> {
-    let file = zephon_core::input::open_file(path)?;
-    let meta = file.metadata()?;
-    if meta.len() == 0 {
-        return Ok((Bytes::new(), meta));
-    }
-    // SAFETY: shards are read-only inputs; a file truncated underneath a
-    // running job is outside what any reader can defend against.
-    let map = unsafe { memmap2::Mmap::map(&file)? };
-    Ok((Bytes::from_owner(map), meta))
-}
-
 impl FormatShard {
     /// Opens a local shard (and its sidecar) and indexes it.
     pub fn open_local(
@@ -154,7 +125,7 @@ impl FormatShard {
     /// groups, from the footer read at open), without reading the shard
     /// again; `None` for formats without groups, or for a remote shard
     /// whose index is not built yet.
-    pub fn group_sizes(&self) -> Option<super::GroupSizes> {
+    pub fn group_sizes(&self) -> Option<crate::format::GroupSizes> {
         self.index.get().and_then(|i| i.group_sizes())
     }
 
@@ -264,9 +235,9 @@ impl FormatShard {
         metrics: Arc<CacheMetrics>,
     ) -> Option<Self> {
         if !(matches!(spec, FormatSpec::Tokens { .. } | FormatSpec::Megatron)
-            || super::blocked::indexed_by_blocks(&spec))
-            || super::compression::Compression::from_path(&entry.path)
-                != super::compression::Compression::None
+            || crate::format::blocked::indexed_by_blocks(&spec))
+            || crate::format::compression::Compression::from_path(&entry.path)
+                != crate::format::compression::Compression::None
         {
             return None;
         }
@@ -325,7 +296,7 @@ impl FormatShard {
         self.index
             .get_or_try_init(|| async {
                 if let Source::Blocks { file, .. } = &self.source
-                    && super::blocked::indexed_by_blocks(&self.spec)
+                    && crate::format::blocked::indexed_by_blocks(&self.spec)
                 {
                     let index =
                         super::blocked::open_index(&self.spec, file, &self.dataset, &self.name)
@@ -480,14 +451,6 @@ impl FormatShard {
     }
 }
 
-/// Logs the warning `index` has about how its shard is read, if any (each
-/// is given once), naming the dataset and the shard.
-pub(super) fn warn_once(index: &dyn ShardIndex, dataset: &str, shard: &str) {
-    if let Some(w) = index.take_warning() {
-        tracing::warn!(dataset, shard, "{w}");
-    }
-}
-
 impl FormatShard {
     /// Every sample in `samples` is one of this shard's.
     fn check_samples(&self, mut samples: impl Iterator<Item = u64>) -> Result<()> {
@@ -620,7 +583,7 @@ impl Shard for FormatShard {
                 let index = self.index(&Bytes::new()).await?;
                 match &self.spec {
                     FormatSpec::Parquet { .. } => {
-                        file.warm_ranges(super::blocked::all_group_ranges(index.as_ref()))
+                        file.warm_ranges(crate::format::blocked::all_group_ranges(index.as_ref()))
                             .await
                     }
                     _ => file.warm_share().await,
@@ -639,8 +602,11 @@ impl Shard for FormatShard {
             };
             let index = self.index(&Bytes::new()).await?;
             let wanted: Vec<u64> = indices.iter().copied().filter(|&i| i < self.len).collect();
-            file.warm_ranges(super::blocked::sample_ranges(index.as_ref(), &wanted))
-                .await
+            file.warm_ranges(crate::format::blocked::sample_ranges(
+                index.as_ref(),
+                &wanted,
+            ))
+            .await
         }
         .boxed()
     }
@@ -654,7 +620,7 @@ impl Shard for FormatShard {
             // columns a projection leaves out are never fetched.
             Source::Blocks { file, .. } => match (&self.spec, self.index.get()) {
                 (FormatSpec::Parquet { .. }, Some(index)) => {
-                    file.is_cached_range(&super::blocked::all_group_ranges(index.as_ref()))
+                    file.is_cached_range(&crate::format::blocked::all_group_ranges(index.as_ref()))
                 }
                 _ => (0..file.blocks()).all(|i| file.is_cached(i)),
             },

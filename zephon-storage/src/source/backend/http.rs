@@ -6,13 +6,13 @@
 //! time, through the backend's operator.
 
 use super::multipart;
-use crate::backend::pace::{Pace, Pacing};
-use crate::backend::transport;
-use crate::backend::version::{Version, other_etag};
 use crate::options::StorageOptions;
+use crate::source::backend::pace::{Pace, Pacing};
+use crate::source::backend::transport;
+use crate::source::backend::version::{Version, other_etag};
 use bytes::{Bytes, BytesMut};
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use tokio::sync::Semaphore;
 
 /// Longest `Range` header sent: servers refuse longer header lines (nginx
@@ -81,7 +81,7 @@ impl HttpRanges {
                 } else {
                     timeouts(reqwest::Client::builder()).build()
                 }
-                .map_err(|e| crate::backend::error_chain(&e))
+                .map_err(|e| crate::source::backend::error_chain(&e))
             })
             .as_ref()
             .map_err(Clone::clone)
@@ -238,4 +238,12 @@ async fn read_body(
             Err(_) => return Ok(None),
         }
     }
+}
+/// A multi-range client for `uri` when it is plain HTTP(S).
+pub(crate) fn http_client(uri: &str, opts: &StorageOptions) -> Option<Arc<HttpRanges>> {
+    let scheme = uri.split_once("://")?.0.to_ascii_lowercase();
+    matches!(scheme.as_str(), "http" | "https")
+        .then(|| HttpRanges::new(uri, opts))
+        .flatten()
+        .map(Arc::new)
 }

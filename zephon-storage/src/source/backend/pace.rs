@@ -113,6 +113,16 @@ where
     }
 }
 
+impl crate::options::StorageOptions {
+    /// The slowest body accepted: `min_rate` over each `io_timeout`.
+    pub(crate) fn pacing(&self) -> Pacing {
+        Pacing {
+            min_rate: self.min_rate,
+            window: self.io_timeout,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,7 +8,9 @@
 //! empty, `.` or padded name), the same shard listed twice, and
 //! sample counts that cannot be right.
 
-use crate::download::escape_controls;
+mod mds;
+
+use crate::error::escape_controls;
 use crate::format::FormatSpec;
 use crate::format::jsonl::LineIndex;
 use crate::root::check_relative;
@@ -16,6 +18,8 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::fmt;
+
+pub use mds::manifest_from_index;
 
 /// The manifest's file name, at the dataset root.
 pub const MANIFEST: &str = "index.json";
@@ -342,7 +346,7 @@ impl Manifest {
     pub fn parse(data: &[u8]) -> Result<Manifest, ManifestError> {
         match serde_json::from_slice::<RawManifest>(data) {
             Ok(raw) => Manifest::try_from(raw).map_err(ManifestError::Invalid),
-            Err(e) => match crate::format::mds::manifest_from_index(data) {
+            Err(e) => match manifest_from_index(data) {
                 Ok(Some(m)) => Ok(m),
                 Ok(None) => Err(ManifestError::Unrecognized(e.to_string())),
                 Err(m) => Err(ManifestError::Invalid(m)),

@@ -3,12 +3,12 @@
 //! input (a regular file, to a limit, no file named twice), or else the
 //! file names its listing finds.
 
-use crate::download::shard_error;
+use crate::dataset::scan::list_local;
+use crate::error::shard_error;
 use crate::format::detect::DetectedShard;
 use crate::format::{FormatOptions, FormatSpec, detect};
 use crate::manifest::{MANIFEST, Manifest, ManifestError, RAISE_LIMIT};
 use crate::options::MANIFEST_LIMIT;
-use crate::scan::list_local;
 use std::path::Path;
 use std::sync::Arc;
 use zephon_core::{Error, Result, Shard};

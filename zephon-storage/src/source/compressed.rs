@@ -10,13 +10,22 @@
 //! decoded whole) or, where it gives none, past what the cache holds, and a
 //! shard that decodes to less than its entry says is refused too.
 
-use crate::cache::Written;
-use crate::download::shard_error;
+use crate::error::shard_error;
 use crate::format::compression::Compression;
-use crate::spill::{self, Folder, Room, SpillError};
+use crate::source::spill::{self, Folder, Room, SpillError, Written};
 use bytes::Bytes;
 use std::fs::File;
 use zephon_core::{Error, Result};
+
+/// What a download hands the cache for one entry.
+pub(crate) enum Fetched {
+    /// The entry's bytes.
+    Bytes(Bytes),
+    /// A compressed shard, downloaded and checked, still to decode: where
+    /// it is published, it is decoded straight into the disk tier's file,
+    /// so its decoded bytes are written once.
+    Decode(Compressed),
+}
 
 /// A compressed shard to decode, with what bounds its decoded size.
 #[derive(Clone, Debug)]

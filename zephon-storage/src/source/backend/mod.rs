@@ -14,7 +14,10 @@
 #[cfg(any(feature = "gcs", feature = "azblob"))]
 mod cloud;
 pub(crate) mod content_range;
+pub(crate) mod http;
+mod multipart;
 pub(crate) mod pace;
+pub(crate) mod read;
 pub mod runtime;
 pub(crate) mod transport;
 pub(crate) mod version;
@@ -65,7 +68,7 @@ pub struct Backend {
     /// the largest gap one request spans (from [`StorageOptions`]).
     pub ranges: RangePlan,
     /// The multi-range client of a plain HTTP(S) backend.
-    pub(crate) http: Option<Arc<crate::ranges::http::HttpRanges>>,
+    pub(crate) http: Option<Arc<http::HttpRanges>>,
     /// Largest `index.json` read ([`StorageOptions::manifest_limit`]).
     pub(crate) manifest_limit: u64,
     /// The version of each object read by range, recorded by its first
@@ -314,7 +317,7 @@ impl Backend {
                 part_gap: opts.range_part_gap,
                 parts: opts.range_parts,
             },
-            http: crate::ranges::http_client(trimmed, opts),
+            http: http::http_client(trimmed, opts),
             manifest_limit: opts.manifest_limit,
             versions: Arc::default(),
             deadline: opts.block_deadline,
@@ -339,7 +342,7 @@ impl Backend {
             .clone();
         cell.get_or_try_init(|| async {
             version::Version::stat(&self.op, path).await.map_err(|e| {
-                crate::download::shard_error(
+                crate::error::shard_error(
                     dataset,
                     &self.uri_of(path),
                     format!("cannot stat the shard to record its version: {e}"),
@@ -383,7 +386,7 @@ impl Backend {
             Ok(out) => out,
             Err(_) => Err({
                 expired();
-                crate::download::shard_error(
+                crate::error::shard_error(
                     dataset,
                     uri,
                     format!(
@@ -412,7 +415,7 @@ impl Backend {
     /// read.
     pub(crate) async fn read_manifest(&self) -> std::result::Result<Option<bytes::Bytes>, String> {
         let limit = self.manifest_limit;
-        match crate::download::read_at_most(&self.op, crate::manifest::MANIFEST, limit).await {
+        match read::read_at_most(&self.op, crate::manifest::MANIFEST, limit).await {
             Ok(b) if b.len() as u64 > limit => Err(format!(
                 "the manifest is longer than manifest_limit ({limit} bytes; read no further); {}",
                 crate::manifest::RAISE_LIMIT

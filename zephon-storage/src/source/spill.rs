@@ -1,7 +1,7 @@
 //! Compressed shards decoded into an unnamed file in the system's temporary
 //! folder (`TMPDIR`) and mapped, local or downloaded (a downloaded one read
 //! through a shard cache with a disk tier is decoded into the tier's file
-//! instead, [`crate::compressed`]): the decoded bytes are
+//! instead, [`crate::source::compressed`]): the decoded bytes are
 //! page cache, which the kernel can write out and drop, not the process's
 //! own memory, and the file goes when the last map of it does. The folder
 //! must hold the decoded size; where it is a tmpfs, that is memory.
@@ -99,6 +99,15 @@ impl Room {
         self.next_look = after.saturating_add((spare / 2).clamp(1, CHECK_EVERY));
         Ok(())
     }
+}
+
+/// Why writing a shard into the cache's disk tier failed: the disk tier (a write, the
+/// room, a rename), or the body's own writer (`E`: the shard cannot be
+/// decoded).
+#[derive(Debug)]
+pub(crate) enum Written<E> {
+    Disk(io::Error),
+    Body(E),
 }
 
 /// Why decoding into a temporary file failed.

@@ -2,8 +2,7 @@
 //! Used to open datasets without a manifest and to write one
 //! ([`build_index`]).
 
-use crate::backend::{Backend, runtime};
-use crate::download::{download_hashed, download_to_temp, shard_error};
+use crate::error::shard_error;
 use crate::format::compression::Compression;
 use crate::format::detect::{Detected, DetectedShard};
 use crate::format::jsonl::{LineIndex, parse_line};
@@ -14,6 +13,8 @@ use crate::manifest::{
 };
 use crate::metrics::CacheMetrics;
 use crate::root::check_relative;
+use crate::source::backend::{Backend, runtime};
+use crate::source::download::{download_hashed, download_to_temp};
 use futures::TryStreamExt;
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
@@ -476,7 +477,7 @@ pub async fn build_index_checked(
     // A Streaming index is left alone even when it is refused (a bad
     // basename): overwriting it would lose the dataset's own description.
     if let Ok(Some(existing)) = backend.read_manifest().await
-        && !matches!(crate::format::mds::manifest_from_index(&existing), Ok(None))
+        && !matches!(crate::manifest::manifest_from_index(&existing), Ok(None))
     {
         return Err(shard_error(
             dataset,

@@ -2,17 +2,19 @@
 //! shard cache (by blocks when uncompressed, whole when compressed);
 //! [`RangeShard`] reads just the bytes of the samples asked for, uncached.
 
-use crate::backend::version::Version;
-use crate::backend::{Backend, runtime};
-use crate::blocks::BlockFile;
 use crate::cache::ShardCache;
-use crate::download::{download_at, download_for_cache, read_version, shard_error};
+use crate::cache::blocks::BlockFile;
+use crate::error::shard_error;
 use crate::format::compression::Compression;
 use crate::format::jsonl::{LineIndex, parse_line, parse_run};
 use crate::format::lines::{each_prefetched, runs};
 use crate::manifest::{ShardEntry, decode_index};
 use crate::metrics::CacheMetrics;
-use crate::ranges::fetch_spans;
+use crate::source::backend::read::read_version;
+use crate::source::backend::version::Version;
+use crate::source::backend::{Backend, runtime};
+use crate::source::download::{download_at, download_for_cache};
+use crate::source::ranges::fetch_spans;
 use bytes::Bytes;
 use futures::FutureExt;
 use futures::future::BoxFuture;
@@ -513,7 +515,7 @@ pub(crate) async fn read_object(
             Object::Uncached => {}
         }
     }
-    match crate::download::read_at_most(&backend.op, path, limit).await {
+    match crate::source::backend::read::read_at_most(&backend.op, path, limit).await {
         Ok(b) => Ok(Some(b)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(fail(e.to_string())),

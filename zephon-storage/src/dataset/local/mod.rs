@@ -1,12 +1,12 @@
 //! Local datasets: every shard file of a folder, in the format its names show.
 
+use crate::dataset::FormatShard;
 use crate::format::compression::Compression;
 use crate::format::detect::DetectedShard;
 use crate::format::jsonl::{LineIndex, parse_indexed};
 use crate::format::lines::{each_prefetched, runs};
-use crate::format::shard::map_file;
-use crate::format::shard::read_handle;
-use crate::format::{FormatOptions, FormatShard, FormatSpec, OPEN_THREADS};
+use crate::format::maps::{self, map_file, read_handle};
+use crate::format::{FormatOptions, FormatSpec, OPEN_THREADS};
 use crate::options::MANIFEST_LIMIT;
 use bytes::Bytes;
 use futures::FutureExt;
@@ -19,9 +19,8 @@ use zephon_core::runner::{WorkCost, offload_measured};
 use zephon_core::{Dataset, Error, Record, Result, Shard};
 
 mod layout;
-pub(crate) mod maps;
+pub use crate::format::maps::mapped_files;
 pub use layout::detect_local;
-pub use maps::mapped_files;
 
 /// A JSONL file on local disk, memory-mapped and indexed when opened;
 /// reads parse the lines asked for in place, with no copy and no system
@@ -361,7 +360,7 @@ fn open_local_shard(
 }
 
 /// The compressed shard at `path`, decoded into an unnamed temporary file
-/// and mapped ([`crate::spill`]), and checked against `want`, the decoded
+/// and mapped ([`crate::source::spill`]), and checked against `want`, the decoded
 /// size a followed manifest gives; the compressed file is read through a
 /// map too.
 fn decoded_to_disk(
@@ -375,7 +374,7 @@ fn decoded_to_disk(
         path: shown.clone(),
         source,
     })?;
-    crate::compressed::Compressed {
+    crate::source::compressed::Compressed {
         dataset: name.to_owned(),
         uri: shown,
         compression,

@@ -4,18 +4,15 @@
 //! [`RangePlan::parts`]); many requests go out at once, and every response
 //! is checked to hold exactly the bytes asked for.
 
-pub(crate) mod http;
-mod multipart;
-
-use crate::backend::version::Version;
-use crate::backend::{Backend, RangePlan, runtime};
-use crate::download::{read_failed, read_version, shard_error};
+use crate::error::shard_error;
 use crate::metrics::CacheMetrics;
 use crate::options::RANGE_SPAN;
+use crate::source::backend::http::{Answer, HttpRanges, MAX_RANGE_HEADER};
+use crate::source::backend::read::{read_failed, read_version};
+use crate::source::backend::version::Version;
+use crate::source::backend::{Backend, RangePlan, runtime};
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
-use http::{Answer, HttpRanges, MAX_RANGE_HEADER};
-use std::sync::Arc;
 use zephon_core::Result;
 
 /// The requests that cover `ranges` (`(from, to)` byte offsets, sorted by
@@ -260,15 +257,6 @@ impl Read {
         }
         Ok((from, b))
     }
-}
-
-/// A multi-range client for `uri` when it is plain HTTP(S).
-pub(crate) fn http_client(uri: &str, opts: &crate::StorageOptions) -> Option<Arc<HttpRanges>> {
-    let scheme = uri.split_once("://")?.0.to_ascii_lowercase();
-    matches!(scheme.as_str(), "http" | "https")
-        .then(|| HttpRanges::new(uri, opts))
-        .flatten()
-        .map(Arc::new)
 }
 
 #[cfg(test)]

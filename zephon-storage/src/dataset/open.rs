@@ -1,15 +1,16 @@
 //! Opening a dataset from a URI: backend, discovery (manifest or listing),
 //! cache, and one shard object per shard.
 
-use crate::backend::{Backend, BackendStats, runtime};
 use crate::cache::ShardCache;
-use crate::download::shard_error;
+use crate::dataset::FormatShard;
+use crate::dataset::remote::{CachedShard, RangeShard};
+use crate::error::shard_error;
 use crate::format::compression::Compression;
-use crate::format::{FormatOptions, FormatShard, FormatSpec};
+use crate::format::{FormatOptions, FormatSpec};
 use crate::manifest::{MANIFEST, Manifest};
 use crate::metrics::{CacheMetrics, CacheStats};
 use crate::options::StorageOptions;
-use crate::remote::{CachedShard, RangeShard};
+use crate::source::backend::{Backend, BackendStats, runtime};
 use std::path::PathBuf;
 use std::sync::Arc;
 use zephon_core::{Dataset, Result, Shard};
@@ -60,7 +61,7 @@ impl RemoteDataset {
         // The manifest and the sidecars go through the cache's disk tier
         // even where no shard does (byte-range reads): the processes of a
         // node then read each once.
-        let objects = match opts.cache.enabled && crate::remote::caches_objects(&backend) {
+        let objects = match opts.cache.enabled && crate::dataset::remote::caches_objects(&backend) {
             true => Some(ShardCache::open(&opts.cache, &backend.uri, 0).await?),
             false => None,
         };
@@ -251,7 +252,9 @@ async fn discover(
             }
             Ok(m)
         }
-        Ok(None) if backend.can_list => crate::scan::scan(backend, name, metrics, format).await,
+        Ok(None) if backend.can_list => {
+            crate::dataset::scan::scan(backend, name, metrics, format).await
+        }
         Ok(None) => Err(shard_error(
             name,
             &backend.uri,
@@ -273,7 +276,8 @@ async fn read_manifest(
     };
     let limit = backend.manifest_limit;
     let fail = |e: String| zephon_core::Error::config("manifest", e);
-    let read = crate::remote::read_object(backend, Some(cache), MANIFEST, limit, fail).await;
+    let read =
+        crate::dataset::remote::read_object(backend, Some(cache), MANIFEST, limit, fail).await;
     match read {
         Ok(Some(b)) if b.len() as u64 > limit => Err(format!(
             "the manifest is longer than manifest_limit ({limit} bytes; read no further); {}",
@@ -328,7 +332,7 @@ impl UriDatasetExt for Dataset {
         match local_dir(uri) {
             Some(dir) => {
                 opts.validate()?;
-                crate::local::open_local(name, &dir, &opts.format, opts.manifest_limit)
+                crate::dataset::local::open_local(name, &dir, &opts.format, opts.manifest_limit)
             }
             None => Ok(RemoteDataset::open(name, uri, opts)?.dataset),
         }
