@@ -1,7 +1,7 @@
 //! The UTF-8 check of text fields read from a shard: the standard
 //! library's (`ByteString::try_from`) against `format::text::text_view`,
 //! over 20,000 fields: short ASCII ones of 57 to 233 bytes (the text of
-//! `zephon bench formats`), the same with one two-byte character each, and
+//! `zephon-bench formats`), the same with one two-byte character each, and
 //! documents of 2-4 KB mixing Latin, Cyrillic and CJK text. Run with
 //! `cargo bench -p zephon-storage --bench text`. Every sample checks both
 //! accept every field.

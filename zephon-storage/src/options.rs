@@ -134,7 +134,7 @@ pub struct StorageOptions {
     /// request, not a request of its own, so merging across a wide gap
     /// only downloads bytes to drop: in a global shuffle of 4 KB windows
     /// of a 200 MB file, `range_gap`'s 256 KiB merged windows about 3 MB
-    /// apart on average, downloading more gap than window (`zephon bench
+    /// apart on average, downloading more gap than window (`zephon-bench
     /// tokens --serve http --range-part-gap BYTES` compares settings).
     pub range_part_gap: u64,
     /// Most spans (runs of wanted samples, planned with `range_part_gap`) one

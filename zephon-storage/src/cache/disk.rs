@@ -13,7 +13,7 @@
 //! bytes, not durability: an entry a crash of the machine loses, or leaves
 //! short or zeroed, fails its check and is fetched again. Syncing every
 //! block (the file, then the folder) cost a cold pass over HTTP a large
-//! share of its time and CPU (`zephon bench tokens --serve http --shuffle
+//! share of its time and CPU (`zephon-bench tokens --serve http --shuffle
 //! block`, cold pass), and had the disk write every block at once, even those evicted before the kernel
 //! would have written them. A file's modification time is its
 //! last access: eviction drops the least recently used files until the

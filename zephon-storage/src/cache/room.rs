@@ -4,7 +4,7 @@
 //! Counting the folder means a `stat` of every entry, under the folder
 //! lock, for every block published by any process of the node: with
 //! thousands of blocks that bounded a cold pass to a few blocks per count
-//! (`zephon bench tokens --serve http --shuffle block --cache-block-bytes
+//! (`zephon-bench tokens --serve http --shuffle block --cache-block-bytes
 //! 262144` publishes many small blocks). The ledger, a small file in the
 //! folder read and written under the folder lock, keeps the bytes the
 //! folder held at its last scan plus the room given since; a publish that

@@ -183,7 +183,7 @@ fn mapped(inner: &Arc<Inner>) {
 /// on the shard's. Every thread that decodes the shard, and every thread
 /// that frees the records, would otherwise update that one count, a
 /// record at a time, and the cache line moving between cores made reads
-/// on two threads slower than on one (`zephon bench formats`, the `2t`
+/// on two threads slower than on one (`zephon-bench formats`, the `2t`
 /// columns). One allocation a read, a few hundred samples.
 pub(crate) fn read_handle(data: Bytes) -> Bytes {
     if data.is_empty() {

@@ -31,7 +31,7 @@ pub fn runtime() -> &'static tokio::runtime::Runtime {
 /// runtime of two or more workers that hand-off often wakes another thread
 /// (a futex and a context switch per chunk), on cores the pipeline's own
 /// threads need. On 2 cores, one worker instead of two cut the reader's CPU
-/// time of a global shuffle by HTTP byte ranges by a fifth (`zephon bench
+/// time of a global shuffle by HTTP byte ranges by a fifth (`zephon-bench
 /// tokens --serve http`); larger machines keep several, for many streams.
 pub fn io_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| (n.get() / 4).clamp(1, 8))
