@@ -80,7 +80,19 @@ pub(crate) fn parse(bytes: &[u8], source_name: &str) -> crate::Result<Tokenizer>
             ));
         }
     }
-    let tokenizer = Tokenizer::from_bytes(bytes).map_err(|e| error(source_name, e.to_string()))?;
+    // The library indexes past the end of a string on some combinations of
+    // added tokens and normalizers while it loads a file: a crafted file is
+    // an error naming it, not a panic of the caller.
+    let loaded = std::panic::catch_unwind(|| Tokenizer::from_bytes(bytes)).map_err(|p| {
+        error(
+            source_name,
+            format!(
+                "the tokenizers library failed on this file ({})",
+                zephon_core::error::panic_message(&*p)
+            ),
+        )
+    })?;
+    let tokenizer = loaded.map_err(|e| error(source_name, e.to_string()))?;
     Ok(own_settings_off(tokenizer))
 }
 

@@ -267,3 +267,34 @@ fn mutated_bytes() {
     });
     tally.finish();
 }
+
+/// A file on which the tokenizers library panics while loading (an added
+/// token the normalizers rewrite, found by `hostile_settings`): an error
+/// naming the file.
+#[test]
+fn a_file_the_library_panics_on_while_loading_is_an_error_naming_it() {
+    let mut file: Json = serde_json::from_slice(FIXTURE).unwrap();
+    set(
+        &mut file,
+        &["added_tokens", "0"],
+        serde_json::json!({
+            "content": "\u{2581}", "id": 0, "lstrip": false, "normalized": true,
+            "rstrip": false, "single_word": false, "special": false
+        }),
+    );
+    set(
+        &mut file,
+        &["normalizer"],
+        serde_json::json!({
+            "type": "Sequence",
+            "normalizers": [{"type": "Prepend", "prepend": ""}, {"type": "NFKC"}]
+        }),
+    );
+    let bytes = serde_json::to_vec(&file).unwrap();
+    let e = match TokenizeConfig::from_bytes(bytes) {
+        Ok(_) => panic!("the file loaded"),
+        Err(e) => e.to_string(),
+    };
+    assert!(e.starts_with("tokenizer `<bytes>`"), "{e}");
+    assert!(e.contains("the tokenizers library failed"), "{e}");
+}
