@@ -276,10 +276,15 @@ fn prefetch_warms_the_blocks_of_the_samples_ahead() {
         p.sample_warms >= 20_000 / 256 / 2 && p.sample_warm_failures == 0,
         "{p:?}"
     );
-    // Warm-ups and reads share each block's one download: nothing warmed
-    // was evicted before its read.
+    // Warm-ups and reads share each block's download: every download past
+    // the one per block is a re-download of a block evicted in between.
+    // On a loaded machine the reads fall behind the warm-ups and a few
+    // warmed blocks leave the 8-block disk tier before their read (2 and 3
+    // of 20 were seen with the whole suite running on 2 cores); a warm-up
+    // that downloaded on its own would double the misses.
     let s = rd.cache_stats();
-    assert_eq!((s.misses, s.redownloads), (blocks, 0), "{s:?}");
+    assert_eq!(s.misses, blocks + s.redownloads, "{s:?}");
+    assert!(s.redownloads <= blocks / 4, "{s:?}");
 }
 
 #[test]
