@@ -14,10 +14,23 @@ use zephon_storage::PrefetchExt;
 struct FailingWarm {
     inner: InMemoryShard,
     warms: Arc<AtomicU64>,
-    /// When set, reads wait for the first warm-up: the warm-ups run on the
-    /// storage runtime, and on a loaded machine a whole pass could otherwise
-    /// end before any of them finished (and was counted).
+    /// Warm-ups whose task has finished: their future is dropped then,
+    /// before the task's handle is woken.
+    finished: Arc<AtomicU64>,
+    /// When set, the next read waits for a warm-up to finish (and clears
+    /// it): the warm-ups run on the storage runtime, and on a loaded
+    /// machine a whole pass could otherwise end before any of them
+    /// finished (and was counted).
     gate: Arc<AtomicBool>,
+}
+
+/// Counts a warm-up as finished when its future is dropped.
+struct Finished(Arc<AtomicU64>);
+
+impl Drop for Finished {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::Release);
+    }
 }
 
 impl Shard for FailingWarm {
@@ -28,21 +41,29 @@ impl Shard for FailingWarm {
         self.inner.len()
     }
     fn read_run(&self, start: u64, count: u64) -> BoxFuture<'_, Result<Vec<Record>>> {
-        if self.gate.load(Ordering::Relaxed) {
+        if self.gate.swap(false, Ordering::Relaxed) {
             let deadline = Instant::now() + Duration::from_secs(30);
-            while self.warms.load(Ordering::Relaxed) == 0 {
-                assert!(Instant::now() < deadline, "no warm-up started in 30 s");
+            while self.finished.load(Ordering::Acquire) == 0 {
+                assert!(Instant::now() < deadline, "no warm-up finished in 30 s");
                 std::thread::sleep(Duration::from_millis(1));
             }
+            // The task stores its output and wakes its handle right after
+            // its future is dropped: a little time for the runtime's thread
+            // to get there on a loaded machine, before the pass runs on.
+            std::thread::sleep(Duration::from_millis(20));
         }
         self.inner.read_run(start, count)
     }
     fn warm(&self) -> BoxFuture<'_, Result<()>> {
         self.warms.fetch_add(1, Ordering::Relaxed);
-        Box::pin(std::future::ready(Err(zephon_core::Error::Operator {
-            op: "warm",
-            message: "connection reset".into(),
-        })))
+        let done = Finished(self.finished.clone());
+        Box::pin(async move {
+            let _done = done;
+            Err(zephon_core::Error::Operator {
+                op: "warm",
+                message: "connection reset".into(),
+            })
+        })
     }
     fn is_warm(&self) -> bool {
         false
@@ -52,6 +73,7 @@ impl Shard for FailingWarm {
 #[test]
 fn a_failed_prefetch_is_counted_and_the_reads_still_deliver_everything() {
     let warms = Arc::new(AtomicU64::new(0));
+    let finished = Arc::new(AtomicU64::new(0));
     let gate = Arc::new(AtomicBool::new(false));
     let shards: Vec<Arc<dyn Shard>> = (0..4)
         .map(|s| {
@@ -61,6 +83,7 @@ fn a_failed_prefetch_is_counted_and_the_reads_still_deliver_everything() {
             Arc::new(FailingWarm {
                 inner: InMemoryShard::new(format!("shard-{s}"), records),
                 warms: warms.clone(),
+                finished: finished.clone(),
                 gate: gate.clone(),
             }) as _
         })
