@@ -158,7 +158,7 @@ impl WorkSource {
     /// # Ok::<(), zephon_core::Error>(())
     /// ```
     pub fn phase_shares(&self) -> Option<PhaseShares> {
-        self.plan.tally.as_deref().map(tally::snapshot)
+        self.plan.tally.as_deref().map(tally::Tally::snapshot)
     }
 
     /// How far `delivered_tokens` (per dataset, catalog order) are from the

@@ -215,7 +215,7 @@ impl PointerStream {
         // pipeline's observer.
         if let (Some(t), Some(obs)) = (&self.plan.tally, crate::obs::Observer::current()) {
             let t = t.clone();
-            obs.register_schedule(Arc::as_ptr(&t) as usize, move || super::tally::snapshot(&t));
+            obs.register_schedule(Arc::as_ptr(&t) as usize, move || t.snapshot());
         }
         let Some(board) = crate::cut::Board::current() else {
             return;

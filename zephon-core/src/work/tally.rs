@@ -58,7 +58,7 @@ impl Tally {
         self.phases.len()
     }
 
-    fn snapshot(&self) -> PhaseShares {
+    pub fn snapshot(&self) -> PhaseShares {
         let counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
         let n = self.names.len();
         let phases = self
@@ -144,8 +144,4 @@ impl Drop for LocalTally {
     fn drop(&mut self) {
         self.publish();
     }
-}
-
-pub(super) fn snapshot(tally: &Tally) -> PhaseShares {
-    tally.snapshot()
 }

@@ -113,21 +113,24 @@ pub struct Built {
     pub tuning: Option<(Vec<zephon_core::knob::Knob>, usize)>,
 }
 
+/// The tuner's memory budget of `recipe`, checked against its range and
+/// allowed only with `tuning = "auto"`.
+fn check_tuning_memory(recipe: &Recipe) -> Result<()> {
+    let r = &recipe.run;
+    match (r.tuning, r.tuning_memory) {
+        (TuningKind::Fixed, Some(_)) => bail!("run.tuning_memory: only with tuning = \"auto\""),
+        (_, Some(m)) => zephon_core::tune::MEMORY
+            .check("run.tuning_memory", m)
+            .map(|_| ())
+            .map_err(|e| anyhow::anyhow!("{e}")),
+        (_, None) => Ok(()),
+    }
+}
+
 /// The cores the tuned operators of `recipe` may use together, checked
 /// against their range; `None` when the recipe does not tune.
 fn tuning_cores(recipe: &Recipe) -> Result<Option<usize>> {
     let r = &recipe.run;
-    match (r.tuning, r.tuning_memory) {
-        (TuningKind::Fixed, Some(_)) => {
-            bail!("run.tuning_memory: only with tuning = \"auto\"")
-        }
-        (_, Some(m)) => {
-            zephon_core::tune::MEMORY
-                .check("run.tuning_memory", m)
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
-        }
-        (_, None) => {}
-    }
     match (r.tuning, r.tuning_cores) {
         (TuningKind::Fixed, Some(_)) => {
             bail!("run.tuning_cores: only with tuning = \"auto\"")
@@ -231,6 +234,7 @@ pub fn build(recipe: &Recipe, base: &Path) -> Result<Built> {
     };
     let lanes = ws.owned_lanes();
     let seed = recipe.work_source.seed;
+    check_tuning_memory(recipe)?;
     let cores = tuning_cores(recipe)?;
     let mut knobs = Vec::new();
     let pointers = ws.stream();
